@@ -1,0 +1,24 @@
+"""Backends move chunks to workers: threads, forked processes, pipes (and MPI above them).
+
+Each backend module exposes ``execute(job) -> Execution``; the chunking decisions come from
+:mod:`hybridsched.policies`, never from a copy inside the backend.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from ..records import Execution
+from .base import Job
+
+BACKENDS = ("serial", "threads", "forks", "pipes")
+
+
+def get_backend(name: str) -> Callable[[Job], Execution]:
+    """The ``execute`` function of a backend module, imported on first use."""
+    if name not in BACKENDS:
+        raise KeyError(name)
+    return importlib.import_module(f"{__name__}.{name}").execute
+
+
+__all__ = ["BACKENDS", "Job", "get_backend"]

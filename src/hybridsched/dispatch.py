@@ -1,0 +1,183 @@
+"""Thread-safe dispensers: the shared scheduling state that worker threads claim chunks from.
+
+Each dispenser wraps a pure policy from :mod:`policies` with the synchronisation the paper
+uses for it: nothing for static, one mutex and a counter for dynamic/chunk/guided/adaptive,
+per-thread queues for chunk stealing, a condition variable gating the in-flight window for
+AIMD. ``claim(w)`` returns ``(first, count)`` or None when worker w should stop;
+``done(w, count, seconds)`` is called after each chunk only when ``feedback`` is true.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Callable
+
+from . import policies as pol
+
+
+class Dispenser:
+    feedback = False  # whether workers must report each completed chunk
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def claim(self, w: int) -> pol.Chunk | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def done(self, w: int, count: int, seconds: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        """Make every later claim return None (Ctrl-C, a failing worker)."""
+        self.stopped = True
+
+
+class Preassigned(Dispenser):
+    """Static: each worker walks its own precomputed list; no synchronisation at all."""
+
+    def __init__(self, per_worker: list[list[pol.Chunk]]):
+        super().__init__()
+        self._iters = [iter(chunks) for chunks in per_worker]
+
+    def claim(self, w):
+        if self.stopped:
+            return None
+        return next(self._iters[w], None)
+
+
+class SharedCounter(Dispenser):
+    """Dynamic, chunk and guided: one lock around the next unassigned frame."""
+
+    def __init__(self, n: int, size: Callable[[int], int]):
+        super().__init__()
+        self.n = n
+        self.next = 0
+        self._size = size
+        self._lock = threading.Lock()
+
+    def claim(self, w):
+        with self._lock:
+            first = self.next
+            if first >= self.n or self.stopped:
+                return None
+            count = self._size(self.n - first)
+            self.next = first + count
+        return first, count
+
+
+class Adaptive(Dispenser):
+    """The adaptive chunk scheduler (§2.4): guided-like base chunk scaled by the claiming
+    thread's speed factor, from per-thread chunk timings reported through ``done``."""
+
+    feedback = True
+
+    def __init__(self, n: int, k: int):
+        super().__init__()
+        self.n, self.k = n, k
+        self.next = 0
+        self.time = [0.0] * k
+        self.chunks = [0] * k
+        self._tot_time = 0.0
+        self._tot_chunks = 0
+        self._lock = threading.Lock()
+
+    def claim(self, w):
+        with self._lock:
+            first = self.next
+            if first >= self.n or self.stopped:
+                return None
+            # global_avg over threads with history = total time / total chunks
+            g = self._tot_time / self._tot_chunks if self._tot_chunks else None
+            sf = pol.speed_factor(self.time[w], self.chunks[w], g)
+            count = pol.adaptive_size(self.n - first, self.k, sf)
+            self.next = first + count
+        return first, count
+
+    def done(self, w, count, seconds):
+        with self._lock:
+            self.time[w] += seconds
+            self.chunks[w] += 1
+            self._tot_time += seconds
+            self._tot_chunks += 1
+
+
+class StealQueues(Dispenser):
+    """Chunk stealing: static pre-assignment to per-thread deques; the owner takes from the
+    front, an idle thread steals from the back of the others in round-robin order.
+    deque.popleft/pop are atomic, so no lock is needed."""
+
+    def __init__(self, per_worker: list[list[pol.Chunk]]):
+        super().__init__()
+        self.queues = [deque(chunks) for chunks in per_worker]
+        k = len(per_worker)
+        self._victims = [pol.steal_victims(w, k) for w in range(k)]
+        self.steals = 0
+
+    def claim(self, w):
+        if self.stopped:
+            return None
+        try:
+            return self.queues[w].popleft()
+        except IndexError:
+            pass
+        for v in self._victims[w]:
+            try:
+                chunk = self.queues[v].pop()
+            except IndexError:
+                continue
+            self.steals += 1
+            return chunk
+        return None
+
+
+class AimdGate(Dispenser):
+    """AIMD (§2.3): chunks of 4 from a shared counter, at most ``window`` in flight.
+
+    Workers block on a condition variable while the window is full. At every completion the
+    window is updated by :func:`policies.aimd_window` from the utilisation U, which is
+    re-read from the monitor's lock-free mirror every 32 completions.
+    """
+
+    feedback = True
+
+    def __init__(self, n: int, pool: int, limit: int, monitor, chunk: int = pol.AIMD_CHUNK):
+        super().__init__()
+        self.n, self.chunk, self.limit = n, chunk, limit
+        self.next = 0
+        self.window = pool  # initialised to min(k, N)
+        self.in_flight = 0
+        self.completions = 0
+        self.monitor = monitor
+        self.u = monitor.value if monitor is not None else 0.0
+        self.window_trace: list[int] = [self.window]
+        self._cv = threading.Condition(threading.Lock())
+
+    def claim(self, w):
+        with self._cv:
+            while self.in_flight >= self.window and not self.stopped and self.next < self.n:
+                self._cv.wait()
+            first = self.next
+            if first >= self.n or self.stopped:
+                self._cv.notify_all()  # let the other waiters see the end too
+                return None
+            count = min(self.chunk, self.n - first)
+            self.next = first + count
+            self.in_flight += 1
+        return first, count
+
+    def done(self, w, count, seconds):
+        with self._cv:
+            self.in_flight -= 1
+            self.completions += 1
+            if self.monitor is not None and self.completions % pol.AIMD_MIRROR_EVERY == 0:
+                self.u = self.monitor.value
+            self.window = pol.aimd_window(self.window, self.u, self.limit)
+            self.window_trace.append(self.window)
+            free = self.window - self.in_flight
+            if free > 0:
+                self._cv.notify(free)  # wake only as many as may start, not the whole herd
+
+    def stop(self):
+        with self._cv:
+            self.stopped = True
+            self._cv.notify_all()

@@ -1,0 +1,38 @@
+"""Exceptions raised by the library; only the CLI turns them into exit codes."""
+
+
+class HybridschedError(Exception):
+    """Base class of every error the library raises on purpose."""
+
+
+class UsageError(HybridschedError):
+    """The caller asked for something impossible (bad size, unknown name, ...).
+
+    The CLI prints the message as one line and exits with status 2.
+    """
+
+
+class NotOurFile(UsageError):
+    """A file given to us is not a hybridsched HDF5 study (or is unreadable)."""
+
+
+class ResourceError(HybridschedError):
+    """An OS resource (memory, shared memory, processes) could not be obtained."""
+
+
+class WorkerLost(HybridschedError):
+    """A worker died before finishing its work; the run cannot be completed.
+
+    Carries enough detail for one clear line: scheduler, worker, pid and signal.
+    """
+
+    def __init__(self, scheduler: str, worker: int, pid: int, how: str):
+        self.scheduler = scheduler
+        self.worker = worker
+        self.pid = pid
+        self.how = how
+        super().__init__(f"{scheduler}: worker {worker} (pid {pid}) {how}")
+
+
+class VerificationError(HybridschedError):
+    """The output tensor is not sorted row by row, or rows lost/gained values."""

@@ -1,0 +1,261 @@
+"""Per-frame kernels (sort every row of frames ``first .. first+count-1`` in place),
+the tensor generator and the verifier.
+
+Every numba function here is compiled with ``nogil=True`` so worker threads run it in
+parallel, and ``cache=True`` so a fresh process loads machine code instead of compiling.
+:func:`prepare` compiles (or loads) them; call it before any fork so children never compile.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numba
+import numpy as np
+
+Kernel = Callable[[np.ndarray, int, int], None]
+
+# Partitions at or below this size are left for the final insertion sort, as libstdc++'s
+# std::sort does (_S_threshold = 16): smaller means more partition passes, larger means
+# quadratic insertion work on longer runs.
+_INSERTION_THRESHOLD = 16
+# Explicit partition stack: introsort's depth limit (2*log2(n)) bounds its height, and 128
+# entries cover rows far longer than any tensor that fits in memory.
+_STACK = 128
+
+_jit = numba.njit(nogil=True, cache=True)
+
+
+@_jit
+def _heapsort(a, lo, hi):
+    n = hi - lo
+    start = n // 2 - 1
+    end = n
+    while end > 1:
+        if start >= 0:
+            root = start
+            start -= 1
+        else:
+            end -= 1
+            a[lo], a[lo + end] = a[lo + end], a[lo]
+            root = 0
+        while True:
+            child = 2 * root + 1
+            if child >= end:
+                break
+            if child + 1 < end and a[lo + child] < a[lo + child + 1]:
+                child += 1
+            if a[lo + root] < a[lo + child]:
+                a[lo + root], a[lo + child] = a[lo + child], a[lo + root]
+                root = child
+            else:
+                break
+
+
+@_jit
+def _insertion_sort(a, lo, hi):
+    for i in range(lo + 1, hi):
+        v = a[i]
+        j = i - 1
+        while j >= lo and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@_jit
+def sort_row(a):
+    """Introsort of a 1-D array in place: median-of-three quicksort with Hoare partitioning,
+    heapsort past the depth limit, and one final insertion sort (the std::sort scheme)."""
+    n = a.shape[0]
+    if n < 2:
+        return
+    depth = 0
+    m = n
+    while m > 1:
+        depth += 2
+        m >>= 1
+    stack_lo = np.empty(_STACK, np.int64)
+    stack_hi = np.empty(_STACK, np.int64)
+    stack_d = np.empty(_STACK, np.int64)
+    sp = 0
+    stack_lo[0] = 0
+    stack_hi[0] = n
+    stack_d[0] = depth
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        lo = stack_lo[sp]
+        hi = stack_hi[sp]
+        d = stack_d[sp]
+        while hi - lo > _INSERTION_THRESHOLD:
+            if d == 0:
+                _heapsort(a, lo, hi)
+                break
+            d -= 1
+            # median of a[lo+1], a[mid], a[hi-1] moved to a[lo]
+            mid = lo + (hi - lo) // 2
+            x = a[lo + 1]
+            y = a[mid]
+            z = a[hi - 1]
+            if x < y:
+                if y < z:
+                    piv = mid
+                elif x < z:
+                    piv = hi - 1
+                else:
+                    piv = lo + 1
+            elif x < z:
+                piv = lo + 1
+            elif y < z:
+                piv = hi - 1
+            else:
+                piv = mid
+            a[lo], a[piv] = a[piv], a[lo]
+            p = a[lo]
+            i = lo + 1
+            j = hi
+            while True:
+                while a[i] < p:
+                    i += 1
+                j -= 1
+                while p < a[j]:
+                    j -= 1
+                if i >= j:
+                    break
+                a[i], a[j] = a[j], a[i]
+                i += 1
+            # a[lo+1:i] <= p <= a[i:hi]; push the right part, keep looping on the left
+            stack_lo[sp] = i
+            stack_hi[sp] = hi
+            stack_d[sp] = d
+            sp += 1
+            hi = i
+    _insertion_sort(a, 0, n)
+
+
+@_jit
+def quicksort_frames(t, first, count):
+    """Sort every row of frames ``first .. first+count-1`` of ``t[L, H, W]`` in place."""
+    for f in range(first, first + count):
+        for i in range(t.shape[1]):
+            sort_row(t[f, i])
+
+
+@_jit
+def counting_frames(t, first, count):
+    """Counting sort of every row: the fast path for uint8 (two passes per row)."""
+    hist = np.zeros(256, np.int64)
+    w = t.shape[2]
+    for f in range(first, first + count):
+        for i in range(t.shape[1]):
+            row = t[f, i]
+            hist[:] = 0
+            for j in range(w):
+                hist[row[j]] += 1
+            j = 0
+            for v in range(256):
+                c = hist[v]
+                for _ in range(c):
+                    row[j] = v
+                    j += 1
+
+
+def numpy_frames(t: np.ndarray, first: int, count: int) -> None:
+    """ndarray.sort along rows; numpy releases the GIL while it sorts."""
+    t[first:first + count].sort(axis=-1)
+
+
+KERNELS: dict[str, tuple[Kernel, str]] = {
+    "quicksort": (quicksort_frames, "numba introsort per row, the paper's quicksort (default)"),
+    "numpy": (numpy_frames, "numpy ndarray.sort along rows (releases the GIL)"),
+    "counting": (counting_frames, "numba counting sort per row, the fast path for uint8"),
+}
+
+
+def get_kernel(name: str) -> Kernel:
+    from .errors import UsageError
+
+    try:
+        return KERNELS[name][0]
+    except KeyError:
+        raise UsageError(f"unknown kernel {name!r}; choose from {', '.join(KERNELS)}") from None
+
+
+# --- generation -------------------------------------------------------------------------
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@_jit
+def _splitmix(x):
+    z = x
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@_jit
+def generate_frames(out, seed, frame0):
+    """Fill ``out[j]`` with frame ``frame0 + j`` of the tensor for ``seed``.
+
+    Each frame is its own splitmix64 stream keyed by (seed, frame id), so any subset of
+    frames (an MPI rank's block, one claimed chunk) is reproduced exactly on its own.
+    """
+    n = out.shape[1] * out.shape[2]
+    for j in range(out.shape[0]):
+        flat = out[j].reshape(n)
+        state = _splitmix(np.uint64(seed) * _GOLDEN + _splitmix(np.uint64(frame0 + j) + _GOLDEN))
+        k = 0
+        while k < n:
+            state += _GOLDEN
+            r = _splitmix(state)
+            for b in range(8):
+                if k < n:
+                    flat[k] = np.uint8(r & np.uint64(0xFF))
+                    r >>= np.uint64(8)
+                    k += 1
+
+
+# --- verification -----------------------------------------------------------------------
+
+@_jit
+def count_bad_rows(orig, work, first, count):
+    """Rows of frames ``first..first+count-1`` of ``work`` that are not nondecreasing or
+    that are not a permutation of the same row of ``orig`` (per-row 256-bin histograms)."""
+    bad = 0
+    hist = np.zeros(256, np.int64)
+    w = work.shape[2]
+    for f in range(first, first + count):
+        for i in range(work.shape[1]):
+            a = orig[f, i]
+            b = work[f, i]
+            ok = True
+            for j in range(1, w):
+                if b[j - 1] > b[j]:
+                    ok = False
+                    break
+            if ok:
+                hist[:] = 0
+                for j in range(w):
+                    hist[a[j]] += 1
+                    hist[b[j]] -= 1
+                for v in range(256):
+                    if hist[v] != 0:
+                        ok = False
+                        break
+            if not ok:
+                bad += 1
+    return bad
+
+
+def prepare(kernel: str | None = None) -> None:
+    """Compile (or load from cache) the numba functions; call before any fork."""
+    tiny = np.zeros((1, 2, 3), np.uint8)
+    generate_frames(tiny, 0, 0)
+    orig = tiny.copy()
+    names = [kernel] if kernel else list(KERNELS)
+    for name in names:
+        get_kernel(name)(tiny, 0, 1)
+    count_bad_rows(orig, tiny, 0, 1)

@@ -1,0 +1,178 @@
+"""Chunking policies as pure functions: which frames go next, and how many.
+
+Nothing here touches threads, processes or clocks; the backends (threads, forks, pipes,
+MPI) call these functions to decide the hand-out and only move chunks to workers.
+The rules follow the OpenMP runtimes (static, dynamic, guided), the paper's chunk and
+chunk-steal policies (§2.2), AIMD (§2.3, Eqs. 1-2) and the adaptive chunk scheduler
+(§2.4, Eq. 3).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+from .errors import UsageError
+
+Chunk = tuple[int, int]  # (first frame, count)
+
+# --- static -----------------------------------------------------------------------------
+
+
+def static_blocks(n: int, k: int) -> list[list[Chunk]]:
+    """OpenMP schedule(static) without chunk: one contiguous block per worker, the
+    remainder n mod k going one each to the lowest-numbered workers."""
+    q, r = divmod(n, k)
+    out: list[list[Chunk]] = []
+    first = 0
+    for w in range(k):
+        count = q + (1 if w < r else 0)
+        out.append([(first, count)] if count else [])
+        first += count
+    return out
+
+
+def static_chunks(n: int, k: int, c: int) -> list[list[Chunk]]:
+    """OpenMP schedule(static, c): chunk j = [j*c, (j+1)*c) to worker j mod k."""
+    out: list[list[Chunk]] = [[] for _ in range(k)]
+    for j, first in enumerate(range(0, n, c)):
+        out[j % k].append((first, min(c, n - first)))
+    return out
+
+
+def static_assignment(n: int, k: int, c: int = 0) -> list[list[Chunk]]:
+    """Per-worker chunk lists for static scheduling; ``c = 0`` means blocks."""
+    return static_blocks(n, k) if c <= 0 else static_chunks(n, k, c)
+
+
+def round_robin_frames(n: int, k: int) -> list[list[Chunk]]:
+    """The bounded prolific assignment (§2.1.1): frame i to worker i mod k."""
+    return static_chunks(n, k, 1)
+
+
+# --- first-come-first-served sizes ------------------------------------------------------
+
+
+def dynamic_size(remaining: int, k: int, c: int) -> int:
+    """OpenMP schedule(dynamic, c): always c (the last chunk may be shorter)."""
+    return min(c, remaining)
+
+
+def guided_size(remaining: int, k: int, c: int) -> int:
+    """OpenMP schedule(guided, c): min(remaining, max(c, ceil(remaining / k)))."""
+    return min(remaining, max(c, -(-remaining // k)))
+
+
+def adaptive_size(remaining: int, k: int, speed_factor: float) -> int:
+    """Eq. 3: chunk = base_chunk * speed_factor with base_chunk = remaining / k,
+    clamped to 1 <= chunk <= remaining (§2.4)."""
+    return max(1, min(remaining, int(remaining / k * speed_factor)))
+
+
+def speed_factor(thread_time: float, thread_chunks: int, global_avg: float | None) -> float:
+    """§2.4: speed_factor = global_avg / thread_avg, where thread_avg is the thread's mean
+    time per chunk; 1.0 while the thread (or everybody) has no history yet."""
+    if thread_chunks == 0 or not global_avg or thread_time <= 0.0:
+        return 1.0
+    return global_avg / (thread_time / thread_chunks)
+
+
+def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[Chunk]:
+    """The sequence of chunks a first-come-first-served policy hands out over frames
+    ``start .. n-1``, given the chunk size as a function of the remaining frames."""
+    first = start
+    while first < n:
+        count = size(n - first)
+        if count < 1:
+            raise ValueError("chunk size must be at least 1")
+        yield first, count
+        first += count
+
+
+# --- chunk stealing ---------------------------------------------------------------------
+
+
+def steal_victims(w: int, k: int) -> list[int]:
+    """Blind round-robin victim order for an idle worker w: w+1, w+2, ... (mod k)."""
+    return [(w + i) % k for i in range(1, k)]
+
+
+# --- AIMD (§2.3) ------------------------------------------------------------------------
+
+AIMD_CHUNK = 4           # frames per chunk in the paper's AIMD implementation (§4)
+AIMD_THRESHOLD = 0.95    # overload threshold on the EWMA utilisation (§4)
+AIMD_A = 0.7             # Eq. 1 weight of the most persistently busy core
+AIMD_BETA = 0.8          # Eq. 2 smoothing weight of the previous EWMA value
+AIMD_MIRROR_EVERY = 32   # chunk completions between reads of the utilisation mirror (§4)
+
+
+def combined_utilisation(mean_per_core: Sequence[float], now_per_core: Sequence[float],
+                         a: float = AIMD_A) -> float:
+    """Eq. 1: Ug_p = a * max_i(mean U_i) + (1 - a) * min_i(U_i(p))."""
+    return a * max(mean_per_core) + (1.0 - a) * min(now_per_core)
+
+
+def ewma(previous: float | None, ug: float, beta: float = AIMD_BETA) -> float:
+    """Eq. 2: U(p) = beta * U(p-1) + (1 - beta) * Ug_p; the first sample initialises it."""
+    return ug if previous is None else beta * previous + (1.0 - beta) * ug
+
+
+def aimd_window(window: int, u: float, limit: int, threshold: float = AIMD_THRESHOLD) -> int:
+    """One AIMD step at a chunk completion: slow start (double) while U = 0, halve when
+    U exceeds the threshold, otherwise add one; always within [1, limit]."""
+    if u == 0.0:
+        return min(limit, window * 2)
+    if u > threshold:
+        return max(1, window // 2)
+    return min(limit, window + 1)
+
+
+# --- presets and plans ------------------------------------------------------------------
+
+PLAN_POLICIES = ("static", "dynamic", "guided", "chunk")
+
+
+def paper_chunk(n: int) -> int:
+    """The paper's fixed chunk for the `chunk` scheduler: 10 for L=1000, 100 for L=10000."""
+    return max(1, n // 100)
+
+
+def default_chunk(policy: str, n: int) -> int:
+    """The chunk a policy uses when the user leaves ``--chunk`` at 0 (its default)."""
+    if policy == "chunk" or policy == "chunk-steal":
+        return paper_chunk(n)
+    if policy == "aimd":
+        return AIMD_CHUNK
+    if policy == "static":
+        return 0  # blocks
+    return 1
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    worker: int  # -1: decided first-come-first-served at run time
+    first: int
+    count: int
+
+
+def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
+    """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
+    if policy not in PLAN_POLICIES:
+        raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
+    if n < 1 or k < 1 or chunk < 0:
+        raise UsageError("--tasks and --workers must be at least 1 and --chunk at least 1")
+    c = chunk or default_chunk(policy, n)
+    if policy == "static":
+        per_worker = static_assignment(n, k, c)
+        rows = [PlanRow(w, f, cnt) for w, chunks in enumerate(per_worker) for f, cnt in chunks]
+        return sorted(rows, key=lambda r: r.first)
+    if policy == "guided":
+        sizes = lambda rem: guided_size(rem, k, c)  # noqa: E731
+    else:
+        sizes = lambda rem: dynamic_size(rem, k, c)  # noqa: E731
+    return [PlanRow(-1, f, cnt) for f, cnt in fcfs_chunks(n, sizes)]
+
+
+def log2_levels(k: int) -> int:
+    """Fork levels of a mitosis tree of k processes: ceil(log2 k)."""
+    return 0 if k <= 1 else math.ceil(math.log2(k))

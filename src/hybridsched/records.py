@@ -1,0 +1,88 @@
+"""Typed records: what one timed run is asked to do, and what it measured."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+# Per-worker detail of one run. Times are seconds relative to the run's start (t_begin).
+WORKER_DTYPE = np.dtype([
+    ("worker", "i4"), ("pid", "i8"), ("cpu", "i4"),
+    ("start", "f8"), ("end", "f8"), ("busy", "f8"),
+    ("frames", "i8"), ("chunks", "i8"),
+    ("user", "f8"), ("system", "f8"), ("iowait", "f8"),
+])
+
+# The chunk trace: one row per chunk a worker ran.
+TRACE_DTYPE = np.dtype([
+    ("worker", "i4"), ("first", "i8"), ("count", "i8"), ("start", "f8"), ("end", "f8"),
+])
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One timed run of a study: a scheduler at k workers on an L x H x W tensor."""
+
+    scheduler: str
+    k: int
+    frames: int
+    height: int
+    width: int
+    chunk: int = 0          # requested chunk; 0 = the policy's default
+    affinity: bool = True
+    rep: int = 0
+    kernel: str = "quicksort"
+    seed: int = 0
+    P: int = 1
+
+    def key(self) -> tuple:
+        """Identity of the run inside a study (used to resume without repeating)."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+@dataclass
+class Execution:
+    """What a backend measured. ``t_begin``/``t_end`` are time.perf_counter() values
+    (CLOCK_MONOTONIC, comparable across forked processes); detail times are absolute."""
+
+    t_begin: float
+    t_end: float
+    workers: np.ndarray                      # WORKER_DTYPE, absolute times
+    trace: np.ndarray                        # TRACE_DTYPE, absolute times
+    chunk_used: int = 0
+    lost_workers: int = 0
+    notes: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.t_end - self.t_begin
+
+
+@dataclass
+class RunRecord:
+    """One row of ``/runs`` plus its per-run detail (times relative to the run start)."""
+
+    config: RunConfig
+    family: str
+    time_s: float
+    verified: bool
+    bad_rows: int = 0
+    chunk_used: int = 0
+    workers_used: int = 0
+    lost_workers: int = 0
+    error: str = ""
+    notes: str = ""
+    started_at: float = 0.0                  # wall clock (time.time()) of the start
+    workers: np.ndarray = field(default_factory=lambda: np.zeros(0, WORKER_DTYPE))
+    trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
+    extra: dict = field(default_factory=dict)  # backend-specific scalars (e.g. per-rank times)
+
+
+def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray]:
+    """Worker stats and trace with times made relative to the run's start."""
+    w = execution.workers.copy()
+    t = execution.trace.copy()
+    for arr, cols in ((w, ("start", "end")), (t, ("start", "end"))):
+        for c in cols:
+            arr[c] -= execution.t_begin
+    return w, t

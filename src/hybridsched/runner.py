@@ -1,0 +1,47 @@
+"""One timed run: fresh work copy (untimed), the scheduler (timed), verification (untimed)."""
+from __future__ import annotations
+
+import sys
+import time
+
+from . import schedulers
+from .backends import Job, get_backend
+from .errors import HybridschedError
+from .records import RunConfig, RunRecord, relative
+from .workload import Slab
+
+
+def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | None = None) -> RunRecord:
+    """Run one configuration on ``slab`` and verify it.
+
+    A scheduler failure (a lost worker, say) is returned as a record with ``error`` set
+    and ``verified=False`` rather than raised, so a sweep can go on with the next
+    configuration. Ctrl-C and SystemExit propagate.
+    """
+    info = schedulers.get(config.scheduler)
+    chunk = info.resolve_chunk(config.chunk, slab.frames)
+    job = Job(config.scheduler, slab.work, config.kernel, config.k, chunk, config.affinity, monitor)
+    if cpus is not None:
+        job.cpus = cpus
+    slab.fresh_copy()
+    started = time.time()
+    try:
+        ex = get_backend(info.backend)(job)
+    except HybridschedError as exc:
+        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
+                         error=str(exc), started_at=started)
+    bad = slab.bad_rows()
+    workers, trace = relative(ex)
+    return RunRecord(config, info.family, ex.seconds, bad == 0, bad_rows=bad,
+                     chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
+                     lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
+                     workers=workers, trace=trace)
+
+
+def warn_unverified(record: RunRecord, stream=sys.stderr) -> None:
+    """Say loudly that a run's output was wrong or the run failed; it is never a timing."""
+    c = record.config
+    what = (f"FAILED: {record.error}" if record.error else
+            f"UNVERIFIED: {record.bad_rows} rows not sorted or not a permutation of the input")
+    print(f"hybridsched: {what} [{c.scheduler} k={c.k} L={c.frames} rep={c.rep}]; "
+          "stored with verified=false and excluded from every table", file=stream)

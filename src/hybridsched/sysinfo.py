@@ -1,0 +1,103 @@
+"""What machine we are on: usable CPUs, memory, and the metadata stored with every study."""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def usable_cpus() -> list[int]:
+    """CPUs this process may run on (respects taskset, cgroups cpusets and Slurm)."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def n_cpus() -> int:
+    """N of the paper: the hardware parallelism available to us."""
+    return len(usable_cpus())
+
+
+def cpu_for_worker(w: int, cpus: list[int] | None = None) -> int:
+    """Round-robin placement of the paper: worker w on CPU w mod N."""
+    cpus = cpus or usable_cpus()
+    return cpus[w % len(cpus)]
+
+
+def pin_current(cpu: int) -> None:
+    """Pin the calling thread (pid 0 = this thread on Linux) to one CPU."""
+    os.sched_setaffinity(0, {cpu})
+
+
+@contextmanager
+def pinned(cpu: int | None) -> Iterator[None]:
+    """Pin the calling thread for the duration of the block, then restore its mask."""
+    if cpu is None:
+        yield
+        return
+    saved = os.sched_getaffinity(0)
+    pin_current(cpu)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def available_memory() -> int:
+    """Bytes we may place in new shared-memory segments: RAM available and /dev/shm free."""
+    import psutil
+
+    avail = psutil.virtual_memory().available
+    try:
+        avail = min(avail, shutil.disk_usage("/dev/shm").free)
+    except OSError:
+        pass
+    return avail
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_metadata() -> dict[str, str | int]:
+    """Description of this machine and software, stored as HDF5 attributes (pyperf style)."""
+    import h5py
+    import numba
+    import numpy
+    import psutil
+
+    from . import __version__
+
+    meta: dict[str, str | int] = {
+        "hostname": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count_logical": psutil.cpu_count(logical=True) or 0,
+        "cpu_count_physical": psutil.cpu_count(logical=False) or 0,
+        "cpus_usable": n_cpus(),
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "kernel": platform.release(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "hybridsched": __version__,
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "h5py": h5py.__version__,
+        "hdf5": h5py.version.hdf5_version,
+        "psutil": psutil.__version__,
+    }
+    try:
+        import mpi4py
+
+        meta["mpi4py"] = mpi4py.__version__
+    except ImportError:
+        pass
+    return meta

@@ -1,0 +1,58 @@
+"""Shared fixtures. Every test is checked for leaks: no child process, zombie or
+shared-memory segment of ours may outlive it."""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from hybridsched import kernels
+from hybridsched.workload import live_segments, our_shm_entries
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled():
+    kernels.prepare()  # compile once, before any test forks
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """Fail a test that leaves a child process, a zombie or a /dev/shm segment behind."""
+    before_children = {p.pid for p in _children()}
+    before_shm = set(our_shm_entries())
+    yield
+    if request.node.get_closest_marker("mpi"):
+        deadline = time.monotonic() + 10  # mpiexec's proxies take a moment to go
+    else:
+        deadline = time.monotonic() + 3
+    while True:
+        extra = [p for p in _children() if p.pid not in before_children]
+        shm = sorted(set(our_shm_entries()) - before_shm)
+        if (not extra and not shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    live = live_segments()
+    assert not extra, f"leaked processes: {[(p.pid, p.status()) for p in extra if p.is_running()]}"
+    assert not shm, f"leaked shared-memory segments: {shm}"
+    assert not live, f"segments still registered as live: {live}"
+
+
+@pytest.fixture
+def tmp_h5(tmp_path):
+    return str(tmp_path / "study.h5")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    left = our_shm_entries(os.getpid())
+    if left:
+        print(f"\nhybridsched: shared-memory segments left by the test process: {left}")
+        session.exitstatus = 1
