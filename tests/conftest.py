@@ -24,6 +24,24 @@ def _children() -> list[psutil.Process]:
         return []
 
 
+def _mine(entries) -> set[str]:
+    """The /dev/shm entries that this test process could have leaked: made by us, by a
+    descendant, or by a process that is gone. Segments of live processes outside our tree
+    belong to other sessions working on the same machine and must not fail our tests."""
+    me = os.getpid()
+    out = set()
+    for name in entries:
+        try:
+            pid = int(name.split(".")[1])
+            proc = psutil.Process(pid)
+            if pid != me and me not in {p.pid for p in proc.parents()}:
+                continue  # alive and not ours
+        except (IndexError, ValueError, psutil.Error):
+            pass  # unparsable name or creator gone: count it
+        out.add(name)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request):
     """Fail a test that leaves a child process, a zombie or a /dev/shm segment behind."""
@@ -36,7 +54,7 @@ def no_leaks(request):
         deadline = time.monotonic() + 3
     while True:
         extra = [p for p in _children() if p.pid not in before_children]
-        shm = sorted(set(our_shm_entries()) - before_shm)
+        shm = sorted(_mine(set(our_shm_entries()) - before_shm))
         if (not extra and not shm) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -51,8 +69,16 @@ def tmp_h5(tmp_path):
     return str(tmp_path / "study.h5")
 
 
+_session_shm: set[str] = set()
+
+
+def pytest_sessionstart(session):
+    _session_shm.update(our_shm_entries())
+
+
 def pytest_sessionfinish(session, exitstatus):
-    left = our_shm_entries(os.getpid())
+    # ours and our subprocesses' (hybridsched run, mpiexec ranks), not other sessions'
+    left = sorted(_mine(set(our_shm_entries()) - _session_shm) | set(our_shm_entries(os.getpid())))
     if left:
         print(f"\nhybridsched: shared-memory segments left by the test process: {left}")
         session.exitstatus = 1

@@ -40,6 +40,16 @@ def _int_list(what: str, minimum: int = 1):
     return parse
 
 
+def _chunk_list(text: str) -> list[int]:
+    """--chunk: sizes >= 1, or 'auto' (policies.AUTO_CHUNK: the pipe backend searches it)."""
+    from .policies import AUTO_CHUNK
+
+    parts = [p.strip() for p in text.split(",")]
+    sizes = _int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \
+        if any(p.lower() != "auto" for p in parts) else []
+    return [AUTO_CHUNK] * any(p.lower() == "auto" for p in parts) + sizes
+
+
 def _positive(what: str, minimum: int = 1):
     parse_list = _int_list(what, minimum)
 
@@ -54,9 +64,12 @@ def _positive(what: str, minimum: int = 1):
 def _nonnegative_int(what: str):
     def parse(text: str) -> int:
         try:
-            return int(text)
+            v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be at least 0, got {v}")
+        return v
     return parse
 
 
@@ -114,37 +127,174 @@ def build_spec(args):
 
 
 def cmd_run(args) -> int:
-    from tqdm import tqdm
+    from .mpi import world
 
+    w = world()  # P = 1 (no MPI at all) unless mpiexec/mpirun/srun started several ranks
+    if w.is_mpi:
+        return _cmd_run_mpi(args, w)
     from . import kernels
+    from .progress import Progress, run_cost
     from .report import markdown_summary, summarise
     from .store import StudyWriter, check_writable, read_runs
     from .study import run_configurations
-    from .sysinfo import machine_metadata
+    from .sysinfo import machine_metadata, n_cpus
 
     spec = build_spec(args)
     out = args.out or time.strftime("hybridsched-%Y%m%d-%H%M%S.h5")
     check_writable(out)
-    if os.path.exists(out) and not args.overwrite:
-        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    if args.resume and args.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
+    resume = bool(args.resume) and os.path.exists(out)
+    if os.path.exists(out) and not (args.overwrite or resume):
+        raise UsageError(f"--out {out}: file exists (use --resume to continue it or "
+                         "--overwrite to replace it)")
+    meta = machine_metadata()
+    meta["N"] = n_cpus()  # the N of k_eff = min(k, N) and of the presets
+    meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     configs = spec.configurations()
+    done: set = set()
+    if resume:
+        done = _resume_check(out, spec, meta)
+    todo = [c for c in configs if c.key() not in done]
+    skipped = [c for c in configs if c.key() in done]
+    if resume:
+        print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already stored, "
+              f"{len(todo)} to go", file=sys.stderr)
     kernels.prepare(spec.kernel)  # compile before any worker or fork exists
-    bar = tqdm(total=len(configs), file=sys.stderr, disable=not sys.stderr.isatty(),
-               unit="run", dynamic_ncols=True)
     failed = 0
-    with bar, StudyWriter(out, machine_metadata(), spec.to_dict()) as writer:
+    n = n_cpus()
+    with Progress(todo, n, spec.reps, done_already=len(skipped),
+                  done_cost=sum(run_cost(c, n) for c in skipped)) as progress, \
+            (StudyWriter(out, append=True) if resume else
+             StudyWriter(out, meta, spec.to_dict())) as writer:
+        if resume:
+            _record_resume(writer, spec, meta)
+
         def on_record(rec):
             nonlocal failed
+            # 1-min load average at the end of the run: tells the report whether the
+            # machine was dedicated (load <= N) while this run was timed
+            rec.extra.setdefault("loadavg1", round(os.getloadavg()[0], 2))
             writer.append(rec)
             failed += not rec.verified
-            c = rec.config
-            bar.set_description(f"{c.scheduler} k={c.k} L={c.frames} rep {c.rep + 1}/{spec.reps}")
-            bar.update()
-        for _ in run_configurations(configs, on_record):
+            progress.done(rec.config)
+        for _ in run_configurations(todo, on_record, on_start=progress.start):
             pass
     print(markdown_summary(summarise(read_runs(out))))
-    print(f"\n{len(configs)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
+    print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _resume_check(out: str, spec, meta: dict) -> set:
+    """Keys of the stored runs, after checking that ``spec`` may continue the stored study."""
+    import json
+
+    from .store import read_attrs, stored_keys
+    from .study import resume_conflicts
+
+    attrs = read_attrs(out)
+    try:
+        stored = json.loads(attrs.get("study", "{}"))
+    except ValueError:
+        stored = {}
+    machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
+    problems = resume_conflicts(stored, spec, machine, meta)
+    if problems:
+        raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
+    return stored_keys(out)
+
+
+def _record_resume(writer, spec, meta: dict) -> None:
+    """Keep the spec of every invocation: ``study`` is the latest, ``study_history`` the rest."""
+    import json
+
+    a = writer.h5.attrs
+    history = json.loads(a.get("study_history", "[]"))
+    history.append({"study": json.loads(a.get("study", "{}")),
+                    "until": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    a["study_history"] = json.dumps(history, sort_keys=True)
+    a["study"] = json.dumps(spec.to_dict(), sort_keys=True)
+    a["machine.loadavg_at_resume"] = meta["loadavg_at_start"]
+    writer.h5.flush()
+
+
+def _cmd_run_mpi(args, w) -> int:
+    """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints.
+
+    Input is checked on rank 0 and its verdict broadcast, so bad input stops every rank
+    with one line (exit 2); a rank that fails later aborts the whole job (mpi.ranks).
+    """
+    from . import kernels
+    from .mpi import abort_on_error, agree
+    from .mpi.runs import check_split, run_configurations
+    from .store import StudyWriter, check_writable
+    from .sysinfo import machine_metadata
+
+    def check() -> None:
+        if getattr(args, "resume", False):
+            raise UsageError("--resume is not supported under mpiexec yet; use a new --out "
+                             "and `hybridsched merge`")
+        check_writable(out)
+        if os.path.exists(out) and not args.overwrite:
+            raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+        check_split(configs, w.size, args.split)
+
+    out = configs = None
+    try:
+        spec = build_spec(args)  # the same arguments, so the same verdict, on every rank
+    except UsageError:
+        if w.rank:
+            raise SystemExit(2)
+        raise
+    configs = spec.configurations()
+    out = w.bcast(args.out or time.strftime("hybridsched-%Y%m%d-%H%M%S.h5"))
+    agree(w, check)
+    with abort_on_error(w):
+        kernels.prepare(spec.kernel)  # compile before any worker or fork exists
+        if w.rank:
+            failed = run_configurations(w, configs, lambda rec: None, args.split)
+        else:
+            study = dict(spec.to_dict(), P=w.size, split=args.split)
+            with StudyWriter(out, machine_metadata(), study) as writer:
+                def on_record(rec):
+                    writer.append(rec)  # flushed: a later abort keeps this run
+                    c = rec.config
+                    print(f"P={c.P} {c.scheduler} k={c.k} L={c.frames} rep={c.rep}: "
+                          f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
+                          file=sys.stderr)
+                failed = run_configurations(w, configs, on_record, args.split)
+            print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
+                  f"written to {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# --- fit, merge ---------------------------------------------------------------------------
+
+
+def cmd_fit(args) -> int:
+    import json
+
+    from . import fit
+
+    data = fit.load(args.file, args.scheduler, args.frames)
+    res = fit.fit(data, args.model)
+    if args.plot:
+        fit.plot(res, args.plot)
+    if args.json:
+        print(json.dumps(fit.jsonable(res), indent=2, allow_nan=False))
+    else:
+        print(fit.text(res))
+        if args.plot:
+            print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_merge(args) -> int:
+    from .merge import merge
+
+    n = merge(args.files, args.out, args.overwrite)
+    print(f"{n} runs from {len(args.files)} files written to {args.out}", file=sys.stderr)
+    return 0
 
 
 # --- list, plan, report -----------------------------------------------------------------
@@ -170,14 +320,19 @@ def cmd_plan(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import markdown_summary, summarise
-    from .store import read_runs
+    from .report import build_report, default_out_dir, load_study
 
-    runs = read_runs(args.file)
-    if len(runs) == 0:
+    study = load_study(args.file)
+    if len(study.runs) == 0:
         print(f"{args.file}: the study holds no runs yet")
         return 0
-    print(markdown_summary(summarise(runs)))
+    out_dir = args.out_dir or default_out_dir(args.file)
+    try:
+        text, files = build_report(study, out_dir, plots=not args.no_plots)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    print(text)
+    print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
     return 0
 
 
@@ -202,8 +357,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="frames per tensor (the paper's L)")
     r.add_argument("--height", type=_positive("--height"), help="rows per frame (H)")
     r.add_argument("--width", type=_positive("--width"), help="bytes per row (W)")
-    r.add_argument("--chunk", type=_int_list("--chunk"), metavar="C[,C...]",
-                   help="chunk size(s); default: each policy's own")
+    r.add_argument("--chunk", type=_chunk_list, metavar="C[,C...]",
+                   help="chunk size(s); default: each policy's own; 'auto' (pipe schedulers "
+                   "only) searches the fastest chunk for each L and k, stored as chunk=-1")
     r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration")
     r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed")
     r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort)")
@@ -211,7 +367,15 @@ def make_parser() -> argparse.ArgumentParser:
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default, paper (§5 matrix)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the --out study: run only the configurations not stored yet "
+                   "(same seed, shape, kernel and machine required)")
+    r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default (~2 min on 2 cores), scaled (the §5 "
+                   "shape on this machine's N cores), paper (the §5 matrix)")
+    r.add_argument("--split", choices=["static", "dynamic"], default="static",
+                   help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
+                   "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
+                   "no effect at P = 1")
     r.set_defaults(func=cmd_run)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
@@ -224,9 +388,29 @@ def make_parser() -> argparse.ArgumentParser:
     pl.add_argument("--chunk", type=_positive("--chunk"), default=0)
     pl.set_defaults(func=cmd_plan)
 
-    rp = sub.add_parser("report", help="tables of a study file")
+    rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
     rp.add_argument("file", metavar="FILE.h5")
+    rp.add_argument("--out-dir", metavar="DIR",
+                    help="where CSV and PNG files go (default <stem>_report/ beside FILE)")
+    rp.add_argument("--no-plots", action="store_true", help="tables and CSV only, no PNG")
     rp.set_defaults(func=cmd_report)
+
+    ft = sub.add_parser("fit", help="fit Amdahl, Gustafson or USL to speedups over N = P x k")
+    ft.add_argument("file", metavar="FILE.h5|FILE.csv",
+                    help="a study, or a CSV with columns N and speedup or throughput")
+    ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl")
+    ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
+                    "else the one measured at the most N)")
+    ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L")
+    ft.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG")
+    ft.set_defaults(func=cmd_fit)
+
+    mg = sub.add_parser("merge", help="combine study files (e.g. one per Slurm job) into one")
+    mg.add_argument("files", nargs="+", metavar="FILE.h5")
+    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5")
+    mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    mg.set_defaults(func=cmd_merge)
     return p
 
 
@@ -240,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError(f"{PROG}: a command is required (run, report, plan, list); see --help")
+            raise UsageError(f"{PROG}: a command is required (run, report, fit, merge, plan, list); see --help")
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)

@@ -176,3 +176,50 @@ def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
 def log2_levels(k: int) -> int:
     """Fork levels of a mitosis tree of k processes: ceil(log2 k)."""
     return 0 if k <= 1 else math.ceil(math.log2(k))
+
+
+# --- process trees and pipe chunk search ------------------------------------------------
+
+
+def mitosis_children(w: int, k: int) -> list[int]:
+    """Workers that worker w forks in a mitosis (binomial) tree of k workers.
+
+    In fork round j every existing worker w < 2**j forks worker w + 2**j, so the tree is
+    complete after ``log2_levels(k)`` rounds and worker w is forked in round
+    ``w.bit_length()`` by :func:`mitosis_parent` (w)."""
+    out = []
+    j = w.bit_length()
+    while w + (1 << j) < k:
+        out.append(w + (1 << j))
+        j += 1
+    return out
+
+
+def mitosis_parent(w: int) -> int:
+    """The worker that forks worker w (w without its highest bit); -1 for the root 0."""
+    return -1 if w == 0 else w - (1 << (w.bit_length() - 1))
+
+
+AUTO_CHUNK = -1  # RunConfig.chunk value meaning "--chunk auto": search the best chunk
+
+
+def chunk_candidates(n: int, k: int) -> list[int]:
+    """First pass of the ``--chunk auto`` search: powers of two from 1 up to the chunk that
+    gives each of k workers one message, ceil(n / k) (larger only idles workers)."""
+    top = max(1, -(-n // k))
+    if k == 1:
+        return [top]  # one worker: nothing to balance, the fewest messages win
+    out, c = [], 1
+    while c < top:
+        out.append(c)
+        c *= 2
+    out.append(top)
+    return out
+
+
+def chunk_refinements(best: int, n: int, k: int, tried: Sequence[int]) -> list[int]:
+    """Second pass: the untried sizes between ``best`` and its power-of-two neighbours
+    (best * 3/4 and best * 3/2), within 1 .. ceil(n / k)."""
+    top = max(1, -(-n // k))
+    near = {max(1, (best * 3) // 4), min(top, (best * 3 + 1) // 2)}
+    return sorted(c for c in near if c not in tried)

@@ -1,16 +1,28 @@
-"""Tables from a study: mean time over repetitions, speedup, efficiency, Karp-Flatt alpha."""
+"""Tables from a study: the paper's per-scheduler tables (§5, Tables 1-16), the best
+scheduler per family (Table 17, §6.5), CSV files beside them; plots in :mod:`plots`,
+the paper's claims in :mod:`claims`.
+
+Every mean is over verified repetitions only; a failed or unverified run never enters one.
+"""
 from __future__ import annotations
 
+import csv
+import json
 import math
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from . import metrics
 
+FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
+
 
 @dataclass
 class Row:
+    """One table cell group: a (scheduler, L, k, chunk, affinity) configuration."""
+
     scheduler: str
     family: str
     L: int
@@ -23,6 +35,103 @@ class Row:
     sigma_e: float
     alpha: float
     alpha_flagged: bool
+    t_min: float = math.nan
+    t_std: float = math.nan
+    e_p: float = math.nan            # §3.1 mean P/P_max over the repetitions
+    epsilon: float = math.nan        # Eq. 10 at k_eff = min(k, N)
+    epsilon_flagged: bool = False
+    t_ov: float = math.nan           # Eq. 16 with alpha = 0 (seconds)
+    f_ov: float = math.nan           # Eq. 17 with alpha = 0
+    alpha_scaled: float = math.nan   # Eq. 9 solved for alpha_scaled
+    u_thread: float = math.nan       # Eq. 11, mean over workers and repetitions
+    u_n: float = math.nan            # Eq. 14, mean over repetitions
+    failed: int = 0                  # runs of this configuration not verified
+    load1: float = math.nan          # mean 1-min load average after its runs (dedicated: <= N)
+    chunk_used: str = ""             # chunk(s) the backend reported
+
+    @property
+    def variant(self) -> tuple[str, bool, int]:
+        return (self.scheduler, self.affinity, self.chunk)
+
+
+@dataclass
+class Study:
+    """A study file read for reporting."""
+
+    path: str
+    runs: np.ndarray
+    attrs: dict
+    n: int                                   # N: usable CPUs when the study ran
+    util: dict[int, tuple[float, float]] = field(default_factory=dict)  # run_id -> (U_thread, U_N)
+    load: dict[int, float] = field(default_factory=dict)  # run_id -> 1-min load average after it
+
+
+def load_study(path: str, utilisation: bool = True) -> Study:
+    """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
+    from .store import open_study, read_attrs, read_runs
+
+    runs = read_runs(path)
+    attrs = read_attrs(path)
+    n = int(attrs.get("machine.N", attrs.get("machine.cpus_usable", 0)) or 0)
+    util: dict[int, tuple[float, float]] = {}
+    load: dict[int, float] = {}
+    if utilisation and len(runs):
+        with open_study(path) as h5:  # readable while `run` still appends to it
+            det = h5["detail"]
+            for rid in runs["run_id"][runs["verified"]]:
+                name = f"{int(rid):06d}"
+                if name not in det or "workers" not in det[name]:
+                    continue
+                extra = det[name].attrs.get("extra")
+                if extra is not None:
+                    val = json.loads(extra).get("loadavg1")
+                    if isinstance(val, (int, float)):
+                        load[int(rid)] = float(val)
+                if n <= 0:
+                    continue
+                w = det[name]["workers"][()]
+                if len(w) == 0:
+                    continue
+                ut = metrics.worker_utilisations(w)
+                util[int(rid)] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
+                                  metrics.many_core_utilisation(w, n))
+    return Study(path, runs, attrs, n, util, load)
+
+
+# T_serial and the median k = 1 time of the thread schedulers measure the same work on one
+# core; beyond this relative gap one of them was disturbed (load, CPU frequency) and every σ
+# of that L carries the error. 5 % is well above the run-to-run noise of a quiet machine.
+SERIAL_CHECK = 0.05
+
+
+def serial_check(rows: list[Row], ser: list[Row]) -> list[str]:
+    """Warn where T_serial disagrees with the thread schedulers' own k = 1 times."""
+    out = []
+    for s in ser:
+        t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == s.L
+              and r.reps and r.affinity and r.chunk == 0]
+        if not t1:
+            continue
+        gap = s.t_mean / float(np.median(t1)) - 1.0
+        if abs(gap) > SERIAL_CHECK:
+            out += [f"**Warning: at L = {s.L}, T_serial is {gap * 100:+.1f} % off the median k = 1 "
+                    f"time of the thread schedulers ({np.median(t1) * 1e3:.2f} ms): the serial "
+                    "or the k = 1 runs were disturbed, and every σ at this L is off by as much. "
+                    "Re-run `serial` (e.g. more `--reps`, on a quiet machine).**", ""]
+    return out
+
+
+def load_line(study: Study) -> str:
+    """How busy the machine was while the runs were timed (a dedicated machine: load <= N)."""
+    if not study.load:
+        return "Load during the runs: not recorded."
+    vals = np.array(list(study.load.values()))
+    busy = int((vals > study.n).sum()) if study.n else 0
+    return (f"Load during the runs (1-min load average after each run): median "
+            f"{np.median(vals):.2f}, max {vals.max():.2f}; {busy} of {len(vals)} runs ended "
+            f"with load above N = {study.n or '?'}"
+            + (" — the machine was shared, so timings include other work." if busy else
+               " — a dedicated machine."))
 
 
 def serial_times(runs: np.ndarray) -> dict[int, float]:
@@ -34,27 +143,58 @@ def serial_times(runs: np.ndarray) -> dict[int, float]:
     return out
 
 
-def summarise(runs: np.ndarray) -> list[Row]:
+def _nanmean(vals: list[float]) -> float:
+    vals = [v for v in vals if not math.isnan(v)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def summarise(runs: np.ndarray, n: int | None = None,
+              util: dict[int, tuple[float, float]] | None = None,
+              load: dict[int, float] | None = None) -> list[Row]:
     """One row per (scheduler, L, k, chunk, affinity) over its verified runs; unverified or
-    failed runs never enter a mean."""
-    ok = runs[runs["verified"]]
+    failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
+    Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
     ts = serial_times(runs)
-    groups: dict[tuple, list[float]] = {}
+    groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
-    for r in ok:
+    for r in runs:
         key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]))
-        groups.setdefault(key, []).append(float(r["time_s"]))
+        g = groups.setdefault(key, [[], [], 0, set()])
         fam[key[0]] = str(r["family"])
+        if r["verified"]:
+            g[0].append(float(r["time_s"]))
+            g[1].append(int(r["run_id"]))
+            g[3].add(int(r["chunk_used"]))
+        else:
+            g[2] += 1
     rows = []
-    for (s, L, k, c, aff), times in groups.items():
+    for (s, L, k, c, aff), (times, ids, failed, used) in groups.items():
+        if not times:
+            rows.append(Row(s, fam[s], L, k, c, aff, 0, math.nan, math.nan, math.nan, math.nan,
+                            False, failed=failed))
+            continue
         t = float(np.mean(times))
         ser = ts.get(L, math.nan)
         sigma = metrics.speedup(ser, t) if not math.isnan(ser) else math.nan
-        se = metrics.efficiency(sigma, k)
-        a = metrics.karp_flatt(sigma, k) if not math.isnan(sigma) else math.nan
-        rows.append(Row(s, fam[s], L, k, c, aff, len(times), t, sigma, se, a,
-                        (not math.isnan(a)) and metrics.alpha_is_diagnostic(sigma, k)))
-    order = {n: i for i, n in enumerate(_name_order(rows))}
+        a = metrics.serial_fraction(sigma, k)
+        row = Row(s, fam[s], L, k, c, aff, len(times), t, sigma, metrics.efficiency(sigma, k),
+                  a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times)),
+                  e_p=metrics.mean_performance_efficiency(times), failed=failed,
+                  chunk_used="/".join(str(u) for u in sorted(used)))
+        if not math.isnan(sigma):
+            row.t_ov = metrics.overhead_time(ser, t, k)
+            row.f_ov = metrics.overhead_fraction(sigma, k)
+            row.alpha_scaled = metrics.gustafson_alpha(sigma, k)
+            if n:
+                e = metrics.karp_flatt_eff(sigma, k, n)
+                row.epsilon, row.epsilon_flagged = e.value, e.diagnostic
+        if util:
+            row.u_thread = _nanmean([util[i][0] for i in ids if i in util])
+            row.u_n = _nanmean([util[i][1] for i in ids if i in util])
+        if load:
+            row.load1 = _nanmean([load[i] for i in ids if i in load])
+        rows.append(row)
+    order = {name: i for i, name in enumerate(_name_order(rows))}
     rows.sort(key=lambda r: (r.L, order[r.scheduler], not r.affinity, r.chunk, r.k))
     return rows
 
@@ -66,22 +206,223 @@ def _name_order(rows: list[Row]) -> list[str]:
     return [n for n in ALL_NAMES if n in names] + sorted(names - set(ALL_NAMES))
 
 
-def _fmt(x: float, spec: str) -> str:
-    return "—" if math.isnan(x) else format(x, spec)
+def fmt(x: float, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+_fmt = fmt  # the old private name
+
+
+def alpha_text(value: float, flagged: bool) -> str:
+    return fmt(value, ".4f") + (" †" if flagged else "")
 
 
 def markdown_summary(rows: list[Row]) -> str:
-    """The table `hybridsched run` prints: T (ms), sigma, sigma_E and alpha per scheduler and k."""
+    """The flat table `hybridsched run` prints: T (ms), sigma, sigma_E and alpha per row."""
     lines = ["| scheduler | L | k | chunk | affinity | reps | T (ms) | σ | σE | α |",
              "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        alpha = _fmt(r.alpha, ".4f") + (" †" if r.alpha_flagged else "")
         lines.append(f"| {r.scheduler} | {r.L} | {r.k} | {r.chunk or 'def'} | "
-                     f"{'on' if r.affinity else 'off'} | {r.reps} | {r.t_mean * 1e3:.2f} | "
-                     f"{_fmt(r.sigma, '.3f')} | {_fmt(r.sigma_e, '.3f')} | {alpha} |")
+                     f"{'on' if r.affinity else 'off'} | {r.reps} | {fmt(r.t_mean * 1e3, '.2f')} | "
+                     f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
+                     f"{alpha_text(r.alpha, r.alpha_flagged)} |")
+    return "\n".join(lines + _notes(rows))
+
+
+def _notes(rows: list[Row]) -> list[str]:
     notes = []
-    if any(math.isnan(r.sigma) for r in rows):
+    if any(math.isnan(r.sigma) and r.reps for r in rows):
         notes.append("σ needs the study's serial runs for the same L; — where there are none.")
-    if any(r.alpha_flagged for r in rows):
+    if any(r.alpha_flagged or r.epsilon_flagged for r in rows):
         notes.append("† α is a diagnostic where σ > k or σ < 1 (§3.3), not a serial fraction.")
-    return "\n".join(lines + ([""] + notes if notes else []))
+    if any(r.failed for r in rows):
+        notes.append(f"{sum(r.failed for r in rows)} failed or unverified runs are excluded "
+                     "from every mean.")
+    return [""] + notes if notes else []
+
+
+# --- the paper's per-scheduler tables -------------------------------------------------
+
+
+def chunk_text(chunk: int) -> str:
+    return f"chunk {chunk}" if chunk > 0 else ("default chunk" if chunk == 0 else "auto chunk")
+
+
+def variant_label(scheduler: str, affinity: bool, chunk: int) -> str:
+    return f"{scheduler} — affinity {'on' if affinity else 'off'}, {chunk_text(chunk)}"
+
+
+def variants(rows: list[Row]) -> list[tuple[str, bool, int]]:
+    """(scheduler, affinity, chunk) in table order."""
+    return list(dict.fromkeys(r.variant for r in sorted(rows, key=_table_key)))
+
+
+def _table_key(r: Row):
+    from .schedulers import ALL_NAMES
+
+    pos = ALL_NAMES.index(r.scheduler) if r.scheduler in ALL_NAMES else len(ALL_NAMES)
+    return (pos, r.scheduler, not r.affinity, r.chunk, r.L, r.k)
+
+
+def scheduler_tables(rows: list[Row]) -> str:
+    """Per scheduler variant one table in the paper's form: rows k; per L the columns
+    T (ms), σ, σE, α and E_p."""
+    Ls = sorted({r.L for r in rows})
+    index = {(r.variant, r.L, r.k): r for r in rows}
+    out = []
+    for v in variants(rows):
+        vrows = [r for r in rows if r.variant == v]
+        fam = vrows[0].family
+        if fam == "serial":
+            continue  # T_serial is in the header and in every σ
+        ks = sorted({r.k for r in vrows})
+        vLs = [L for L in Ls if any(r.L == L for r in vrows)]
+        head = "| k |" + "".join(f" T (ms) L={L} | σ | σE | α | E_p |" for L in vLs)
+        align = "|---:|" + "---:|---:|---:|---:|---:|" * len(vLs)
+        out += [f"### {variant_label(*v)} ({fam})", "", head, align]
+        for k in ks:
+            cells = [f"| {k} |"]
+            for L in vLs:
+                r = index.get((v, L, k))
+                if r is None:
+                    cells.append(" | | | | |")
+                    continue
+                t = fmt(r.t_mean * 1e3, ".2f") + (f" ({r.reps}/{r.reps + r.failed})" if r.failed else "")
+                cells.append(f" {t} | {fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
+                             f"{alpha_text(r.alpha, r.alpha_flagged)} | {fmt(r.e_p, '.3f')} |")
+            out.append("".join(cells))
+        out.append("")
+    return "\n".join(out)
+
+
+# --- Table 17 / §6.5: best scheduler per family ---------------------------------------
+
+
+def families(rows: list[Row]) -> list[str]:
+    present = {r.family for r in rows if r.family != "serial"}
+    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+
+
+def k_at_n(rows: list[Row], n: int) -> int | None:
+    """k = N if the study has it, else the largest k below N (None without parallel rows)."""
+    ks = sorted({r.k for r in rows if r.family != "serial" and r.reps})
+    below = [k for k in ks if k <= n] if n else []
+    return below[-1] if below else (ks[0] if ks else None)
+
+
+def best_per_family(rows: list[Row], L: int, k: int) -> list[Row]:
+    """The fastest verified configuration of each family at (L, k), in family order."""
+    out = []
+    for f in families(rows):
+        cand = [r for r in rows if r.family == f and r.L == L and r.k == k and r.reps]
+        if cand:
+            out.append(min(cand, key=lambda r: r.t_mean))
+    return out
+
+
+def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
+    """Markdown and CSV records comparing the best scheduler per family at k = N and at
+    the largest k, per L; within 1 % of the fastest = practically equivalent (§5)."""
+    ser = {r.L: r.t_mean for r in rows if r.scheduler == "serial" and r.reps}
+    k1 = {(r.variant, r.L): r.t_mean for r in rows if r.k == 1 and r.reps}
+    kn = k_at_n(rows, n)
+    kmax = max((r.k for r in rows if r.family != "serial" and r.reps), default=None)
+    lines, recs = [], []
+    for L in sorted({r.L for r in rows}):
+        for k in dict.fromkeys(x for x in (kn, kmax) if x is not None):
+            best = best_per_family(rows, L, k)
+            if not best:
+                continue
+            top = min(best, key=lambda r: r.t_mean)
+            tag = "k = N" if k == n else ("largest k" if k == kmax else "k ≤ N")
+            lines += [f"**L = {L}, k = {k}** ({tag}; N = {n or '?'})", "",
+                      "| family | best | T_serial (ms) | T_1 (ms) | T_k (ms) | σ | σE | vs fastest |",
+                      "|---|---|---:|---:|---:|---:|---:|---|"]
+            for r in best:
+                gap = r.t_mean / top.t_mean - 1.0
+                verdict = ("fastest" if r is top else
+                           f"+{gap * 100:.1f} % time" + (" — practically equivalent"
+                                                         if gap < metrics.EQUIVALENT else ""))
+                lab = (r.scheduler + ("" if r.affinity else " (no affinity)")
+                       + (f" ({chunk_text(r.chunk)})" if r.chunk else ""))
+                t1 = k1.get((r.variant, L), math.nan)
+                lines.append(f"| {r.family} | {lab} | {fmt(ser.get(L, math.nan) * 1e3, '.2f')} | "
+                             f"{fmt(t1 * 1e3, '.2f')} | {fmt(r.t_mean * 1e3, '.2f')} | "
+                             f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | {verdict} |")
+                recs.append(dict(L=L, k=k, family=r.family, scheduler=r.scheduler,
+                                 affinity=r.affinity, chunk=r.chunk, t_serial_s=ser.get(L, math.nan),
+                                 t1_s=t1, tk_s=r.t_mean, sigma=r.sigma, sigma_e=r.sigma_e,
+                                 gap_to_fastest=gap,
+                                 practically_equivalent=bool(gap < metrics.EQUIVALENT)))
+            lines.append("")
+    return "\n".join(lines), recs
+
+
+# --- files ----------------------------------------------------------------------------
+
+
+def write_csv(path: str, records: list[dict]) -> None:
+    if not records:
+        return
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+
+
+def row_records(rows: list[Row]) -> list[dict]:
+    names = [f.name for f in fields(Row)]
+    return [{n: asdict(r)[n] for n in names} for r in rows]
+
+
+def default_out_dir(path: str) -> str:
+    """``<dir>/<stem>_report`` beside the study file."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.join(os.path.dirname(os.path.abspath(path)), f"{stem}_report")
+
+
+def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:
+    """The whole report as Markdown, and the files written (CSV always, PNG unless
+    ``plots`` is false) under ``out_dir`` (None: write nothing)."""
+    from . import claims
+
+    rows = summarise(study.runs, study.n, study.util, study.load)
+    a = study.attrs
+    ok = int(study.runs["verified"].sum())
+    head = [f"# Study {os.path.basename(study.path)}", "",
+            f"Machine: {a.get('machine.cpu_model', '?')}, N = {study.n or '?'} usable CPUs, "
+            f"host {a.get('machine.hostname', '?')}; load average at start "
+            f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
+            load_line(study), "",
+            f"Runs: {len(study.runs)} stored, {ok} verified. T is the mean over verified "
+            "repetitions; σ = T_serial/T (Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the "
+            "nominal k (Eq. 8), E_p mean P/P_max over repetitions (§3.1).", ""]
+    ser = [r for r in rows if r.scheduler == "serial" and r.reps]
+    if ser:
+        head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
+            f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
+        head += serial_check(rows, ser)
+    else:
+        head += ["**This study has no verified `serial` runs, so T_serial (Eq. 4) is unknown: "
+                 "σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
+                 "(resume with `--resume`) to get them.**", ""]
+    files: list[str] = []
+    fam_md, fam_recs = family_comparison(rows, study.n)
+    body = ["## Per scheduler (Tables 1–16 form)", "", scheduler_tables(rows),
+            "## Best scheduler per family (Table 17, §6.5)", "",
+            fam_md or "(no parallel runs)", "",
+            "## The paper's claims", "", claims.claims_markdown(rows, study.n, study.attrs)]
+    body += _notes(rows)
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        for name, recs in (("summary.csv", row_records(rows)), ("best_per_family.csv", fam_recs),
+                           ("claims.csv", claims.claims_records(rows, study.n))):
+            if recs:
+                p = os.path.join(out_dir, name)
+                write_csv(p, recs)
+                files.append(p)
+        if plots:
+            from . import plots as plotting
+
+            files += plotting.speedup_plots(rows, out_dir, study.n)
+    return "\n".join(head + body), files

@@ -23,6 +23,7 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     job = Job(config.scheduler, slab.work, config.kernel, config.k, chunk, config.affinity, monitor)
     if cpus is not None:
         job.cpus = cpus
+    job.original = slab.original
     slab.fresh_copy()
     started = time.time()
     try:
@@ -38,8 +39,9 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
                      workers=workers, trace=trace)
 
 
-def warn_unverified(record: RunRecord, stream=sys.stderr) -> None:
+def warn_unverified(record: RunRecord, stream=None) -> None:
     """Say loudly that a run's output was wrong or the run failed; it is never a timing."""
+    stream = sys.stderr if stream is None else stream  # looked up now: stderr may be redirected
     c = record.config
     what = (f"FAILED: {record.error}" if record.error else
             f"UNVERIFIED: {record.bad_rows} rows not sorted or not a permutation of the input")

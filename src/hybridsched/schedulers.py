@@ -17,6 +17,8 @@ class SchedulerInfo:
 
     def resolve_chunk(self, requested: int, frames: int) -> int:
         """The chunk actually used: the request, or the policy's default when it is 0."""
+        if requested == pol.AUTO_CHUNK and self.family == "pipe":
+            return requested  # the pipe backend searches it (--chunk auto)
         return requested if requested > 0 else pol.default_chunk(self.policy, frames)
 
 
@@ -37,6 +39,17 @@ _ALL = [
                   "AIMD contention window over min(k, N) threads, chunks of 4, fed by /proc/stat (§2.3)"),
     SchedulerInfo("adaptive", "thread", "threads", "adaptive",
                   "adaptive chunks: remaining / k scaled by the thread's speed factor (§2.4, Eq. 3)"),
+    SchedulerInfo("prolific", "process", "forks", "prolific",
+                  "the parent forks k workers; frame i to worker i mod k (§2.1.1)"),
+    SchedulerInfo("collective", "process", "forks", "collective",
+                  "workers fork workers in ceil(log2 k) mitosis rounds; frame i to worker i mod k (§2.1.2)"),
+    SchedulerInfo("pipe-1to1", "pipe", "pipes", "pipe",
+                  "one task pipe read by all workers; chunks of frame ids (default 1, or auto) (§2.1.3)"),
+    SchedulerInfo("pipe-1toN", "pipe", "pipes", "pipe",
+                  "one task pipe per worker; the parent deals chunks round-robin (§2.1.3)"),
+    SchedulerInfo("pipe-MtoM", "pipe", "pipes", "pipe",
+                  "task and done pipe per worker; next chunk to whoever reports done; "
+                  "re-sends a lost worker's chunk (§2.1.3)"),
 ]
 
 SCHEDULERS: dict[str, SchedulerInfo] = {s.name: s for s in _ALL}

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Iterable, Iterator
 
 import h5py
 import numpy as np
@@ -83,8 +86,17 @@ class StudyWriter:
         self.runs = self.h5["runs"]
 
     def append(self, record: RunRecord) -> int:
+        """Store one run (detail, then its /runs row) and flush. Ctrl-C or SIGTERM arriving
+        meanwhile is held until the run is complete on disk, then acted upon."""
+        with _signals_held():
+            return self._append(record)
+
+    def _append(self, record: RunRecord) -> int:
         run_id = int(self.runs.shape[0])
-        g = self.h5["detail"].create_group(f"{run_id:06d}")
+        name = f"{run_id:06d}"
+        if name in self.h5["detail"]:
+            del self.h5["detail"][name]  # a crash between detail and row left a half run
+        g = self.h5["detail"].create_group(name)
         g.create_dataset("workers", data=record.workers)
         if len(record.trace):
             g.create_dataset("trace", data=record.trace, compression="gzip", compression_opts=1,
@@ -110,12 +122,44 @@ class StudyWriter:
         self.close()
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for the duration of the block, then replay the first one to the
+    handler that was installed. Python handlers always run in the main thread, so swapping
+    them (unlike masking, which other threads would bypass) holds the signal everywhere."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got:
+            handler = old.get(got[0])
+            if callable(handler):
+                handler(got[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), got[0])
+
+
+def open_study(path: str) -> h5py.File:
+    """Open a study file read-only without taking HDF5's file lock, so that its runs can be
+    read (``report``, a second script) while ``hybridsched run`` is still appending to it:
+    the writer flushes after every run, and with the lock the reader would be refused."""
+    return h5py.File(path, "r", locking=False)
+
+
 def check_ours(path: str) -> None:
     """Raise NotOurFile unless ``path`` is a readable hybridsched study of a known version."""
     if not os.path.exists(path):
         raise NotOurFile(f"{path}: no such file")
     try:
-        with h5py.File(path, "r") as h5:
+        with open_study(path) as h5:
             if h5.attrs.get("format") != FORMAT or "runs" not in h5:
                 raise NotOurFile(f"{path}: not a hybridsched study file")
             version = int(h5.attrs.get("format_version", -1))
@@ -131,7 +175,7 @@ def check_ours(path: str) -> None:
 def read_runs(path: str) -> np.ndarray:
     """The ``/runs`` table of a study as a numpy structured array (strings decoded to str)."""
     check_ours(path)
-    with h5py.File(path, "r") as h5:
+    with open_study(path) as h5:
         raw = h5["runs"][()]
     return decode(raw)
 
@@ -151,14 +195,14 @@ def decode(raw: np.ndarray) -> np.ndarray:
 
 def read_attrs(path: str) -> dict:
     check_ours(path)
-    with h5py.File(path, "r") as h5:
+    with open_study(path) as h5:
         return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in h5.attrs.items()}
 
 
 def read_detail(path: str, run_id: int) -> tuple[np.ndarray, np.ndarray]:
     """(workers, trace) of one run."""
     check_ours(path)
-    with h5py.File(path, "r") as h5:
+    with open_study(path) as h5:
         g = h5["detail"][f"{run_id:06d}"]
         return g["workers"][()], g["trace"][()]
 
@@ -172,6 +216,17 @@ def check_writable(path: str) -> None:
         raise UsageError(f"--out {path}: directory {d} does not exist")
     if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise UsageError(f"--out {path}: not writable")
+
+
+def stored_keys(path: str) -> set[tuple]:
+    """``RunConfig.key()`` of every run stored in a study (verified or not): what a
+    resumed study must not repeat."""
+    from .records import RunConfig
+
+    runs = read_runs(path)
+    return {RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
+                      int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
+                      int(r["seed"]), int(r["P"])).key() for r in runs}
 
 
 def iter_rows(runs: np.ndarray) -> Iterable[dict]:

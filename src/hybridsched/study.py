@@ -7,6 +7,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import kernels, schedulers
 from .errors import UsageError
+from .policies import AUTO_CHUNK
 from .monitor import UtilisationMonitor
 from .records import RunConfig, RunRecord
 from .runner import timed_run, warn_unverified
@@ -29,6 +30,11 @@ class StudySpec:
     kernel: str = "quicksort"
     affinity: list[bool] = field(default_factory=lambda: [True])
     extra: list[RunConfig] = field(default_factory=list)  # preset-specific additions
+    # Families also run without affinity (the paper's Tables 3-4 for the fork schedulers).
+    unpinned_families: list[str] = field(default_factory=list)
+    # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
+    tuned_k: int = 0
+    tuned_chunks: dict[int, int] = field(default_factory=dict)
 
     def validate(self) -> None:
         for s in self.schedulers:
@@ -41,7 +47,12 @@ class StudySpec:
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         if min(self.chunks) < 0:
-            raise UsageError("--chunk must be at least 1")
+            if min(self.chunks) != AUTO_CHUNK:
+                raise UsageError("--chunk must be at least 1")
+            other = [s for s in self.schedulers if schedulers.get(s).family not in ("pipe", "serial")]
+            if other:
+                raise UsageError("--chunk auto applies to the pipe schedulers only, "
+                                 f"not {', '.join(other)}")
         if not self.frames:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
@@ -58,8 +69,22 @@ class StudySpec:
                             for rep in range(self.reps):
                                 out.append(RunConfig(s, k, L, self.height, self.width, c, aff, rep,
                                                      self.kernel, self.seed))
-        seen = {c.key() for c in out}
-        out += [c for c in self.extra if c.key() not in seen]
+        for L in self.frames:
+            for s in self.schedulers:
+                fam = schedulers.get(s).family
+                if fam in self.unpinned_families and False not in self.affinity:
+                    out += [RunConfig(s, k, L, self.height, self.width, c, False, rep,
+                                      self.kernel, self.seed)
+                            for c in self.chunks for k in self.ks for rep in range(self.reps)]
+                if fam == "pipe" and self.tuned_k in self.ks and L in self.tuned_chunks:
+                    out += [RunConfig(s, self.tuned_k, L, self.height, self.width,
+                                      self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
+                                      self.seed) for rep in range(self.reps)]
+        seen: set[tuple] = set()
+        out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
+        # one tensor shape after the other (stable), so each slab is generated once
+        rank = {L: i for i, L in enumerate(self.frames)}
+        out.sort(key=lambda c: (rank.get(c.frames, len(rank)), c.frames, c.height, c.width, c.seed))
         return out
 
     def to_dict(self) -> dict:
@@ -69,9 +94,11 @@ class StudySpec:
 
 
 def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
-                       cpus: list[int] | None = None) -> Iterator[RunRecord]:
+                       cpus: list[int] | None = None,
+                       on_start: Callable[[RunConfig], None] | None = None) -> Iterator[RunRecord]:
     """Run configurations in order, one slab per tensor shape and seed, reusing it while
-    consecutive runs share it; AIMD's monitor starts once before the first timed run."""
+    consecutive runs share it; AIMD's monitor starts once before the first timed run.
+    ``on_start(cfg)`` is called just before each timed run (progress display)."""
     configs = list(configs)
     with contextlib.ExitStack() as stack:
         monitor = None
@@ -86,11 +113,35 @@ def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRec
                 slab = None
                 slab = stack.enter_context(Slab(cfg.frames, cfg.height, cfg.width, cfg.seed))
                 shape = want
+            if on_start is not None:
+                on_start(cfg)
             record = timed_run(slab, cfg, monitor, cpus)
             if not record.verified:
                 warn_unverified(record)
             on_record(record)
             yield record
+
+
+# What a resumed study must share with the stored one: runs of another tensor (seed, shape,
+# kernel) or another machine (cores, CPU model) cannot be compared with the stored runs, so
+# --resume refuses them. Everything else (schedulers, k, L, chunks, reps, affinity) may grow:
+# the resumed run adds the configurations not stored yet.
+RESUME_MUST_MATCH = ("seed", "height", "width", "kernel")
+RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
+
+
+def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
+                     machine: dict) -> list[str]:
+    """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
+    out = []
+    new = spec.to_dict()
+    for key in RESUME_MUST_MATCH:
+        if key in stored_study and stored_study[key] != new[key]:
+            out.append(f"{key} {new[key]!r} differs from the stored {stored_study[key]!r}")
+    for key in RESUME_MACHINE_MUST_MATCH:
+        if key in stored_machine and key in machine and str(stored_machine[key]) != str(machine[key]):
+            out.append(f"machine {key} {machine[key]!r} differs from the stored {stored_machine[key]!r}")
+    return out
 
 
 def default_spec() -> StudySpec:
@@ -106,11 +157,47 @@ def preset(name: str) -> StudySpec:
         return StudySpec(schedulers=schedulers.names(), ks=sorted({1, 2, n}), frames=[24],
                          height=64, width=64, reps=1)
     if name == "paper":
-        return StudySpec(schedulers=schedulers.names(), ks=[1, 2, 4, 8, 16, 24, 32],
-                         frames=[1000, 10000], height=640, width=640, reps=10, affinity=[True])
+        # §5 exactly: every scheduler, pinned; fork schedulers also unpinned (Tables 3-4);
+        # pipes at their default chunk 1 and at the tuned chunk at k = 24 (Tables 8-9).
+        return StudySpec(schedulers=schedulers.names(), ks=list(PAPER_KS), frames=list(PAPER_CHUNKS),
+                         height=640, width=640, reps=10, affinity=[True],
+                         unpinned_families=["process"], tuned_k=PAPER_N,
+                         tuned_chunks=dict(PAPER_CHUNKS))
+    if name == "scaled":
+        return scaled_spec(n)
     if name == "default":
         return default_spec()
-    raise UsageError(f"unknown preset {name!r}; choose from smoke, default, paper")
+    raise UsageError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
 
 
-PRESETS = ("smoke", "default", "paper")
+PRESETS = ("smoke", "default", "scaled", "paper")
+
+PAPER_N = 24                          # cores of the paper's server (§5)
+PAPER_KS = (1, 2, 4, 8, 16, 24, 32)
+PAPER_CHUNKS = {1000: 12, 10000: 105}  # L -> the tuned pipe chunk at k = 24 (§6.1)
+# scaled: frames per core at the small L. 75 N frames of 256x256 (about 1.8 ms each here)
+# keep the paper's ~40 frames per worker at k = N with room for 4N/3, and bring the whole
+# matrix (13 schedulers, 7 k, 2 L, 10 reps) to roughly 35 minutes on 2 cores; more frames
+# per core would smooth the tail at large k but lengthen the study linearly.
+SCALED_FRAMES_PER_CORE = 75
+SCALED_SIDE = 256
+
+
+def scaled_ks(n: int) -> list[int]:
+    """The paper's k shape on N cores: powers of two up to 16 N, plus N and 4N/3 (the
+    paper's 32 on 24 cores, where pinned round-robin is unbalanced)."""
+    ks = {1 << i for i in range((16 * n).bit_length()) if 1 << i <= 16 * n}
+    return sorted(ks | {n, -(-4 * n // 3), 16 * n})
+
+
+def scaled_spec(n: int) -> StudySpec:
+    """The §5 matrix mapped onto this machine's N cores (`--preset scaled`): L in
+    {75 N, 750 N} frames of 256 x 256, k from 1 to 16 N, tuned pipe chunks at k = N
+    scaled from the paper's so each worker gets as many chunks as there (12 x 1.8 = 22,
+    105 x 1.8 = 189 here)."""
+    frames = [SCALED_FRAMES_PER_CORE * n, 10 * SCALED_FRAMES_PER_CORE * n]
+    tuned = {L: max(1, round(c * (L / pL) * (PAPER_N / n)))
+             for L, (pL, c) in zip(frames, PAPER_CHUNKS.items())}
+    return StudySpec(schedulers=schedulers.names(), ks=scaled_ks(n), frames=frames,
+                     height=SCALED_SIDE, width=SCALED_SIDE, reps=10, affinity=[True],
+                     unpinned_families=["process"], tuned_k=n, tuned_chunks=tuned)

@@ -57,11 +57,14 @@ class Segment:
     def __init__(self, shape: tuple[int, ...], role: str = "seg"):
         nbytes = int(np.prod(shape))
         self.name = f"/{SEGMENT_PREFIX}{os.getpid()}.{next(_counter)}.{role}"
+        # registered before it exists, so a Ctrl-C/SIGTERM landing right after the create
+        # still finds it in the atexit cleanup (unlinking a name never created is harmless)
+        _live[self.name] = os.getpid()
         try:
             shm = posix_ipc.SharedMemory(self.name, posix_ipc.O_CREX, mode=0o600, size=max(nbytes, 1))
         except (posix_ipc.Error, OSError) as exc:
+            _live.pop(self.name, None)
             raise ResourceError(f"cannot create shared-memory segment of {nbytes} bytes: {exc}") from exc
-        _live[self.name] = os.getpid()
         try:
             self._map = mmap.mmap(shm.fd, max(nbytes, 1))
         except OSError as exc:

@@ -22,6 +22,9 @@ class Job:
     affinity: bool = True
     monitor: object | None = None  # UtilisationMonitor for AIMD
     cpus: list[int] = field(default_factory=usable_cpus)
+    # read-only input tensor: lets pipe-MtoM restore a lost worker's chunk before re-sending
+    # it and lets --chunk auto rerun trials on unsorted input (None: neither is possible)
+    original: np.ndarray | None = None
 
     @property
     def frames(self) -> int:

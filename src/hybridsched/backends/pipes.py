@@ -1,0 +1,306 @@
+"""Pipe backend: a producer (the parent) streams chunks of frame ids to forked workers
+(§2.1.3): ``pipe-1to1`` (one task pipe shared by all workers), ``pipe-1toN`` (one task pipe
+per worker, chunks dealt round-robin) and ``pipe-MtoM`` (a task and a done pipe per worker;
+the next chunk goes to whichever worker reported done).
+
+A message is one fixed-size record (first frame, count), far below PIPE_BUF, so writes are
+atomic and a read of one record from a shared pipe never splits a message. The parent
+writes with O_NONBLOCK and ``poll``s its pipes together with the workers' pidfds, so a dead
+worker is noticed at once instead of blocking the producer. ``pipe-MtoM`` knows which chunk
+each worker holds unacknowledged: when a worker dies, that chunk is restored from the
+original and re-sent to a survivor, and the run completes with ``lost_workers`` set. The
+other two fail the run with :class:`errors.WorkerLost`.
+
+``--chunk auto`` (chunk = :data:`policies.AUTO_CHUNK`): untimed trial runs over
+:func:`policies.chunk_candidates` and :func:`policies.chunk_refinements` pick the fastest
+chunk for (scheduler, L, H, W, k, affinity, kernel, CPUs); the result is cached for the
+process, so repetitions search once, then the timed run uses it.
+"""
+from __future__ import annotations
+
+import os
+import select
+import struct
+from collections import deque
+from functools import partial
+from time import perf_counter
+
+import numpy as np
+
+from .. import policies as pol
+from ..errors import UsageError
+from ..kernels import get_kernel
+from ..procs import ProcessTeam
+from ..records import Execution
+from .base import Job
+
+REC = struct.Struct("<qq")  # task: (first, count), count 0 = stop; done: (worker, first)
+assert REC.size <= select.PIPE_BUF
+# Bytes per producer write: as many whole records as fit in PIPE_BUF, so each write is
+# atomic (all or nothing under O_NONBLOCK) and amortises the syscall over 256 messages.
+BATCH = (select.PIPE_BUF // REC.size) * REC.size
+
+# Chunks in flight per pipe-MtoM worker. 1 is the paper's strict "next chunk on done", but
+# then every worker idles for a producer round trip per chunk; 2 hides that latency behind
+# the chunk being sorted, at the price of one more chunk to re-send when a worker dies and
+# a little less balance at the tail.
+MTOM_DEPTH = 2
+
+# --chunk auto re-times this many leading sizes once more: more is steadier on a noisy
+# machine, each one costs a full untimed run.
+AUTO_RECHECK = 3
+
+# The first pass stops after two sizes in a row slower than this factor times the best so
+# far: lower saves trials, but noise may then stop it before the true minimum.
+AUTO_STOP = 1.5
+
+_auto_cache: dict[tuple, tuple[int, dict[int, float]]] = {}
+
+
+def _chunks(job: Job, c: int):
+    return list(pol.fcfs_chunks(job.frames, partial(pol.dynamic_size, k=job.k, c=c)))
+
+
+def _pack(chunks) -> bytes:
+    return b"".join(REC.pack(f, n) for f, n in chunks)
+
+
+def _restore(job: Job, first: int, count: int) -> bool:
+    """Put frames back to the input before re-running them: a worker killed mid-sort may
+    leave a row with a value duplicated (a swap half done)."""
+    if job.original is None:
+        return False
+    np.copyto(job.work[first:first + count], job.original[first:first + count])
+    return True
+
+
+def _run(job: Job, c: int) -> Execution:
+    kernel = get_kernel(job.kernel)
+    work, k, s = job.work, job.k, job.scheduler
+    mtom, shared = s == "pipe-MtoM", s == "pipe-1to1"
+
+    t_begin = perf_counter()
+    if s == "pipe-1toN":
+        dealt = pol.static_chunks(job.frames, k, c)
+        cap = max(len(d) for d in dealt)
+    else:
+        chunks = _chunks(job, c)
+        # one worker may run every chunk; MtoM also re-runs the chunks lost workers held
+        cap = len(chunks) + (MTOM_DEPTH * k if mtom else 0)
+    with ProcessTeam(s, k, cap) as team:
+        if shared:
+            r, w_ = team.pipe()
+            task_r, task_w = [r] * k, [w_]
+        else:
+            pairs = [team.pipe() for _ in range(k)]
+            task_r, task_w = [p[0] for p in pairs], [p[1] for p in pairs]
+        done_r, done_w = ([], [])
+        if mtom:
+            pairs = [team.pipe() for _ in range(k)]
+            done_r, done_w = [p[0] for p in pairs], [p[1] for p in pairs]
+
+        def body(w: int) -> None:
+            token = team.begin(w, job.cpu_of(w))
+            rd = task_r[w]
+            dn = done_w[w] if mtom else -1
+            if dn >= 0:
+                os.write(dn, REC.pack(w, -1))  # ready: the first handshake
+            record, fault = team.recorder(w), team.fault is not None
+            nth = 0
+            while True:
+                msg = os.read(rd, REC.size)
+                if len(msg) != REC.size:
+                    if msg:
+                        raise RuntimeError(f"split message of {len(msg)} bytes")
+                    break  # EOF: the producer closed the pipe
+                first, count = REC.unpack(msg)
+                if count <= 0:
+                    break
+                nth += 1
+                if fault:
+                    team.check_fault(w, nth)
+                t0 = perf_counter()
+                kernel(work, first, count)
+                record(first, count, t0, perf_counter())
+                if dn >= 0:
+                    os.write(dn, REC.pack(w, first))
+            team.end(w, token)
+
+        for w in range(k):
+            keep = (task_r[w],) + ((done_w[w],) if mtom else ())
+            team.spawn(w, body, keep)
+        for fd in set(task_r) | set(done_w):  # the workers' ends
+            team.close_fd(fd)
+        if mtom:
+            lost, notes = _serve_mtom(team, job, chunks, task_w, done_r)
+        else:
+            data = [_pack(chunks)] if shared else [_pack(d) for d in dealt]
+            _serve_stream(team, task_w, data)
+            lost, notes = 0, ""
+        stats = team.stats.copy()
+        trace = team.trace()
+    ends = stats["end"][stats["end"] > 0]
+    t_end = float(ends.max()) if len(ends) else perf_counter()
+    return Execution(t_begin, t_end, stats, trace, chunk_used=c, lost_workers=lost, notes=notes)
+
+
+def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes]) -> None:
+    """1to1 and 1toN: write every pipe's records as the pipe drains, close it at the end
+    (EOF stops its readers), and fail at the first worker that dies unfinished."""
+    poller = select.poll()
+    pending: dict[int, memoryview] = {}
+    for fd, buf in zip(task_w, data):
+        os.set_blocking(fd, False)
+        if buf:
+            pending[fd] = memoryview(buf)
+            poller.register(fd, select.POLLOUT)
+        else:
+            team.close_fd(fd)
+    worker_of = {}
+    for w, pfd in team.pidfds.items():
+        poller.register(pfd, select.POLLIN)
+        worker_of[pfd] = w
+    running = team.k
+    while running:
+        for fd, ev in poller.poll():
+            if fd in worker_of:
+                w = worker_of.pop(fd)
+                poller.unregister(fd)
+                if not team.exited(w):
+                    raise team.fail(w)
+                running -= 1
+                continue
+            buf = pending[fd]
+            try:
+                buf = buf[os.write(fd, buf[:BATCH]):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                buf = buf[:0]  # no reader left: the pidfds tell who died
+            if len(buf):
+                pending[fd] = buf
+            else:
+                del pending[fd]
+                poller.unregister(fd)
+                team.close_fd(fd)
+
+
+def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: list[int]):
+    """Many-to-many: up to MTOM_DEPTH chunks in flight per worker, the next one sent on
+    each done record. A dead worker's unacknowledged chunks are restored and re-sent."""
+    queue = deque(chunks)
+    k = team.k
+    held: list[deque] = [deque() for _ in range(k)]  # sent, not yet acknowledged, in order
+    alive = set(range(k))
+    stopped: set[int] = set()
+    lost: list[str] = []
+    poller = select.poll()
+    src: dict[int, tuple[str, int]] = {}
+    for w in range(k):
+        poller.register(done_r[w], select.POLLIN)
+        src[done_r[w]] = ("done", w)
+        pfd = team.pidfds[w]
+        poller.register(pfd, select.POLLIN)
+        src[pfd] = ("exit", w)
+
+    def feed(w: int) -> None:
+        while queue and len(held[w]) < MTOM_DEPTH:
+            chunk = queue.popleft()
+            held[w].append(chunk)
+            try:
+                # at most MTOM_DEPTH records in an otherwise empty pipe: never blocks
+                os.write(task_w[w], REC.pack(*chunk))
+            except BrokenPipeError:
+                return  # it is dying; its pidfd will re-queue what it holds
+
+    def feed_all() -> None:
+        # idle workers first, so a re-sent chunk does not queue behind a busy one
+        for w in sorted(alive - stopped, key=lambda v: len(held[v])):
+            feed(w)
+        if not queue and not any(held[w] for w in alive):
+            for w in alive - stopped:
+                team.close_fd(task_w[w])  # EOF: stop
+                stopped.add(w)
+
+    while alive:
+        for fd, ev in poller.poll():
+            kind, w = src[fd]
+            if kind == "done":
+                msg = os.read(fd, REC.size)
+                if len(msg) != REC.size:  # EOF: it exited; the pidfd says how
+                    poller.unregister(fd)
+                    del src[fd]
+                    continue
+                if REC.unpack(msg)[1] >= 0:
+                    held[w].popleft()  # acknowledgements come in sending order
+                feed(w)
+                if not queue:
+                    feed_all()
+                continue
+            poller.unregister(fd)
+            del src[fd]
+            alive.discard(w)
+            if team.exited(w):
+                continue
+            team.reap(w)
+            team.settle_lost(w)
+            how = team.lost(w).how
+            if done_r[w] in src:
+                poller.unregister(done_r[w])
+                del src[done_r[w]]
+            team.close_fd(task_w[w])
+            team.close_fd(done_r[w])
+            what = f"worker {w} (pid {int(team.pids[w])}) {how}"
+            if held[w]:
+                restored = all([_restore(job, *c) for c in held[w]])
+                what += ("; re-sent chunks " + ",".join(f"{f}+{n}" for f, n in held[w])
+                         + ("" if restored else " (not restored)"))
+                queue.extendleft(reversed(held[w]))
+                held[w].clear()
+            lost.append(what)
+            if queue and not alive:
+                raise team.fail(w, "; no worker left to take its chunks")
+            feed_all()
+    return len(lost), "lost " + "; ".join(lost) if lost else ""
+
+
+def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
+    """The chunk that minimised the run time over untimed trial runs (cached per shape)."""
+    key = (job.scheduler, job.work.shape, job.k, job.affinity, job.kernel, tuple(job.cpus))
+    if key in _auto_cache:
+        return _auto_cache[key]
+    if job.original is None:
+        raise UsageError("--chunk auto needs the original tensor to rerun trials on")
+    times: dict[int, float] = {}
+
+    def trial(c: int) -> None:
+        np.copyto(job.work, job.original)
+        t = _run(job, c).seconds
+        times[c] = min(t, times.get(c, t))
+
+    worse = 0
+    for c in pol.chunk_candidates(job.frames, job.k):
+        trial(c)
+        # time against chunk is roughly U-shaped: stop climbing once it is clearly rising
+        worse = worse + 1 if times[c] > AUTO_STOP * min(times.values()) else 0
+        if worse == 2:
+            break
+    for c in pol.chunk_refinements(min(times, key=times.get), job.frames, job.k, list(times)):
+        trial(c)
+    # one noisy trial can crown the wrong size: time the leaders again, keep each one's best
+    for c in sorted(times, key=times.get)[:AUTO_RECHECK]:
+        trial(c)
+    np.copyto(job.work, job.original)
+    best = min(times, key=times.get)
+    _auto_cache[key] = (best, times)
+    return best, times
+
+
+def execute(job: Job) -> Execution:
+    if job.chunk != pol.AUTO_CHUNK:
+        return _run(job, max(1, job.chunk))
+    best, times = auto_chunk(job)
+    ex = _run(job, best)
+    tried = " ".join(f"{c}:{t * 1e3:.0f}" for c, t in sorted(times.items()))
+    ex.notes = (f"auto chunk={best} (ms per size {tried})" + (f"; {ex.notes}" if ex.notes else ""))
+    return ex

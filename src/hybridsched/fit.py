@@ -1,0 +1,428 @@
+"""Scalability models fitted to measured speedups over N = P x k execution units (§3.3-3.10).
+
+``amdahl``     Eq. 6 / Eq. 19 fitted by nonlinear least squares for the serial fraction alpha,
+               plus the per-point estimates of Eq. 8 (k units) / Eq. 20 (P_k = P x k units).
+``gustafson``  Eq. 9, sigma(N) = N - alpha_scaled (N - 1), by linear least squares.
+``usl``        Eq. 21 / Gunther's X(N) = lambda N / (1 + alpha (N-1) + beta N (N-1)), by the
+               linear regression of Eq. 23 and by nonlinear least squares (scipy curve_fit)
+               with standard errors and 95 % confidence intervals; peak N* = sqrt((1-alpha)/beta).
+
+Input is either a CSV with columns ``N`` and ``speedup`` or ``throughput`` (any others,
+e.g. P and k, are ignored) or a hybridsched study: speedups of one scheduler's verified runs
+per (P, k) against T_serial, the mean of the verified serial runs at P = 1, k = 1.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UsageError
+
+MODELS = ("amdahl", "gustafson", "usl")
+CONFIDENCE = 0.95  # two-sided level of the reported intervals
+# Relative size of the coherence term at the largest N below which beta counts as 0 (no
+# peak reported): 1e-4 is far below run-to-run timing noise (~1 %), so a smaller term is
+# numerical residue of the fit, not a measured cost; larger would hide real small betas.
+BETA_VISIBLE = 1e-4
+
+
+@dataclass
+class Data:
+    """Measured points: N units and speedup (or throughput) at each."""
+
+    N: np.ndarray
+    y: np.ndarray
+    kind: str = "speedup"             # speedup | throughput
+    source: str = ""
+    P: np.ndarray | None = None
+    k: np.ndarray | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# --- the metrics the fits are built on (local so this module stands alone) -------------
+
+
+def distributed_alpha(sigma: float, n: float) -> float:
+    """Eq. 20 (Eq. 8 with k units): alpha = (P_k / sigma - 1) / (P_k - 1); NaN for P_k = 1."""
+    return math.nan if n <= 1 else (n / sigma - 1.0) / (n - 1.0)
+
+
+def amdahl_speedup(n, alpha):
+    """Eq. 6 / Eq. 19: sigma = 1 / (alpha + (1 - alpha) / N)."""
+    n = np.asarray(n, float)
+    return 1.0 / (alpha + (1.0 - alpha) / n)
+
+
+def gustafson_speedup(n, alpha_scaled):
+    """Eq. 9: sigma = N - alpha_scaled (N - 1)."""
+    n = np.asarray(n, float)
+    return n - alpha_scaled * (n - 1.0)
+
+
+def usl_throughput(n, lam, alpha, beta):
+    """Eq. 21 scaled by lambda: X(N) = lambda N / (1 + alpha (N - 1) + beta N (N - 1))."""
+    n = np.asarray(n, float)
+    return lam * n / (1.0 + alpha * (n - 1.0) + beta * n * (n - 1.0))
+
+
+def usl_peak(alpha: float, beta: float) -> float | None:
+    """N* = sqrt((1 - alpha) / beta), where X(N) peaks; None when beta <= 0 (no peak)."""
+    if not beta > 0.0 or alpha >= 1.0:
+        return None
+    return math.sqrt((1.0 - alpha) / beta)
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    ss_res = float(np.sum((y - yhat) ** 2))
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else math.nan)
+
+
+def _param(value: float, se: float, dof: int) -> dict:
+    from scipy import stats
+
+    if dof > 0 and math.isfinite(se):
+        h = float(stats.t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+        lo, hi = value - h, value + h
+    else:
+        se, lo, hi = math.nan, math.nan, math.nan
+    return {"value": float(value), "stderr": float(se), "ci": [float(lo), float(hi)]}
+
+
+def _lambda0(d: Data) -> float:
+    """Throughput of one unit: measured at N = 1 when there is such a point, else the
+    best single-unit rate the data allow (used as the speedup scale and initial guess)."""
+    if d.kind == "speedup":
+        return 1.0
+    ones = d.y[d.N == 1]
+    return float(ones.mean()) if len(ones) else float(np.max(d.y / d.N))
+
+
+def _curve_fit(f, x, y, p0, bounds):
+    import warnings
+
+    from scipy.optimize import OptimizeWarning, curve_fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        try:
+            popt, pcov = curve_fit(f, x, y, p0=p0, bounds=bounds, maxfev=20000)
+        except (RuntimeError, ValueError) as exc:
+            raise UsageError(f"the fit did not converge: {exc}") from None
+    se = np.sqrt(np.clip(np.diag(pcov), 0, None)) if np.all(np.isfinite(pcov)) else np.full(len(p0), np.nan)
+    return popt, se
+
+
+def _check(d: Data, model: str, need: int) -> None:
+    distinct = len(np.unique(d.N))
+    if distinct < need:
+        raise UsageError(f"{d.source or 'data'}: {model} needs speedups at {need} or more "
+                         f"different N, got {distinct}")
+
+
+# --- the models ------------------------------------------------------------------------
+
+
+def fit_usl(d: Data) -> dict:
+    """USL by the Eq. 23 regression and by nonlinear least squares (the headline values)."""
+    _check(d, "usl", 3)
+    lam0 = _lambda0(d)
+    sigma = d.y / lam0
+    out: dict = {"model": "usl", "kind": d.kind, "n_points": int(len(d.N))}
+    # Eq. 22-23: Y/(N-1) = alpha + beta N, over the points with N > 1
+    m = d.N > 1
+    x, z = d.N[m].astype(float), (d.N[m] / sigma[m] - 1.0) / (d.N[m] - 1.0)
+    lin: dict = {}
+    if len(np.unique(x)) >= 2:
+        from scipy import stats
+
+        reg = stats.linregress(x, z)
+        dof = len(x) - 2
+        lin = {"alpha": _param(reg.intercept, reg.intercept_stderr, dof),
+               "beta": _param(reg.slope, reg.stderr, dof), "r2": float(reg.rvalue ** 2)}
+    out["linear"] = lin
+    a0 = min(max(lin["alpha"]["value"], 0.0), 0.99) if lin else 0.05
+    b0 = max(lin["beta"]["value"], 0.0) if lin else 0.0
+    # alpha in [0, 1] and beta >= 0 are the model's domain: a negative beta would be a
+    # "retrograde" speed-up that no coherence cost produces.
+    popt, se = _curve_fit(usl_throughput, d.N.astype(float), d.y, [lam0, a0, b0 + 1e-9],
+                          ([0.0, 0.0, 0.0], [np.inf, 1.0, np.inf]))
+    dof = len(d.N) - 3
+    lam, alpha, beta = (float(v) for v in popt)
+    out["params"] = {"lambda": _param(lam, se[0], dof), "alpha": _param(alpha, se[1], dof),
+                     "beta": _param(beta, se[2], dof)}
+    out["r2"] = _r2(d.y, usl_throughput(d.N, lam, alpha, beta))
+    out["alpha"], out["beta"], out["lambda"] = alpha, beta, lam
+    # A beta within two standard errors of 0, or one whose term beta N (N-1) changes the
+    # model at the largest measured N by under BETA_VISIBLE (far below timing noise), is no
+    # evidence of a retrograde region: report no peak rather than an extrapolation to a
+    # huge N* that the data cannot support.
+    nmax = float(d.N.max())
+    coherence = beta * nmax * (nmax - 1) / (1.0 + alpha * (nmax - 1))
+    out["beta_is_zero"] = bool(beta <= 0 or (math.isfinite(se[2]) and dof > 0 and beta < 2 * se[2])
+                               or coherence < BETA_VISIBLE)
+    out["peak_N"] = None if out["beta_is_zero"] else usl_peak(alpha, beta)
+    out["peak_X"] = (float(usl_throughput(out["peak_N"], lam, alpha, beta))
+                     if out["peak_N"] is not None else None)
+    return out
+
+
+def fit_amdahl(d: Data) -> dict:
+    """Eq. 6 / 19 by nonlinear least squares, with Eq. 8 / 20 per point."""
+    _check(d, "amdahl", 2)
+    lam0 = _lambda0(d)
+    n = d.N.astype(float)
+    if d.kind == "speedup":
+        f = lambda x, a: amdahl_speedup(x, a)  # noqa: E731
+        popt, se = _curve_fit(f, n, d.y, [0.05], ([0.0], [1.0]))
+        lam, alpha, se_a = 1.0, float(popt[0]), se[0]
+        dof = len(n) - 1
+    else:
+        f = lambda x, lam, a: lam * amdahl_speedup(x, a)  # noqa: E731
+        popt, se = _curve_fit(f, n, d.y, [lam0, 0.05], ([0.0, 0.0], [np.inf, 1.0]))
+        lam, alpha, se_a = float(popt[0]), float(popt[1]), se[1]
+        dof = len(n) - 2
+    sigma = d.y / lam
+    points = _points(d, [distributed_alpha(s, x) for s, x in zip(sigma, n)])
+    yhat = lam * amdahl_speedup(n, alpha)
+    return {"model": "amdahl", "kind": d.kind, "n_points": int(len(n)),
+            "alpha": alpha, "beta": 0.0, "lambda": lam, "peak_N": None,
+            "params": {"alpha": _param(alpha, se_a, dof)}, "r2": _r2(d.y, yhat),
+            "limit_speedup": (1.0 / alpha) if alpha > 0 else None,
+            "points": points, "alpha_eq20_mean": _nanmean([p["alpha"] for p in points])}
+
+
+def fit_gustafson(d: Data) -> dict:
+    """Eq. 9 by least squares through sigma(1) = 1: alpha_scaled = sum((N-sigma)(N-1)) / sum((N-1)^2)."""
+    _check(d, "gustafson", 2)
+    lam = _lambda0(d)
+    n, sigma = d.N.astype(float), d.y / lam
+    u = n - 1.0
+    denom = float(np.sum(u * u))
+    if denom == 0:
+        raise UsageError("gustafson needs a point with N > 1")
+    a = float(np.sum((n - sigma) * u) / denom)
+    resid = sigma - gustafson_speedup(n, a)
+    dof = len(n) - 1
+    se = math.sqrt(float(np.sum(resid ** 2)) / dof / denom) if dof > 0 else math.nan
+    pts = _points(d, [((x - s) / (x - 1.0)) if x > 1 else math.nan for x, s in zip(n, sigma)])
+    return {"model": "gustafson", "kind": d.kind, "n_points": int(len(n)),
+            "alpha": a, "beta": 0.0, "lambda": lam, "peak_N": None,
+            "params": {"alpha": _param(a, se, dof)}, "r2": _r2(sigma, gustafson_speedup(n, a)),
+            "points": pts}
+
+
+def _points(d: Data, alphas: list[float]) -> list[dict]:
+    out = []
+    for i, a in enumerate(alphas):
+        p = {"N": int(d.N[i]), "y": float(d.y[i]), "alpha": float(a)}
+        if d.P is not None and d.k is not None:
+            p["P"], p["k"] = int(d.P[i]), int(d.k[i])
+        out.append(p)
+    return out
+
+
+def _nanmean(xs: list[float]) -> float:
+    v = [x for x in xs if not math.isnan(x)]
+    return float(np.mean(v)) if v else math.nan
+
+
+def fit(d: Data, model: str) -> dict:
+    if model not in MODELS:
+        raise UsageError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+    res = {"amdahl": fit_amdahl, "gustafson": fit_gustafson, "usl": fit_usl}[model](d)
+    res["source"] = d.source
+    res["data"] = {"N": [int(x) for x in d.N], d.kind: [float(v) for v in d.y]}
+    if d.P is not None:
+        res["data"]["P"] = [int(x) for x in d.P]
+        res["data"]["k"] = [int(x) for x in d.k]
+    if d.notes:
+        res["notes"] = d.notes
+    return res
+
+
+# --- input ------------------------------------------------------------------------------
+
+
+def load(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
+    """Points from a CSV or a study file (chosen by content, not by extension)."""
+    import os
+
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: no such file")
+    with open(path, "rb") as fh:
+        magic = fh.read(8)
+    if magic == b"\x89HDF\r\n\x1a\n":
+        return load_study(path, scheduler, frames)
+    return load_csv(path)
+
+
+def load_csv(path: str) -> Data:
+    """A CSV with a header naming ``N`` and ``speedup`` or ``throughput``."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"{path}: not a readable CSV ({exc.__class__.__name__})") from None
+    cols = {c.strip().lower(): c for c in (rows[0].keys() if rows else []) if c}
+    kind = "speedup" if "speedup" in cols else "throughput" if "throughput" in cols else None
+    if "n" not in cols or kind is None:
+        raise UsageError(f"{path}: a CSV for fit needs columns N and speedup or throughput")
+    n, y = [], []
+    for i, r in enumerate(rows, start=2):
+        try:
+            nv, yv = float(r[cols["n"]]), float(r[cols[kind]])
+        except (TypeError, ValueError):
+            raise UsageError(f"{path}: line {i}: N and {kind} must be numbers") from None
+        if not (nv >= 1 and nv == int(nv)) or not (yv > 0 and math.isfinite(yv)):
+            raise UsageError(f"{path}: line {i}: N must be a whole number >= 1 and {kind} > 0")
+        n.append(int(nv))
+        y.append(yv)
+    if not n:
+        raise UsageError(f"{path}: no data rows")
+    return Data(np.array(n), np.array(y, float), kind, path)
+
+
+def load_study(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
+    """Speedup per (P, k) of one scheduler against T_serial (serial runs at P = 1, k = 1),
+    from verified runs only, at one tensor size L."""
+    from .store import read_runs
+
+    runs = read_runs(path)
+    ok = runs[runs["verified"]]
+    serial = ok[(ok["scheduler"] == "serial") & (ok["P"] == 1) & (ok["k"] == 1)]
+    others = ok[ok["scheduler"] != "serial"]
+    if len(serial) == 0:
+        raise UsageError(f"{path}: no verified serial runs at P=1, k=1 to take T_serial from "
+                         "(run -s serial without mpiexec, then merge)")
+    notes: list[str] = []
+    if scheduler is None:
+        names = sorted(set(others["scheduler"].tolist()))
+        if not names:
+            raise UsageError(f"{path}: no verified runs of a parallel scheduler")
+        scheduler = "dynamic" if "dynamic" in names else max(
+            names, key=lambda s: (len(np.unique(others["P"][others["scheduler"] == s] *
+                                                others["k"][others["scheduler"] == s])), s))
+        notes.append(f"scheduler {scheduler} (choose with --scheduler)")
+    mine = others[others["scheduler"] == scheduler]
+    if len(mine) == 0:
+        raise UsageError(f"{path}: no verified runs of scheduler {scheduler!r}")
+    Ls = sorted(set(serial["L"].tolist()) & set(mine["L"].tolist()))
+    if frames is not None:
+        if frames not in Ls:
+            raise UsageError(f"{path}: no serial and {scheduler} runs at L={frames} (have {Ls})")
+        L = frames
+    elif not Ls:
+        raise UsageError(f"{path}: no L with both serial and {scheduler} runs")
+    else:
+        L = max(Ls, key=lambda v: (int(np.sum(mine["L"] == v)), v))
+        if len(Ls) > 1:
+            notes.append(f"L={L} of {Ls} (choose with --frames)")
+    t1 = float(serial["time_s"][serial["L"] == L].mean())
+    mine = mine[mine["L"] == L]
+    groups: dict[tuple[int, int], list[float]] = {}
+    for r in mine:
+        groups.setdefault((int(r["P"]), int(r["k"])), []).append(float(r["time_s"]))
+    keys = sorted(groups, key=lambda pk: (pk[0] * pk[1], pk))
+    P = np.array([p for p, _ in keys])
+    k = np.array([kk for _, kk in keys])
+    sigma = np.array([t1 / float(np.mean(groups[key])) for key in keys])
+    return Data(P * k, sigma, "speedup", f"{path} [{scheduler}, L={L}]", P, k, notes)
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def _fmt_param(name: str, p: dict) -> str:
+    lo, hi = p["ci"]
+    ci = "" if math.isnan(lo) else f"  {int(CONFIDENCE * 100)}% CI [{lo:.4g}, {hi:.4g}]"
+    se = "" if math.isnan(p["stderr"]) else f" ± {p['stderr']:.3g}"
+    return f"  {name:<8} {p['value']:.6g}{se}{ci}"
+
+
+def text(res: dict) -> str:
+    """The human-readable summary ``hybridsched fit`` prints without --json."""
+    lines = [f"{res['model']} fit of {res['n_points']} points ({res['kind']}) from {res['source']}"]
+    lines += [f"  note: {n}" for n in res.get("notes", [])]
+    for name, p in res["params"].items():
+        lines.append(_fmt_param(name, p))
+    lines.append(f"  R²       {res['r2']:.5f}")
+    if res["model"] == "usl":
+        lin = res["linear"]
+        if lin:
+            lines.append(f"  Eq. 23 regression: alpha {lin['alpha']['value']:.6g}, "
+                         f"beta {lin['beta']['value']:.6g}, R² {lin['r2']:.5f}")
+        pk = res["peak_N"]
+        lines.append("  peak N*  none (beta indistinguishable from 0: no retrograde region)"
+                     if pk is None else
+                     f"  peak N*  {pk:.4g} (X = {res['peak_X']:.4g})")
+    if res["model"] == "amdahl":
+        lim = res["limit_speedup"]
+        lines.append(f"  limit    {'unbounded' if lim is None else f'{lim:.4g}'} (1/alpha)")
+        lines.append(f"  Eq. 20 alpha per point (P_k = P x k): mean {res['alpha_eq20_mean']:.4g}")
+    if "points" in res:
+        for p in res["points"]:
+            pk = f" (P={p['P']}, k={p['k']})" if "P" in p else ""
+            a = "—" if math.isnan(p["alpha"]) else f"{p['alpha']:.4f}"
+            lines.append(f"    N={p['N']}{pk}: {res['kind']} {p['y']:.4g}, alpha {a}")
+    return "\n".join(lines)
+
+
+def predict(res: dict, n) -> np.ndarray:
+    if res["model"] == "usl":
+        return usl_throughput(n, res["lambda"], res["alpha"], res["beta"])
+    if res["model"] == "amdahl":
+        return res["lambda"] * amdahl_speedup(n, res["alpha"])
+    return res["lambda"] * gustafson_speedup(n, res["alpha"])
+
+
+def plot(res: dict, path: str) -> None:
+    """Write a PNG of the data and the fitted curve (with the ideal line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = np.array(res["data"]["N"], float)
+    y = np.array(res["data"][res["kind"]], float)
+    top = float(n.max()) * 1.25
+    if res.get("peak_N") and res["peak_N"] < 4 * n.max():
+        top = max(top, res["peak_N"] * 1.3)
+    xs = np.linspace(1.0, top, 400)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    try:
+        ax.plot(xs, res["lambda"] * xs, ":", color="grey", label="ideal (linear)")
+        ax.plot(xs, predict(res, xs), "-", label=f"{res['model']} fit")
+        ax.plot(n, y, "o", label="measured")
+        if res.get("peak_N"):
+            ax.axvline(res["peak_N"], ls="--", lw=0.8, color="red", label=f"N* = {res['peak_N']:.3g}")
+        ax.set_xlabel("N = P × k")
+        ax.set_ylabel(res["kind"])
+        extra = f", β={res['beta']:.3g}" if res["model"] == "usl" else ""
+        ax.set_title(f"{res['model']}: α={res['alpha']:.3g}{extra}, R²={res['r2']:.4f}", fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        try:
+            fig.savefig(path, dpi=110)
+        except OSError as exc:
+            raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def jsonable(obj):
+    """``obj`` with NaN and infinities replaced by None, so it prints as strict JSON."""
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

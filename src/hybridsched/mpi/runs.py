@@ -1,0 +1,318 @@
+"""Timed runs across P ranks: each rank runs the local scheduler with k workers on its own
+node-local slab, and rank 0 combines the ranks into one RunRecord.
+
+Two ways to split the L frames between ranks (``split``):
+
+``static``
+    Rank r owns the contiguous block ``policies.static_blocks(L, P)[r]`` and generates only
+    those frames (frame0 = the block's first global frame) before the timed runs.
+``dynamic``
+    Inter-node self-scheduling: the chunk sequence of ``policies.guided_size`` (divisor
+    2P, see DYNAMIC_DIVISOR_PER_RANK) is computed identically on every rank; ranks take
+    chunk indices from an RMA ticket counter on rank 0 (rank 0 computes too) and run
+    each claimed chunk with the local
+    scheduler and k workers (hierarchical: guided between nodes, the chosen policy inside).
+    A rank has a slab sized for L but touches only the frames it claims. It materialises
+    a claimed chunk by generating it into its work copy *inside* the timed region: that
+    stands for the data movement a real dynamic split pays. The generation time (first
+    touch of the pages included) is recorded per rank (``rank_gen_s``) together with
+    ``compute_time_s`` = max over ranks of (rank time - generation) so it can be subtracted.
+
+Timing: all ranks leave a barrier, read perf_counter (CLOCK_MONOTONIC, the clock the
+backends stamp worker times with) and MPI.Wtime, and run. A rank's time runs from there to
+the end of its last worker; the run's time is the maximum over ranks. Verification is
+untimed and all-reduced (sum of bad rows over ranks).
+
+Fork and pipe schedulers under MPI: their children inherit the MPI process image but only
+sort shared memory and leave with os._exit, never calling MPI (nor Python's atexit, which
+would run MPI_Finalize in the child). MPICH and Open MPI tolerate fork() under that rule;
+Open MPI over InfiniBand may warn about fork and needs RDMAV_FORK_SAFE=1 (the Slurm
+template in launch/ sets it).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import replace
+from time import perf_counter
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .. import kernels, policies, schedulers
+from ..backends import Job, get_backend
+from ..errors import HybridschedError, UsageError
+from ..monitor import UtilisationMonitor
+from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
+from ..runner import warn_unverified
+from ..sysinfo import usable_cpus
+from ..workload import Slab, over_frames
+from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
+
+SPLITS = ("static", "dynamic")
+
+
+def check_split(configs: list[RunConfig], P: int, split: str) -> None:
+    """Raise UsageError for a split that cannot give every rank work."""
+    if split not in SPLITS:
+        raise UsageError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    small = [c.frames for c in configs if c.frames < P]
+    if small and split == "static":
+        raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
+                         "every rank needs at least one frame")
+
+
+def inter_node_min_chunk(k: int) -> int:
+    """Smallest inter-node chunk: k frames, so a claimed chunk can occupy every local
+    worker. Smaller chunks balance the ranks more finely but pay one RMA round trip and
+    one local scheduler start per chunk; larger ones leave a long tail on one rank."""
+    return max(1, k)
+
+
+# Guided's divisor between ranks, per rank. Plain guided (divisor P) hands the first
+# claimer 1/P of the tensor: if that rank is the slow one, the run is as long as static's
+# worst case. Dividing by 2P (as factoring does) keeps every chunk at most half a fair
+# share, so the others can take back up to half of a slow rank's share, for about twice
+# as many claims (still only O(P log(L/P)) RMA operations in all).
+DYNAMIC_DIVISOR_PER_RANK = 2
+
+
+def dynamic_chunks(L: int, P: int, k: int) -> list[tuple[int, int]]:
+    """The guided chunk sequence over P ranks that the ticket counter indexes."""
+    c = inter_node_min_chunk(k)
+    d = DYNAMIC_DIVISOR_PER_RANK * P
+    return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
+
+
+def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int]) -> tuple[Job, str]:
+    info = schedulers.get(cfg.scheduler)
+    # The chunk a policy defaults to is the one it would use on the whole tensor (L), so
+    # a run at P ranks uses the same chunk as the single-node run it is compared with.
+    chunk = info.resolve_chunk(cfg.chunk, cfg.frames)
+    return Job(cfg.scheduler, work, cfg.kernel, cfg.k, chunk, cfg.affinity, monitor, cpus), info.backend
+
+
+class _RankResult:
+    """What one rank measured in one run (sent to rank 0 with gather)."""
+
+    def __init__(self, rank: int, host: str):
+        self.rank, self.host = rank, host
+        self.time_s = 0.0
+        self.wtime_s = 0.0
+        self.gen_s = 0.0
+        self.frames = 0
+        self.chunks = 0
+        self.bad_rows = 0
+        self.error = ""
+        self.notes = ""
+        self.lost = 0
+        self.chunk_used = 0
+        self.workers = np.zeros(0, WORKER_DTYPE)
+        self.trace = np.zeros(0, TRACE_DTYPE)
+
+
+def _add_execution(res: _RankResult, ex, p0: float, k_offset: int) -> None:
+    """Fold one local execution into the rank's tables (times relative to p0)."""
+    w = ex.workers.copy()
+    t = ex.trace.copy()
+    for arr in (w, t):
+        arr["start"] -= p0
+        arr["end"] -= p0
+        arr["worker"] += k_offset
+    if len(res.workers) == 0:
+        res.workers = w
+    else:  # dynamic split: the same local workers ran several chunks
+        acc = res.workers
+        n = min(len(acc), len(w))
+        acc["start"][:n] = np.minimum(acc["start"][:n], w["start"][:n])
+        acc["end"][:n] = np.maximum(acc["end"][:n], w["end"][:n])
+        for f in ("busy", "frames", "chunks", "user", "system", "iowait"):
+            acc[f][:n] += w[f][:n]
+        if len(w) > n:
+            res.workers = np.concatenate([acc, w[n:]])
+    res.trace = np.concatenate([res.trace, t])
+    res.lost += ex.lost_workers
+    res.chunk_used = ex.chunk_used or res.chunk_used
+    if ex.notes:
+        res.notes = ex.notes
+
+
+def _dilate(ex, factor: float) -> None:
+    """Benchmark hook (mpi.ranks.slowdown): idle (factor - 1) x the execution's time and
+    move its end, so this rank looks like a node that much slower."""
+    if factor > 1.0:
+        time.sleep((factor - 1.0) * (ex.t_end - ex.t_begin))
+        ex.t_end = perf_counter()
+
+
+def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus) -> _RankResult:
+    res = _RankResult(w.rank, w.host)
+    job, backend = _job(cfg, slab.work, monitor, cpus)
+    job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
+    slab.fresh_copy()
+    w.barrier()
+    p0, w0 = perf_counter(), w.wtime()
+    try:
+        ex = get_backend(backend)(job)
+    except HybridschedError as exc:
+        res.error = f"rank {w.rank} on {w.host}: {exc}"
+        res.time_s = float("nan")
+        return res
+    _dilate(ex, slowdown(w.rank))
+    res.wtime_s = w.wtime() - w0
+    res.time_s = ex.t_end - p0
+    res.frames, res.chunks = slab.frames, 1
+    ex.trace["first"] += slab.frame0  # the rank's local frame ids -> global ids
+    _add_execution(res, ex, p0, w.rank * cfg.k)
+    maybe_corrupt(w.rank, slab.work)
+    res.bad_rows = slab.bad_rows()
+    return res
+
+
+def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter) -> _RankResult:
+    res = _RankResult(w.rank, w.host)
+    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k)
+    work = slab.work
+    gen_threads = max(1, min(cfg.k, len(cpus)))
+    mine: list[tuple[int, int]] = []
+    slow = slowdown(w.rank)
+    counter.reset()
+    p0, w0 = perf_counter(), w.wtime()
+    t_last = p0
+    while res.error == "":
+        ticket = counter.take()
+        if ticket >= len(chunks):
+            break
+        first, count = chunks[ticket]
+        g0 = perf_counter()
+        over_frames(lambda a, n: kernels.generate_frames(work[first + a:first + a + n], slab.seed,
+                                                         first + a), count, gen_threads)
+        res.gen_s += perf_counter() - g0
+        job, backend = _job(cfg, work[first:first + count], monitor, cpus)
+        try:
+            ex = get_backend(backend)(job)
+        except HybridschedError as exc:
+            res.error = f"rank {w.rank} on {w.host}: {exc}"
+            break
+        _dilate(ex, slow)
+        ex.trace["first"] += first  # local frame ids of the chunk -> global ids
+        _add_execution(res, ex, p0, w.rank * cfg.k)
+        t_last = ex.t_end
+        mine.append((first, count))
+        res.frames += count
+        res.chunks += 1
+    res.wtime_s = w.wtime() - w0
+    res.time_s = float("nan") if res.error else t_last - p0
+    # untimed: make the original of the claimed frames and check them
+    if mine:
+        maybe_corrupt(w.rank, work[mine[0][0]:])
+    for first, count in mine:
+        slab.generate(first, count)
+        res.bad_rows += slab.bad_rows(first, count)
+    return res
+
+
+def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: int,
+            split: str, started: float) -> RunRecord:
+    """One RunRecord from every rank's result (rank 0 only)."""
+    errors = [r.error for r in results if r.error]
+    times = [r.time_s for r in results]
+    time_s = float("nan") if errors else max(times)
+    extra = {
+        "split": split,
+        "rank_host": [r.host for r in results],
+        "rank_time_s": times,
+        "rank_wtime_s": [r.wtime_s for r in results],
+        "rank_frames": [r.frames for r in results],
+        "rank_chunks": [r.chunks for r in results],
+        "rank_bad_rows": [r.bad_rows for r in results],
+    }
+    if split == "dynamic":
+        extra["rank_gen_s"] = [r.gen_s for r in results]
+        extra["compute_time_s"] = (float("nan") if errors else
+                                   max(r.time_s - r.gen_s for r in results))
+    workers = np.concatenate([r.workers for r in results]) if results else np.zeros(0, WORKER_DTYPE)
+    trace = np.concatenate([r.trace for r in results])
+    trace = trace[np.argsort(trace["start"], kind="stable")]
+    notes = f"split={split}" + "".join(f"; rank {r.rank}: {r.notes}" for r in results if r.notes)
+    return RunRecord(cfg, family, time_s, not errors and total_bad == 0, bad_rows=total_bad,
+                     chunk_used=max(r.chunk_used for r in results), workers_used=len(workers),
+                     lost_workers=sum(r.lost for r in results), error="; ".join(errors),
+                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra)
+
+
+def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
+                       split: str = "static") -> int:
+    """Run every configuration on all ranks; rank 0 gets each combined record through
+    ``on_record`` (which writes and flushes it). Returns the number of failed or
+    unverified runs (on every rank)."""
+    configs = [replace(c, P=w.size) for c in configs]
+    check_split(configs, w.size, split)
+    cpus = local_cpus(usable_cpus(), w.local_rank, w.local_size)
+    failed = 0
+    with contextlib.ExitStack() as stack:
+        monitor = None
+        if any(c.scheduler == "aimd" for c in configs):
+            monitor = stack.enter_context(UtilisationMonitor())
+        counter = None
+        if split == "dynamic":
+            from .rma import TicketCounter
+
+            counter = stack.enter_context(TicketCounter(w))
+        slab, shape = None, None
+        for i, cfg in enumerate(configs):
+            maybe_fail(w.rank, i)
+            want = (cfg.frames, cfg.height, cfg.width, cfg.seed)
+            if want != shape:
+                if slab is not None:
+                    slab.close()
+                slab = None
+                slab = stack.enter_context(_slab(w, cfg, split))
+                shape = want
+            started = time.time()
+            if split == "static":
+                res = _run_static(w, cfg, slab, monitor, cpus)
+            else:
+                res = _run_dynamic(w, cfg, slab, monitor, cpus, counter)
+            total_bad = w.allreduce_sum(res.bad_rows)
+            results = w.gather(res)
+            ok = None
+            if w.rank == 0:
+                record = combine(cfg, schedulers.get(cfg.scheduler).family, results, total_bad,
+                                 split, started)
+                if not record.verified:
+                    warn_unverified(record)
+                on_record(record)
+                ok = record.verified
+            # nobody starts the next run (where it might fail and abort the job) before
+            # rank 0 has flushed this one
+            failed += not w.bcast(ok)
+    return failed
+
+
+def _slab(w, cfg: RunConfig, split: str) -> Slab:
+    if split == "dynamic":
+        slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
+    else:
+        first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
+        slab = Slab(count, cfg.height, cfg.width, cfg.seed, frame0=first)
+    _unlink_names(slab)
+    return slab
+
+
+def _unlink_names(slab: Slab) -> None:
+    """Remove the slab's /dev/shm names at once, keeping the mappings.
+
+    When one rank aborts, mpiexec kills the others with SIGKILL while they wait in a
+    collective, so no exit path of theirs would run; with the names gone the kernel frees
+    the memory with the last mapping instead. The backends only inherit the mappings
+    across fork() and never open a segment by name.
+    """
+    from .. import workload
+
+    for seg in getattr(slab, "_segments", ()):
+        if workload._live.pop(seg.name, None) is not None:
+            workload._unlink(seg.name)
+
+
+

@@ -1,0 +1,477 @@
+"""Forked worker processes: what the fork and pipe backends share.
+
+:class:`ProcessTeam` owns every process a run forks and the shared anonymous memory they
+report into. It
+
+* forks workers (from the parent, or from a worker for the collective mitosis tree) into
+  one process group, so a single ``killpg`` reaches the whole fork-generated population;
+* watches every worker through a pidfd, so a death is seen at once without SIGCHLD
+  handlers (the parent ``poll``s pidfds together with its pipes, as loky waits on result
+  pipe and process sentinels together);
+* makes the parent a child subreaper while a tree is alive, so grandchildren orphaned by
+  an exiting worker are re-parented to us and reaped here, never by init;
+* on leaving (normal end, error, Ctrl-C, SIGTERM) SIGKILLs the group, reaps every member
+  and unmaps the shared memory, so no child, zombie or segment survives.
+
+Children never return into the caller: they run their body, write their row of the
+shared tables and leave with ``os._exit``. Anonymous ``MAP_SHARED`` memory leaves nothing
+in /dev/shm.
+
+Test hook (documented fault injection): ``HYBRIDSCHED_FAULT=W:N[:MODE]`` makes worker W
+fail when it starts its N-th chunk (1-based), MODE ``kill`` (SIGKILL itself, default),
+``raise`` (an exception) or ``exit`` (``os._exit(0)`` without finishing). It is read once
+in the parent when a team is made.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import select
+import signal
+from time import perf_counter
+from typing import Callable
+
+import numpy as np
+
+from .backends.base import thread_usage
+from .errors import ResourceError, WorkerLost
+from .records import TRACE_DTYPE, WORKER_DTYPE
+
+FAULT_ENV = "HYBRIDSCHED_FAULT"
+
+# Worker states in the shared ``state`` table.
+STARTING, RUNNING, DONE, FAILED = 0, 1, 2, 3
+
+_DEFERRED = {signal.SIGINT, signal.SIGTERM}
+_ERRLEN = 200  # bytes of the exception text a failing worker leaves for the parent
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _prctl = _libc.prctl
+    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+except (OSError, AttributeError):  # not Linux/glibc: no subreaper, no parent-death signal
+    _prctl = None
+
+
+def prctl(option: int, arg: int = 0) -> int:
+    return -1 if _prctl is None else _prctl(option, arg, 0, 0, 0)
+
+
+def get_subreaper() -> bool:
+    if _prctl is None:
+        return False
+    val = ctypes.c_int(0)
+    _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.addressof(val), 0, 0, 0)
+    return bool(val.value)
+
+
+def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
+    """Parse ``HYBRIDSCHED_FAULT=W:N[:MODE]`` (test-only fault injection)."""
+    text = (env if env is not None else os.environ).get(FAULT_ENV, "").strip()
+    if not text:
+        return None
+    parts = text.split(":")
+    try:
+        w, n = int(parts[0]), int(parts[1])
+        mode = parts[2] if len(parts) > 2 else "kill"
+    except (ValueError, IndexError):
+        raise ResourceError(f"{FAULT_ENV}={text!r}: expected W:N[:kill|raise|exit]") from None
+    if mode not in ("kill", "raise", "exit"):
+        raise ResourceError(f"{FAULT_ENV}={text!r}: mode must be kill, raise or exit")
+    return w, n, mode
+
+
+class SharedArray:
+    """A numpy array in anonymous shared memory, inherited across fork; a context manager."""
+
+    def __init__(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
+        try:
+            self._map = mmap.mmap(-1, nbytes, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        except OSError as exc:
+            raise ResourceError(f"cannot map {nbytes} bytes of shared memory: {exc}") from exc
+        self.array = np.frombuffer(self._map, dtype, count=int(np.prod(shape))).reshape(shape)
+
+    def close(self) -> None:
+        self.array = None  # type: ignore[assignment]
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a copy-less view is still alive; the mapping goes with it
+            self._map = None
+
+
+def describe_status(status: int | None) -> str:
+    """A wait status as words: 'was killed by signal 9 (SIGKILL)', ..."""
+    if status is None:
+        return "died (exit status unknown)"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"was killed by signal {sig} ({name})"
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return "exited early (status 0) before finishing its work"
+    return f"exited with status {code} before finishing its work"
+
+
+class ProcessTeam:
+    """Owns the forked workers of one run and their shared report tables.
+
+    ``trace_cap`` is the most chunks one worker may run (sizes its trace rows).
+    """
+
+    def __init__(self, scheduler: str, k: int, trace_cap: int, subreaper: bool = False):
+        self.scheduler = scheduler
+        self.k = k
+        self.cap = max(1, trace_cap)
+        self.fault = fault_plan()
+        self.parent_pid = os.getpid()
+        self.pgid = 0
+        self.pidfds: dict[int, int] = {}        # worker -> pidfd (parent only)
+        self.parent_fds: list[int] = []         # fds every child closes first
+        self.statuses: dict[int, int] = {}      # pid -> wait status, once reaped
+        self._subreaper = subreaper
+        self._old_subreaper = False
+        self._shared: list[SharedArray] = []
+        try:
+            self.stats = self._alloc(k, WORKER_DTYPE)
+            self.stats["worker"] = np.arange(k)
+            self.stats["cpu"] = -1
+            self.state = self._alloc(k, np.int32)
+            self.pids = self._alloc(k, np.int64)
+            self.ppids = self._alloc(k, np.int64)
+            self.errors = self._alloc((k, _ERRLEN), np.uint8)
+            self.ntrace = self._alloc(k, np.int64)
+            self.traces = self._alloc((k, self.cap, 4), np.float64)
+        except BaseException:
+            self._unmap()
+            raise
+
+    def _alloc(self, shape, dtype) -> np.ndarray:
+        seg = SharedArray(shape, dtype)
+        self._shared.append(seg)
+        return seg.array
+
+    # --- lifetime -------------------------------------------------------------------
+
+    def __enter__(self) -> "ProcessTeam":
+        if self._subreaper and _prctl is not None:
+            self._old_subreaper = get_subreaper()
+            prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if os.getpid() != self.parent_pid:  # never clean up from inside a child
+            return
+        # a second Ctrl-C or a SIGTERM during the cleanup waits until it is complete
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+        try:
+            self.kill_all()
+            self.reap_all()
+            for fd in list(self.pidfds.values()) + self.parent_fds:
+                _close(fd)
+            self.pidfds.clear()
+            self.parent_fds.clear()
+            if self._subreaper and _prctl is not None and not self._old_subreaper:
+                prctl(_PR_SET_CHILD_SUBREAPER, 0)
+            self._unmap()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+    def _unmap(self) -> None:
+        while self._shared:
+            self._shared.pop().close()
+
+    def kill_all(self) -> None:
+        """SIGKILL the whole process group (harmless once everyone has exited)."""
+        if self.pgid:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def reap_all(self) -> None:
+        """Wait for every member of the group; orphaned grandchildren come to us as
+        subreaper, so the loop ends only when none is left (ECHILD)."""
+        if not self.pgid:
+            return
+        while True:
+            try:
+                pid, status = os.waitpid(-self.pgid, 0)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            self.statuses[pid] = status
+
+    # --- forking --------------------------------------------------------------------
+
+    def spawn(self, w: int, body: Callable[[int], None], keep_fds: tuple[int, ...] = ()) -> int:
+        """Fork worker ``w`` running ``body(w)``; works from the parent or from a worker.
+
+        The child closes every parent-only fd except ``keep_fds``, then leaves with
+        ``os._exit``; it never returns here."""
+        from_parent = os.getpid() == self.parent_pid
+        # Ctrl-C / SIGTERM wait until the new child is in our group and books, so the
+        # cleanup that the resulting exception triggers cannot miss it
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED) if from_parent else None
+        try:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                raise ResourceError(f"{self.scheduler}: fork of worker {w} failed: {exc}") from exc
+            if pid == 0:
+                self._child(w, body, from_parent, keep_fds, old_mask)  # never returns
+            if from_parent:
+                if not self.pgid:
+                    self.pgid = pid
+                try:
+                    os.setpgid(pid, self.pgid)  # also done by the child: whoever runs first
+                except OSError:
+                    pass  # the child already joined, or has exited
+                self.watch(w, pid)
+        finally:
+            if old_mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        self.pids[w] = pid
+        # the forking side records the parent: the child's getppid() would already say
+        # "subreaper" if its parent finished first
+        self.ppids[w] = os.getpid()
+        return pid
+
+    def _child(self, w: int, body, from_parent: bool, keep_fds, old_mask) -> None:
+        code = 1
+        try:
+            if from_parent:
+                try:
+                    os.setpgid(0, self.pgid or 0)
+                except OSError:
+                    pass
+                # die with the parent if it is SIGKILLed; only for its direct children, since
+                # a tree node may legitimately exit before its own children
+                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != self.parent_pid:
+                    os._exit(1)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # no inherited SystemExit handler
+            if old_mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            for fd in self.pidfds.values():
+                _close(fd)
+            for fd in self.parent_fds:
+                if fd not in keep_fds:
+                    _close(fd)
+            self.pids[w] = os.getpid()
+            self.state[w] = RUNNING
+            body(w)
+            self.state[w] = DONE
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - reported through shared memory
+            text = f"raised {type(exc).__name__}: {exc}".encode("utf-8", "replace")[:_ERRLEN]
+            try:
+                self.errors[w, :len(text)] = np.frombuffer(text, np.uint8)
+                self.state[w] = FAILED
+            except BaseException:
+                pass
+        finally:
+            os._exit(code)
+
+    def watch(self, w: int, pid: int) -> None:
+        """Open a pidfd on worker w (parent only); readable once it has exited."""
+        if w in self.pidfds:
+            return
+        try:
+            self.pidfds[w] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.pidfds[w] = -1  # already reaped: cannot happen while we are the reaper
+        except OSError as exc:
+            raise ResourceError(f"{self.scheduler}: cannot watch worker {w} (pid {pid}): {exc}"
+                                " (raise `ulimit -n`?)") from exc
+
+    # --- inside a worker ------------------------------------------------------------
+
+    def begin(self, w: int, cpu: int) -> tuple:
+        """Pin the calling worker and note its start; returns a token for :meth:`end`."""
+        if cpu >= 0:
+            os.sched_setaffinity(0, {cpu})
+        row = self.stats[w]
+        row["pid"], row["cpu"] = os.getpid(), cpu
+        start = perf_counter()
+        row["start"] = start
+        return start, thread_usage()
+
+    def check_fault(self, w: int, nth: int) -> None:
+        """Test hook: fail as ``HYBRIDSCHED_FAULT`` asks when worker w starts chunk nth."""
+        f = self.fault
+        if f is None or f[0] != w or f[1] != nth:
+            return
+        if f[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if f[2] == "exit":
+            os._exit(0)
+        raise RuntimeError(f"injected fault at chunk {nth}")
+
+    def recorder(self, w: int) -> Callable[[int, int, float, float], None]:
+        """``record(first, count, t0, t1)`` for worker w: appends one chunk to its shared
+        trace as soon as it is done, so the trace keeps the chunks of a worker that dies
+        later. Writes go through memoryviews: a numpy item write per field would cost
+        microseconds per chunk on the fine-grained workloads."""
+        flat = memoryview(self.traces[w].reshape(-1))
+        count_view = memoryview(self.ntrace[w:w + 1])
+        cap = self.cap
+        n = [int(self.ntrace[w])]
+
+        def record(first: int, count: int, t0: float, t1: float) -> None:
+            i = n[0]
+            if i < cap:
+                j = 4 * i
+                flat[j], flat[j + 1], flat[j + 2], flat[j + 3] = first, count, t0, t1
+                n[0] = count_view[0] = i + 1
+        return record
+
+    def _settle(self, w: int) -> None:
+        n = int(self.ntrace[w])
+        arr = self.traces[w, :n]
+        row = self.stats[w]
+        row["busy"] = float((arr[:, 3] - arr[:, 2]).sum()) if n else 0.0
+        row["frames"] = int(arr[:, 1].sum()) if n else 0
+        row["chunks"] = n
+
+    def end(self, w: int, token: tuple) -> None:
+        """Write worker w's stats row from its trace and its CPU usage."""
+        start, u0 = token
+        u1 = thread_usage()
+        self._settle(w)
+        row = self.stats[w]
+        row["user"], row["system"], row["iowait"] = (b - a for a, b in zip(u0, u1))
+        row["end"] = perf_counter()
+
+    def settle_lost(self, w: int) -> None:
+        """Stats of a worker that died: what its trace shows it finished (parent side)."""
+        self._settle(w)
+        n = int(self.ntrace[w])
+        row = self.stats[w]
+        row["end"] = float(self.traces[w, n - 1, 3]) if n else float(row["start"])
+
+    # --- in the parent --------------------------------------------------------------
+
+    def exited(self, w: int) -> bool:
+        """Whether worker w finished its body (as opposed to dying)."""
+        return int(self.state[w]) == DONE
+
+    def lost(self, w: int) -> WorkerLost:
+        """The WorkerLost for worker w, after the group has been killed and reaped."""
+        pid = int(self.pids[w])
+        if int(self.state[w]) == FAILED:
+            raw = bytes(self.errors[w]).rstrip(b"\0").decode("utf-8", "replace")
+            return WorkerLost(self.scheduler, w, pid, raw)
+        return WorkerLost(self.scheduler, w, pid, describe_status(self.statuses.get(pid)))
+
+    def fail(self, w: int, extra: str = "") -> WorkerLost:
+        """Kill and reap everyone, then describe worker w's death (raise the result)."""
+        self.kill_all()
+        self.reap_all()
+        err = self.lost(w)
+        if extra:
+            err.args = (f"{err.args[0]}{extra}",)
+        return err
+
+    def reap(self, w: int) -> int | None:
+        """Reap worker w if it is our child by now; its wait status or None."""
+        pid = int(self.pids[w])
+        if pid in self.statuses:
+            return self.statuses[pid]
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if got == 0:
+            return None
+        self.statuses[pid] = status
+        return status
+
+    def pipe(self) -> tuple[int, int]:
+        """A pipe (read end, write end) owned by the team: closed by :meth:`close` unless
+        released earlier with :meth:`close_fd`; children close it unless they keep it."""
+        try:
+            r, w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            raise ResourceError(f"{self.scheduler}: cannot create a pipe for {self.k} workers: "
+                                f"{exc} (raise `ulimit -n`?)") from exc
+        self.parent_fds += [r, w]
+        return r, w
+
+    def close_fd(self, fd: int) -> None:
+        """Close one of the team's fds in the parent (a child-side pipe end, say)."""
+        if fd in self.parent_fds:
+            self.parent_fds.remove(fd)
+            _close(fd)
+
+    def unwatch(self, w: int) -> None:
+        fd = self.pidfds.pop(w, -1)
+        _close(fd)
+
+    def wait_static(self) -> None:
+        """Wait until all k workers have finished, discovering tree-forked workers as they
+        appear; raise WorkerLost at the first that dies without finishing."""
+        done: set[int] = set()
+        poller = select.poll()
+        worker_of: dict[int, int] = {}  # pidfd -> worker
+        polled: set[int] = set()        # workers registered with the poller
+        while len(done) < self.k:
+            for w in range(self.k):
+                if w not in self.pidfds and self.pids[w]:
+                    self.watch(w, int(self.pids[w]))
+            for w, fd in self.pidfds.items():
+                if w not in polled:
+                    if fd < 0:
+                        raise self.fail(w)
+                    poller.register(fd, select.POLLIN)
+                    worker_of[fd] = w
+                    polled.add(w)
+            # until every pid is known (a tree still forking) wake up now and then to look
+            # for new ones; 2 ms keeps discovery far below a frame's cost
+            timeout = None if len(self.pidfds) == self.k else 2
+            for fd, _ in poller.poll(timeout):
+                w = worker_of[fd]
+                poller.unregister(fd)
+                if not self.exited(w):
+                    raise self.fail(w)
+                done.add(w)
+
+    def trace(self, workers: list[int] | None = None) -> np.ndarray:
+        """The chunk trace of the given workers (default all), ordered by start time."""
+        ws = range(self.k) if workers is None else workers
+        parts = []
+        for w in ws:
+            n = int(self.ntrace[w])
+            if n:
+                t = np.zeros(n, TRACE_DTYPE)
+                src = self.traces[w, :n]
+                t["worker"] = w
+                t["first"], t["count"] = src[:, 0], src[:, 1]
+                t["start"], t["end"] = src[:, 2], src[:, 3]
+                parts.append(t)
+        out = np.concatenate(parts) if parts else np.zeros(0, TRACE_DTYPE)
+        return out[np.argsort(out["start"], kind="stable")]
+
+
+def _close(fd: int) -> None:
+    if fd is not None and fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,149 @@
+"""Scalability fits: USL (Eq. 21-23), Amdahl (Eq. 6/8, 19/20), Gustafson (Eq. 9), from
+synthetic data with known coefficients, CSV files and study files."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from hybridsched import fit as F
+from hybridsched.cli import main
+from hybridsched.records import RunConfig, RunRecord
+from hybridsched.store import StudyWriter
+
+NS = np.array([1, 2, 4, 8, 12, 16, 24, 32, 48, 64])
+
+
+def _usl(alpha, beta, lam=1.0, ns=NS):
+    return F.usl_throughput(ns, lam, alpha, beta)
+
+
+def test_usl_recovers_known_coefficients_both_ways():
+    res = F.fit(F.Data(NS, _usl(0.03, 0.0004)), "usl")
+    assert res["alpha"] == pytest.approx(0.03, rel=1e-6)
+    assert res["beta"] == pytest.approx(0.0004, rel=1e-6)
+    assert res["lambda"] == pytest.approx(1.0, rel=1e-6)
+    assert res["r2"] == pytest.approx(1.0)
+    assert res["peak_N"] == pytest.approx(math.sqrt(0.97 / 0.0004), rel=1e-5)
+    lin = res["linear"]  # Eq. 23 regression on the same points
+    assert lin["alpha"]["value"] == pytest.approx(0.03, rel=1e-6)
+    assert lin["beta"]["value"] == pytest.approx(0.0004, rel=1e-6)
+
+
+def test_usl_on_throughput_fits_lambda():
+    res = F.fit(F.Data(NS, _usl(0.1, 0.002, lam=250.0), "throughput"), "usl")
+    assert (res["lambda"], res["alpha"], res["beta"]) == pytest.approx((250.0, 0.1, 0.002), rel=1e-5)
+
+
+def test_usl_with_beta_zero_is_amdahl_and_has_no_peak():
+    y = F.amdahl_speedup(NS, 0.07)
+    res = F.fit(F.Data(NS, y), "usl")
+    assert res["alpha"] == pytest.approx(0.07, abs=1e-4)
+    assert res["beta"] == pytest.approx(0.0, abs=1e-7)
+    assert res["peak_N"] is None and res["beta_is_zero"]
+    amd = F.fit(F.Data(NS, y), "amdahl")
+    assert amd["alpha"] == pytest.approx(0.07, rel=1e-6)
+    # Eq. 20 per point is exact on Amdahl data
+    assert all(p["alpha"] == pytest.approx(0.07) for p in amd["points"] if p["N"] > 1)
+
+
+def test_usl_on_noisy_data_is_close_and_intervals_cover_the_truth():
+    rng = np.random.default_rng(7)
+    ns = np.repeat(NS, 3)
+    covered = 0
+    for trial in range(10):
+        y = _usl(0.05, 0.0005, ns=ns) * (1 + rng.normal(0, 0.02, len(ns)))
+        res = F.fit(F.Data(ns, y), "usl")
+        assert res["alpha"] == pytest.approx(0.05, abs=0.02)
+        assert res["beta"] == pytest.approx(0.0005, abs=0.0002)
+        assert 0.95 < res["r2"] <= 1.0
+        lo, hi = res["params"]["beta"]["ci"]
+        covered += lo <= 0.0005 <= hi
+        assert res["params"]["alpha"]["stderr"] > 0
+    assert covered >= 7  # a 95 % interval misses now and then, not most of the time
+
+
+def test_gustafson_recovers_alpha_scaled():
+    y = F.gustafson_speedup(NS, 0.15)
+    res = F.fit(F.Data(NS, y), "gustafson")
+    assert res["alpha"] == pytest.approx(0.15)
+    assert res["r2"] == pytest.approx(1.0)
+
+
+def test_too_few_points_is_a_usage_error():
+    with pytest.raises(F.UsageError, match="3 or more different N"):
+        F.fit(F.Data(np.array([1, 2]), np.array([1.0, 1.9])), "usl")
+
+
+# --- CLI: CSV and study files ---------------------------------------------------------
+
+
+def _csv(path, ns, ys, col="speedup"):
+    path.write_text(f"N,{col}\n" + "".join(f"{n},{float(y)!r}\n" for n, y in zip(ns, ys)))
+    return str(path)
+
+
+def test_cli_fit_csv_json_and_plot(tmp_path, capsys):
+    src = _csv(tmp_path / "s.csv", NS, _usl(0.04, 0.0008))
+    png = tmp_path / "usl.png"
+    assert main(["fit", src, "--model", "usl", "--json", "--plot", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)  # strict JSON: no NaN
+    for key in ("alpha", "beta", "lambda", "peak_N", "r2", "params", "linear"):
+        assert key in res
+    assert res["alpha"] == pytest.approx(0.04, rel=1e-5)
+    assert res["params"]["beta"]["ci"][0] <= res["beta"] <= res["params"]["beta"]["ci"][1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["fit", src, "--model", "amdahl"]) == 0
+    assert "Eq. 20" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("N,time\n1,2\n", "columns N and speedup"),
+    ("N,speedup\n1,x\n", "must be numbers"),
+    ("N,speedup\n0,1\n", "whole number >= 1"),
+    ("N,speedup\n1,1\n2,1.9\n", "3 or more"),
+])
+def test_cli_fit_bad_csv_is_one_line_exit_2(tmp_path, capsys, text, needle):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    assert main(["fit", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def _record(scheduler, P, k, t, rep=0, verified=True):
+    cfg = RunConfig(scheduler, k, 64, 8, 8, rep=rep, P=P)
+    fam = "serial" if scheduler == "serial" else "thread"
+    return RunRecord(cfg, fam, t, verified)
+
+
+def test_cli_fit_study_uses_P_times_k_and_serial_baseline(tmp_path, capsys):
+    """Speedups at N = P x k against T_serial (P = 1, k = 1) recover the coefficients."""
+    path = str(tmp_path / "study.h5")
+    t1, alpha, beta = 2.0, 0.02, 0.001
+    with StudyWriter(path) as w:
+        for rep in range(2):
+            w.append(_record("serial", 1, 1, t1, rep))
+        w.append(_record("serial", 2, 1, 0.5))        # a serial run at P=2 is no T_serial
+        w.append(_record("dynamic", 4, 4, 0.01, verified=False))  # never enters a fit
+        for P, k in [(1, 1), (1, 2), (2, 1), (1, 4), (2, 2), (4, 2), (2, 8), (4, 4), (4, 8)]:
+            n = P * k
+            w.append(_record("dynamic", P, k, t1 / float(_usl(alpha, beta, ns=np.array([n]))[0])))
+        w.append(_record("guided", 2, 2, 0.7))
+    assert main(["fit", path, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["alpha"] == pytest.approx(alpha, rel=1e-5)
+    assert res["beta"] == pytest.approx(beta, rel=1e-5)
+    assert sorted(res["data"]["N"]) == sorted([1, 2, 2, 4, 4, 8, 16, 16, 32])
+    assert main(["fit", path, "--scheduler", "nope"]) == 2
+    assert "no verified runs of scheduler 'nope'" in capsys.readouterr().err
+
+
+def test_cli_fit_study_without_serial_runs_is_exit_2(tmp_path, capsys):
+    path = str(tmp_path / "study.h5")
+    with StudyWriter(path) as w:
+        w.append(_record("dynamic", 2, 2, 1.0))
+    assert main(["fit", path]) == 2
+    assert "no verified serial runs at P=1, k=1" in capsys.readouterr().err

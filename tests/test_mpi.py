@@ -1,0 +1,332 @@
+"""The distributed layer: launcher detection, P = 1 without MPI, mpiexec -n 2 end to end
+(static and dynamic split, thread and process schedulers), faults, and merge."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from hybridsched import schedulers
+from hybridsched.cli import main
+from hybridsched.mpi.runs import dynamic_chunks
+from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus
+from hybridsched.store import read_runs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.dirname(sys.executable)
+MPIEXEC = shutil.which("mpiexec", path=BIN) or shutil.which("mpiexec")
+LAUNCH_VARS = ("PMI_", "OMPI_", "PMIX_", "SLURM_", "MPI_LOCAL", "HYDRA_", "HYBRIDSCHED_")
+SMALL = ["--height", "32", "--width", "32", "--reps", "1"]
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARS)}
+    env.update(extra)
+    return env
+
+
+def _has_mpi4py() -> bool:
+    try:
+        import mpi4py  # noqa: F401  (the package only; MPI is not initialised)
+    except ImportError:
+        return False
+    return True
+
+
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or not _has_mpi4py(),
+                               reason="needs mpi4py and mpiexec (pip install 'hybridsched[mpi]')")
+
+
+def _process_schedulers() -> list[str]:
+    """A fork and a pipe scheduler where the backends exist in this tree."""
+    return [s for s in ("prolific", "pipe-MtoM") if s in schedulers.SCHEDULERS]
+
+
+def mpirun(args: list[str], n: int = 2, timeout: float = 60, **env) -> subprocess.CompletedProcess:
+    cmd = [MPIEXEC, "-n", str(n), os.path.join(BIN, "hybridsched")] + args
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=_clean_env(**env))
+
+
+def _mpich_shm() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("mpich_shm_")}
+
+
+def _remove_orphan_mpich_shm(before: set[str]) -> None:
+    """MPICH leaves its node segment behind when hydra kills ranks with SIGKILL; remove
+    the ones this test's job made once no process maps them any more."""
+    import glob
+
+    deadline = time.monotonic() + 5
+    for name in sorted(_mpich_shm() - before):
+        while time.monotonic() < deadline:
+            mapped = False
+            for maps in glob.glob("/proc/[0-9]*/maps"):
+                try:
+                    with open(maps) as fh:
+                        mapped = name in fh.read()
+                except OSError:
+                    continue
+                if mapped:
+                    break
+            if not mapped:
+                try:
+                    os.unlink(os.path.join("/dev/shm", name))
+                except OSError:
+                    pass
+                break
+            time.sleep(0.05)
+
+
+# --- pure -----------------------------------------------------------------------------
+
+
+def test_detect_launch_from_environment():
+    assert detect_launch({}) is None
+    assert detect_launch({"PMI_SIZE": "1", "PMI_RANK": "0"}) is None  # one rank needs no MPI
+    assert detect_launch({"PMI_SIZE": "4", "PMI_RANK": "2"}) == Launch(4, 2, detect_launch(
+        {"PMI_SIZE": "4", "PMI_RANK": "2"}).how)
+    assert detect_launch({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}).size == 2
+    assert detect_launch({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3"}).rank == 3
+    # a batch script's own shell (SLURM_NTASKS without a job step) is not a launch
+    assert detect_launch({"SLURM_NTASKS": "8", "SLURM_JOB_ID": "1", "SLURM_PROCID": "0"}) is None
+    assert detect_launch({"PMIX_RANK": "0", "SLURM_STEP_NUM_TASKS": "2"}).size == 2
+    assert detect_launch({"PMI_SIZE": "4", "HYBRIDSCHED_NO_MPI": "1"}) is None
+
+
+def test_local_cpus_partition_the_node():
+    cpus = list(range(8))
+    parts = [local_cpus(cpus, r, 3) for r in range(3)]
+    assert sorted(sum(parts, [])) == cpus and all(parts)
+    assert local_cpus([0, 1], 1, 4) == [0, 1]  # fewer CPUs than ranks: share them all
+    assert local_cpus(cpus, 0, 1) == cpus
+
+
+@pytest.mark.parametrize("L,P,k", [(1, 1, 1), (10, 2, 1), (97, 3, 4), (1000, 8, 24), (5, 4, 8)])
+def test_dynamic_chunks_cover_every_frame_once(L, P, k):
+    chunks = dynamic_chunks(L, P, k)
+    covered = np.zeros(L, int)
+    for first, count in chunks:
+        assert count >= 1
+        covered[first:first + count] += 1
+    assert (covered == 1).all()
+    sizes = [c for _, c in chunks]
+    assert sizes == sorted(sizes, reverse=True)  # guided: chunks shrink
+
+
+def test_launcher_without_mpi4py_runs_as_P1_on_rank_0_only(monkeypatch, capsys):
+    from hybridsched.mpi import ranks as W
+
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py -> ImportError
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("PMI_RANK", "0")
+    w = W._make_world()
+    assert isinstance(w, W.Solo) and w.size == 1
+    assert "mpi4py is not installed" in capsys.readouterr().err
+    monkeypatch.setenv("PMI_RANK", "1")
+    with pytest.raises(SystemExit) as exc:  # the other copies leave instead of repeating it
+        W._make_world()
+    assert exc.value.code == 0
+
+
+def test_plain_run_is_P1_and_never_initialises_mpi(tmp_path):
+    out = tmp_path / "p1.h5"
+    code = ("import sys; from hybridsched.cli import main; "
+            f"rc = main(['run', '-s', 'dynamic', '-k', '2', '-L', '6', '--height', '8', "
+            f"'--width', '8', '--reps', '1', '-o', {str(out)!r}]); "
+            "print('MPI' if 'mpi4py.MPI' in sys.modules else 'noMPI'); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env=_clean_env())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().endswith("noMPI")
+    runs = read_runs(str(out))
+    assert (runs["P"] == 1).all() and runs["verified"].all()
+
+
+# --- mpiexec -n 2 ---------------------------------------------------------------------
+
+
+def _check_cover(path: str, L: int) -> list[dict]:
+    """Every verified run's trace covers each global frame exactly once; returns extras."""
+    extras = []
+    with h5py.File(path, "r") as h5:
+        for name in h5["detail"]:
+            g = h5["detail"][name]
+            trace = g["trace"][()]
+            covered = np.zeros(L, int)
+            for r in trace:
+                covered[r["first"]:r["first"] + r["count"]] += 1
+            assert (covered == 1).all(), (name, covered)
+            extras.append(json.loads(g.attrs["extra"]))
+    return extras
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("split", ["static", "dynamic"])
+def test_mpiexec_two_ranks_end_to_end(tmp_path, split):
+    out = str(tmp_path / f"{split}.h5")
+    L = 30
+    names = ",".join(["dynamic"] + _process_schedulers())
+    p = mpirun(["run", "-s", names, "-k", "1,2", "-L", str(L), *SMALL, "--split", split, "-o", out])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""  # rank 0 reports on stderr, the others are silent
+    assert p.stderr.count("written to") == 1
+    runs = read_runs(out)
+    assert len(runs) == 2 * len(names.split(","))
+    assert (runs["P"] == 2).all() and runs["verified"].all() and (runs["bad_rows"] == 0).all()
+    assert all(n.startswith(f"split={split}") for n in runs["notes"])
+    for extra, run in zip(_check_cover(out, L), runs):
+        assert extra["split"] == split
+        assert sum(extra["rank_frames"]) == L and len(extra["rank_time_s"]) == 2
+        assert run["time_s"] == pytest.approx(max(extra["rank_time_s"]))
+        if split == "static":
+            assert extra["rank_frames"] == [15, 15]
+        else:
+            assert extra["compute_time_s"] <= run["time_s"]
+            assert all(g >= 0 for g in extra["rank_gen_s"])
+    with h5py.File(out, "r") as h5:
+        study = json.loads(h5.attrs["study"])
+    assert study["P"] == 2 and study["split"] == split
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_verification_is_summed_over_ranks(tmp_path):
+    out = str(tmp_path / "bad.h5")
+    p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL, "-o", out],
+               HYBRIDSCHED_CORRUPT_RANK="1")
+    assert p.returncode == 1
+    assert "UNVERIFIED" in p.stderr
+    runs = read_runs(out)
+    assert not runs["verified"][0] and runs["bad_rows"][0] == 1
+    (extra,) = _check_cover(out, 8)
+    assert extra["rank_bad_rows"] == [0, 1]
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("split", ["static", "dynamic"])
+def test_failing_rank_aborts_the_job_quickly(tmp_path, split):
+    out = str(tmp_path / "fault.h5")
+    before = _mpich_shm()
+    t0 = time.monotonic()
+    try:
+        p = mpirun(["run", "-s", "dynamic", "-k", "1", "-L", "8", *SMALL[:-1], "4",
+                    "--split", split, "-o", out], timeout=60, HYBRIDSCHED_FAIL_RANK="1:2")
+    finally:
+        _remove_orphan_mpich_shm(before)
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 30
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("hybridsched: rank")]
+    assert len(lines) == 1 and "rank 1 of 2 on " in lines[0] and "test fault" in lines[0], p.stderr
+    runs = _read_when_released(out)  # the two runs before the fault were flushed by rank 0
+    assert len(runs) == 2 and runs["verified"].all()
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_killed_rank_ends_the_job(tmp_path):
+    out = str(tmp_path / "killed.h5")
+    before = _mpich_shm()
+    t0 = time.monotonic()
+    try:
+        p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
+                   timeout=60, HYBRIDSCHED_FAIL_RANK="0:1:kill")
+    finally:
+        _remove_orphan_mpich_shm(before)
+    assert p.returncode != 0 and time.monotonic() - t0 < 30
+    assert len(_read_when_released(out)) == 1
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_dynamic_split_gives_a_slow_rank_less_work(tmp_path):
+    """Self-scheduling between ranks: a rank that is 4x slower (test hook) claims fewer
+    frames, and the ranks finish close together, unlike the static halves."""
+    out = str(tmp_path / "slow.h5")
+    L = 64
+    p = mpirun(["run", "-s", "static", "-k", "1", "-L", str(L), "--height", "128", "--width",
+                "128", "--reps", "1", "--split", "dynamic", "-o", out],
+               HYBRIDSCHED_SLOW_RANK="1:4")
+    assert p.returncode == 0, p.stderr
+    (extra,) = _check_cover(out, L)
+    assert extra["rank_frames"][0] > extra["rank_frames"][1], extra
+
+
+def _read_when_released(path: str, wait: float = 10.0) -> np.ndarray:
+    """hydra's mpiexec returns while a killed rank may still be dying (orphaned, holding
+    the HDF5 file lock for some milliseconds); wait for the lock to go."""
+    from hybridsched.errors import NotOurFile
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return read_runs(path)
+        except NotOurFile:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_bad_input_under_mpiexec_is_one_line_and_exit_2(tmp_path):
+    out = str(tmp_path / "x.h5")
+    p = mpirun(["run", "-s", "static", "-L", "1", *SMALL, "-o", out])
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "smaller than the 2 MPI ranks" in p.stderr
+    assert not os.path.exists(out)
+
+
+# --- merge ----------------------------------------------------------------------------
+
+
+def _study(path: str, scheduler: str, k: str) -> None:
+    assert main(["run", "-s", scheduler, "-k", k, "-L", "6", "--height", "8", "--width", "8",
+                 "--reps", "1", "-o", path]) == 0
+
+
+def test_merge_round_trip(tmp_path, capsys):
+    a, b, out = (str(tmp_path / n) for n in ("a.h5", "b.h5", "all.h5"))
+    _study(a, "serial", "1")
+    _study(b, "dynamic", "1,2")
+    assert main(["merge", a, b, "-o", out]) == 0
+    ra, rb, ro = read_runs(a), read_runs(b), read_runs(out)
+    assert len(ro) == len(ra) + len(rb)
+    assert list(ro["run_id"]) == list(range(len(ro)))
+    for name in ("scheduler", "P", "k", "L", "time_s", "verified"):
+        assert list(ro[name]) == list(ra[name]) + list(rb[name])
+    with h5py.File(b, "r") as hb, h5py.File(out, "r") as ho:
+        for i in range(len(rb)):
+            src, dst = hb["detail"][f"{i:06d}"], ho["detail"][f"{len(ra) + i:06d}"]
+            assert np.array_equal(src["workers"][()], dst["workers"][()])
+            assert np.array_equal(src["trace"][()], dst["trace"][()])
+            assert json.loads(dst.attrs["merged_from"]) == {"source": 1, "run_id": i}
+        merged = json.loads(ho.attrs["study"])["merged_from"]
+    assert [m["path"] for m in merged] == [os.path.abspath(a), os.path.abspath(b)]
+    # a merged file merges again (and reads as ours)
+    assert main(["merge", out, a, "-o", str(tmp_path / "again.h5")]) == 0
+    assert len(read_runs(str(tmp_path / "again.h5"))) == len(ro) + len(ra)
+
+
+def test_merge_refuses_files_that_are_not_ours(tmp_path, capsys):
+    a = str(tmp_path / "a.h5")
+    _study(a, "serial", "1")
+    alien = tmp_path / "alien.h5"
+    with h5py.File(alien, "w") as h5:
+        h5["x"] = 1
+    out = tmp_path / "all.h5"
+    capsys.readouterr()
+    assert main(["merge", a, str(alien), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a hybridsched study" in err
+    assert not out.exists() and not (tmp_path / "all.h5.part").exists()
+    assert main(["merge", a, "-o", a]) == 2  # output is an input

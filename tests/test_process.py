@@ -1,0 +1,305 @@
+"""Process and pipe schedulers: correctness on odd shapes, fault handling, no leaks."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+from schedcheck import ODD_SHAPES, Shape, config, run_and_check
+
+from hybridsched import policies as pol
+from hybridsched.backends import Job, forks
+from hybridsched.cli import main
+from hybridsched.procs import FAULT_ENV, fault_plan
+from hybridsched.runner import timed_run
+from hybridsched.workload import Slab, our_shm_entries
+
+PROCESS = ["prolific", "collective"]
+PIPES = ["pipe-1to1", "pipe-1toN", "pipe-MtoM"]
+ALL = PROCESS + PIPES
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=str)
+@pytest.mark.parametrize("scheduler", ALL)
+def test_sorts_and_verifies_odd_shapes(scheduler, shape):
+    run_and_check(scheduler, shape)
+
+
+@pytest.mark.parametrize("scheduler", ALL)
+def test_unbounded_variant_without_affinity(scheduler):
+    rec = run_and_check(scheduler, Shape("unpinned", 17, 2, 16, 3, chunk=2), affinity=False)
+    assert (rec.workers["cpu"] == -1).all()
+
+
+@pytest.mark.parametrize("scheduler", PIPES)
+def test_pipe_chunk_is_frames_per_message(scheduler):
+    rec = run_and_check(scheduler, Shape("c4", 23, 2, 8, 3, chunk=4))
+    counts = sorted(rec.trace["count"].tolist())
+    assert rec.chunk_used == 4 and max(counts) == 4 and sum(counts) == 23
+    assert counts.count(3) == 1  # 23 = 5 x 4 + 3: the last message is short
+
+
+@pytest.mark.parametrize("scheduler", PIPES)
+def test_chunk_auto_searches_and_records_the_chunk(scheduler):
+    cfg = config(scheduler, Shape("auto", 40, 2, 32, 3, chunk=pol.AUTO_CHUNK))
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        rec = timed_run(slab, cfg)
+    assert rec.verified and not rec.error, rec.error
+    assert rec.config.chunk == pol.AUTO_CHUNK
+    assert f"auto chunk={rec.chunk_used}" in rec.notes
+    tried = [int(c) for c in re.findall(r"(\d+):", rec.notes.split("ms per size", 1)[1])]
+    assert tried[0] == 1 and rec.chunk_used in tried  # the search starts at 1
+    assert 1 <= rec.chunk_used <= max(pol.chunk_candidates(40, 3))
+    assert rec.trace["count"].max() == rec.chunk_used
+
+
+def test_chunk_candidates():
+    assert pol.chunk_candidates(1000, 24) == [1, 2, 4, 8, 16, 32, 42]
+    assert pol.chunk_candidates(10, 1) == [10]
+    assert pol.chunk_candidates(3, 5) == [1]
+    assert pol.chunk_refinements(16, 1000, 24, [1, 2, 4, 8, 16, 32, 42]) == [12, 24]
+
+
+def test_chunk_auto_rejected_for_non_pipe_schedulers(capsys, tmp_h5):
+    rc = main(["run", "-s", "pipe-MtoM,prolific", "--chunk", "auto", "-L", "4", "-k", "2",
+               "--height", "2", "--width", "4", "-o", tmp_h5])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "auto" in err and "prolific" in err
+    assert not os.path.exists(tmp_h5)
+
+
+def test_chunk_list_accepts_auto_and_sizes(capsys, tmp_h5):
+    rc = main(["run", "-s", "pipe-1to1", "--chunk", "auto,3", "-L", "9", "-k", "2",
+               "--height", "2", "--width", "8", "--reps", "1", "-o", tmp_h5])
+    assert rc == 0, capsys.readouterr().err
+    from hybridsched.store import read_runs
+
+    runs = read_runs(tmp_h5)
+    assert sorted(int(c) for c in runs["chunk"]) == [pol.AUTO_CHUNK, 3]
+    assert all(bool(v) for v in runs["verified"])
+
+
+# --- faults ------------------------------------------------------------------------------
+
+def test_fault_plan_parsing():
+    assert fault_plan({}) is None
+    assert fault_plan({FAULT_ENV: "2:3"}) == (2, 3, "kill")
+    assert fault_plan({FAULT_ENV: "0:1:raise"}) == (0, 1, "raise")
+
+
+def _faulty_run(scheduler, monkeypatch, spec, L=30, k=3):
+    monkeypatch.setenv(FAULT_ENV, spec)
+    # frames of ~1 ms, so even on a shared pipe every worker gets a few chunks
+    cfg = config(scheduler, Shape("fault", L, 48, 640, k))
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        t0 = time.perf_counter()
+        rec = timed_run(slab, cfg)
+        elapsed = time.perf_counter() - t0
+    return rec, elapsed
+
+
+@pytest.mark.parametrize("mode,words", [("kill", "killed by signal 9 (SIGKILL)"),
+                                        ("raise", "raised RuntimeError"),
+                                        ("exit", "exited early")])
+@pytest.mark.parametrize("scheduler", ["prolific", "collective", "pipe-1to1", "pipe-1toN"])
+def test_lost_worker_fails_the_run_with_one_clear_message(scheduler, mode, words, monkeypatch):
+    rec, elapsed = _faulty_run(scheduler, monkeypatch, f"1:2:{mode}")
+    assert not rec.verified and np.isnan(rec.time_s)
+    msg = rec.error
+    assert msg.startswith(f"{scheduler}: worker 1 (pid ") and words in msg, msg
+    assert "\n" not in msg
+    assert elapsed < 20  # noticed at once, never a hang
+    assert not _descendants()
+
+
+@pytest.mark.parametrize("mode", ["kill", "raise", "exit"])
+def test_mtom_resends_the_lost_chunk_and_completes(mode, monkeypatch):
+    rec, _ = _faulty_run("pipe-MtoM", monkeypatch, f"1:2:{mode}")
+    assert rec.verified and not rec.error, rec.error
+    assert rec.lost_workers == 1
+    assert "worker 1 (pid" in rec.notes and "re-sent" in rec.notes, rec.notes
+    t = rec.trace
+    assert (t["worker"] != 1).sum() >= len(t) - 1  # worker 1 ran one chunk, then died
+    assert int(t["count"].sum()) == 30             # every frame exactly once in the trace
+
+
+def test_sweep_goes_on_after_a_failed_configuration(monkeypatch, capsys, tmp_h5):
+    monkeypatch.setenv(FAULT_ENV, "1:2")
+    rc = main(["run", "-s", "prolific,pipe-MtoM", "-k", "3", "-L", "30", "--height", "48",
+               "--width", "640", "--reps", "1", "-o", tmp_h5])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "prolific: worker 1 (pid " in err and "SIGKILL" in err
+    from hybridsched.store import read_runs
+
+    runs = {r["scheduler"].decode() if isinstance(r["scheduler"], bytes) else str(r["scheduler"]): r
+            for r in read_runs(tmp_h5)}
+    assert not runs["prolific"]["verified"]
+    assert runs["pipe-MtoM"]["verified"] and runs["pipe-MtoM"]["lost_workers"] == 1
+    assert not _descendants()
+
+
+def test_mtom_fails_when_no_worker_is_left(monkeypatch):
+    rec, _ = _faulty_run("pipe-MtoM", monkeypatch, "0:1", k=1)
+    assert not rec.verified
+    assert "pipe-MtoM: worker 0" in rec.error and "no worker left" in rec.error
+
+
+def _kill_one_worker_when_running(k: int, victim_index: int, out: list):
+    """From a helper thread: wait until k worker processes exist, SIGKILL one of them."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        kids = sorted(_descendants(), key=lambda p: p.pid)
+        if len(kids) >= k:
+            time.sleep(0.02)  # let them start working
+            try:
+                kids[victim_index].kill()
+                out.append(kids[victim_index].pid)
+            except psutil.Error:
+                pass
+            return
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("scheduler", ALL)
+def test_external_sigkill_mid_run(scheduler):
+    """A worker killed from outside while the run is in progress (no test hook)."""
+    cfg = config(scheduler, Shape("ext", 300, 64, 640, 3))
+    killed: list[int] = []
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        th = threading.Thread(target=_kill_one_worker_when_running, args=(3, 1, killed))
+        th.start()
+        try:
+            rec = timed_run(slab, cfg)
+        finally:
+            th.join()
+        assert killed, "the run ended before a worker could be killed"
+        if scheduler == "pipe-MtoM":
+            assert rec.verified and rec.lost_workers == 1, rec.error or rec.notes
+            assert f"(pid {killed[0]}) was killed by signal 9" in rec.notes
+        else:
+            assert not rec.verified
+            assert rec.error.startswith(f"{scheduler}: worker ")
+            assert f"(pid {killed[0]}) was killed by signal 9 (SIGKILL)" in rec.error
+    assert not _descendants()
+
+
+def test_ctrl_c_during_a_run_leaves_nothing():
+    cfg = config("collective", Shape("int", 400, 64, 640, 4))
+
+    def interrupt():
+        deadline = time.monotonic() + 20
+        while len(_descendants()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        th = threading.Thread(target=interrupt)
+        th.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                timed_run(slab, cfg)
+        finally:
+            th.join()
+    assert not _descendants()
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_cli_signal_mid_run_leaves_no_process_or_segment(tmp_path, sig, code):
+    out = tmp_path / "s.h5"
+    cmd = [sys.executable, "-m", "hybridsched", "run", "-s", "pipe-MtoM", "-k", "3", "-L", "3000",
+           "--height", "32", "--width", "640", "--reps", "5", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        parent = psutil.Process(proc.pid)
+        workers: list[psutil.Process] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(workers) < 3 and proc.poll() is None:
+            workers = parent.children(recursive=True)
+            time.sleep(0.005)
+        assert len(workers) >= 3, "the run never forked its workers"
+        shm = our_shm_entries(proc.pid)
+        assert shm
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive
+    assert not our_shm_entries(proc.pid)
+
+
+def test_hundred_consecutive_runs_leave_no_zombie():
+    with Slab(7, 2, 8, 3) as slab:
+        for i in range(100):
+            s = ALL[i % len(ALL)]
+            rec = timed_run(slab, config(s, Shape("z", 7, 2, 8, 3)))
+            assert rec.verified, rec.error
+            kids = _descendants()
+            assert not kids, f"run {i} ({s}) left {[(p.pid, p.status()) for p in kids]}"
+
+
+# --- the process trees -------------------------------------------------------------------
+
+def _tree(scheduler: str, k: int):
+    with Slab(k + 3, 2, 8, 1) as slab:
+        slab.fresh_copy()
+        job = Job(scheduler, slab.work, "quicksort", k, 1, affinity=False)
+        ex, pids, ppids = forks.execute_detailed(job)
+        assert slab.bad_rows() == 0
+    return ex, pids.tolist(), ppids.tolist()
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 8, 13])
+def test_collective_tree_has_log2_k_levels(k):
+    ex, pids, ppids = _tree("collective", k)
+    me = os.getpid()
+    assert len(set(pids)) == k and me not in pids
+    assert ppids[0] == me
+    for w in range(1, k):
+        assert ppids[w] == pids[pol.mitosis_parent(w)], f"worker {w} forked by the wrong parent"
+    depths = forks.tree_depths(np.array(pids), np.array(ppids), me)
+    # the parent forks the root; then ceil(log2 k) rounds, each doubling the population;
+    # the deepest chain is 1 + the most set bits of any worker id below k
+    assert max(depths) == 1 + max(bin(w).count("1") for w in range(k))
+    assert max(depths) <= 1 + pol.log2_levels(k)
+    assert max(w.bit_length() for w in range(k)) == pol.log2_levels(k)
+    assert f"fork rounds={pol.log2_levels(k)}" in ex.notes
+    assert not _descendants()
+
+
+def test_prolific_workers_are_all_children_of_the_parent():
+    _, pids, ppids = _tree("prolific", 6)
+    assert set(ppids) == {os.getpid()} and len(set(pids)) == 6
+
+
+def test_prolific_pinned_oversubscription_doubles_the_first_cpu():
+    """Why prolific collapses at k > N with affinity: frame i to worker i mod k and worker w
+    on CPU w mod N put two workers' frames on CPU 0 (the makespan), whatever the timing."""
+    from hybridsched.sysinfo import usable_cpus
+
+    cpus = usable_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    k = len(cpus) + 1
+    rec = run_and_check("prolific", Shape("over", 4 * k, 2, 8, k))
+    per_cpu = {c: int(rec.workers["frames"][rec.workers["cpu"] == c].sum()) for c in cpus}
+    assert per_cpu[cpus[0]] == 8 and all(per_cpu[c] == 4 for c in cpus[1:])

@@ -1,0 +1,120 @@
+"""Thread-backend behaviour that the shared odd-shape suite cannot see: worker threads are
+really pinned (or not), run the kernel in parallel (nogil), and are all gone after a run,
+also when the main thread is interrupted."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hybridsched import kernels
+from hybridsched.runner import timed_run
+from hybridsched.sysinfo import usable_cpus
+from hybridsched.workload import Slab
+from schedcheck import Shape, config, run
+
+THREAD_SCHEDULERS = ["static", "dynamic", "guided", "chunk", "chunk-steal", "aimd", "adaptive"]
+
+
+def our_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("hybridsched-w")]
+
+
+def recording_kernel(log: list):
+    def kernel(t, first, count):
+        log.append((first, threading.get_native_id(), frozenset(os.sched_getaffinity(0))))
+        t[first:first + count].sort(axis=-1)
+    return kernel
+
+
+@pytest.mark.parametrize("scheduler", ["serial"] + THREAD_SCHEDULERS)
+@pytest.mark.parametrize("affinity", [True, False], ids=["aff", "noaff"])
+def test_workers_are_pinned_to_cpu_w_mod_n(monkeypatch, scheduler, affinity):
+    log: list = []
+    monkeypatch.setitem(kernels.KERNELS, "rec", (recording_kernel(log), "test kernel"))
+    cpus = usable_cpus()
+    k = 2 * len(cpus) + 1  # oversubscribed, so w mod N wraps
+    rec, ok = run(config(scheduler, Shape("pin", 40, 1, 8, k), affinity, kernel="rec"))
+    assert ok and rec.verified
+    by_first = {first: mask for first, _, mask in log}
+    for w, first in zip(rec.trace["worker"].tolist(), rec.trace["first"].tolist()):
+        if affinity:
+            assert by_first[first] == {cpus[w % len(cpus)]}, (w, first)
+        else:
+            assert by_first[first] == set(os.sched_getaffinity(0))
+    # each worker is one thread: its chunks all ran on the same thread, others on others
+    owner = {first: ident for first, ident, _ in log}
+    idents = {}
+    for w, first in zip(rec.trace["worker"].tolist(), rec.trace["first"].tolist()):
+        idents.setdefault(w, set()).add(owner[first])
+    assert all(len(s) == 1 for s in idents.values())
+    assert len({next(iter(s)) for s in idents.values()}) == len(idents)
+    assert our_threads() == []
+
+
+def test_thread_kernels_run_in_parallel():
+    """nogil: the two static blocks overlap in time (with the GIL held they could not)."""
+    rec, ok = run(config("static", Shape("par", 8, 256, 640, 2), affinity=False))
+    assert ok and rec.verified
+    t = rec.trace
+    a, b = t[t["worker"] == 0][0], t[t["worker"] == 1][0]
+    assert min(a["end"], b["end"]) > max(a["start"], b["start"]), "the two workers never overlapped"
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["while-starting", "while-joining"])
+@pytest.mark.parametrize("scheduler", THREAD_SCHEDULERS)
+def test_ctrl_c_stops_and_joins_every_worker(monkeypatch, scheduler, late):
+    # the chunk at which Ctrl-C comes: the first, or one after every worker has started
+    # (guided and adaptive hand out only a few dozen chunks in all)
+    at = 1 if not late else 6 if scheduler in ("guided", "adaptive") else 60
+    calls = []
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame):
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    def slow(t, first, count):
+        calls.append(count)
+        if len(calls) == at:  # Ctrl-C arrives in the main thread mid-run
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if len(calls) >= at:
+            # hold the work until the main thread has taken the interrupt, however loaded
+            # the machine is, so that there is work left for the stop to save
+            interrupted.wait(10)
+        t[first:first + count].sort(axis=-1)
+
+    monkeypatch.setitem(kernels.KERNELS, "slow", (slow, "test kernel"))
+    cfg = config(scheduler, Shape("int", 2000, 1, 4, 3, chunk=1), kernel="slow")
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+            with pytest.raises(KeyboardInterrupt):
+                timed_run(slab, cfg)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert interrupted.is_set()
+    assert our_threads() == []
+    assert len(calls) >= at
+    assert sum(calls) < 2000  # stopped early, did not finish the study's work
+
+
+def test_no_thread_left_after_runs():
+    for s in THREAD_SCHEDULERS:
+        rec, ok = run(config(s, Shape("t", 8, 1, 4, 3)))
+        assert ok
+    assert our_threads() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("hybridsched-")]
+
+
+def test_serial_is_one_chunk_on_the_calling_thread(monkeypatch):
+    log: list = []
+    monkeypatch.setitem(kernels.KERNELS, "rec", (recording_kernel(log), "test kernel"))
+    rec, ok = run(config("serial", Shape("s", 6, 2, 8, 1), kernel="rec"))
+    assert ok and rec.workers_used == 1 and len(rec.trace) == 1
+    assert [(f, ident) for f, ident, _ in log] == [(0, threading.get_native_id())]
+    assert np.array_equal(rec.trace[["first", "count"]].tolist(), [(0, 6)])
