@@ -232,15 +232,15 @@ def test_adaptive_first_chunks_are_guided_like():
 def test_adaptive_hand_computed():
     a = dispatch.Adaptive(100, 4)
     assert a.claim(0) == (0, 25)
-    a.done(0, 25, 1.0)                 # thread 0: 1 s per chunk
+    a.done(0, 25, 1.0)                 # thread 0: 1 s for 25 slices = 0.04 s per slice
     assert a.claim(1) == (25, 18)      # thread 1 has no history: factor 1, 75/4
-    a.done(1, 18, 3.0)                 # thread 1: 3 s per chunk; global avg (1+3)/2 = 2
-    assert a.claim(0) == (43, 28)      # 57/4 * 2/1 = 28.5
-    assert a.claim(1) == (71, 4)       # 29/4 * 2/3 = 4.83
-    assert a.claim(2) == (75, 6)       # 25/4 * 1 (no history) = 6.25
-    a.done(0, 28, 1.0)                 # thread 0 avg 1.0; global (1+3+1)/3
-    sf0 = (5.0 / 3) / 1.0
-    assert a.claim(0) == (81, int(19 / 4 * sf0))
+    a.done(1, 18, 3.0)                 # thread 1: 3 s / 18 slices; global avg 4 s / 43
+    assert a.claim(0) == (43, 33)      # 57/4 * (4/43)/(1/25) = 33.1
+    assert a.claim(1) == (76, 3)       # 24/4 * (4/43)/(3/18) = 3.35
+    assert a.claim(2) == (79, 5)       # 21/4 * 1 (no history) = 5.25
+    a.done(0, 33, 1.0)                 # thread 0: 2 s / 58 slices; global 5 s / 76
+    sf0 = (5.0 / 76) / (2.0 / 58)
+    assert a.claim(0) == (84, int(16 / 4 * sf0))
     # clamps: a very fast thread gets everything that is left, a very slow one gets 1
     b = dispatch.Adaptive(1000, 4)
     for _ in range(1000):
@@ -258,8 +258,8 @@ def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
     the same history, and the frames are handed out exactly once."""
     a = dispatch.Adaptive(n, k)
     time_w = [0.0] * k
-    chunks_w = [0] * k
-    tot_t, tot_c = 0.0, 0
+    frames_w = [0] * k
+    tot_t, tot_f = 0.0, 0
     handed = []
     nxt = 0
     for w, seconds in ops:
@@ -269,8 +269,8 @@ def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
             assert got is None
             break
         remaining = n - nxt
-        if chunks_w[w] and tot_c:
-            sf = (tot_t / tot_c) / (time_w[w] / chunks_w[w])  # global_avg / thread_avg
+        if frames_w[w] and tot_f:
+            sf = (tot_t / tot_f) / (time_w[w] / frames_w[w])  # global_avg / thread_avg per slice
         else:
             sf = 1.0
         want = max(1, min(remaining, math.floor(remaining / k * sf)))
@@ -279,9 +279,9 @@ def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
         nxt += want
         a.done(w, want, seconds)
         time_w[w] += seconds
-        chunks_w[w] += 1
+        frames_w[w] += want
         tot_t += seconds
-        tot_c += 1
+        tot_f += want
     while nxt < n:
         got = a.claim(0)
         handed.append(got)

@@ -41,7 +41,7 @@ def synthetic(tmp_path):
             _rec("prolific", "process", 2, 0.59, 0), _rec("prolific", "process", 4, 0.9, 0),
             _rec("pipe-1to1", "pipe", 2, 0.578, 0)]
     for i, r in enumerate(recs):
-        r.extra["loadavg1"] = 3.0 if i == 3 else 0.5  # one run timed on a busy machine
+        r.extra["foreign_cpu"] = 0.3 if i == 3 else 0.01  # one run timed beside a neighbour
     with StudyWriter(path, {"N": 2, "cpus_usable": 2, "cpu_model": "test"}, {}) as w:
         for r in recs:
             w.append(r)
@@ -51,7 +51,7 @@ def synthetic(tmp_path):
 def test_table_figures_by_hand(synthetic, tmp_path):
     study = load_study(synthetic)
     assert study.n == 2
-    rows = {(r.scheduler, r.k): r for r in summarise(study.runs, study.n, study.util, study.load)}
+    rows = {(r.scheduler, r.k): r for r in summarise(study.runs, study.n, study.util, study.foreign)}
     dyn = rows[("dynamic", 2)]
     # unverified 0.1 s excluded: mean (0.55 + 0.6) / 2 = 0.575; sigma = 1.1 / 0.575
     assert dyn.reps == 2 and dyn.failed == 1
@@ -71,9 +71,9 @@ def test_table_figures_by_hand(synthetic, tmp_path):
     text, files = build_report(study, str(tmp_path / "out"), plots=True)
     assert "| 2 | 575.00 (2/3) | 1.913 | 0.957 |" in text
     assert "T_serial (Eq. 4, `serial` runs): L = 100: 1100.00 ms (2 reps)" in text
-    # 8 verified runs, one ended with load 3.0 > N = 2 (dynamic rep 1)
-    assert "median 0.50, max 3.00; 1 of 8 runs ended with load above N = 2 — the machine was shared" in text
-    assert dyn.load1 == pytest.approx((0.5 + 3.0) / 2)
+    # 8 verified runs, one timed while others used 30 % of the CPUs (dynamic rep 1)
+    assert "median 1.0 %, max 30.0 %; 1 of 8 runs above 5 % — a dedicated machine." in text
+    assert dyn.foreign_cpu == pytest.approx((0.01 + 0.3) / 2)
     # Table 17 style at k = N = 2: dynamic fastest, pipe-1to1 +0.5 % -> practically
     # equivalent, prolific +2.6 % -> not
     fam = text.split("## Best scheduler per family")[1].split("## The paper's claims")[0]
@@ -207,3 +207,24 @@ def test_disturbed_serial_is_flagged(tmp_path):
     assert "T_serial is +25.0 % off the median k = 1 time of the thread schedulers" in text
     assert "dynamic, L = 100: σE k=1: 1.250, k=2: 1.176" in text
     assert "inconclusive" in text and "near-ideal — reproduces" not in text
+
+
+def test_summarise_keeps_mpi_ranks_apart_and_counts_p_times_k_units():
+    import numpy as np
+
+    from hybridsched.report import summarise
+    from hybridsched.store import RUN_DTYPE, decode
+
+    runs = decode(np.zeros(4, RUN_DTYPE))
+    rows = [("serial", "serial", 1, 1, 8.0), ("serial", "serial", 2, 1, 2.0),  # P=2 serial: not T_serial
+            ("dynamic", "thread", 1, 2, 4.0), ("dynamic", "thread", 2, 2, 2.5)]
+    for i, (s, fam, P, k, t) in enumerate(rows):
+        runs[i]["run_id"], runs[i]["scheduler"], runs[i]["family"] = i, s, fam
+        runs[i]["P"], runs[i]["k"], runs[i]["L"], runs[i]["time_s"] = P, k, 100, t
+        runs[i]["verified"], runs[i]["affinity"] = True, True
+    out = {(r.scheduler, r.P): r for r in summarise(runs)}
+    assert len(out) == 4
+    one, two = out[("dynamic", 1)], out[("dynamic", 2)]
+    assert one.sigma == pytest.approx(2.0) and one.sigma_e == pytest.approx(1.0)
+    assert two.sigma == pytest.approx(8.0 / 2.5)
+    assert two.sigma_e == pytest.approx(8.0 / 2.5 / 4)  # Eq. 19-20: P x k = 4 units

@@ -182,3 +182,52 @@ def test_check_sizes():
     with pytest.raises(UsageError):
         Slab(100_000_000, 640, 640, seed=0)  # refused before any segment is made
     assert our_shm_entries(os.getpid()) == []
+
+
+def test_sweep_orphans_removes_only_segments_of_dead_creators():
+    import subprocess
+    import sys
+
+    import posix_ipc
+
+    from hybridsched.workload import SEGMENT_PREFIX, sweep_orphans
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = f"/{SEGMENT_PREFIX}{dead.pid}.0.orig"
+    alive = f"/{SEGMENT_PREFIX}1.0.orig"  # pid 1 always exists
+    for name in (orphan, alive):
+        posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=16).close_fd()
+    try:
+        removed = sweep_orphans()
+        assert orphan[1:] in removed and alive[1:] not in removed
+        assert orphan[1:] not in our_shm_entries() and alive[1:] in our_shm_entries()
+    finally:
+        for name in (orphan, alive):
+            try:
+                posix_ipc.unlink_shared_memory(name)
+            except posix_ipc.ExistentialError:
+                pass
+
+
+def test_foreign_load_sees_a_busy_neighbour_but_not_our_own_work():
+    import subprocess
+    import sys
+    import time
+
+    from hybridsched.sysinfo import ForeignLoad, usable_cpus
+
+    cpus = usable_cpus()
+    mine = ForeignLoad(cpus)
+    t = time.monotonic()
+    while time.monotonic() - t < 0.3:  # our own busy time is not "foreign"
+        pass
+    own_share = mine.share()
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<0.6: pass"])
+    try:
+        theirs = ForeignLoad(cpus)
+        time.sleep(0.4)
+        neighbour_share = theirs.share()
+    finally:
+        spin.wait()
+    assert neighbour_share - own_share > 0.5 / len(cpus) - 0.15

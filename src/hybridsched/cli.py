@@ -172,9 +172,6 @@ def cmd_run(args) -> int:
 
         def on_record(rec):
             nonlocal failed
-            # 1-min load average at the end of the run: tells the report whether the
-            # machine was dedicated (load <= N) while this run was timed
-            rec.extra.setdefault("loadavg1", round(os.getloadavg()[0], 2))
             writer.append(rec)
             failed += not rec.verified
             progress.done(rec.config)

@@ -108,7 +108,8 @@ def fixed_chunks(n: int, k: int, c: int) -> Dispenser:
 
 class Adaptive(Dispenser):
     """The adaptive chunk scheduler (§2.4): guided-like base chunk scaled by the claiming
-    thread's speed factor, from per-thread chunk timings reported through ``done``."""
+    thread's speed factor, from per-thread timings reported through ``done`` and averaged
+    per slice (frame), see :func:`policies.speed_factor`."""
 
     feedback = True
 
@@ -117,9 +118,9 @@ class Adaptive(Dispenser):
         self.n, self.k = n, k
         self.next = 0
         self.time = [0.0] * k
-        self.chunks = [0] * k
+        self.frames = [0] * k
         self._tot_time = 0.0
-        self._tot_chunks = 0
+        self._tot_frames = 0
         self._lock = threading.Lock()
 
     def claim(self, w):
@@ -127,9 +128,9 @@ class Adaptive(Dispenser):
             first = self.next
             if first >= self.n or self.stopped:
                 return None
-            # global_avg over threads with history = total time / total chunks
-            g = self._tot_time / self._tot_chunks if self._tot_chunks else None
-            sf = pol.speed_factor(self.time[w], self.chunks[w], g)
+            # global_avg over the threads with history: their time over their frames
+            g = self._tot_time / self._tot_frames if self._tot_frames else None
+            sf = pol.speed_factor(self.time[w], self.frames[w], g)
             count = pol.adaptive_size(self.n - first, self.k, sf)
             self.next = first + count
         return first, count
@@ -137,9 +138,9 @@ class Adaptive(Dispenser):
     def done(self, w, count, seconds):
         with self._lock:
             self.time[w] += seconds
-            self.chunks[w] += 1
+            self.frames[w] += count
             self._tot_time += seconds
-            self._tot_chunks += 1
+            self._tot_frames += count
 
 
 class StealQueues(Dispenser):

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from .errors import UsageError
-from .store import RUN_DTYPE, StudyWriter, check_ours, check_writable
+from .store import RUN_DTYPE, StudyWriter, check_ours, check_writable, open_study
 
 _PART = ".part"
 
@@ -43,7 +43,7 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
     sources, machine = [], {}
     try:
         for i, p in enumerate(inputs):
-            with h5py.File(p, "r") as h5:
+            with open_study(p) as h5:
                 a = dict(h5.attrs)
             if i == 0:
                 machine = {k[len("machine."):]: v for k, v in a.items() if k.startswith("machine.")}
@@ -68,7 +68,7 @@ def _s(v) -> str:
 
 
 def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:
-    with h5py.File(path, "r") as src:
+    with open_study(path) as src:
         raw = src["runs"][()]
         rows = np.zeros(len(raw), RUN_DTYPE)
         for name in RUN_DTYPE.names:

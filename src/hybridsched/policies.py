@@ -69,12 +69,19 @@ def adaptive_size(remaining: int, k: int, speed_factor: float) -> int:
     return max(1, min(remaining, int(remaining / k * speed_factor)))
 
 
-def speed_factor(thread_time: float, thread_chunks: int, global_avg: float | None) -> float:
+def speed_factor(thread_time: float, thread_slices: int, global_avg: float | None) -> float:
     """§2.4: speed_factor = global_avg / thread_avg, where thread_avg is the thread's mean
-    time per chunk; 1.0 while the thread (or everybody) has no history yet."""
-    if thread_chunks == 0 or not global_avg or thread_time <= 0.0:
+    time per slice and global_avg the mean over every thread with history; 1.0 while the
+    thread (or everybody) has no history yet.
+
+    A slice is one frame (a 2-D slice of the tensor). Averaging per chunk instead would
+    measure chunk size, not speed: chunks shrink as the work runs out, so the thread that
+    drew the first, largest chunk would look slowest and the others would be handed ever
+    larger chunks (up to all that remains) for being "fast".
+    """
+    if thread_slices == 0 or not global_avg or thread_time <= 0.0:
         return 1.0
-    return global_avg / (thread_time / thread_chunks)
+    return global_avg / (thread_time / thread_slices)
 
 
 def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[Chunk]:

@@ -46,12 +46,13 @@ class Row:
     u_thread: float = math.nan       # Eq. 11, mean over workers and repetitions
     u_n: float = math.nan            # Eq. 14, mean over repetitions
     failed: int = 0                  # runs of this configuration not verified
-    load1: float = math.nan          # mean 1-min load average after its runs (dedicated: <= N)
+    foreign_cpu: float = math.nan    # median share of the CPUs other processes used (dedicated: ~0)
     chunk_used: str = ""             # chunk(s) the backend reported
+    P: int = 1                       # MPI ranks (nodes); sigma_E and alpha use P x k units
 
     @property
-    def variant(self) -> tuple[str, bool, int]:
-        return (self.scheduler, self.affinity, self.chunk)
+    def variant(self) -> tuple[str, bool, int, int]:
+        return (self.scheduler, self.affinity, self.chunk, self.P)
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Study:
     attrs: dict
     n: int                                   # N: usable CPUs when the study ran
     util: dict[int, tuple[float, float]] = field(default_factory=dict)  # run_id -> (U_thread, U_N)
-    load: dict[int, float] = field(default_factory=dict)  # run_id -> 1-min load average after it
+    foreign: dict[int, float] = field(default_factory=dict)  # run_id -> share of CPUs used by others
 
 
 def load_study(path: str, utilisation: bool = True) -> Study:
@@ -74,7 +75,7 @@ def load_study(path: str, utilisation: bool = True) -> Study:
     attrs = read_attrs(path)
     n = int(attrs.get("machine.N", attrs.get("machine.cpus_usable", 0)) or 0)
     util: dict[int, tuple[float, float]] = {}
-    load: dict[int, float] = {}
+    foreign: dict[int, float] = {}
     if utilisation and len(runs):
         with open_study(path) as h5:  # readable while `run` still appends to it
             det = h5["detail"]
@@ -84,9 +85,9 @@ def load_study(path: str, utilisation: bool = True) -> Study:
                     continue
                 extra = det[name].attrs.get("extra")
                 if extra is not None:
-                    val = json.loads(extra).get("loadavg1")
+                    val = json.loads(extra).get("foreign_cpu")
                     if isinstance(val, (int, float)):
-                        load[int(rid)] = float(val)
+                        foreign[int(rid)] = float(val)
                 if n <= 0:
                     continue
                 w = det[name]["workers"][()]
@@ -95,7 +96,7 @@ def load_study(path: str, utilisation: bool = True) -> Study:
                 ut = metrics.worker_utilisations(w)
                 util[int(rid)] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
                                   metrics.many_core_utilisation(w, n))
-    return Study(path, runs, attrs, n, util, load)
+    return Study(path, runs, attrs, n, util, foreign)
 
 
 # T_serial and the median k = 1 time of the thread schedulers measure the same work on one
@@ -121,23 +122,34 @@ def serial_check(rows: list[Row], ser: list[Row]) -> list[str]:
     return out
 
 
+# Median share of our CPUs that other processes used during the timed runs above which the
+# machine counts as shared. /proc/stat's 10 ms ticks put a few percent of noise on one
+# short run; 5 % of the median is well above that and well below a real neighbour.
+SHARED_MACHINE = 0.05
+
+
+def dedicated(foreign: list[float]) -> bool:
+    return bool(foreign) and float(np.median(foreign)) <= SHARED_MACHINE
+
+
 def load_line(study: Study) -> str:
-    """How busy the machine was while the runs were timed (a dedicated machine: load <= N)."""
-    if not study.load:
-        return "Load during the runs: not recorded."
-    vals = np.array(list(study.load.values()))
-    busy = int((vals > study.n).sum()) if study.n else 0
-    return (f"Load during the runs (1-min load average after each run): median "
-            f"{np.median(vals):.2f}, max {vals.max():.2f}; {busy} of {len(vals)} runs ended "
-            f"with load above N = {study.n or '?'}"
-            + (" — the machine was shared, so timings include other work." if busy else
-               " — a dedicated machine."))
+    """How much of our CPUs other processes used while the runs were timed."""
+    if not study.foreign:
+        return "Other load during the runs: not recorded."
+    vals = np.array(list(study.foreign.values()))
+    busy = int((vals > SHARED_MACHINE).sum())
+    return (f"Other load during the timed runs (share of the N = {study.n or '?'} CPUs used by "
+            f"other processes, from /proc/stat minus our own CPU time): median "
+            f"{np.median(vals) * 100:.1f} %, max {vals.max() * 100:.1f} %; {busy} of {len(vals)} "
+            f"runs above {SHARED_MACHINE * 100:.0f} %"
+            + (" — a dedicated machine." if dedicated(list(vals)) else
+               " — the machine was shared, so timings include other work."))
 
 
 def serial_times(runs: np.ndarray) -> dict[int, float]:
-    """Mean verified serial time per L: T_serial of Eq. 4."""
+    """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4."""
     out = {}
-    ok = runs[(runs["scheduler"] == "serial") & runs["verified"]]
+    ok = runs[(runs["scheduler"] == "serial") & runs["verified"] & (runs["P"] == 1)]
     for L in np.unique(ok["L"]):
         out[int(L)] = float(ok["time_s"][ok["L"] == L].mean())
     return out
@@ -150,7 +162,7 @@ def _nanmean(vals: list[float]) -> float:
 
 def summarise(runs: np.ndarray, n: int | None = None,
               util: dict[int, tuple[float, float]] | None = None,
-              load: dict[int, float] | None = None) -> list[Row]:
+              foreign: dict[int, float] | None = None) -> list[Row]:
     """One row per (scheduler, L, k, chunk, affinity) over its verified runs; unverified or
     failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
     Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
@@ -158,7 +170,8 @@ def summarise(runs: np.ndarray, n: int | None = None,
     groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
     for r in runs:
-        key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]))
+        key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]),
+               int(r["P"]))
         g = groups.setdefault(key, [[], [], 0, set()])
         fam[key[0]] = str(r["family"])
         if r["verified"]:
@@ -168,34 +181,36 @@ def summarise(runs: np.ndarray, n: int | None = None,
         else:
             g[2] += 1
     rows = []
-    for (s, L, k, c, aff), (times, ids, failed, used) in groups.items():
+    for (s, L, k, c, aff, P), (times, ids, failed, used) in groups.items():
         if not times:
             rows.append(Row(s, fam[s], L, k, c, aff, 0, math.nan, math.nan, math.nan, math.nan,
-                            False, failed=failed))
+                            False, failed=failed, P=P))
             continue
         t = float(np.mean(times))
         ser = ts.get(L, math.nan)
         sigma = metrics.speedup(ser, t) if not math.isnan(ser) else math.nan
-        a = metrics.serial_fraction(sigma, k)
-        row = Row(s, fam[s], L, k, c, aff, len(times), t, sigma, metrics.efficiency(sigma, k),
+        units = P * k  # Eq. 19-20: P nodes x k workers; P = 1 is the single-node table
+        a = metrics.serial_fraction(sigma, units)
+        row = Row(s, fam[s], L, k, c, aff, len(times), t, sigma, metrics.efficiency(sigma, units),
                   a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times)),
                   e_p=metrics.mean_performance_efficiency(times), failed=failed,
-                  chunk_used="/".join(str(u) for u in sorted(used)))
+                  chunk_used="/".join(str(u) for u in sorted(used)), P=P)
         if not math.isnan(sigma):
-            row.t_ov = metrics.overhead_time(ser, t, k)
-            row.f_ov = metrics.overhead_fraction(sigma, k)
-            row.alpha_scaled = metrics.gustafson_alpha(sigma, k)
+            row.t_ov = metrics.overhead_time(ser, t, units)
+            row.f_ov = metrics.overhead_fraction(sigma, units)
+            row.alpha_scaled = metrics.gustafson_alpha(sigma, units)
             if n:
-                e = metrics.karp_flatt_eff(sigma, k, n)
+                e = metrics.karp_flatt_eff(sigma, units, P * n)
                 row.epsilon, row.epsilon_flagged = e.value, e.diagnostic
         if util:
             row.u_thread = _nanmean([util[i][0] for i in ids if i in util])
             row.u_n = _nanmean([util[i][1] for i in ids if i in util])
-        if load:
-            row.load1 = _nanmean([load[i] for i in ids if i in load])
+        if foreign:
+            vals = [foreign[i] for i in ids if i in foreign]
+            row.foreign_cpu = float(np.median(vals)) if vals else math.nan
         rows.append(row)
     order = {name: i for i, name in enumerate(_name_order(rows))}
-    rows.sort(key=lambda r: (r.L, order[r.scheduler], not r.affinity, r.chunk, r.k))
+    rows.sort(key=lambda r: (r.L, order[r.scheduler], r.P, not r.affinity, r.chunk, r.k))
     return rows
 
 
@@ -219,10 +234,12 @@ def alpha_text(value: float, flagged: bool) -> str:
 
 def markdown_summary(rows: list[Row]) -> str:
     """The flat table `hybridsched run` prints: T (ms), sigma, sigma_E and alpha per row."""
-    lines = ["| scheduler | L | k | chunk | affinity | reps | T (ms) | σ | σE | α |",
+    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) | σ | σE | α |",
              "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r.scheduler} | {r.L} | {r.k} | {r.chunk or 'def'} | "
+        k = r.k if r.P == 1 else f"{r.P}×{r.k}"
+        chunk = r.chunk or "def" if r.chunk >= 0 else f"auto→{r.chunk_used or '?'}"
+        lines.append(f"| {r.scheduler} | {r.L} | {k} | {chunk} | "
                      f"{'on' if r.affinity else 'off'} | {r.reps} | {fmt(r.t_mean * 1e3, '.2f')} | "
                      f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
                      f"{alpha_text(r.alpha, r.alpha_flagged)} |")
@@ -248,8 +265,9 @@ def chunk_text(chunk: int) -> str:
     return f"chunk {chunk}" if chunk > 0 else ("default chunk" if chunk == 0 else "auto chunk")
 
 
-def variant_label(scheduler: str, affinity: bool, chunk: int) -> str:
-    return f"{scheduler} — affinity {'on' if affinity else 'off'}, {chunk_text(chunk)}"
+def variant_label(scheduler: str, affinity: bool, chunk: int, P: int = 1) -> str:
+    nodes = f"P = {P} ranks, " if P > 1 else ""
+    return f"{scheduler} — {nodes}affinity {'on' if affinity else 'off'}, {chunk_text(chunk)}"
 
 
 def variants(rows: list[Row]) -> list[tuple[str, bool, int]]:
@@ -386,7 +404,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     ``plots`` is false) under ``out_dir`` (None: write nothing)."""
     from . import claims
 
-    rows = summarise(study.runs, study.n, study.util, study.load)
+    rows = summarise(study.runs, study.n, study.util, study.foreign)
     a = study.attrs
     ok = int(study.runs["verified"].sum())
     head = [f"# Study {os.path.basename(study.path)}", "",

@@ -6,6 +6,7 @@ import platform
 import shutil
 import socket
 import sys
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -101,3 +102,57 @@ def machine_metadata() -> dict[str, str | int]:
     except ImportError:
         pass
     return meta
+
+
+def _busy_seconds(cpus: set[int]) -> float:
+    """Busy seconds (all but idle and iowait; guest is already in user) of these CPUs since
+    boot, from the per-CPU lines of /proc/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = 0
+    with open("/proc/stat") as fh:
+        for line in fh:
+            if not line.startswith("cpu") or line.startswith("cpu "):
+                continue
+            name, *vals = line.split()
+            if int(name[3:]) not in cpus:
+                continue
+            v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
+            busy += sum(v) - v[3] - v[4]
+    return busy / tick
+
+
+class ForeignLoad:
+    """Share of our CPUs that *other* processes used during a run.
+
+    (machine busy time on our CPUs - this process's CPU time, reaped children included)
+    / (N x wall time). A dedicated machine reads about 0; a busy neighbour shows up
+    directly, unlike the load average, which also counts our own k workers. /proc/stat
+    ticks are 10 ms, so one short run reads within a few percent; the report takes medians.
+    """
+
+    def __init__(self, cpus: list[int]):
+        self.cpus = set(cpus)
+        self._t = time.monotonic()
+        self._busy = self._own = 0.0
+        try:
+            self._busy = _busy_seconds(self.cpus)
+        except (OSError, ValueError):
+            self.cpus = set()
+        self._own = self._own_seconds()
+
+    @staticmethod
+    def _own_seconds() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def share(self) -> float:
+        """The foreign share since construction, in [0, 1] (NaN when /proc/stat is unreadable)."""
+        wall = time.monotonic() - self._t
+        if not self.cpus or wall <= 0:
+            return float("nan")
+        try:
+            busy = _busy_seconds(self.cpus) - self._busy
+        except (OSError, ValueError):
+            return float("nan")
+        foreign = busy - (self._own_seconds() - self._own)
+        return min(1.0, max(0.0, foreign / (len(self.cpus) * wall)))

@@ -74,9 +74,13 @@ class Segment:
             shm.close_fd()
         self.array = np.frombuffer(self._map, np.uint8, count=nbytes).reshape(shape)
 
-    def close(self) -> None:
+    def unlink_name(self) -> None:
+        """Remove the /dev/shm name now; the mapping (and forked children's) stays valid."""
         if _live.pop(self.name, None) is not None:
             _unlink(self.name)
+
+    def close(self) -> None:
+        self.unlink_name()
         self.array = None  # type: ignore[assignment]
         m = getattr(self, "_map", None)
         if m is not None:
@@ -140,6 +144,7 @@ class Slab:
     def __init__(self, frames: int, height: int, width: int, seed: int, frame0: int = 0,
                  generate: bool = True):
         check_sizes(frames, height, width)
+        sweep_orphans()
         self.shape = (frames, height, width)
         self.seed = seed
         self.frame0 = frame0
@@ -188,6 +193,12 @@ class Slab:
         orig, work = self._orig.array, self._work.array
         return sum(over_frames(lambda a, n: kernels.count_bad_rows(orig, work, first + a, n), count))
 
+    def unlink_names(self) -> None:
+        """Drop the segments' names at once, keeping the mappings: nothing can be left in
+        /dev/shm even if this process is later SIGKILLed (MPI ranks use this)."""
+        for seg in self._segments:
+            seg.unlink_name()
+
     def close(self) -> None:
         while self._segments:
             self._segments.pop().close()
@@ -210,7 +221,23 @@ def our_shm_entries(pid: int | None = None) -> list[str]:
     return sorted(n for n in names if n.startswith(prefix))
 
 
-def require_positive(name: str, value: int) -> int:
-    if value < 1:
-        raise UsageError(f"{name} must be at least 1, got {value}")
-    return value
+def sweep_orphans() -> list[str]:
+    """Unlink segments whose creating hybridsched process no longer exists (a run killed
+    with SIGKILL cannot clean up after itself); returns the names removed.
+
+    The creator pid is part of every name. A pid that exists again (reused) keeps its
+    segments: skipping is harmless, removing a live run's data would not be.
+    """
+    import psutil
+
+    removed = []
+    for name in our_shm_entries():
+        try:
+            pid = int(name[len(SEGMENT_PREFIX):].split(".", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not psutil.pid_exists(pid):
+            _unlink("/" + name)
+            removed.append(name)
+    return removed
+

@@ -3,11 +3,9 @@ the nogil kernel on the shared slab. One scheduling loop serves all seven thread
 """
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import threading
-from contextlib import contextmanager
 from functools import partial
 from time import perf_counter
 
@@ -115,30 +113,7 @@ class ThreadTeam:
         self.join()
 
 
-@contextmanager
-def gc_paused():
-    """No cyclic garbage collection inside the timed region (as timeit does).
-
-    A collection holds the GIL for its whole pass, stalling every worker that finishes a
-    chunk meanwhile: a run of 20000 one-frame chunks triggered a full collection of the
-    ~110k objects numba and h5py keep alive, 0.05-0.2 s of a 0.45-0.9 s run. The loop makes
-    no reference cycles, so nothing is lost by collecting after the run instead.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def execute(job: Job) -> Execution:
-    with gc_paused():
-        return _execute(job)
-
-
-def _execute(job: Job) -> Execution:
     kernel = get_kernel(job.kernel)
     work = job.work
     workers = pool_size(job)

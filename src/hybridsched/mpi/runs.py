@@ -296,23 +296,8 @@ def _slab(w, cfg: RunConfig, split: str) -> Slab:
     else:
         first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
         slab = Slab(count, cfg.height, cfg.width, cfg.seed, frame0=first)
-    _unlink_names(slab)
+    # When one rank aborts, mpiexec SIGKILLs the others while they wait in a collective, so
+    # no exit path of theirs runs: drop the /dev/shm names now and the kernel frees the
+    # memory with the last mapping (backends inherit mappings across fork, never open names).
+    slab.unlink_names()
     return slab
-
-
-def _unlink_names(slab: Slab) -> None:
-    """Remove the slab's /dev/shm names at once, keeping the mappings.
-
-    When one rank aborts, mpiexec kills the others with SIGKILL while they wait in a
-    collective, so no exit path of theirs would run; with the names gone the kernel frees
-    the memory with the last mapping instead. The backends only inherit the mappings
-    across fork() and never open a segment by name.
-    """
-    from .. import workload
-
-    for seg in getattr(slab, "_segments", ()):
-        if workload._live.pop(seg.name, None) is not None:
-            workload._unlink(seg.name)
-
-
-
