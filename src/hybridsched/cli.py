@@ -260,6 +260,11 @@ def _cmd_run_mpi(args, w) -> int:
                           f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
                           file=sys.stderr)
                 failed = run_configurations(w, configs, on_record, args.split)
+            from .report import markdown_summary, summarise
+            from .store import read_runs
+
+            # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
+            print(markdown_summary(summarise(read_runs(out))))
             print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
                   f"written to {out}", file=sys.stderr)
     return 1 if failed else 0

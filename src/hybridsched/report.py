@@ -249,7 +249,8 @@ def markdown_summary(rows: list[Row]) -> str:
 def _notes(rows: list[Row]) -> list[str]:
     notes = []
     if any(math.isnan(r.sigma) and r.reps for r in rows):
-        notes.append("σ needs the study's serial runs for the same L; — where there are none.")
+        notes.append("σ needs the study's single-node (P = 1) serial runs for the same L; — where "
+                     "there are none (an MPI study can `hybridsched merge` one in).")
     if any(r.alpha_flagged or r.epsilon_flagged for r in rows):
         notes.append("† α is a diagnostic where σ > k or σ < 1 (§3.3), not a serial fraction.")
     if any(r.failed for r in rows):
