@@ -187,7 +187,7 @@ def test_progress_bar_on_a_real_terminal(tmp_path):
     out = str(tmp_path / "tty.h5")
     proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "serial,dynamic",
                              "-k", "2", "-L", "4", "--height", "8", "--width", "8", "--reps", "2",
-                             "--out", out], stdout=subprocess.DEVNULL, stderr=slave)
+                             "--out", out], stdout=slave, stderr=slave)
     os.close(slave)
     seen = b""
     try:
@@ -205,6 +205,34 @@ def test_progress_bar_on_a_real_terminal(tmp_path):
     assert proc.returncode == 0
     text = seen.decode(errors="replace")
     assert "run 4/4: dynamic k=2 L=4 rep 2/2" in text and "100%" in text
+
+
+def test_progress_bar_silent_when_stdout_is_redirected(tmp_path):
+    """stderr on a terminal but stdout to a file (`run > table.md`): no bar (issue 4)."""
+    import pty
+
+    master, slave = pty.openpty()
+    out = str(tmp_path / "tty.h5")
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "serial", "-L", "2",
+                             "--height", "4", "--width", "4", "--reps", "1", "--out", out],
+                            stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            seen += data
+    finally:
+        os.close(master)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+    text = seen.decode(errors="replace")
+    assert "written to" in text and "%" not in text
 
 
 def test_append_replaces_a_half_written_run(tmp_path):

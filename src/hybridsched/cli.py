@@ -24,6 +24,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+_INT_LIMIT = 2**63
+
+
 def _int_list(what: str, minimum: int = 1):
     def parse(text: str) -> list[int]:
         out = []
@@ -35,6 +38,8 @@ def _int_list(what: str, minimum: int = 1):
                 raise argparse.ArgumentTypeError(f"{what} must be integers, got {part!r}") from None
             if v < minimum:
                 raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {v}")
+            if v >= _INT_LIMIT:  # stored as int64 in HDF5
+                raise argparse.ArgumentTypeError(f"{what} must be below 2**63, got {v}")
             out.append(v)
         return out
     return parse
@@ -67,8 +72,8 @@ def _nonnegative_int(what: str):
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{what} must be at least 0, got {v}")
+        if not 0 <= v < _INT_LIMIT:  # a uint64 for the generator, int64 in HDF5
+            raise argparse.ArgumentTypeError(f"{what} must be from 0 to 2**63-1, got {v}")
         return v
     return parse
 

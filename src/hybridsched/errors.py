@@ -33,6 +33,3 @@ class WorkerLost(HybridschedError):
         self.how = how
         super().__init__(f"{scheduler}: worker {worker} (pid {pid}) {how}")
 
-
-class VerificationError(HybridschedError):
-    """The output tensor is not sorted row by row, or rows lost/gained values."""

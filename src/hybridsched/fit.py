@@ -326,6 +326,14 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
             notes.append(f"L={L} of {Ls} (choose with --frames)")
     t1 = float(serial["time_s"][serial["L"] == L].mean())
     mine = mine[mine["L"] == L]
+    variants = sorted({(int(r["chunk"]), bool(r["affinity"])) for r in mine},
+                      key=lambda v: (v[0] != 0, not v[1], v[0]))
+    if len(variants) > 1:
+        # one curve only: never average different chunks or placements into one point
+        chunk, aff = variants[0]
+        mine = mine[(mine["chunk"] == chunk) & (mine["affinity"] == aff)]
+        notes.append(f"chunk={chunk or 'default'}, affinity {'on' if aff else 'off'} of "
+                     f"{len(variants)} variants in the study")
     groups: dict[tuple[int, int], list[float]] = {}
     for r in mine:
         groups.setdefault((int(r["P"]), int(r["k"])), []).append(float(r["time_s"]))

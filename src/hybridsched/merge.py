@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from .errors import UsageError
-from .store import RUN_DTYPE, StudyWriter, check_ours, check_writable, open_study
+from .store import RUN_DTYPE, StudyWriter, check_ours, check_writable, open_study, read_runs
 
 _PART = ".part"
 
@@ -32,8 +32,17 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
     """
     if not inputs:
         raise UsageError("merge: no input files")
+    tensors: dict[tuple, str] = {}
     for p in inputs:
         check_ours(p)
+        runs = read_runs(p)
+        for t in set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
+                         runs["kernel"].tolist())):
+            tensors.setdefault(t, p)
+    if len(tensors) > 1:
+        # one T_serial per L: runs on other frames, seeds or kernels are not comparable
+        shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" for (s, h, w, kern), p in tensors.items())
+        raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
     check_writable(out)
     if any(_same(p, out) for p in inputs if os.path.exists(out)):
         raise UsageError(f"-o {out}: is also an input")

@@ -75,7 +75,8 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
             continue
         sig = [r.sigma for r in vrows if not math.isnan(r.sigma)]
         chunk = f"_chunk{v[2]}" if v[2] > 0 else "_chunkauto" if v[2] < 0 else ""
-        name = f"speedup_{_safe(v[0])}" + ("" if v[1] else "_noaff") + chunk
+        name = (f"speedup_{_safe(v[0])}" + ("" if v[1] else "_noaff") + chunk
+                + (f"_P{v[3]}" if v[3] > 1 else ""))
         out.append(_finish(fig, ax, allk, sig, n, variant_label(*v),
                            os.path.join(out_dir, name + ".png")))
     for fam in families(rows):

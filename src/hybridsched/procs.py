@@ -212,6 +212,7 @@ class ProcessTeam:
             try:
                 pid, status = os.waitpid(-self.pgid, 0)
             except ChildProcessError:
+                self.pgid = 0  # the group is gone; its number may be reused: never signal it
                 return
             except InterruptedError:
                 continue
@@ -419,10 +420,6 @@ class ProcessTeam:
         if fd in self.parent_fds:
             self.parent_fds.remove(fd)
             _close(fd)
-
-    def unwatch(self, w: int) -> None:
-        fd = self.pidfds.pop(w, -1)
-        _close(fd)
 
     def wait_static(self) -> None:
         """Wait until all k workers have finished, discovering tree-forked workers as they

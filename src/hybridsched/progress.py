@@ -37,7 +37,9 @@ class Progress:
         self.runs = done_already
         total = sum(run_cost(c, n) for c in configs) + done_cost
         isatty = getattr(self.stream, "isatty", None)
-        self.enabled = bool(isatty and isatty())
+        # the bar draws on stderr but is for a user watching a terminal: off when either
+        # stream is redirected (a log file, a pipe) unless the caller chose the stream
+        self.enabled = bool(isatty and isatty()) and (stream is not None or sys.stdout.isatty())
         self.bar = tqdm(total=total, initial=done_cost, file=self.stream,
                         disable=not self.enabled, dynamic_ncols=True,
                         bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")

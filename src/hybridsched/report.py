@@ -225,8 +225,6 @@ def fmt(x: float, spec: str) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-_fmt = fmt  # the old private name
-
 
 def alpha_text(value: float, flagged: bool) -> str:
     return fmt(value, ".4f") + (" †" if flagged else "")

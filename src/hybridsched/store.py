@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import h5py
 import numpy as np
@@ -228,7 +228,3 @@ def stored_keys(path: str) -> set[tuple]:
                       int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
                       int(r["seed"]), int(r["P"])).key() for r in runs}
 
-
-def iter_rows(runs: np.ndarray) -> Iterable[dict]:
-    for r in runs:
-        yield {n: r[n].item() if hasattr(r[n], "item") else r[n] for n in runs.dtype.names}

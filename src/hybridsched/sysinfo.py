@@ -21,12 +21,6 @@ def n_cpus() -> int:
     return len(usable_cpus())
 
 
-def cpu_for_worker(w: int, cpus: list[int] | None = None) -> int:
-    """Round-robin placement of the paper: worker w on CPU w mod N."""
-    cpus = cpus or usable_cpus()
-    return cpus[w % len(cpus)]
-
-
 def pin_current(cpu: int) -> None:
     """Pin the calling thread (pid 0 = this thread on Linux) to one CPU."""
     os.sched_setaffinity(0, {cpu})

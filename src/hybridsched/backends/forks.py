@@ -47,10 +47,9 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
     # the paper's assignment is frame i to worker i mod k (chunk 1); --chunk c deals
     # c-frame chunks the same round-robin way
     c = max(1, job.chunk)
+    t_begin = perf_counter()  # the hand-out is part of the scheduler, as for threads and pipes
     plan = pol.round_robin_frames(job.frames, k) if c == 1 else pol.static_chunks(job.frames, k, c)
     cap = max(len(p) for p in plan)
-
-    t_begin = perf_counter()
     with ProcessTeam(job.scheduler, k, cap, subreaper=collective) as team:
         def body(w: int) -> None:
             if collective:

@@ -11,7 +11,7 @@ from time import perf_counter
 
 from .. import dispatch
 from .. import policies as pol
-from ..errors import HybridschedError
+from ..errors import HybridschedError, ResourceError
 from ..kernels import direct_entry, get_kernel
 from ..records import Execution
 from ..sysinfo import pin_current
@@ -89,6 +89,10 @@ class ThreadTeam:
                     t.start()
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal raises here
+        except RuntimeError as exc:  # "can't start new thread": fail this run, not the sweep
+            self.dispenser.stop()
+            self.__exit__(None, None, None)
+            raise ResourceError(f"cannot start {len(self.threads)} worker threads: {exc}") from exc
         except BaseException:
             # Ctrl-C/SIGTERM while starting: the workers already started must stop too
             self.dispenser.stop()

@@ -56,6 +56,10 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     """Raise UsageError for a split that cannot give every rank work."""
     if split not in SPLITS:
         raise UsageError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if any(c.chunk < 0 for c in configs):
+        raise UsageError("--chunk auto is not supported under mpiexec (the search would run "
+                         "inside the timed region on each rank); search on one node and pass "
+                         "the chunk it reports")
     small = [c.frames for c in configs if c.frames < P]
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
