@@ -64,6 +64,10 @@ RUN_OVERRIDES = {
     "seed<0": ["--seed", "-1"],
     "seed-not-a-number": ["--seed", "x"],
     "unknown-option": ["--bogus"],
+    "reps-absurd": ["--reps", "100000000"],
+    "k-absurd": ["-k", "100000"],
+    "seed-over-64-bits": ["--seed", "99999999999999999999"],
+    "out-on-proc": ["--out", "/proc/x.h5"],
 }
 
 
@@ -129,6 +133,7 @@ PLAN_BAD = {
     "chunk=0": ["--policy", "dynamic", "--tasks", "5", "--workers", "2", "--chunk", "0"],
     "unknown-policy": ["--policy", "fair", "--tasks", "5", "--workers", "2"],
     "missing-tasks": ["--policy", "static", "--workers", "2"],
+    "tasks-absurd": ["--policy", "dynamic", "--tasks", "10000000000", "--workers", "2"],
 }
 
 

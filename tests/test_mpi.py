@@ -331,3 +331,17 @@ def test_merge_refuses_files_that_are_not_ours(tmp_path, capsys):
     assert err.count("\n") == 1 and "not a hybridsched study" in err
     assert not out.exists() and not (tmp_path / "all.h5.part").exists()
     assert main(["merge", a, "-o", a]) == 2  # output is an input
+
+
+def test_merge_refuses_a_repeated_file_and_different_tensors(tmp_path, capsys):
+    a, b, out = (str(tmp_path / n) for n in ("a.h5", "b.h5", "all.h5"))
+    _study(a, "serial", "1")
+    assert main(["run", "-s", "dynamic", "-k", "2", "-L", "6", "--height", "16", "--width", "8",
+                 "--reps", "1", "-o", b]) == 0
+    capsys.readouterr()
+    assert main(["merge", a, a, "-o", out]) == 2  # its runs would count twice
+    assert "given twice" in capsys.readouterr().err
+    assert main(["merge", a, b, "-o", out]) == 2  # 8x8 and 16x8 frames: no common T_serial
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "different tensors" in err
+    assert not os.path.exists(out)

@@ -62,10 +62,11 @@ def _claim1(rows, idx, n, recs) -> list[str]:
             seq = ", ".join(f"k={k}: {r.sigma_e:.3f}" for k, r in got)
             verdict = ("near-ideal — reproduces" if ok else
                        f"below {NEAR_IDEAL} — does not reproduce")
-            if max(r.sigma_e for _, r in got) > SUPERLINEAR:
+            top = max(r.sigma_e for _, r in got)
+            if top > SUPERLINEAR:
                 ok = False
-                verdict = (f"σE > {SUPERLINEAR}: T_serial was disturbed (see the header) — "
-                           "inconclusive")
+                verdict = (f"max σE {top:.3f} > {SUPERLINEAR}: T_serial was disturbed (see the "
+                           "header) — inconclusive")
             out.append(f"- {name}, L = {L}: σE {seq} → min {worst:.3f}: {verdict}")
             recs += [dict(claim=1, L=L, k=k, scheduler=name, figure="sigma_e", value=r.sigma_e,
                           verdict=verdict) for k, r in got]

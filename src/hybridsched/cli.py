@@ -421,6 +421,13 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+_KEPT = "; completed runs are kept in the output file"
+
+
+def _is_run(argv: list[str] | None) -> bool:
+    return "run" in (sys.argv[1:] if argv is None else argv)[:1]
+
+
 def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -441,8 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; completed runs are kept", file=sys.stderr)
+        print(f"{PROG}: interrupted{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
         return 130
+    except SystemExit as exc:
+        if exc.code == 128 + signal.SIGTERM:
+            print(f"{PROG}: terminated{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
+        raise
     except BrokenPipeError:
         return 141
     finally:

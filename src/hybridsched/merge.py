@@ -32,6 +32,8 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
     """
     if not inputs:
         raise UsageError("merge: no input files")
+    if len({os.path.realpath(p) for p in inputs}) < len(inputs):
+        raise UsageError("merge: the same file is given twice (its runs would count twice)")
     tensors: dict[tuple, str] = {}
     for p in inputs:
         check_ours(p)

@@ -137,6 +137,7 @@ def aimd_window(window: int, u: float, limit: int, threshold: float = AIMD_THRES
 # --- presets and plans ------------------------------------------------------------------
 
 PLAN_POLICIES = ("static", "dynamic", "guided", "chunk")
+PLAN_MAX_TASKS = 10_000_000  # a plan row is ~100 bytes in memory: 1 GB at this bound
 
 
 def paper_chunk(n: int) -> int:
@@ -168,6 +169,8 @@ def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
         raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
     if n < 1 or k < 1 or chunk < 0:
         raise UsageError("--tasks and --workers must be at least 1 and --chunk at least 1")
+    if n > PLAN_MAX_TASKS:
+        raise UsageError(f"--tasks {n} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
     c = chunk or default_chunk(policy, n)
     if policy == "static":
         per_worker = static_assignment(n, k, c)

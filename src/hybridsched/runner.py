@@ -66,9 +66,16 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
 
 
 def warn_unverified(record: RunRecord, stream=None) -> None:
-    """Say loudly that a run's output was wrong or the run failed; it is never a timing."""
+    """Say loudly that a run's output was wrong or the run failed; it is never a timing.
+    A run that lost a worker but completed and verified (pipe-MtoM) is reported too."""
     stream = sys.stderr if stream is None else stream  # looked up now: stderr may be redirected
     c = record.config
+    if record.verified:
+        if record.lost_workers:
+            print(f"hybridsched: {c.scheduler} lost {record.lost_workers} worker(s) and "
+                  f"completed on the others ({record.notes}) [k={c.k} L={c.frames} rep={c.rep}]; "
+                  "verified, stored with lost_workers set", file=stream)
+        return
     what = (f"FAILED: {record.error}" if record.error else
             f"UNVERIFIED: {record.bad_rows} rows not sorted or not a permutation of the input")
     print(f"hybridsched: {what} [{c.scheduler} k={c.k} L={c.frames} rep={c.rep}]; "

@@ -216,6 +216,14 @@ def check_writable(path: str) -> None:
         raise UsageError(f"--out {path}: directory {d} does not exist")
     if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise UsageError(f"--out {path}: not writable")
+    # access() says yes to root everywhere, and to /proc or /sys; only a real file tells
+    probe = os.path.join(d, f".hybridsched-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot create a file in {d} ({exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def stored_keys(path: str) -> set[tuple]:

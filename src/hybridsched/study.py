@@ -15,6 +15,13 @@ from .sysinfo import n_cpus
 from .workload import Slab, check_sizes
 
 
+# Bounds that catch typos before memory or the process table runs out. The paper's matrix
+# is 2,040 runs; a million configurations is already hours of bookkeeping alone. 4096
+# workers is 128x the paper's largest k and well under Linux's default pid_max (32768).
+MAX_RUNS = 1_000_000
+MAX_WORKERS = 4096
+
+
 @dataclass
 class StudySpec:
     """What to run. ``configurations()`` expands it into the timed runs."""
@@ -57,6 +64,13 @@ class StudySpec:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
             check_sizes(L, self.height, self.width)
+        runs = (len(self.frames) * len(self.schedulers) * len(self.affinity) * len(self.chunks)
+                * len(self.ks) * self.reps)
+        if runs > MAX_RUNS:
+            raise UsageError(f"the study would have about {runs:,} runs; more than {MAX_RUNS:,} "
+                             "is surely a typo (check --reps, -k, --frames, --chunk)")
+        if max(self.ks) > MAX_WORKERS:
+            raise UsageError(f"-k {max(self.ks)} is more than {MAX_WORKERS} workers per node")
 
     def configurations(self) -> list[RunConfig]:
         out: list[RunConfig] = []
@@ -116,7 +130,7 @@ def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRec
             if on_start is not None:
                 on_start(cfg)
             record = timed_run(slab, cfg, monitor, cpus)
-            if not record.verified:
+            if not record.verified or record.lost_workers:
                 warn_unverified(record)
             on_record(record)
             yield record

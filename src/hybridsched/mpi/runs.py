@@ -284,7 +284,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
             if w.rank == 0:
                 record = combine(cfg, schedulers.get(cfg.scheduler).family, results, total_bad,
                                  split, started)
-                if not record.verified:
+                if not record.verified or record.lost_workers:
                     warn_unverified(record)
                 on_record(record)
                 ok = record.verified
