@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hybridsched import fit as F
+from hybridsched import metrics
 from hybridsched.cli import main
 from hybridsched.records import RunConfig, RunRecord
 from hybridsched.store import StudyWriter
@@ -38,7 +39,7 @@ def test_usl_on_throughput_fits_lambda():
 
 
 def test_usl_with_beta_zero_is_amdahl_and_has_no_peak():
-    y = F.amdahl_speedup(NS, 0.07)
+    y = metrics.amdahl_speedup(0.07, NS)
     res = F.fit(F.Data(NS, y), "usl")
     assert res["alpha"] == pytest.approx(0.07, abs=1e-4)
     assert res["beta"] == pytest.approx(0.0, abs=1e-7)
@@ -66,7 +67,7 @@ def test_usl_on_noisy_data_is_close_and_intervals_cover_the_truth():
 
 
 def test_gustafson_recovers_alpha_scaled():
-    y = F.gustafson_speedup(NS, 0.15)
+    y = metrics.gustafson_speedup(0.15, NS)
     res = F.fit(F.Data(NS, y), "gustafson")
     assert res["alpha"] == pytest.approx(0.15)
     assert res["r2"] == pytest.approx(1.0)

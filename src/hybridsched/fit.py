@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import metrics
 from .errors import UsageError
 
 MODELS = ("amdahl", "gustafson", "usl")
@@ -42,24 +43,7 @@ class Data:
     notes: list[str] = field(default_factory=list)
 
 
-# --- the metrics the fits are built on (local so this module stands alone) -------------
-
-
-def distributed_alpha(sigma: float, n: float) -> float:
-    """Eq. 20 (Eq. 8 with k units): alpha = (P_k / sigma - 1) / (P_k - 1); NaN for P_k = 1."""
-    return math.nan if n <= 1 else (n / sigma - 1.0) / (n - 1.0)
-
-
-def amdahl_speedup(n, alpha):
-    """Eq. 6 / Eq. 19: sigma = 1 / (alpha + (1 - alpha) / N)."""
-    n = np.asarray(n, float)
-    return 1.0 / (alpha + (1.0 - alpha) / n)
-
-
-def gustafson_speedup(n, alpha_scaled):
-    """Eq. 9: sigma = N - alpha_scaled (N - 1)."""
-    n = np.asarray(n, float)
-    return n - alpha_scaled * (n - 1.0)
+# --- the models (Eqs. 6/19 and 9 are metrics.amdahl_speedup / gustafson_speedup) -------
 
 
 def usl_throughput(n, lam, alpha, beta):
@@ -179,18 +163,18 @@ def fit_amdahl(d: Data) -> dict:
     lam0 = _lambda0(d)
     n = d.N.astype(float)
     if d.kind == "speedup":
-        f = lambda x, a: amdahl_speedup(x, a)  # noqa: E731
+        f = lambda x, a: metrics.amdahl_speedup(a, x)  # noqa: E731
         popt, se = _curve_fit(f, n, d.y, [0.05], ([0.0], [1.0]))
         lam, alpha, se_a = 1.0, float(popt[0]), se[0]
         dof = len(n) - 1
     else:
-        f = lambda x, lam, a: lam * amdahl_speedup(x, a)  # noqa: E731
+        f = lambda x, lam, a: lam * metrics.amdahl_speedup(a, x)  # noqa: E731
         popt, se = _curve_fit(f, n, d.y, [lam0, 0.05], ([0.0, 0.0], [np.inf, 1.0]))
         lam, alpha, se_a = float(popt[0]), float(popt[1]), se[1]
         dof = len(n) - 2
     sigma = d.y / lam
-    points = _points(d, [distributed_alpha(s, x) for s, x in zip(sigma, n)])
-    yhat = lam * amdahl_speedup(n, alpha)
+    points = _points(d, [metrics.distributed_alpha(s, 1, x).value for s, x in zip(sigma, n)])
+    yhat = lam * metrics.amdahl_speedup(alpha, n)
     return {"model": "amdahl", "kind": d.kind, "n_points": int(len(n)),
             "alpha": alpha, "beta": 0.0, "lambda": lam, "peak_N": None,
             "params": {"alpha": _param(alpha, se_a, dof)}, "r2": _r2(d.y, yhat),
@@ -208,13 +192,13 @@ def fit_gustafson(d: Data) -> dict:
     if denom == 0:
         raise UsageError("gustafson needs a point with N > 1")
     a = float(np.sum((n - sigma) * u) / denom)
-    resid = sigma - gustafson_speedup(n, a)
+    resid = sigma - metrics.gustafson_speedup(a, n)
     dof = len(n) - 1
     se = math.sqrt(float(np.sum(resid ** 2)) / dof / denom) if dof > 0 else math.nan
     pts = _points(d, [((x - s) / (x - 1.0)) if x > 1 else math.nan for x, s in zip(n, sigma)])
     return {"model": "gustafson", "kind": d.kind, "n_points": int(len(n)),
             "alpha": a, "beta": 0.0, "lambda": lam, "peak_N": None,
-            "params": {"alpha": _param(a, se, dof)}, "r2": _r2(sigma, gustafson_speedup(n, a)),
+            "params": {"alpha": _param(a, se, dof)}, "r2": _r2(sigma, metrics.gustafson_speedup(a, n)),
             "points": pts}
 
 
@@ -386,8 +370,8 @@ def predict(res: dict, n) -> np.ndarray:
     if res["model"] == "usl":
         return usl_throughput(n, res["lambda"], res["alpha"], res["beta"])
     if res["model"] == "amdahl":
-        return res["lambda"] * amdahl_speedup(n, res["alpha"])
-    return res["lambda"] * gustafson_speedup(n, res["alpha"])
+        return res["lambda"] * metrics.amdahl_speedup(res["alpha"], n)
+    return res["lambda"] * metrics.gustafson_speedup(res["alpha"], n)
 
 
 def plot(res: dict, path: str) -> None:
