@@ -175,8 +175,9 @@ def test_ctrl_c_during_append_is_held_until_the_run_is_stored(tmp_path, monkeypa
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_progress_bar_on_a_real_terminal(tmp_path):
-    """Through a pty (with a window size, as a terminal has) the bar shows the runs."""
+def _run_on_pty(argv: list[str], stdout_on_pty: bool) -> tuple[int, str]:
+    """Run `python -m hybridsched argv` with stderr (and stdout if asked) on a pty with a
+    window size, as a terminal has; returns the exit status and what the pty showed."""
     import fcntl
     import pty
     import struct
@@ -184,10 +185,8 @@ def test_progress_bar_on_a_real_terminal(tmp_path):
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
-    out = str(tmp_path / "tty.h5")
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "serial,dynamic",
-                             "-k", "2", "-L", "4", "--height", "8", "--width", "8", "--reps", "2",
-                             "--out", out], stdout=slave, stderr=slave)
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", *argv],
+                            stdout=slave if stdout_on_pty else subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
     try:
@@ -202,36 +201,24 @@ def test_progress_bar_on_a_real_terminal(tmp_path):
     finally:
         os.close(master)
         proc.wait(timeout=60)
-    assert proc.returncode == 0
-    text = seen.decode(errors="replace")
+    return proc.returncode, seen.decode(errors="replace")
+
+
+def test_progress_bar_on_a_real_terminal(tmp_path):
+    """Through a pty the bar shows the runs."""
+    out = str(tmp_path / "tty.h5")
+    rc, text = _run_on_pty(["run", "-s", "serial,dynamic", "-k", "2", "-L", "4", "--height", "8",
+                            "--width", "8", "--reps", "2", "--out", out], stdout_on_pty=True)
+    assert rc == 0
     assert "run 4/4: dynamic k=2 L=4 rep 2/2" in text and "100%" in text
 
 
 def test_progress_bar_silent_when_stdout_is_redirected(tmp_path):
     """stderr on a terminal but stdout to a file (`run > table.md`): no bar (issue 4)."""
-    import pty
-
-    master, slave = pty.openpty()
     out = str(tmp_path / "tty.h5")
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "serial", "-L", "2",
-                             "--height", "4", "--width", "4", "--reps", "1", "--out", out],
-                            stdout=subprocess.DEVNULL, stderr=slave)
-    os.close(slave)
-    seen = b""
-    try:
-        while True:
-            try:
-                data = os.read(master, 4096)
-            except OSError:
-                break
-            if not data:
-                break
-            seen += data
-    finally:
-        os.close(master)
-        proc.wait(timeout=60)
-    assert proc.returncode == 0
-    text = seen.decode(errors="replace")
+    rc, text = _run_on_pty(["run", "-s", "serial", "-L", "2", "--height", "4", "--width", "4",
+                            "--reps", "1", "--out", out], stdout_on_pty=False)
+    assert rc == 0
     assert "written to" in text and "%" not in text
 
 

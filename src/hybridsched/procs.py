@@ -34,9 +34,9 @@ from typing import Callable
 
 import numpy as np
 
-from .backends.base import thread_usage
+from .backends.base import thread_usage, trace_table
 from .errors import ResourceError, WorkerLost
-from .records import TRACE_DTYPE, WORKER_DTYPE
+from .records import WORKER_DTYPE
 
 FAULT_ENV = "HYBRIDSCHED_FAULT"
 
@@ -449,21 +449,9 @@ class ProcessTeam:
                     raise self.fail(w)
                 done.add(w)
 
-    def trace(self, workers: list[int] | None = None) -> np.ndarray:
-        """The chunk trace of the given workers (default all), ordered by start time."""
-        ws = range(self.k) if workers is None else workers
-        parts = []
-        for w in ws:
-            n = int(self.ntrace[w])
-            if n:
-                t = np.zeros(n, TRACE_DTYPE)
-                src = self.traces[w, :n]
-                t["worker"] = w
-                t["first"], t["count"] = src[:, 0], src[:, 1]
-                t["start"], t["end"] = src[:, 2], src[:, 3]
-                parts.append(t)
-        out = np.concatenate(parts) if parts else np.zeros(0, TRACE_DTYPE)
-        return out[np.argsort(out["start"], kind="stable")]
+    def trace(self) -> np.ndarray:
+        """The chunk trace of every worker, ordered by start time."""
+        return trace_table([self.traces[w, :int(self.ntrace[w])] for w in range(self.k)])
 
 
 def _close(fd: int) -> None:

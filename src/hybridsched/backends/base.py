@@ -68,14 +68,14 @@ def worker_table(n: int) -> np.ndarray:
     return table
 
 
-def trace_table(per_worker: list[list[tuple[int, int, float, float]]]) -> np.ndarray:
-    """Concatenate per-worker (first, count, start, end) lists into one TRACE_DTYPE array,
-    ordered by start time."""
+def trace_table(per_worker) -> np.ndarray:
+    """Concatenate per-worker (first, count, start, end) rows (lists of tuples, or n x 4
+    arrays) into one TRACE_DTYPE array, ordered by start time; worker = list index."""
     total = sum(len(t) for t in per_worker)
     out = np.zeros(total, TRACE_DTYPE)
     i = 0
     for w, rows in enumerate(per_worker):
-        if not rows:
+        if len(rows) == 0:
             continue
         arr = np.array(rows, dtype=np.float64)
         n = len(rows)
