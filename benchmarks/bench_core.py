@@ -16,7 +16,7 @@
 4. smoke   -- wall time of `hybridsched run --preset smoke` in a subprocess, warm and with an
               empty numba cache (targets < 5 s and < 20 s).
 
-Every scheduler is timed by hybridsched.runner.timed_run on a workload.Slab, so a figure
+Every scheduler is timed by hybridsched.study.runner.timed_run on a workload.Slab, so a figure
 includes exactly what the study times; the references are timed the same way (a fresh work
 copy before, untimed; the output verified after). Variants run interleaved, rep by rep, so
 a load change on a shared machine hits all of them alike. sigma = T_serial / T (Eq. 4),
@@ -44,7 +44,7 @@ import numpy as np
 from hybridsched import kernels
 from hybridsched.monitor import UtilisationMonitor
 from hybridsched.records import RunConfig
-from hybridsched.runner import timed_run
+from hybridsched.study.runner import timed_run
 from hybridsched.sysinfo import n_cpus
 from hybridsched.workload import Slab
 

@@ -28,7 +28,7 @@ import numpy as np
 from hybridsched import kernels
 from hybridsched import policies as pol
 from hybridsched.records import RunConfig
-from hybridsched.runner import timed_run
+from hybridsched.study.runner import timed_run
 from hybridsched.sysinfo import n_cpus
 from hybridsched.workload import Slab
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybridsched.records import RunConfig, RunRecord
-from hybridsched.runner import timed_run
+from hybridsched.study.runner import timed_run
 from hybridsched.sysinfo import n_cpus, usable_cpus
 from hybridsched.workload import Slab
 

@@ -92,6 +92,72 @@ def test_monitor_thread_publishes_the_model_value():
     assert not [th for th in threading.enumerate() if th.name == "hybridsched-monitor"]
 
 
+def test_monitor_samples_once_a_second_by_default():
+    from hybridsched import monitor
+
+    assert monitor.SAMPLE_PERIOD_S == 1.0  # §2.3: "completed sampling second intervals"
+
+
+_STAT = """cpu  10 0 10 80 0 0 0 0 0 0
+cpu0 {u0} 0 0 {i0} {w0} 0 0 0 0 0
+cpu1 1 0 0 99 0 0 0 0 0 0
+cpu3 {u3} 0 0 {i3} 0 0 0 0 0 0
+intr 1 2 3
+"""
+
+
+def test_proc_stat_counters_read_only_the_cpuset_and_count_iowait_as_busy(tmp_path):
+    from hybridsched.monitor import proc_stat_counters
+
+    f = tmp_path / "stat"
+    f.write_text(_STAT.format(u0=30, i0=50, w0=20, u3=5, i3=95))
+    # cpu1 is outside the cpuset, cpu2 is offline (absent): neither is returned
+    got = proc_stat_counters([0, 2, 3], str(f))
+    assert got == [(50.0, 100.0), (5.0, 100.0)]  # cpu0: user 30 + iowait 20 busy (Eq. 11)
+
+
+def test_reset_forgets_the_history_of_earlier_runs():
+    """A reset (before each timed AIMD run) starts the long-term mean afresh: what ran
+    before (here a fully busy period) no longer weighs on Eq. 1."""
+    t = [0.0, 0.0]
+    busy = [True]
+
+    def source():
+        t[1] += 1.0
+        t[0] += 1.0 if busy[0] else 0.0
+        return [(t[0], t[1])]
+
+    mon = UtilisationMonitor(period=3600, source=source)  # no thread: samples by hand
+    mon.model.update(source())
+    for _ in range(5):
+        mon.model.update(source())
+    assert mon.model.value == pytest.approx(1.0)
+    busy[0] = False
+    mon.reset()
+    assert mon.value == 0.0 and mon.model.value is None and mon.resets == 1
+    assert mon.model.update(source()) == pytest.approx(0.0)  # idle core, no old busy mean
+    fresh = UtilisationMonitor(period=3600, source=source)
+    fresh.model.update(source())
+    assert fresh.model.update(source()) == mon.model.value  # as if nothing ran before
+
+
+def test_reset_restarts_the_sampling_period():
+    calls = []
+
+    def source():
+        calls.append(time.monotonic())
+        return [(0.0, float(len(calls)))]
+
+    with UtilisationMonitor(period=0.2, source=source) as mon:
+        time.sleep(0.15)
+        mon.reset()
+        n = len(calls)
+        time.sleep(0.1)  # 0.25 s after start but only 0.1 s after the reset: no sample
+        assert len(calls) == n
+        time.sleep(0.2)
+        assert len(calls) > n
+
+
 # --- the AIMD window ---------------------------------------------------------------------
 
 
@@ -115,7 +181,8 @@ def complete(gate, n: int) -> list[int]:
 
 def test_window_starts_at_the_pool():
     gate = dispatch.AimdGate(1000, pool=3, limit=8, monitor=FakeMonitor(0.5))
-    assert gate.window == 3 and gate.window_trace == [3]
+    assert gate.window == 3 and [w for _, w, _ in gate.window_trace] == [3]
+    assert gate.window_trace[0][2] == 0.5  # the U it started from
 
 
 def test_additive_increase_below_threshold():
@@ -229,37 +296,69 @@ def test_adaptive_first_chunks_are_guided_like():
     assert a.claim(1) == (25, 18)      # 75/4 = 18.75, still no history for anyone
 
 
-def test_adaptive_hand_computed():
+def test_adaptive_hand_computed_paper_reading():
+    """§2.4 as written: thread_avg = the thread's time per finished chunk, global_avg = the
+    mean of thread_avg over the threads with history."""
     a = dispatch.Adaptive(100, 4)
     assert a.claim(0) == (0, 25)
-    a.done(0, 25, 1.0)                 # thread 0: 1 s for 25 slices = 0.04 s per slice
+    a.done(0, 25, 1.0)                 # thread 0: 1 s per chunk
     assert a.claim(1) == (25, 18)      # thread 1 has no history: factor 1, 75/4
-    a.done(1, 18, 3.0)                 # thread 1: 3 s / 18 slices; global avg 4 s / 43
-    assert a.claim(0) == (43, 33)      # 57/4 * (4/43)/(1/25) = 33.1
-    assert a.claim(1) == (76, 3)       # 24/4 * (4/43)/(3/18) = 3.35
-    assert a.claim(2) == (79, 5)       # 21/4 * 1 (no history) = 5.25
-    a.done(0, 33, 1.0)                 # thread 0: 2 s / 58 slices; global 5 s / 76
-    sf0 = (5.0 / 76) / (2.0 / 58)
-    assert a.claim(0) == (84, int(16 / 4 * sf0))
+    a.done(1, 18, 3.0)                 # thread 1: 3 s per chunk; global avg (1 + 3) / 2 = 2
+    assert a.claim(0) == (43, 28)      # 57/4 * 2/1 = 28.5
+    assert a.claim(1) == (71, 4)       # 29/4 * 2/3 = 4.83
+    assert a.claim(2) == (75, 6)       # 25/4 * 1 (no history) = 6.25
+    a.done(0, 28, 1.0)                 # thread 0: 2 s / 2 chunks = 1; global (1 + 3) / 2
+    assert a.claim(0) == (81, int(19 / 4 * 2.0))
     # clamps: a very fast thread gets everything that is left, a very slow one gets 1
     b = dispatch.Adaptive(1000, 4)
     for _ in range(1000):
         b.done(1, 1, 1e-6)             # thread 1 has finished many quick chunks
-    b.done(0, 1, 10.0)                 # thread 0 one very slow one; global avg ~ 0.01 s
-    assert b.claim(0) == (0, 1)        # 1000/4 * ~0.001 = 0.25 -> clamped up to 1
-    assert b.claim(1) == (1, 999)      # 999/4 * ~1e4 -> clamped down to remaining
+    b.done(0, 1, 10.0)                 # thread 0 one very slow one; global avg ~ 5 s
+    assert b.claim(0) == (0, 125)      # 1000/4 * 5/10 = 125
+    assert b.claim(1) == (125, 875)    # 875/4 * 5/1e-6 -> clamped down to remaining
+
+
+def test_adaptive_hand_computed_per_frame_variant():
+    """The adaptive-frame variant: averages per frame (slice) instead of per chunk."""
+    a = dispatch.Adaptive(100, 4, pol.PER_FRAME)
+    assert a.claim(0) == (0, 25)
+    a.done(0, 25, 1.0)                 # thread 0: 1 s for 25 slices = 0.04 s per slice
+    assert a.claim(1) == (25, 18)
+    a.done(1, 18, 3.0)                 # thread 1: 3 s / 18 slices; global avg 4 s / 43
+    assert a.claim(0) == (43, 33)      # 57/4 * (4/43)/(1/25) = 33.1
+    assert a.claim(1) == (76, 3)       # 24/4 * (4/43)/(3/18) = 3.35
+    assert a.claim(2) == (79, 5)       # 21/4 * 1 (no history) = 5.25
+    b = dispatch.Adaptive(1000, 4, pol.PER_FRAME)
+    for _ in range(1000):
+        b.done(1, 1, 1e-6)
+    b.done(0, 1, 10.0)                 # global avg ~ 0.01 s per slice
+    assert b.claim(0) == (0, 1)        # 1000/4 * ~0.001 -> clamped up to 1
+    assert b.claim(1) == (1, 999)
+
+
+def test_the_two_readings_differ_when_chunks_shrink():
+    """A thread that ran one big chunk looks slow per chunk but not per frame: the next
+    chunk thread 0 gets is below base_chunk per chunk and above it per frame."""
+    for reading, slower in ((pol.PER_CHUNK, True), (pol.PER_FRAME, False)):
+        a = dispatch.Adaptive(1000, 2, reading)
+        a.claim(0), a.claim(1)
+        a.done(0, 500, 1.0)            # 500 frames in 1 s: 2 ms per frame, 1 s per chunk
+        a.done(1, 250, 0.6)            # 250 frames in 0.6 s: 2.4 ms per frame, 0.6 s per chunk
+        size = a.claim(0)[1]           # base_chunk = 250 / 2 = 125
+        assert (size < 125) == slower, (reading, size)
 
 
 @settings(max_examples=150, deadline=None)
 @given(n=st.integers(1, 3000), k=st.integers(1, 16),
        ops=st.lists(st.tuples(st.integers(0, 15), st.floats(1e-6, 10.0)), min_size=1, max_size=200))
-def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
+@pytest.mark.parametrize("reading", pol.READINGS)
+def test_adaptive_matches_eq3_for_any_timings(reading, n, k, ops):
     """Replay claims with chosen chunk times; every size follows Eq. 3 computed here from
     the same history, and the frames are handed out exactly once."""
-    a = dispatch.Adaptive(n, k)
+    a = dispatch.Adaptive(n, k, reading)
     time_w = [0.0] * k
     frames_w = [0] * k
-    tot_t, tot_f = 0.0, 0
+    chunks_w = [0] * k
     handed = []
     nxt = 0
     for w, seconds in ops:
@@ -269,8 +368,14 @@ def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
             assert got is None
             break
         remaining = n - nxt
-        if frames_w[w] and tot_f:
-            sf = (tot_t / tot_f) / (time_w[w] / frames_w[w])  # global_avg / thread_avg per slice
+        units = chunks_w if reading == pol.PER_CHUNK else frames_w
+        have = [i for i in range(k) if units[i]]
+        if units[w] and have:
+            if reading == pol.PER_CHUNK:     # mean of the threads' averages
+                g = sum(time_w[i] / chunks_w[i] for i in have) / len(have)
+            else:                            # all time over all frames
+                g = sum(time_w[i] for i in have) / sum(frames_w[i] for i in have)
+            sf = g / (time_w[w] / units[w])
         else:
             sf = 1.0
         want = max(1, min(remaining, math.floor(remaining / k * sf)))
@@ -280,8 +385,7 @@ def test_adaptive_matches_eq3_for_any_timings(n, k, ops):
         a.done(w, want, seconds)
         time_w[w] += seconds
         frames_w[w] += want
-        tot_t += seconds
-        tot_f += want
+        chunks_w[w] += 1
     while nxt < n:
         got = a.claim(0)
         handed.append(got)

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from hybridsched import cli, kernels, schedulers
+from hybridsched import cli, kernels, registry as schedulers
 from hybridsched.errors import NotOurFile
 from hybridsched.store import read_detail, read_runs
 from hybridsched.workload import our_shm_entries
@@ -191,7 +191,7 @@ def test_run_smoke_end_to_end(tmp_path):
     runs = read_runs(str(out))
     assert len(runs) > 0 and runs["verified"].all()
     names = set(runs["scheduler"].tolist())
-    assert names == set(schedulers.names())
+    assert names == set(schedulers.paper_names())  # presets run the paper's schedulers only
     for name in names:
         assert f"| {name} |" in p.stdout  # a table row for each scheduler
     assert "σ" in p.stdout and "σE" in p.stdout and "α" in p.stdout
@@ -234,7 +234,7 @@ def test_unverified_runs_are_warned_and_kept_out_of_tables(tmp_path, monkeypatch
     assert len(dyn) == 2 and not dyn["verified"].any() and (dyn["bad_rows"] > 0).all()
     assert runs[runs["scheduler"] == "serial"]["verified"].all()
     # and the report's tables leave them out too: no timing from an unverified run
-    from hybridsched.report import summarise
+    from hybridsched.results.report import summarise
 
     rows = summarise(runs)
     assert [r.reps for r in rows if r.scheduler == "serial"] == [2]

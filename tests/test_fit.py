@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from hybridsched import fit as F
-from hybridsched import metrics
+from hybridsched.results import fit as F
+from hybridsched.results import metrics
 from hybridsched.cli import main
 from hybridsched.records import RunConfig, RunRecord
 from hybridsched.store import StudyWriter

@@ -129,7 +129,7 @@ def test_no_garbage_collection_inside_the_timed_region(monkeypatch):
     import gc
 
     from hybridsched.records import RunConfig
-    from hybridsched.runner import timed_run
+    from hybridsched.study.runner import timed_run
 
     seen = []
 

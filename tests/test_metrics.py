@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from hybridsched import metrics as m
+from hybridsched.results import metrics as m
 from hybridsched.records import WORKER_DTYPE
 
 

@@ -153,11 +153,22 @@ def test_adaptive_size_clamps():
 
 
 def test_speed_factor_definition():
-    assert pol.speed_factor(0.0, 0, None) == 1.0       # no history anywhere
-    assert pol.speed_factor(0.0, 0, 2.0) == 1.0        # no history for this thread
-    assert pol.speed_factor(4.0, 2, None) == 1.0       # no global average yet
-    assert pol.speed_factor(4.0, 2, 3.0) == pytest.approx(3.0 / 2.0)  # global / thread avg
-    assert pol.speed_factor(1.0, 4, 1.0) == pytest.approx(4.0)        # faster -> larger
+    assert pol.speed_factor(None, None) == 1.0         # no history anywhere
+    assert pol.speed_factor(None, 2.0) == 1.0          # no history for this thread
+    assert pol.speed_factor(2.0, None) == 1.0          # no global average yet
+    assert pol.speed_factor(2.0, 3.0) == pytest.approx(3.0 / 2.0)  # global / thread avg
+    assert pol.speed_factor(0.25, 1.0) == pytest.approx(4.0)       # faster -> larger
+
+
+def test_thread_and_global_averages_in_both_readings():
+    # the paper: per finished chunk, global = mean of the threads' averages
+    assert pol.thread_average(4.0, 2, 10, pol.PER_CHUNK) == 2.0
+    assert pol.thread_average(0.0, 0, 0, pol.PER_CHUNK) is None
+    assert pol.global_average([4.0, 1.0, 0.0], [2, 1, 0], [10, 90, 0], pol.PER_CHUNK) == 1.5
+    # the variant: per frame, global = all time over all frames
+    assert pol.thread_average(4.0, 2, 10, pol.PER_FRAME) == 0.4
+    assert pol.global_average([4.0, 1.0, 0.0], [2, 1, 0], [10, 90, 0], pol.PER_FRAME) == 0.05
+    assert pol.global_average([0.0], [0], [0], pol.PER_FRAME) is None
 
 
 def test_fcfs_chunks_rejects_empty_chunk():
@@ -294,13 +305,19 @@ def test_dispenser_under_real_threads_covers_once(kind):
 
 
 def test_default_chunks():
-    assert pol.default_chunk("chunk", 1000) == 10       # the paper's 10 for L=1000
-    assert pol.default_chunk("chunk", 10000) == 100     # and 100 for L=10000
-    assert pol.default_chunk("chunk", 7) == 1
-    assert pol.default_chunk("dynamic", 1000) == 1      # OpenMP dynamic default
-    assert pol.default_chunk("guided", 1000) == 1
-    assert pol.default_chunk("static", 1000) == 0       # blocks
-    assert pol.default_chunk("aimd", 1000) == 4         # §4: chunks of 4
+    from hybridsched import registry
+
+    chunk = lambda name, n: registry.get(name).resolve_chunk(0, n)  # noqa: E731
+    assert chunk("chunk", 1000) == 10       # the paper's 10 for L=1000
+    assert chunk("chunk", 10000) == 100     # and 100 for L=10000
+    assert chunk("chunk", 7) == 1
+    assert chunk("chunk-steal", 1000) == 10
+    assert chunk("dynamic", 1000) == 1      # OpenMP dynamic default
+    assert chunk("guided", 1000) == 1
+    assert chunk("static", 1000) == 0       # blocks
+    assert chunk("aimd", 1000) == 4         # §4: chunks of 4
+    assert chunk("pipe-MtoM", 1000) == 1    # the paper's chunk 1 (Tables 5-7)
+    assert chunk("dynamic", 1000) == 1 and registry.get("dynamic").resolve_chunk(7, 1000) == 7
 
 
 @pytest.mark.parametrize("policy", pol.PLAN_POLICIES)

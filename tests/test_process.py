@@ -15,10 +15,11 @@ import pytest
 from schedcheck import ODD_SHAPES, Shape, config, run_and_check
 
 from hybridsched import policies as pol
+from hybridsched import registry
 from hybridsched.backends import Job, forks
 from hybridsched.cli import main
-from hybridsched.procs import FAULT_ENV, fault_plan
-from hybridsched.runner import timed_run
+from hybridsched.backends.procs import FAULT_ENV, fault_plan
+from hybridsched.study.runner import timed_run
 from hybridsched.workload import Slab, our_shm_entries
 
 PROCESS = ["prolific", "collective"]
@@ -262,7 +263,7 @@ def test_hundred_consecutive_runs_leave_no_zombie():
 def _tree(scheduler: str, k: int):
     with Slab(k + 3, 2, 8, 1) as slab:
         slab.fresh_copy()
-        job = Job(scheduler, slab.work, "quicksort", k, 1, affinity=False)
+        job = Job(registry.get(scheduler), slab.work, "quicksort", k, 1, affinity=False)
         ex, pids, ppids = forks.execute_detailed(job)
         assert slab.bad_rows() == 0
     return ex, pids.tolist(), ppids.tolist()
@@ -303,3 +304,66 @@ def test_prolific_pinned_oversubscription_doubles_the_first_cpu():
     rec = run_and_check("prolific", Shape("over", 4 * k, 2, 8, k))
     per_cpu = {c: int(rec.workers["frames"][rec.workers["cpu"] == c].sum()) for c in cpus}
     assert per_cpu[cpus[0]] == 8 and all(per_cpu[c] == 4 for c in cpus[1:])
+
+
+# --- the paper's pipe protocol by default; the faster ones only when asked ----------------
+
+
+def _pipe_run(scheduler: str, L: int = 40, k: int = 3, **opts):
+    from dataclasses import replace
+
+    cfg = replace(config(scheduler, Shape("proto", L, 2, 8, k)), **opts)
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        rec = timed_run(slab, cfg)
+    assert rec.verified, rec.error
+    return rec
+
+
+@pytest.mark.parametrize("scheduler", ["pipe-1to1", "pipe-1toN"])
+def test_stream_pipes_write_one_message_per_write_by_default(scheduler):
+    rec = _pipe_run(scheduler)
+    assert rec.config.pipe_batch == 1
+    assert "at most 1 records each" in rec.notes
+    assert "producer writes=40 " in rec.notes  # one write per chunk of 1 frame
+
+
+@pytest.mark.parametrize("scheduler", ["pipe-1to1", "pipe-1toN"])
+def test_stream_pipes_batch_only_as_a_named_variant(scheduler):
+    rec = _pipe_run(scheduler, pipe_batch=256)
+    writes = int(re.search(r"producer writes=(\d+)", rec.notes).group(1))
+    assert writes < 40 and re.search(r"at most (\d+) records", rec.notes).group(1) != "1"
+
+
+def test_mtom_keeps_one_chunk_in_flight_by_default():
+    rec = _pipe_run("pipe-MtoM")
+    assert rec.config.inflight == 1 and "peak in flight=1 per worker" in rec.notes
+
+
+def test_mtom_inflight_variant():
+    rec = _pipe_run("pipe-MtoM", L=60, inflight=3)
+    assert "peak in flight=3 per worker" in rec.notes
+
+
+def test_pipe_variants_are_stored_and_kept_apart(tmp_path):
+    from hybridsched.results.data import summarise
+    from hybridsched.store import read_runs
+
+    out = str(tmp_path / "v.h5")
+    base = ["run", "-s", "pipe-1to1,pipe-MtoM,dynamic", "-k", "2", "-L", "12", "--height", "4",
+            "--width", "16", "--reps", "1", "--out", out]
+    assert main(base) == 0
+    assert main(base[:-2] + ["--pipe-batch", "8", "--inflight", "2", "--out", out, "--resume"]) == 0
+    runs = read_runs(out)
+    got = sorted((str(r["scheduler"]), int(r["pipe_batch"]), int(r["inflight"])) for r in runs)
+    # dynamic reads neither option, so its run is not repeated by the resume
+    assert got == [("dynamic", 1, 1), ("pipe-1to1", 1, 1), ("pipe-1to1", 8, 1),
+                   ("pipe-MtoM", 1, 1), ("pipe-MtoM", 1, 2)]
+    rows = summarise(runs)
+    assert len([r for r in rows if r.scheduler == "pipe-MtoM"]) == 2
+
+
+@pytest.mark.parametrize("bad", [["--pipe-batch", "257"], ["--inflight", "0"], ["--pipe-batch", "x"]])
+def test_pipe_variant_bounds(bad, capsys):
+    assert main(["run", "-s", "pipe-1to1", "-L", "4", "-k", "1"] + bad) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -12,11 +12,12 @@ import os
 import numpy as np
 import pytest
 
-from hybridsched import cli, schedulers
+from hybridsched import cli, registry as schedulers
 from hybridsched.records import RunConfig, RunRecord, WORKER_DTYPE
-from hybridsched.report import build_report, load_study, summarise
+from hybridsched.results.report import build_report, load_study, summarise
 from hybridsched.store import StudyWriter, read_runs
-from hybridsched.study import StudySpec, run_configurations
+from hybridsched.study.spec import StudySpec
+from hybridsched.study.session import run_configurations
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -213,7 +214,7 @@ def test_disturbed_serial_is_flagged(tmp_path):
 def test_summarise_keeps_mpi_ranks_apart_and_counts_p_times_k_units():
     import numpy as np
 
-    from hybridsched.report import summarise
+    from hybridsched.results.report import summarise
     from hybridsched.store import RUN_DTYPE, decode
 
     runs = decode(np.zeros(4, RUN_DTYPE))

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsched import kernels, policies, schedulers
+from hybridsched import kernels, policies, registry as schedulers
 from hybridsched.monitor import UtilisationMonitor
-from hybridsched.runner import warn_unverified
+from hybridsched.study.runner import warn_unverified
 from schedcheck import N, ODD_SHAPES, Shape, check_record, config, run, run_and_check
 
 NAMES = schedulers.names("serial") + schedulers.names("thread")
@@ -20,8 +20,9 @@ KERNELS = list(kernels.KERNELS)
 
 
 def test_all_seven_thread_schedulers_are_registered():
-    assert NAMES == ["serial", "static", "dynamic", "guided", "chunk", "chunk-steal", "aimd",
-                     "adaptive"]
+    assert [n for n in NAMES if schedulers.get(n).paper] == [
+        "serial", "static", "dynamic", "guided", "chunk", "chunk-steal", "aimd", "adaptive"]
+    assert [n for n in NAMES if not schedulers.get(n).paper] == ["adaptive-frame"]
 
 
 @pytest.mark.parametrize("affinity", [True, False], ids=["aff", "noaff"])
@@ -52,6 +53,10 @@ def test_aimd_with_the_live_monitor():
         rec = run_and_check("aimd", Shape("aimd-live", 120, 2, 32, 2 * N + 1), monitor=mon)
     assert rec.workers_used == min(2 * N + 1, N)  # a fixed pool of min(k, N) threads (§2.3)
     assert "window" in rec.notes
+    win = rec.series["aimd_window"]
+    assert len(win) == rec.trace.shape[0] + 1  # the start, then one entry per completion
+    assert win["window"][0] == min(2 * N + 1, N) and (win["window"] >= 1).all()
+    assert (np.diff(win["t"]) >= 0).all()
 
 
 @pytest.mark.parametrize("scheduler", [n for n in NAMES if n not in ("serial", "aimd")])
@@ -182,7 +187,7 @@ def test_static_follows_the_plan_per_worker(chunk, L, k):
 @pytest.mark.parametrize("L,k,chunk", [(1, 2, 0), (37, 4, 0), (37, 4, 5), (300, 3, 0)])
 def test_chunk_steal_runs_the_static_chunks(L, k, chunk):
     rec = run_and_check("chunk-steal", Shape("steal", L, 1, 4, k, chunk))
-    c = chunk or policies.default_chunk("chunk-steal", L)
+    c = schedulers.get("chunk-steal").resolve_chunk(chunk, L)
     want = sorted(ch for chunks in policies.static_chunks(L, k, c) for ch in chunks)
     assert handed_out(rec) == want
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hybridsched import kernels
-from hybridsched.runner import timed_run
+from hybridsched.study.runner import timed_run
 from hybridsched.sysinfo import usable_cpus
 from hybridsched.workload import Slab
 from schedcheck import Shape, config, run

@@ -82,7 +82,7 @@ def _nonnegative_int(what: str):
 
 
 def _scheduler_names(values: list[str] | None) -> list[str] | None:
-    from . import schedulers
+    from . import registry as schedulers
 
     if not values:
         return None
@@ -94,6 +94,8 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
                 continue
             if name == "all":
                 out += schedulers.names()
+            elif name == "paper":
+                out += schedulers.paper_names()
             else:
                 schedulers.get(name)
                 out.append(name)
@@ -103,7 +105,7 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
 
 
 def build_spec(args):
-    from .study import StudySpec, default_spec, preset
+    from .study.spec import StudySpec, default_spec, preset
 
     spec: StudySpec = preset(args.preset) if args.preset else default_spec()
     names = _scheduler_names(args.scheduler)
@@ -127,6 +129,10 @@ def build_spec(args):
         spec.kernel = args.kernel
     if args.affinity is not None:
         spec.affinity = [args.affinity]
+    if args.pipe_batch is not None:
+        spec.pipe_batch = args.pipe_batch
+    if args.inflight is not None:
+        spec.inflight = args.inflight
     spec.validate()
     return spec
 
@@ -139,9 +145,9 @@ def cmd_run(args) -> int:
         return _cmd_run_mpi(args, w)
     from . import kernels
     from .progress import Progress, run_cost
-    from .report import markdown_summary, summarise
+    from .results.report import markdown_summary, summarise
     from .store import StudyWriter, check_writable, read_runs
-    from .study import run_configurations
+    from .study.session import record_resume, resume_check, run_configurations
     from .sysinfo import machine_metadata, n_cpus
 
     spec = build_spec(args)
@@ -159,7 +165,7 @@ def cmd_run(args) -> int:
     configs = spec.configurations()
     done: set = set()
     if resume:
-        done = _resume_check(out, spec, meta)
+        done = resume_check(out, spec, meta)
     todo = [c for c in configs if c.key() not in done]
     skipped = [c for c in configs if c.key() in done]
     if resume:
@@ -173,7 +179,7 @@ def cmd_run(args) -> int:
             (StudyWriter(out, append=True) if resume else
              StudyWriter(out, meta, spec.to_dict())) as writer:
         if resume:
-            _record_resume(writer, spec, meta)
+            record_resume(writer, spec, meta)
 
         def on_record(rec):
             nonlocal failed
@@ -185,39 +191,6 @@ def cmd_run(args) -> int:
     print(markdown_summary(summarise(read_runs(out))))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0
-
-
-def _resume_check(out: str, spec, meta: dict) -> set:
-    """Keys of the stored runs, after checking that ``spec`` may continue the stored study."""
-    import json
-
-    from .store import read_attrs, stored_keys
-    from .study import resume_conflicts
-
-    attrs = read_attrs(out)
-    try:
-        stored = json.loads(attrs.get("study", "{}"))
-    except ValueError:
-        stored = {}
-    machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
-    problems = resume_conflicts(stored, spec, machine, meta)
-    if problems:
-        raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
-    return stored_keys(out)
-
-
-def _record_resume(writer, spec, meta: dict) -> None:
-    """Keep the spec of every invocation: ``study`` is the latest, ``study_history`` the rest."""
-    import json
-
-    a = writer.h5.attrs
-    history = json.loads(a.get("study_history", "[]"))
-    history.append({"study": json.loads(a.get("study", "{}")),
-                    "until": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    a["study_history"] = json.dumps(history, sort_keys=True)
-    a["study"] = json.dumps(spec.to_dict(), sort_keys=True)
-    a["machine.loadavg_at_resume"] = meta["loadavg_at_start"]
-    writer.h5.flush()
 
 
 def _cmd_run_mpi(args, w) -> int:
@@ -265,7 +238,7 @@ def _cmd_run_mpi(args, w) -> int:
                           f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
                           file=sys.stderr)
                 failed = run_configurations(w, configs, on_record, args.split)
-            from .report import markdown_summary, summarise
+            from .results.report import markdown_summary, summarise
             from .store import read_runs
 
             # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
@@ -281,7 +254,7 @@ def _cmd_run_mpi(args, w) -> int:
 def cmd_fit(args) -> int:
     import json
 
-    from . import fit
+    from .results import fit
 
     data = fit.load(args.file, args.scheduler, args.frames)
     res = fit.fit(data, args.model)
@@ -297,7 +270,7 @@ def cmd_fit(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .merge import merge
+    from .results.merge import merge
 
     n = merge(args.files, args.out, args.overwrite)
     print(f"{n} runs from {len(args.files)} files written to {args.out}", file=sys.stderr)
@@ -308,12 +281,13 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .schedulers import SCHEDULERS, names
+    from .registry import SCHEDULERS, names
 
     width = max(len(n) for n in SCHEDULERS)
     for n in names():
         info = SCHEDULERS[n]
-        print(f"{n:<{width}}  {info.family:<7} {info.description}")
+        tag = "" if info.paper else "(variant) "
+        print(f"{n:<{width}}  {info.family:<7} {tag}{info.description}")
     return 0
 
 
@@ -327,7 +301,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import build_report, default_out_dir, load_study
+    from .results.report import build_report, default_out_dir, load_study
 
     study = load_study(args.file)
     if len(study.runs) == 0:
@@ -349,7 +323,7 @@ def cmd_report(args) -> int:
 def make_parser() -> argparse.ArgumentParser:
     from .kernels import KERNELS
     from .policies import PLAN_POLICIES
-    from .study import PRESETS
+    from .study.spec import PRESETS
 
     p = _Parser(prog=PROG, description="Fork-, pipe- and thread-based scheduler study on a "
                 "shared-memory row-sorting workload.")
@@ -358,7 +332,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
-                   help="scheduler names, comma separated or repeated; 'all' for every one")
+                   help="scheduler names, comma separated or repeated; 'paper' for the "
+                   "paper's 13, 'all' for every one (with the named variants)")
     r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts")
     r.add_argument("--frames", "-L", type=_int_list("--frames"), metavar="L[,L...]",
                    help="frames per tensor (the paper's L)")
@@ -379,6 +354,12 @@ def make_parser() -> argparse.ArgumentParser:
                    "(same seed, shape, kernel and machine required)")
     r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default (~2 min on 2 cores), scaled (the §5 "
                    "shape on this machine's N cores), paper (the §5 matrix)")
+    r.add_argument("--pipe-batch", type=_positive("--pipe-batch"), metavar="B",
+                   help="variant: pipe records per producer write for pipe-1to1/1toN (default "
+                   "1, the paper's one chunk per message; up to 256 = one PIPE_BUF)")
+    r.add_argument("--inflight", type=_positive("--inflight"), metavar="D",
+                   help="variant: pipe-MtoM chunks in flight per worker (default 1, the "
+                   "paper's next chunk on done)")
     r.add_argument("--split", choices=["static", "dynamic"], default="static",
                    help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
                    "self-scheduled guided chunks through an MPI RMA counter (dynamic); "

@@ -13,9 +13,13 @@ import itertools
 import sys
 import threading
 from collections import deque
+from time import perf_counter
 from typing import Callable
 
+import numpy as np
+
 from . import policies as pol
+from .records import WINDOW_DTYPE
 
 
 class Dispenser:
@@ -33,6 +37,14 @@ class Dispenser:
     def stop(self) -> None:
         """Make every later claim return None (Ctrl-C, a failing worker)."""
         self.stopped = True
+
+    def notes(self) -> str:
+        """What the run's notes should say about this dispenser ('' for nothing)."""
+        return ""
+
+    def series(self) -> dict:
+        """Named time series worth storing with the run (e.g. AIMD's window)."""
+        return {}
 
 
 class Preassigned(Dispenser):
@@ -108,19 +120,21 @@ def fixed_chunks(n: int, k: int, c: int) -> Dispenser:
 
 class Adaptive(Dispenser):
     """The adaptive chunk scheduler (§2.4): guided-like base chunk scaled by the claiming
-    thread's speed factor, from per-thread timings reported through ``done`` and averaged
-    per slice (frame), see :func:`policies.speed_factor`."""
+    thread's speed factor, from per-thread timings reported through ``done``. ``reading``
+    says what a thread's average is taken over: finished chunks (the paper) or frames (the
+    ``adaptive-frame`` variant), see :data:`policies.READINGS`."""
 
     feedback = True
 
-    def __init__(self, n: int, k: int):
+    def __init__(self, n: int, k: int, reading: str = pol.PER_CHUNK):
         super().__init__()
-        self.n, self.k = n, k
+        if reading not in pol.READINGS:
+            raise ValueError(f"unknown adaptive reading {reading!r}")
+        self.n, self.k, self.reading = n, k, reading
         self.next = 0
         self.time = [0.0] * k
+        self.chunks = [0] * k
         self.frames = [0] * k
-        self._tot_time = 0.0
-        self._tot_frames = 0
         self._lock = threading.Lock()
 
     def claim(self, w):
@@ -128,19 +142,17 @@ class Adaptive(Dispenser):
             first = self.next
             if first >= self.n or self.stopped:
                 return None
-            # global_avg over the threads with history: their time over their frames
-            g = self._tot_time / self._tot_frames if self._tot_frames else None
-            sf = pol.speed_factor(self.time[w], self.frames[w], g)
-            count = pol.adaptive_size(self.n - first, self.k, sf)
+            g = pol.global_average(self.time, self.chunks, self.frames, self.reading)
+            mine = pol.thread_average(self.time[w], self.chunks[w], self.frames[w], self.reading)
+            count = pol.adaptive_size(self.n - first, self.k, pol.speed_factor(mine, g))
             self.next = first + count
         return first, count
 
     def done(self, w, count, seconds):
         with self._lock:
             self.time[w] += seconds
+            self.chunks[w] += 1
             self.frames[w] += count
-            self._tot_time += seconds
-            self._tot_frames += count
 
 
 class StealQueues(Dispenser):
@@ -171,13 +183,21 @@ class StealQueues(Dispenser):
             return chunk
         return None
 
+    def notes(self):
+        return f"steals={self.steals}"
+
 
 class AimdGate(Dispenser):
     """AIMD (§2.3): chunks of 4 from a shared counter, at most ``window`` in flight.
 
     Workers block on a condition variable while the window is full. At every completion the
     window is updated by :func:`policies.aimd_window` from the utilisation U, which is
-    re-read from the monitor's lock-free mirror every 32 completions.
+    re-read from the monitor's lock-free mirror every 32 completions (§4).
+
+    The window starts at the pool size min(k, N), as §4 states. §2.3's "small bootstrap
+    value" and its slow start (doubling while U = 0) therefore only come into play after a
+    halving has taken the window below N. U reads 0 until the monitor's first sample of the
+    run, so a run shorter than the sampling period never halves.
     """
 
     feedback = True
@@ -191,7 +211,8 @@ class AimdGate(Dispenser):
         self.completions = 0
         self.monitor = monitor
         self.u = monitor.value if monitor is not None else 0.0
-        self.window_trace: list[int] = [self.window]
+        # (time, window, U) after every completion: the run's window trace (`series`)
+        self.window_trace: list[tuple[float, int, float]] = [(perf_counter(), self.window, self.u)]
         self._cv = threading.Condition(threading.Lock())
         # Threads blocked in claim(). Condition.notify() builds a deque of waiters even when
         # there are none; skipping it then cuts claim+done from 1.5 to 1.3 us of CPU per chunk.
@@ -221,7 +242,7 @@ class AimdGate(Dispenser):
             if self.monitor is not None and self.completions % pol.AIMD_MIRROR_EVERY == 0:
                 self.u = self.monitor.value
             self.window = pol.aimd_window(self.window, self.u, self.limit)
-            self.window_trace.append(self.window)
+            self.window_trace.append((perf_counter(), self.window, self.u))
             free = self.window - self.in_flight
             if free > 0 and self._waiting:
                 self._cv.notify(free)  # wake only as many as may start, not the whole herd
@@ -230,3 +251,10 @@ class AimdGate(Dispenser):
         with self._cv:
             self.stopped = True
             self._cv.notify_all()
+
+    def notes(self):
+        wt = [w for _, w, _ in self.window_trace]
+        return f"window min={min(wt)} max={max(wt)} final={wt[-1]} U={self.u:.3f}"
+
+    def series(self):
+        return {"aimd_window": np.array(self.window_trace, dtype=WINDOW_DTYPE)}

@@ -1,10 +1,16 @@
 """Per-core utilisation monitor that feeds the AIMD scheduler (§2.3, Eqs. 1-2).
 
-A daemon thread samples the per-core /proc/stat counters (through psutil), turns each pair
-of samples into per-core utilisations, keeps a long-term mean per core, blends them with
-Eq. 1 and smooths with Eq. 2. The result is published in ``value``, a plain float that
-readers load without a lock (the paper's lock-free mirror). It is started once before the
-timed runs and shared by them, so its start-up is not charged to AIMD.
+A daemon thread samples the per-core counters of /proc/stat for the CPUs the run may use
+(the cpuset), turns each pair of samples into per-core utilisations, keeps a long-term
+mean per core, blends them with Eq. 1 and smooths with Eq. 2. The result is published in
+``value``, a plain float that readers load without a lock (the paper's lock-free mirror).
+It is started once before the timed runs and shared by them, so its start-up is not
+charged to AIMD (§4).
+
+The long-term mean of Eq. 1 is reset at the start of every timed AIMD run (``reset``,
+outside the timed region): it then covers the samples of that run only, so a repetition
+does not depend on what ran before it in the study (a serial run, a k = 32 sweep), and the
+repetitions of one configuration are alike.
 """
 from __future__ import annotations
 
@@ -13,24 +19,38 @@ from typing import Callable, Sequence
 
 from .policies import AIMD_A, AIMD_BETA, combined_utilisation, ewma
 
-# Sampling period. /proc/stat advances in 10 ms jiffies, so much below ~50 ms a core's delta
-# is mostly quantisation noise; much above it AIMD reacts too late for runs of a few seconds.
-SAMPLE_PERIOD_S = 0.1
+# Sampling period: §2.3 keeps "a long-term arithmetic mean utilization over the completed
+# sampling second intervals", i.e. one sample per second. At 1 s the 10 ms jiffies of
+# /proc/stat put at most 1 % of quantisation noise on a core's delta; the cost is that a
+# run shorter than a second never sees a sample (U stays 0: slow start up to the window
+# limit), which is the paper's behaviour too.
+SAMPLE_PERIOD_S = 1.0
 
-Counters = Sequence[tuple[float, float]]  # per core: (busy seconds, total seconds)
+Counters = Sequence[tuple[float, float]]  # per core: (busy jiffies, total jiffies)
+
+# /proc/stat cpuN fields: user nice system idle iowait irq softirq steal guest guest_nice
+_IDLE = 3
+_FIELDS = 8  # guest and guest_nice are already counted in user and nice
 
 
-def psutil_counters() -> list[tuple[float, float]]:
-    """Cumulative (busy, total) seconds per core; busy excludes idle and iowait."""
-    import psutil
+def proc_stat_counters(cpus: Sequence[int] | None = None, path: str = "/proc/stat") -> list[tuple[float, float]]:
+    """Cumulative (busy, total) jiffies of each CPU in ``cpus`` (default: the usable
+    ones), in that order. Busy counts iowait, as Eq. 11 counts T_iowait as engaged time;
+    only idle is idle."""
+    if cpus is None:
+        from .sysinfo import usable_cpus
 
-    out = []
-    for c in psutil.cpu_times(percpu=True):
-        # guest time is already counted in user/nice; adding it again would inflate total
-        total = sum(c) - getattr(c, "guest", 0.0) - getattr(c, "guest_nice", 0.0)
-        idle = c.idle + getattr(c, "iowait", 0.0)
-        out.append((total - idle, total))
-    return out
+        cpus = usable_cpus()
+    rows: dict[int, tuple[float, float]] = {}
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.startswith(b"cpu") or line[3:4] == b" ":
+                continue
+            parts = line.split()
+            vals = [int(v) for v in parts[1:1 + _FIELDS]]
+            total = float(sum(vals))
+            rows[int(parts[0][3:])] = (total - vals[_IDLE], total)
+    return [rows[c] for c in cpus if c in rows]
 
 
 class UtilisationModel:
@@ -48,7 +68,7 @@ class UtilisationModel:
         """Feed one cumulative sample; returns the new U(p) (None before two samples)."""
         counters = list(counters)
         last, self._last = self._last, counters
-        if last is None or len(last) != len(counters):
+        if last is None or len(last) != len(counters) or not counters:
             return self.value
         now = []
         for (b0, t0), (b1, t1) in zip(last, counters):
@@ -67,19 +87,39 @@ class UtilisationMonitor:
     """The sampling thread; a context manager. ``value`` is U(p) in [0, 1] (0 until known)."""
 
     def __init__(self, period: float = SAMPLE_PERIOD_S,
-                 source: Callable[[], Counters] = psutil_counters):
+                 source: Callable[[], Counters] = proc_stat_counters):
         self.period = period
         self.source = source
         self.model = UtilisationModel()
         self.value = 0.0
-        self._stop = threading.Event()
+        self.resets = 0
+        self._lock = threading.Lock()  # model swap (reset) against a sample in flight
+        self._wake = threading.Condition(self._lock)
+        self._stopping = False
         self._thread: threading.Thread | None = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.period):
-            u = self.model.update(self.source())
-            if u is not None:
-                self.value = u
+        with self._wake:
+            while not self._stopping:
+                generation = self.resets
+                self._wake.wait(self.period)
+                if self._stopping:
+                    break
+                if generation != self.resets:
+                    continue  # reset meanwhile: a full period from the new baseline
+                u = self.model.update(self.source())
+                if u is not None:
+                    self.value = u
+
+    def reset(self) -> None:
+        """Forget all history: a new baseline sample now, U back to 0 until the next
+        sample a full period later (called before each timed AIMD run)."""
+        with self._wake:
+            self.model = UtilisationModel(self.model.a, self.model.beta)
+            self.model.update(self.source())
+            self.value = 0.0
+            self.resets += 1
+            self._wake.notify_all()
 
     def start(self) -> "UtilisationMonitor":
         self.model.update(self.source())
@@ -88,7 +128,9 @@ class UtilisationMonitor:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
         if self._thread is not None:
             self._thread.join()
             self._thread = None

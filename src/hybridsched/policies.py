@@ -69,19 +69,44 @@ def adaptive_size(remaining: int, k: int, speed_factor: float) -> int:
     return max(1, min(remaining, int(remaining / k * speed_factor)))
 
 
-def speed_factor(thread_time: float, thread_slices: int, global_avg: float | None) -> float:
-    """§2.4: speed_factor = global_avg / thread_avg, where thread_avg is the thread's mean
-    time per slice and global_avg the mean over every thread with history; 1.0 while the
-    thread (or everybody) has no history yet.
+# The two readings of §2.4's "average time per slice". The paper's text: it "stores the total
+# time per thread ... and the total number of chunks finished per thread", so thread_avg is
+# time per finished chunk and global_avg the mean of thread_avg over the threads with
+# history (`adaptive`). Chunks shrink as the work runs out, so per chunk the thread that drew
+# the first, largest chunk looks slowest; per frame (a 2-D slice of the tensor) measures
+# speed rather than chunk size (`adaptive-frame`, a named variant, never the default).
+PER_CHUNK = "chunk"
+PER_FRAME = "frame"
+READINGS = (PER_CHUNK, PER_FRAME)
 
-    A slice is one frame (a 2-D slice of the tensor). Averaging per chunk instead would
-    measure chunk size, not speed: chunks shrink as the work runs out, so the thread that
-    drew the first, largest chunk would look slowest and the others would be handed ever
-    larger chunks (up to all that remains) for being "fast".
-    """
-    if thread_slices == 0 or not global_avg or thread_time <= 0.0:
+
+def thread_average(time_s: float, chunks: int, frames: int, reading: str = PER_CHUNK) -> float | None:
+    """A thread's mean time per unit of work under ``reading``; None without history."""
+    units = chunks if reading == PER_CHUNK else frames
+    if units <= 0 or time_s <= 0.0:
+        return None
+    return time_s / units
+
+
+def global_average(times: Sequence[float], chunks: Sequence[int], frames: Sequence[int],
+                   reading: str = PER_CHUNK) -> float | None:
+    """§2.4's global_avg over the threads with history: the mean of their thread_avg (the
+    paper's reading); per frame, all their time over all their frames."""
+    if reading == PER_CHUNK:
+        avgs = [a for a in (thread_average(t, c, f, reading) for t, c, f in zip(times, chunks, frames))
+                if a is not None]
+        return sum(avgs) / len(avgs) if avgs else None
+    tot_f = sum(f for t, f in zip(times, frames) if t > 0)
+    tot_t = sum(t for t, f in zip(times, frames) if f > 0)
+    return tot_t / tot_f if tot_f and tot_t > 0 else None
+
+
+def speed_factor(thread_avg: float | None, global_avg: float | None) -> float:
+    """§2.4: speed_factor = global_avg / thread_avg; 1.0 while the thread (or everybody)
+    has no history yet."""
+    if thread_avg is None or not global_avg:
         return 1.0
-    return global_avg / (thread_time / thread_slices)
+    return global_avg / thread_avg
 
 
 def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[Chunk]:
@@ -136,24 +161,12 @@ def aimd_window(window: int, u: float, limit: int, threshold: float = AIMD_THRES
 
 # --- presets and plans ------------------------------------------------------------------
 
-PLAN_POLICIES = ("static", "dynamic", "guided", "chunk")
 PLAN_MAX_TASKS = 10_000_000  # a plan row is ~100 bytes in memory: 1 GB at this bound
 
 
 def paper_chunk(n: int) -> int:
     """The paper's fixed chunk for the `chunk` scheduler: 10 for L=1000, 100 for L=10000."""
     return max(1, n // 100)
-
-
-def default_chunk(policy: str, n: int) -> int:
-    """The chunk a policy uses when the user leaves ``--chunk`` at 0 (its default)."""
-    if policy == "chunk" or policy == "chunk-steal":
-        return paper_chunk(n)
-    if policy == "aimd":
-        return AIMD_CHUNK
-    if policy == "static":
-        return 0  # blocks
-    return 1
 
 
 @dataclass(frozen=True)
@@ -163,24 +176,38 @@ class PlanRow:
     count: int
 
 
+def _plan_static(n: int, k: int, c: int) -> list[PlanRow]:
+    rows = [PlanRow(w, f, cnt) for w, chunks in enumerate(static_assignment(n, k, c))
+            for f, cnt in chunks]
+    return sorted(rows, key=lambda r: r.first)
+
+
+def _plan_fcfs(size: Callable[[int, int, int], int]):
+    def plan(n: int, k: int, c: int) -> list[PlanRow]:
+        return [PlanRow(-1, f, cnt) for f, cnt in fcfs_chunks(n, lambda rem: size(rem, k, c))]
+    return plan
+
+
+# policy -> (hand-out, default chunk for n tasks); static's default 0 means blocks
+PLANS: dict[str, tuple[Callable[[int, int, int], list[PlanRow]], Callable[[int], int]]] = {
+    "static": (_plan_static, lambda n: 0),
+    "dynamic": (_plan_fcfs(dynamic_size), lambda n: 1),
+    "guided": (_plan_fcfs(guided_size), lambda n: 1),
+    "chunk": (_plan_fcfs(dynamic_size), paper_chunk),
+}
+PLAN_POLICIES = tuple(PLANS)
+
+
 def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
     """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
-    if policy not in PLAN_POLICIES:
+    if policy not in PLANS:
         raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
     if n < 1 or k < 1 or chunk < 0:
         raise UsageError("--tasks and --workers must be at least 1 and --chunk at least 1")
     if n > PLAN_MAX_TASKS:
         raise UsageError(f"--tasks {n} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
-    c = chunk or default_chunk(policy, n)
-    if policy == "static":
-        per_worker = static_assignment(n, k, c)
-        rows = [PlanRow(w, f, cnt) for w, chunks in enumerate(per_worker) for f, cnt in chunks]
-        return sorted(rows, key=lambda r: r.first)
-    if policy == "guided":
-        sizes = lambda rem: guided_size(rem, k, c)  # noqa: E731
-    else:
-        sizes = lambda rem: dynamic_size(rem, k, c)  # noqa: E731
-    return [PlanRow(-1, f, cnt) for f, cnt in fcfs_chunks(n, sizes)]
+    hand_out, default = PLANS[policy]
+    return hand_out(n, k, chunk or default(n))
 
 
 def log2_levels(k: int) -> int:

@@ -19,6 +19,10 @@ TRACE_DTYPE = np.dtype([
 ])
 
 
+# AIMD's contention window after each chunk completion, with the utilisation U it used.
+WINDOW_DTYPE = np.dtype([("t", "f8"), ("window", "i4"), ("u", "f8")])
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One timed run of a study: a scheduler at k workers on an L x H x W tensor."""
@@ -34,6 +38,10 @@ class RunConfig:
     kernel: str = "quicksort"
     seed: int = 0
     P: int = 1
+    # Variants beyond the paper's protocol (registry entries say which scheduler reads
+    # which; the paper's value is the default and every other scheduler keeps it):
+    pipe_batch: int = 1     # pipe records per producer write (paper: one chunk per message)
+    inflight: int = 1       # pipe-MtoM chunks in flight per worker (paper: one, next on done)
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""
@@ -52,6 +60,7 @@ class Execution:
     chunk_used: int = 0
     lost_workers: int = 0
     notes: str = ""
+    series: dict = field(default_factory=dict)  # name -> structured array with a "t" column
 
     @property
     def seconds(self) -> float:
@@ -76,13 +85,19 @@ class RunRecord:
     workers: np.ndarray = field(default_factory=lambda: np.zeros(0, WORKER_DTYPE))
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
     extra: dict = field(default_factory=dict)  # backend-specific scalars (e.g. per-rank times)
+    series: dict = field(default_factory=dict)  # name -> time series, "t" relative to the start
 
 
-def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray]:
-    """Worker stats and trace with times made relative to the run's start."""
+def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Worker stats, trace and series with times made relative to the run's start."""
     w = execution.workers.copy()
     t = execution.trace.copy()
     for arr, cols in ((w, ("start", "end")), (t, ("start", "end"))):
         for c in cols:
             arr[c] -= execution.t_begin
-    return w, t
+    series = {}
+    for name, arr in execution.series.items():
+        arr = arr.copy()
+        arr["t"] -= execution.t_begin
+        series[name] = arr
+    return w, t, series

@@ -6,6 +6,7 @@ Layout::
     /runs             1-D compound dataset, one row per timed run (RUN_DTYPE), resizable
     /detail/<run_id>/workers   WORKER_DTYPE, times relative to the run start
     /detail/<run_id>/trace     TRACE_DTYPE, the chunk trace
+    /detail/<run_id>/<series>  optional time series (e.g. aimd_window, WINDOW_DTYPE)
 
 Each run is appended and the file flushed as soon as the run completes, so an interrupted
 study keeps every completed run.
@@ -39,7 +40,23 @@ RUN_DTYPE = np.dtype([
     ("time_s", "f8"), ("verified", "?"), ("bad_rows", "i8"),
     ("workers", "i4"), ("lost_workers", "i4"), ("started_at", "f8"),
     ("error", _S(240)), ("notes", _S(240)),
+    ("pipe_batch", "i4"), ("inflight", "i4"),
 ])
+
+# Values of fields that older files of the same version lack: what those runs did (the
+# pipe variants were added later; files written before them ran the defaults stated here).
+RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1}
+
+
+def conform(raw: np.ndarray) -> np.ndarray:
+    """Rows of any stored /runs dtype in RUN_DTYPE, missing fields at RUN_DEFAULTS."""
+    rows = np.zeros(len(raw), RUN_DTYPE)
+    for name in RUN_DTYPE.names:
+        if raw.dtype.names and name in raw.dtype.names:
+            rows[name] = raw[name]
+        elif name in RUN_DEFAULTS:
+            rows[name] = RUN_DEFAULTS[name]
+    return rows
 
 # Rows per HDF5 chunk of /runs: small enough that a flush per run stays cheap, large enough
 # that a 2000-run paper study does not fragment into thousands of chunks.
@@ -57,7 +74,7 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
     row[0] = (run_id, c.scheduler.encode(), r.family.encode(), c.kernel.encode(),
               c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
-              r.started_at, _clip(r.error, 240), _clip(r.notes, 240))
+              r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight)
     return row
 
 
@@ -105,6 +122,8 @@ class StudyWriter:
             g.create_dataset("trace", data=record.trace)
         if record.extra:
             g.attrs["extra"] = json.dumps(record.extra, sort_keys=True)
+        for key, series in record.series.items():
+            g.create_dataset(key, data=series)
         self.runs.resize((run_id + 1,))
         self.runs[run_id] = record_row(run_id, record)[0]
         self.h5.flush()
@@ -177,7 +196,7 @@ def read_runs(path: str) -> np.ndarray:
     check_ours(path)
     with open_study(path) as h5:
         raw = h5["runs"][()]
-    return decode(raw)
+    return decode(conform(raw))
 
 
 def decode(raw: np.ndarray) -> np.ndarray:
@@ -234,5 +253,6 @@ def stored_keys(path: str) -> set[tuple]:
     runs = read_runs(path)
     return {RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
                       int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
-                      int(r["seed"]), int(r["P"])).key() for r in runs}
+                      int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
+                      int(r["inflight"])).key() for r in runs}
 

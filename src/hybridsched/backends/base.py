@@ -12,9 +12,11 @@ from ..sysinfo import usable_cpus
 
 @dataclass
 class Job:
-    """One scheduler execution over the work slab, as handed to a backend."""
+    """One scheduler execution over the work slab, as handed to a backend. ``info`` is the
+    scheduler's registry entry: a backend reads how to hand out work from it, never from
+    the scheduler's name."""
 
-    scheduler: str
+    info: object                  # registry.SchedulerInfo
     work: np.ndarray              # uint8[L, H, W], the shared-memory work copy
     kernel: str
     k: int
@@ -25,6 +27,12 @@ class Job:
     # read-only input tensor: lets pipe-MtoM restore a lost worker's chunk before re-sending
     # it and lets --chunk auto rerun trials on unsorted input (None: neither is possible)
     original: np.ndarray | None = None
+    pipe_batch: int = 1           # RunConfig.pipe_batch
+    inflight: int = 1             # RunConfig.inflight
+
+    @property
+    def scheduler(self) -> str:
+        return self.info.name
 
     @property
     def frames(self) -> int:

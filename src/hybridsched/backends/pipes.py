@@ -1,7 +1,15 @@
 """Pipe backend: a producer (the parent) streams chunks of frame ids to forked workers
-(§2.1.3): ``pipe-1to1`` (one task pipe shared by all workers), ``pipe-1toN`` (one task pipe
-per worker, chunks dealt round-robin) and ``pipe-MtoM`` (a task and a done pipe per worker;
-the next chunk goes to whichever worker reported done).
+(§2.1.3). The registry entry's ``topology`` says how: ``shared`` (pipe-1to1: one task pipe
+read by all workers), ``dealt`` (pipe-1toN: one task pipe per worker, chunks dealt
+round-robin) or ``feedback`` (pipe-MtoM: a task and a done pipe per worker; the next chunk
+goes to whichever worker reported done).
+
+The paper's protocol is the default: one chunk per message and one message per write(2)
+(``pipe_batch`` 1), and for pipe-MtoM one chunk in flight per worker, the next sent when it
+reports done (``inflight`` 1). The producer writes as its pipes accept, as a blocking
+producer would: the kernel's pipe buffer bounds how far it runs ahead. ``--pipe-batch B``
+(up to :data:`MAX_BATCH` records per write) and ``--inflight D`` are named variants that
+cut the IPC cost; they are stored with each run and reported apart.
 
 A message is one fixed-size record (first frame, count), far below PIPE_BUF, so writes are
 atomic and a read of one record from a shared pipe never splits a message. The parent
@@ -30,21 +38,18 @@ import numpy as np
 from .. import policies as pol
 from ..errors import UsageError
 from ..kernels import get_kernel
-from ..procs import ProcessTeam
+from .procs import ProcessTeam
 from ..records import Execution
 from .base import Job
 
 REC = struct.Struct("<qq")  # task: (first, count), count 0 = stop; done: (worker, first)
 assert REC.size <= select.PIPE_BUF
-# Bytes per producer write: as many whole records as fit in PIPE_BUF, so each write is
-# atomic (all or nothing under O_NONBLOCK) and amortises the syscall over 256 messages.
-BATCH = (select.PIPE_BUF // REC.size) * REC.size
-
-# Chunks in flight per pipe-MtoM worker. 1 is the paper's strict "next chunk on done", but
-# then every worker idles for a producer round trip per chunk; 2 hides that latency behind
-# the chunk being sorted, at the price of one more chunk to re-send when a worker dies and
-# a little less balance at the tail.
-MTOM_DEPTH = 2
+# The most records one producer write may carry: as many as fit in PIPE_BUF, so a write is
+# atomic (all or nothing under O_NONBLOCK) and a shared pipe never interleaves two writes.
+MAX_BATCH = select.PIPE_BUF // REC.size
+# The most chunks in flight per pipe-MtoM worker: each is one record in the worker's task
+# pipe, and the producer's write must never block, so they must fit one atomic write.
+MAX_INFLIGHT = MAX_BATCH
 
 # --chunk auto re-times this many leading sizes once more: more is steadier on a noisy
 # machine, each one costs a full untimed run.
@@ -77,16 +82,18 @@ def _restore(job: Job, first: int, count: int) -> bool:
 def _run(job: Job, c: int) -> Execution:
     kernel = get_kernel(job.kernel)
     work, k, s = job.work, job.k, job.scheduler
-    mtom, shared = s == "pipe-MtoM", s == "pipe-1to1"
+    topology = job.info.topology
+    mtom, shared = topology == "feedback", topology == "shared"
+    depth = max(1, job.inflight)
 
     t_begin = perf_counter()
-    if s == "pipe-1toN":
+    if topology == "dealt":
         dealt = pol.static_chunks(job.frames, k, c)
         cap = max(len(d) for d in dealt)
     else:
         chunks = _chunks(job, c)
         # one worker may run every chunk; MtoM also re-runs the chunks lost workers held
-        cap = len(chunks) + (MTOM_DEPTH * k if mtom else 0)
+        cap = len(chunks) + (depth * k if mtom else 0)
     with ProcessTeam(s, k, cap) as team:
         if shared:
             r, w_ = team.pipe()
@@ -132,11 +139,11 @@ def _run(job: Job, c: int) -> Execution:
         for fd in set(task_r) | set(done_w):  # the workers' ends
             team.close_fd(fd)
         if mtom:
-            lost, notes = _serve_mtom(team, job, chunks, task_w, done_r)
+            lost, notes = _serve_mtom(team, job, chunks, task_w, done_r, depth)
         else:
             data = [_pack(chunks)] if shared else [_pack(d) for d in dealt]
-            _serve_stream(team, task_w, data)
-            lost, notes = 0, ""
+            writes, most = _serve_stream(team, task_w, data, max(1, job.pipe_batch) * REC.size)
+            lost, notes = 0, f"producer writes={writes} (at most {most} records each)"
         stats = team.stats.copy()
         trace = team.trace()
     ends = stats["end"][stats["end"] > 0]
@@ -144,9 +151,10 @@ def _run(job: Job, c: int) -> Execution:
     return Execution(t_begin, t_end, stats, trace, chunk_used=c, lost_workers=lost, notes=notes)
 
 
-def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes]) -> None:
-    """1to1 and 1toN: write every pipe's records as the pipe drains, close it at the end
-    (EOF stops its readers), and fail at the first worker that dies unfinished."""
+def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes], batch: int) -> None:
+    """1to1 and 1toN: write every pipe's records, ``batch`` bytes per write, as the pipe
+    drains, close it at the end (EOF stops its readers), and fail at the first worker that
+    dies unfinished. Returns the number of writes and the most records one carried."""
     poller = select.poll()
     pending: dict[int, memoryview] = {}
     for fd, buf in zip(task_w, data):
@@ -157,6 +165,7 @@ def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes]) -> No
         else:
             team.close_fd(fd)
     worker_of = {}
+    writes, most = 0, 0
     for w, pfd in team.pidfds.items():
         poller.register(pfd, select.POLLIN)
         worker_of[pfd] = w
@@ -172,9 +181,13 @@ def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes]) -> No
                 continue
             buf = pending[fd]
             try:
-                buf = buf[os.write(fd, buf[:BATCH]):]
+                while len(buf):  # one write per message batch until the pipe is full
+                    sent = os.write(fd, buf[:batch])
+                    writes += 1
+                    most = max(most, sent // REC.size)
+                    buf = buf[sent:]
             except BlockingIOError:
-                continue
+                pass
             except BrokenPipeError:
                 buf = buf[:0]  # no reader left: the pidfds tell who died
             if len(buf):
@@ -183,14 +196,17 @@ def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes]) -> No
                 del pending[fd]
                 poller.unregister(fd)
                 team.close_fd(fd)
+    return writes, most
 
 
-def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: list[int]):
-    """Many-to-many: up to MTOM_DEPTH chunks in flight per worker, the next one sent on
+def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: list[int],
+                depth: int):
+    """Many-to-many: up to ``depth`` chunks in flight per worker, the next one sent on
     each done record. A dead worker's unacknowledged chunks are restored and re-sent."""
     queue = deque(chunks)
     k = team.k
     held: list[deque] = [deque() for _ in range(k)]  # sent, not yet acknowledged, in order
+    peak = [0]  # the most chunks any worker held unacknowledged
     alive = set(range(k))
     stopped: set[int] = set()
     lost: list[str] = []
@@ -204,11 +220,12 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
         src[pfd] = ("exit", w)
 
     def feed(w: int) -> None:
-        while queue and len(held[w]) < MTOM_DEPTH:
+        while queue and len(held[w]) < depth:
             chunk = queue.popleft()
             held[w].append(chunk)
+            peak[0] = max(peak[0], len(held[w]))
             try:
-                # at most MTOM_DEPTH records in an otherwise empty pipe: never blocks
+                # at most `depth` records in an otherwise empty pipe: never blocks
                 os.write(task_w[w], REC.pack(*chunk))
             except BrokenPipeError:
                 return  # it is dying; its pidfd will re-queue what it holds
@@ -261,12 +278,14 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
             if queue and not alive:
                 raise team.fail(w, "; no worker left to take its chunks")
             feed_all()
-    return len(lost), "lost " + "; ".join(lost) if lost else ""
+    notes = f"peak in flight={peak[0]} per worker"
+    return len(lost), notes + ("; lost " + "; ".join(lost) if lost else "")
 
 
 def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
     """The chunk that minimised the run time over untimed trial runs (cached per shape)."""
-    key = (job.scheduler, job.work.shape, job.k, job.affinity, job.kernel, tuple(job.cpus))
+    key = (job.scheduler, job.work.shape, job.k, job.affinity, job.kernel, tuple(job.cpus),
+           job.pipe_batch, job.inflight)
     if key in _auto_cache:
         return _auto_cache[key]
     if job.original is None:

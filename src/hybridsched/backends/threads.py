@@ -6,11 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from functools import partial
 from time import perf_counter
 
 from .. import dispatch
-from .. import policies as pol
 from ..errors import HybridschedError, ResourceError
 from ..kernels import direct_entry, get_kernel
 from ..records import Execution
@@ -19,26 +17,15 @@ from .base import Job, thread_usage, trace_table, worker_table
 
 
 def pool_size(job: Job) -> int:
-    """AIMD keeps a fixed pool of min(k, N) threads (§2.3); the others use k."""
-    return min(job.k, len(job.cpus)) if job.scheduler == "aimd" else job.k
+    """The workers the scheduler's registry entry starts for k (AIMD: min(k, N), §2.3)."""
+    return job.info.workers(job.k, len(job.cpus))
 
 
 def make_dispenser(job: Job, workers: int) -> dispatch.Dispenser:
-    n, c = job.frames, job.chunk
-    s = job.scheduler
-    if s == "static":
-        return dispatch.Preassigned(pol.static_assignment(n, workers, c))
-    if s in ("dynamic", "chunk"):
-        return dispatch.fixed_chunks(n, workers, c)
-    if s == "guided":
-        return dispatch.SharedCounter(n, partial(pol.guided_size, k=workers, c=c))
-    if s == "adaptive":
-        return dispatch.Adaptive(n, workers)
-    if s == "chunk-steal":
-        return dispatch.StealQueues(pol.static_chunks(n, workers, c))
-    if s == "aimd":
-        return dispatch.AimdGate(n, workers, workers, job.monitor, c)
-    raise KeyError(f"no thread dispenser for scheduler {s!r}")
+    """The scheduler's shared hand-out state, built by its registry entry."""
+    if job.info.dispenser is None:
+        raise KeyError(f"no thread dispenser for scheduler {job.scheduler!r}")
+    return job.info.dispenser(job.frames, workers, job.chunk, job.monitor)
 
 
 class WorkerFailed(HybridschedError):
@@ -172,10 +159,5 @@ def execute(job: Job) -> Execution:
         mine = trace[trace["worker"] == w]
         stats[w]["busy"] = float((mine["end"] - mine["start"]).sum())
         stats[w]["frames"], stats[w]["chunks"] = int(mine["count"].sum()), len(mine)
-    notes = ""
-    if isinstance(disp, dispatch.StealQueues):
-        notes = f"steals={disp.steals}"
-    elif isinstance(disp, dispatch.AimdGate):
-        wt = disp.window_trace
-        notes = f"window min={min(wt)} max={max(wt)} final={wt[-1]} U={disp.u:.3f}"
-    return Execution(t_begin, t_end, stats, trace, chunk_used=job.chunk, notes=notes)
+    return Execution(t_begin, t_end, stats, trace, chunk_used=job.chunk, notes=disp.notes(),
+                     series=disp.series())

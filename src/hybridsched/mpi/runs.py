@@ -39,12 +39,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .. import kernels, policies, schedulers
+from .. import kernels, policies, registry as schedulers
 from ..backends import Job, get_backend
 from ..errors import HybridschedError, UsageError
-from ..monitor import UtilisationMonitor
 from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
-from ..runner import warn_unverified
+from ..study.runner import warn_unverified
+from ..study.session import Resources
 from ..sysinfo import usable_cpus
 from ..workload import Slab, over_frames
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
@@ -89,11 +89,8 @@ def dynamic_chunks(L: int, P: int, k: int) -> list[tuple[int, int]]:
 
 
 def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int]) -> tuple[Job, str]:
-    info = schedulers.get(cfg.scheduler)
-    # The chunk a policy defaults to is the one it would use on the whole tensor (L), so
-    # a run at P ranks uses the same chunk as the single-node run it is compared with.
-    chunk = info.resolve_chunk(cfg.chunk, cfg.frames)
-    return Job(cfg.scheduler, work, cfg.kernel, cfg.k, chunk, cfg.affinity, monitor, cpus), info.backend
+    job = schedulers.job_for(cfg, work, monitor, cpus)
+    return job, job.info.backend
 
 
 class _RankResult:
@@ -154,6 +151,8 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus) -> _RankResult:
     job, backend = _job(cfg, slab.work, monitor, cpus)
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
     slab.fresh_copy()
+    if monitor is not None and job.info.needs_monitor:
+        monitor.reset()  # this run's utilisation history only (monitor.py)
     w.barrier()
     p0, w0 = perf_counter(), w.wtime()
     try:
@@ -180,6 +179,8 @@ def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter) -> _Rank
     gen_threads = max(1, min(cfg.k, len(cpus)))
     mine: list[tuple[int, int]] = []
     slow = slowdown(w.rank)
+    if monitor is not None and schedulers.get(cfg.scheduler).needs_monitor:
+        monitor.reset()
     counter.reset()
     p0, w0 = perf_counter(), w.wtime()
     t_last = p0
@@ -255,24 +256,16 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
     cpus = local_cpus(usable_cpus(), w.local_rank, w.local_size)
     failed = 0
     with contextlib.ExitStack() as stack:
-        monitor = None
-        if any(c.scheduler == "aimd" for c in configs):
-            monitor = stack.enter_context(UtilisationMonitor())
+        shared = stack.enter_context(Resources(configs, lambda cfg: _slab(w, cfg, split)))
+        monitor = shared.monitor
         counter = None
         if split == "dynamic":
             from .rma import TicketCounter
 
             counter = stack.enter_context(TicketCounter(w))
-        slab, shape = None, None
         for i, cfg in enumerate(configs):
             maybe_fail(w.rank, i)
-            want = (cfg.frames, cfg.height, cfg.width, cfg.seed)
-            if want != shape:
-                if slab is not None:
-                    slab.close()
-                slab = None
-                slab = stack.enter_context(_slab(w, cfg, split))
-                shape = want
+            slab = shared.slab(cfg)
             started = time.time()
             if split == "static":
                 res = _run_static(w, cfg, slab, monitor, cpus)

@@ -1,18 +1,14 @@
-"""A study: schedulers x k x L x repetitions on one node, stored run by run."""
+"""What a study runs: schedulers x k x L x repetitions, and the presets."""
 from __future__ import annotations
 
-import contextlib
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 
-from . import kernels, schedulers
-from .errors import UsageError
-from .policies import AUTO_CHUNK
-from .monitor import UtilisationMonitor
-from .records import RunConfig, RunRecord
-from .runner import timed_run, warn_unverified
-from .sysinfo import n_cpus
-from .workload import Slab, check_sizes
+from .. import kernels, registry as schedulers
+from ..errors import UsageError
+from ..policies import AUTO_CHUNK
+from ..records import RunConfig
+from ..sysinfo import n_cpus
+from ..workload import check_sizes
 
 
 # Bounds that catch typos before memory or the process table runs out. The paper's matrix
@@ -39,6 +35,12 @@ class StudySpec:
     extra: list[RunConfig] = field(default_factory=list)  # preset-specific additions
     # Families also run without affinity (the paper's Tables 3-4 for the fork schedulers).
     unpinned_families: list[str] = field(default_factory=list)
+    # Schedulers also run without affinity (the claim-2 control: static threads unpinned).
+    unpinned_schedulers: list[str] = field(default_factory=list)
+    # Named variants of the pipe protocol (1 = the paper's); only schedulers whose registry
+    # entry reads the option get it.
+    pipe_batch: int = 1
+    inflight: int = 1
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -53,10 +55,18 @@ class StudySpec:
             raise UsageError("-k must be at least 1")
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
+        from ..backends.pipes import MAX_BATCH, MAX_INFLIGHT
+
+        if not 1 <= self.pipe_batch <= MAX_BATCH:
+            raise UsageError(f"--pipe-batch must be from 1 to {MAX_BATCH} records per write "
+                             f"(one atomic write of PIPE_BUF bytes), got {self.pipe_batch}")
+        if not 1 <= self.inflight <= MAX_INFLIGHT:
+            raise UsageError(f"--inflight must be from 1 to {MAX_INFLIGHT}, got {self.inflight}")
         if min(self.chunks) < 0:
             if min(self.chunks) != AUTO_CHUNK:
                 raise UsageError("--chunk must be at least 1")
-            other = [s for s in self.schedulers if schedulers.get(s).family not in ("pipe", "serial")]
+            other = [s for s in self.schedulers
+                     if not (schedulers.get(s).chunk_search or schedulers.get(s).baseline)]
             if other:
                 raise UsageError("--chunk auto applies to the pipe schedulers only, "
                                  f"not {', '.join(other)}")
@@ -76,7 +86,7 @@ class StudySpec:
         out: list[RunConfig] = []
         for L in self.frames:
             for s in self.schedulers:
-                serial = s == "serial"
+                serial = schedulers.get(s).baseline
                 for aff in ([self.affinity[0]] if serial else self.affinity):
                     for c in ([0] if serial else self.chunks):
                         for k in ([1] if serial else self.ks):
@@ -86,7 +96,8 @@ class StudySpec:
         for L in self.frames:
             for s in self.schedulers:
                 fam = schedulers.get(s).family
-                if fam in self.unpinned_families and False not in self.affinity:
+                unpinned = fam in self.unpinned_families or s in self.unpinned_schedulers
+                if unpinned and False not in self.affinity:
                     out += [RunConfig(s, k, L, self.height, self.width, c, False, rep,
                                       self.kernel, self.seed)
                             for c in self.chunks for k in self.ks for rep in range(self.reps)]
@@ -94,6 +105,7 @@ class StudySpec:
                     out += [RunConfig(s, self.tuned_k, L, self.height, self.width,
                                       self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
                                       self.seed) for rep in range(self.reps)]
+        out = [self._with_options(c) for c in out]
         seen: set[tuple] = set()
         out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
         # one tensor shape after the other (stable), so each slab is generated once
@@ -101,79 +113,33 @@ class StudySpec:
         out.sort(key=lambda c: (rank.get(c.frames, len(rank)), c.frames, c.height, c.width, c.seed))
         return out
 
+    def _with_options(self, c: RunConfig) -> RunConfig:
+        opts = schedulers.get(c.scheduler).options
+        return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
+                       inflight=self.inflight if "inflight" in opts else 1)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["extra"] = [asdict(c) for c in self.extra]
         return d
 
 
-def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
-                       cpus: list[int] | None = None,
-                       on_start: Callable[[RunConfig], None] | None = None) -> Iterator[RunRecord]:
-    """Run configurations in order, one slab per tensor shape and seed, reusing it while
-    consecutive runs share it; AIMD's monitor starts once before the first timed run.
-    ``on_start(cfg)`` is called just before each timed run (progress display)."""
-    configs = list(configs)
-    with contextlib.ExitStack() as stack:
-        monitor = None
-        if any(c.scheduler == "aimd" for c in configs):
-            monitor = stack.enter_context(UtilisationMonitor())
-        slab, shape = None, None
-        for cfg in configs:
-            want = (cfg.frames, cfg.height, cfg.width, cfg.seed)
-            if want != shape:
-                if slab is not None:
-                    slab.close()
-                slab = None
-                slab = stack.enter_context(Slab(cfg.frames, cfg.height, cfg.width, cfg.seed))
-                shape = want
-            if on_start is not None:
-                on_start(cfg)
-            record = timed_run(slab, cfg, monitor, cpus)
-            if not record.verified or record.lost_workers:
-                warn_unverified(record)
-            on_record(record)
-            yield record
-
-
-# What a resumed study must share with the stored one: runs of another tensor (seed, shape,
-# kernel) or another machine (cores, CPU model) cannot be compared with the stored runs, so
-# --resume refuses them. Everything else (schedulers, k, L, chunks, reps, affinity) may grow:
-# the resumed run adds the configurations not stored yet.
-RESUME_MUST_MATCH = ("seed", "height", "width", "kernel")
-RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
-
-
-def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
-                     machine: dict) -> list[str]:
-    """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
-    out = []
-    new = spec.to_dict()
-    for key in RESUME_MUST_MATCH:
-        if key in stored_study and stored_study[key] != new[key]:
-            out.append(f"{key} {new[key]!r} differs from the stored {stored_study[key]!r}")
-    for key in RESUME_MACHINE_MUST_MATCH:
-        if key in stored_machine and key in machine and str(stored_machine[key]) != str(machine[key]):
-            out.append(f"machine {key} {machine[key]!r} differs from the stored {stored_machine[key]!r}")
-    return out
-
-
 def default_spec() -> StudySpec:
     """`hybridsched run` with no options: about two minutes on a 2-core laptop."""
     n = n_cpus()
     ks = sorted({1, 2, max(2, n), 2 * n})
-    return StudySpec(schedulers=schedulers.names(), ks=ks, frames=[120], reps=3)
+    return StudySpec(schedulers=schedulers.paper_names(), ks=ks, frames=[120], reps=3)
 
 
 def preset(name: str) -> StudySpec:
     n = n_cpus()
     if name == "smoke":
-        return StudySpec(schedulers=schedulers.names(), ks=sorted({1, 2, n}), frames=[24],
+        return StudySpec(schedulers=schedulers.paper_names(), ks=sorted({1, 2, n}), frames=[24],
                          height=64, width=64, reps=1)
     if name == "paper":
         # §5 exactly: every scheduler, pinned; fork schedulers also unpinned (Tables 3-4);
         # pipes at their default chunk 1 and at the tuned chunk at k = 24 (Tables 8-9).
-        return StudySpec(schedulers=schedulers.names(), ks=list(PAPER_KS), frames=list(PAPER_CHUNKS),
+        return StudySpec(schedulers=schedulers.paper_names(), ks=list(PAPER_KS), frames=list(PAPER_CHUNKS),
                          height=640, width=640, reps=10, affinity=[True],
                          unpinned_families=["process"], tuned_k=PAPER_N,
                          tuned_chunks=dict(PAPER_CHUNKS))
@@ -212,6 +178,7 @@ def scaled_spec(n: int) -> StudySpec:
     frames = [SCALED_FRAMES_PER_CORE * n, 10 * SCALED_FRAMES_PER_CORE * n]
     tuned = {L: max(1, round(c * (L / pL) * (PAPER_N / n)))
              for L, (pL, c) in zip(frames, PAPER_CHUNKS.items())}
-    return StudySpec(schedulers=schedulers.names(), ks=scaled_ks(n), frames=frames,
+    return StudySpec(schedulers=schedulers.paper_names(), ks=scaled_ks(n), frames=frames,
                      height=SCALED_SIDE, width=SCALED_SIDE, reps=10, affinity=[True],
-                     unpinned_families=["process"], tuned_k=n, tuned_chunks=tuned)
+                     unpinned_families=["process"], unpinned_schedulers=["static"],
+                     tuned_k=n, tuned_chunks=tuned)

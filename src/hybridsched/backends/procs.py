@@ -34,9 +34,9 @@ from typing import Callable
 
 import numpy as np
 
-from .backends.base import thread_usage, trace_table
-from .errors import ResourceError, WorkerLost
-from .records import WORKER_DTYPE
+from .base import thread_usage, trace_table
+from ..errors import ResourceError, WorkerLost
+from ..records import WORKER_DTYPE
 
 FAULT_ENV = "HYBRIDSCHED_FAULT"
 

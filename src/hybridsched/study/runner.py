@@ -6,12 +6,12 @@ import sys
 import time
 from contextlib import contextmanager
 
-from . import schedulers
-from .backends import Job, get_backend
-from .errors import HybridschedError
-from .records import RunConfig, RunRecord, relative
-from .sysinfo import ForeignLoad
-from .workload import Slab
+from .. import registry as schedulers
+from ..backends import get_backend
+from ..errors import HybridschedError
+from ..records import RunConfig, RunRecord, relative
+from ..sysinfo import ForeignLoad
+from ..workload import Slab
 
 
 @contextmanager
@@ -41,14 +41,13 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     configuration. Ctrl-C and SystemExit propagate.
     """
     info = schedulers.get(config.scheduler)
-    chunk = info.resolve_chunk(config.chunk, slab.frames)
-    job = Job(config.scheduler, slab.work, config.kernel, config.k, chunk, config.affinity, monitor)
-    if cpus is not None:
-        job.cpus = cpus
-    job.original = slab.original
+    job = schedulers.job_for(config, slab.work, monitor, cpus, original=slab.original)
+    chunk = job.chunk
     slab.fresh_copy()
     started = time.time()
     probe = ForeignLoad(job.cpus)  # outside the timed region: two reads of /proc/stat
+    if monitor is not None and info.needs_monitor:
+        monitor.reset()  # this run's utilisation history only (monitor.py says why)
     try:
         with gc_paused():
             ex = get_backend(info.backend)(job)
@@ -57,11 +56,11 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
                          error=str(exc), started_at=started)
     foreign = probe.share()
     bad = slab.bad_rows()
-    workers, trace = relative(ex)
+    workers, trace, series = relative(ex)
     return RunRecord(config, info.family, ex.seconds, bad == 0, bad_rows=bad,
                      chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
                      lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
-                     workers=workers, trace=trace,
+                     workers=workers, trace=trace, series=series,
                      extra={"foreign_cpu": round(foreign, 4)} if foreign == foreign else {})
 
 

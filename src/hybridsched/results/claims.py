@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from . import metrics
-from .report import Row, dedicated, fmt, k_at_n
+from .data import Row, dedicated, fmt, k_at_n
 
 # σE at or above this at every k <= N reads as "near-ideal". The paper reports 0.97-0.99
 # for dynamic/guided at k = 24; 0.9 leaves room for timing noise on a small shared box
@@ -41,7 +41,8 @@ _PAPER = {
 
 
 def _index(rows: list[Row]) -> dict:
-    return {(r.scheduler, r.L, r.k, r.affinity, r.chunk): r for r in rows if r.reps}
+    return {(r.scheduler, r.L, r.k, r.affinity, r.chunk): r for r in rows
+            if r.reps and r.P == 1 and r.paper_protocol}
 
 
 def _parallel_ks(rows: list[Row]) -> list[int]:

@@ -12,8 +12,8 @@ import os
 import h5py
 import numpy as np
 
-from .errors import UsageError
-from .store import RUN_DTYPE, StudyWriter, check_ours, check_writable, open_study, read_runs
+from ..errors import UsageError
+from ..store import RUN_DTYPE, StudyWriter, conform, check_ours, check_writable, open_study, read_runs
 
 _PART = ".part"
 
@@ -81,10 +81,7 @@ def _s(v) -> str:
 def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:
     with open_study(path) as src:
         raw = src["runs"][()]
-        rows = np.zeros(len(raw), RUN_DTYPE)
-        for name in RUN_DTYPE.names:
-            if raw.dtype.names and name in raw.dtype.names:
-                rows[name] = raw[name]
+        rows = conform(raw)
         old_ids = rows["run_id"].copy()
         rows["run_id"] = np.arange(first_id, first_id + len(rows))
         runs = dst["runs"]

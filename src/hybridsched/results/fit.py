@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import metrics
-from .errors import UsageError
+from ..errors import UsageError
 
 MODELS = ("amdahl", "gustafson", "usl")
 CONFIDENCE = 0.95  # two-sided level of the reported intervals
@@ -276,7 +276,7 @@ def load_csv(path: str) -> Data:
 def load_study(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
     """Speedup per (P, k) of one scheduler against T_serial (serial runs at P = 1, k = 1),
     from verified runs only, at one tensor size L."""
-    from .store import read_runs
+    from ..store import read_runs
 
     runs = read_runs(path)
     ok = runs[runs["verified"]]

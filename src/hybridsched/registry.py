@@ -1,0 +1,193 @@
+"""The scheduler registry: the only place where a scheduler name is bound to a backend.
+
+An entry says everything the rest of the package would otherwise decide by testing the
+name: which backend runs it, how that backend hands out work (the thread dispenser, the
+fork tree, the pipe topology), how many workers it starts, whether it needs the
+utilisation monitor, its default chunk, and which run options it reads. Backends, the
+study layer, MPI and the CLI read the entry. Adding a scheduler is one entry here (plus
+its tests); a scheduler the paper does not have is marked ``paper=False`` and is never
+part of a preset, so the presets stay the paper's study.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+from . import dispatch
+from . import policies as pol
+from .errors import UsageError
+
+
+def _all_k(k: int, n: int) -> int:
+    return k
+
+
+def _at_most_n(k: int, n: int) -> int:
+    """§2.3: AIMD's fixed pool is min(k, N) threads."""
+    return min(k, n)
+
+
+def _one(frames: int) -> int:
+    return 1
+
+
+def _blocks(frames: int) -> int:
+    return 0  # static without chunk: one block per worker
+
+
+def _aimd_chunk(frames: int) -> int:
+    return pol.AIMD_CHUNK
+
+
+def _whole(frames: int) -> int:
+    return frames
+
+
+# --- thread dispensers: (frames, workers, chunk, monitor) -> Dispenser -------------------
+
+def _static(n, workers, c, monitor):
+    return dispatch.Preassigned(pol.static_assignment(n, workers, c))
+
+
+def _fixed(n, workers, c, monitor):
+    return dispatch.fixed_chunks(n, workers, c)
+
+
+def _guided(n, workers, c, monitor):
+    return dispatch.SharedCounter(n, partial(pol.guided_size, k=workers, c=c))
+
+
+def _steal(n, workers, c, monitor):
+    return dispatch.StealQueues(pol.static_chunks(n, workers, c))
+
+
+def _aimd(n, workers, c, monitor):
+    # window initialised to the pool size min(k, N) (§4), limited to it
+    return dispatch.AimdGate(n, workers, workers, monitor, c)
+
+
+def _adaptive(reading: str):
+    return lambda n, workers, c, monitor: dispatch.Adaptive(n, workers, reading)
+
+
+@dataclass(frozen=True)
+class SchedulerInfo:
+    """One registered scheduler. Fields a backend does not use stay at their defaults."""
+
+    name: str
+    family: str                 # serial | thread | process | pipe
+    backend: str                # module under hybridsched.backends
+    description: str
+    default_chunk: Callable[[int], int] = _one   # frames -> chunk when --chunk is absent
+    pool: Callable[[int, int], int] = _all_k     # (k, N) -> workers started
+    dispenser: Callable | None = None            # threads: (frames, workers, chunk, monitor)
+    forker: str = ""            # forks: "parent" (prolific) | "mitosis" (collective)
+    topology: str = ""          # pipes: "shared" | "dealt" | "feedback"
+    needs_monitor: bool = False  # the AIMD utilisation monitor (started once per study)
+    chunk_search: bool = False  # --chunk auto is meaningful (the pipe backend searches it)
+    options: tuple[str, ...] = ()  # RunConfig option fields it reads (pipe_batch, inflight)
+    paper: bool = True          # one of the paper's schedulers; False = a named variant
+
+    @property
+    def baseline(self) -> bool:
+        """The serial baseline: one worker, no chunks, no k sweep."""
+        return self.family == "serial"
+
+    def resolve_chunk(self, requested: int, frames: int) -> int:
+        """The chunk actually used: the request, or the entry's default when it is 0."""
+        if requested == pol.AUTO_CHUNK and self.chunk_search:
+            return requested  # the backend searches it (--chunk auto)
+        return requested if requested > 0 else self.default_chunk(frames)
+
+    def workers(self, k: int, n_cpus: int) -> int:
+        return self.pool(k, n_cpus)
+
+
+_PIPE_OPTS = ("pipe_batch",)
+
+_ALL = [
+    SchedulerInfo("serial", "serial", "serial",
+                  "one kernel call over every frame on one thread: T_serial of Eq. 4",
+                  default_chunk=_whole),
+    SchedulerInfo("static", "thread", "threads",
+                  "OpenMP static: one contiguous block per thread (or chunks round-robin with --chunk)",
+                  default_chunk=_blocks, dispenser=_static),
+    SchedulerInfo("dynamic", "thread", "threads",
+                  "OpenMP dynamic: threads take the next chunk (default 1) from an atomic ticket counter",
+                  dispenser=_fixed),
+    SchedulerInfo("guided", "thread", "threads",
+                  "OpenMP guided: chunk = max(min_chunk, ceil(remaining / k)), first come first served",
+                  dispenser=_guided),
+    SchedulerInfo("chunk", "thread", "threads",
+                  "fixed chunks from the ticket counter (default L/100, the paper's 10 and 100)",
+                  default_chunk=pol.paper_chunk, dispenser=_fixed),
+    SchedulerInfo("chunk-steal", "thread", "threads",
+                  "static chunks in per-thread queues; idle threads steal round-robin",
+                  default_chunk=pol.paper_chunk, dispenser=_steal),
+    SchedulerInfo("aimd", "thread", "threads",
+                  "AIMD contention window over min(k, N) threads, chunks of 4, fed by /proc/stat (§2.3)",
+                  default_chunk=_aimd_chunk, pool=_at_most_n, dispenser=_aimd, needs_monitor=True),
+    SchedulerInfo("adaptive", "thread", "threads",
+                  "adaptive chunks (§2.4, Eq. 3): remaining / k x speed factor, thread_avg = the "
+                  "thread's mean time per finished chunk",
+                  dispenser=_adaptive(pol.PER_CHUNK)),
+    SchedulerInfo("adaptive-frame", "thread", "threads",
+                  "variant of adaptive: speeds from the mean time per frame (a slice), not per chunk",
+                  dispenser=_adaptive(pol.PER_FRAME), paper=False),
+    SchedulerInfo("prolific", "process", "forks",
+                  "the parent forks k workers; frame i to worker i mod k (§2.1.1)",
+                  forker="parent"),
+    SchedulerInfo("collective", "process", "forks",
+                  "workers fork workers in ceil(log2 k) mitosis rounds; frame i to worker i mod k (§2.1.2)",
+                  forker="mitosis"),
+    SchedulerInfo("pipe-1to1", "pipe", "pipes",
+                  "one task pipe read by all workers; one chunk (default 1 frame) per message (§2.1.3)",
+                  topology="shared", chunk_search=True, options=_PIPE_OPTS),
+    SchedulerInfo("pipe-1toN", "pipe", "pipes",
+                  "one task pipe per worker; the parent deals chunks round-robin (§2.1.3)",
+                  topology="dealt", chunk_search=True, options=_PIPE_OPTS),
+    SchedulerInfo("pipe-MtoM", "pipe", "pipes",
+                  "task and done pipe per worker; the next chunk to whoever reports done (one in "
+                  "flight); re-sends a lost worker's chunk (§2.1.3)",
+                  topology="feedback", chunk_search=True, options=("inflight",)),
+]
+
+SCHEDULERS: dict[str, SchedulerInfo] = {s.name: s for s in _ALL}
+
+# The contract's order (DESIGN.md §6): table and report order; entries not listed follow.
+ALL_NAMES = tuple(s.name for s in _ALL)
+
+
+def get(name: str) -> SchedulerInfo:
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(ALL_NAMES)}, "
+                         "paper or all") from None
+
+
+def names(family: str | None = None, paper_only: bool = False) -> list[str]:
+    """Scheduler names in registry order (optionally of one family, or the paper's only)."""
+    return [n for n, s in SCHEDULERS.items()
+            if (family is None or s.family == family) and (s.paper or not paper_only)]
+
+
+def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=None):
+    """The backend job for run configuration ``cfg`` on ``work``. The default chunk is the
+    one the policy would use on the whole tensor (``cfg.frames``), so a rank of an MPI run
+    or a slice of it uses the same chunk as the single-node run it is compared with."""
+    from .backends.base import Job
+
+    info = get(cfg.scheduler)
+    job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
+              cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
+              inflight=cfg.inflight)
+    if cpus is not None:
+        job.cpus = cpus
+    return job
+
+
+def paper_names() -> list[str]:
+    """The paper's schedulers: what every preset runs."""
+    return names(paper_only=True)

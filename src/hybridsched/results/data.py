@@ -1,0 +1,253 @@
+"""The study data model that every reader shares: a study file's runs grouped into rows
+(one per scheduler variant, L and k) with the paper's metrics, and the helpers that pick
+rows out. Reading only: nothing here runs a scheduler or writes a study.
+
+Every mean is over verified repetitions only; a failed or unverified run never enters one.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import metrics
+
+FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
+
+
+@dataclass
+class Row:
+    """One table cell group: a (scheduler, L, k, chunk, affinity) configuration."""
+
+    scheduler: str
+    family: str
+    L: int
+    k: int
+    chunk: int
+    affinity: bool
+    reps: int          # verified repetitions used
+    t_mean: float      # seconds
+    sigma: float       # NaN without serial runs for this L
+    sigma_e: float
+    alpha: float
+    alpha_flagged: bool
+    t_min: float = math.nan
+    t_std: float = math.nan
+    e_p: float = math.nan            # §3.1 mean P/P_max over the repetitions
+    epsilon: float = math.nan        # Eq. 10 at k_eff = min(k, N)
+    epsilon_flagged: bool = False
+    t_ov: float = math.nan           # Eq. 16 with alpha = 0 (seconds)
+    f_ov: float = math.nan           # Eq. 17 with alpha = 0
+    alpha_scaled: float = math.nan   # Eq. 9 solved for alpha_scaled
+    u_thread: float = math.nan       # Eq. 11, mean over workers and repetitions
+    u_n: float = math.nan            # Eq. 14, mean over repetitions
+    failed: int = 0                  # runs of this configuration not verified
+    foreign_cpu: float = math.nan    # median share of the CPUs other processes used (dedicated: ~0)
+    chunk_used: str = ""             # chunk(s) the backend reported
+    P: int = 1                       # MPI ranks (nodes); sigma_E and alpha use P x k units
+    pipe_batch: int = 1              # pipe records per producer write (1 = the paper's protocol)
+    inflight: int = 1                # pipe-MtoM chunks in flight per worker (1 = the paper's)
+
+    @property
+    def variant(self) -> tuple[str, bool, int, int, int, int]:
+        return (self.scheduler, self.affinity, self.chunk, self.P, self.pipe_batch, self.inflight)
+
+    @property
+    def paper_protocol(self) -> bool:
+        """Run as the paper runs it (no pipe batching, one chunk in flight)."""
+        return self.pipe_batch == 1 and self.inflight == 1
+
+
+@dataclass
+class Study:
+    """A study file read for reporting."""
+
+    path: str
+    runs: np.ndarray
+    attrs: dict
+    n: int                                   # N: usable CPUs when the study ran
+    util: dict[int, tuple[float, float]] = field(default_factory=dict)  # run_id -> (U_thread, U_N)
+    foreign: dict[int, float] = field(default_factory=dict)  # run_id -> share of CPUs used by others
+
+
+def load_study(path: str, utilisation: bool = True) -> Study:
+    """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
+    from ..store import open_study, read_attrs, read_runs
+
+    runs = read_runs(path)
+    attrs = read_attrs(path)
+    n = int(attrs.get("machine.N", attrs.get("machine.cpus_usable", 0)) or 0)
+    util: dict[int, tuple[float, float]] = {}
+    foreign: dict[int, float] = {}
+    if utilisation and len(runs):
+        with open_study(path) as h5:  # readable while `run` still appends to it
+            det = h5["detail"]
+            for rid in runs["run_id"][runs["verified"]]:
+                name = f"{int(rid):06d}"
+                if name not in det or "workers" not in det[name]:
+                    continue
+                extra = det[name].attrs.get("extra")
+                if extra is not None:
+                    val = json.loads(extra).get("foreign_cpu")
+                    if isinstance(val, (int, float)):
+                        foreign[int(rid)] = float(val)
+                if n <= 0:
+                    continue
+                w = det[name]["workers"][()]
+                if len(w) == 0:
+                    continue
+                ut = metrics.worker_utilisations(w)
+                util[int(rid)] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
+                                  metrics.many_core_utilisation(w, n))
+    return Study(path, runs, attrs, n, util, foreign)
+
+
+# Median share of our CPUs that other processes used during the timed runs above which the
+# machine counts as shared. /proc/stat's 10 ms ticks put a few percent of noise on one
+# short run; 5 % of the median is well above that and well below a real neighbour.
+SHARED_MACHINE = 0.05
+
+
+def dedicated(foreign: list[float]) -> bool:
+    """At most one run in ten saw other processes take more than SHARED_MACHINE."""
+    return bool(foreign) and float(np.mean(np.asarray(foreign) > SHARED_MACHINE)) <= 0.1
+
+def serial_times(runs: np.ndarray) -> dict[int, float]:
+    """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4."""
+    out = {}
+    ok = runs[(runs["scheduler"] == "serial") & runs["verified"] & (runs["P"] == 1)]
+    for L in np.unique(ok["L"]):
+        out[int(L)] = float(ok["time_s"][ok["L"] == L].mean())
+    return out
+
+
+def _nanmean(vals: list[float]) -> float:
+    vals = [v for v in vals if not math.isnan(v)]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def summarise(runs: np.ndarray, n: int | None = None,
+              util: dict[int, tuple[float, float]] | None = None,
+              foreign: dict[int, float] | None = None) -> list[Row]:
+    """One row per (scheduler, L, k, chunk, affinity, P, pipe variant) over its verified runs; unverified or
+    failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
+    Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
+    ts = serial_times(runs)
+    groups: dict[tuple, list] = {}
+    fam: dict[str, str] = {}
+    for r in runs:
+        key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]),
+               int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]))
+        g = groups.setdefault(key, [[], [], 0, set()])
+        fam[key[0]] = str(r["family"])
+        if r["verified"]:
+            g[0].append(float(r["time_s"]))
+            g[1].append(int(r["run_id"]))
+            g[3].add(int(r["chunk_used"]))
+        else:
+            g[2] += 1
+    rows = []
+    for (s, L, k, c, aff, P, pb, inf), (times, ids, failed, used) in groups.items():
+        if not times:
+            rows.append(Row(s, fam[s], L, k, c, aff, 0, math.nan, math.nan, math.nan, math.nan,
+                            False, failed=failed, P=P, pipe_batch=pb, inflight=inf))
+            continue
+        t = float(np.mean(times))
+        ser = ts.get(L, math.nan)
+        sigma = metrics.speedup(ser, t) if not math.isnan(ser) else math.nan
+        units = P * k  # Eq. 19-20: P nodes x k workers; P = 1 is the single-node table
+        a = metrics.serial_fraction(sigma, units)
+        row = Row(s, fam[s], L, k, c, aff, len(times), t, sigma, metrics.efficiency(sigma, units),
+                  a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times)),
+                  e_p=metrics.mean_performance_efficiency(times), failed=failed,
+                  chunk_used="/".join(str(u) for u in sorted(used)), P=P, pipe_batch=pb,
+                  inflight=inf)
+        if not math.isnan(sigma):
+            row.t_ov = metrics.overhead_time(ser, t, units)
+            row.f_ov = metrics.overhead_fraction(sigma, units)
+            row.alpha_scaled = metrics.gustafson_alpha(sigma, units)
+            if n:
+                e = metrics.karp_flatt_eff(sigma, units, P * n)
+                row.epsilon, row.epsilon_flagged = e.value, e.diagnostic
+        if util:
+            row.u_thread = _nanmean([util[i][0] for i in ids if i in util])
+            row.u_n = _nanmean([util[i][1] for i in ids if i in util])
+        if foreign:
+            vals = [foreign[i] for i in ids if i in foreign]
+            row.foreign_cpu = float(np.median(vals)) if vals else math.nan
+        rows.append(row)
+    order = {name: i for i, name in enumerate(_name_order(rows))}
+    rows.sort(key=lambda r: (r.L, order[r.scheduler], r.P, not r.affinity, r.chunk,
+                             r.pipe_batch, r.inflight, r.k))
+    return rows
+
+
+def _name_order(rows: list[Row]) -> list[str]:
+    from ..registry import ALL_NAMES
+
+    names = {r.scheduler for r in rows}
+    return [n for n in ALL_NAMES if n in names] + sorted(names - set(ALL_NAMES))
+
+
+def fmt(x: float, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+
+def alpha_text(value: float, flagged: bool) -> str:
+    return fmt(value, ".4f") + (" †" if flagged else "")
+
+
+def chunk_text(chunk: int) -> str:
+    return f"chunk {chunk}" if chunk > 0 else ("default chunk" if chunk == 0 else "auto chunk")
+
+
+def protocol_text(pipe_batch: int = 1, inflight: int = 1) -> str:
+    """'' for the paper's pipe protocol, else the variant's options."""
+    parts = ([f"{pipe_batch} records per write"] if pipe_batch != 1 else []) + \
+        ([f"{inflight} in flight"] if inflight != 1 else [])
+    return ", ".join(parts)
+
+
+def variant_label(scheduler: str, affinity: bool, chunk: int, P: int = 1, pipe_batch: int = 1,
+                  inflight: int = 1) -> str:
+    nodes = f"P = {P} ranks, " if P > 1 else ""
+    proto = protocol_text(pipe_batch, inflight)
+    return (f"{scheduler} — {nodes}affinity {'on' if affinity else 'off'}, {chunk_text(chunk)}"
+            + (f", variant: {proto}" if proto else ""))
+
+
+def variants(rows: list[Row]) -> list[tuple]:
+    """Row.variant tuples in table order."""
+    return list(dict.fromkeys(r.variant for r in sorted(rows, key=_table_key)))
+
+
+def _table_key(r: Row):
+    from ..registry import ALL_NAMES
+
+    pos = ALL_NAMES.index(r.scheduler) if r.scheduler in ALL_NAMES else len(ALL_NAMES)
+    return (pos, r.scheduler, not r.affinity, r.chunk, r.pipe_batch, r.inflight, r.L, r.k)
+
+
+def families(rows: list[Row]) -> list[str]:
+    present = {r.family for r in rows if r.family != "serial"}
+    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+
+
+def k_at_n(rows: list[Row], n: int) -> int | None:
+    """k = N if the study has it, else the largest k below N (None without parallel rows)."""
+    ks = sorted({r.k for r in rows if r.family != "serial" and r.reps})
+    below = [k for k in ks if k <= n] if n else []
+    return below[-1] if below else (ks[0] if ks else None)
+
+
+def best_per_family(rows: list[Row], L: int, k: int) -> list[Row]:
+    """The fastest verified configuration of each family at (L, k), in family order."""
+    out = []
+    for f in families(rows):
+        cand = [r for r in rows if r.family == f and r.L == L and r.k == k and r.reps]
+        if cand:
+            out.append(min(cand, key=lambda r: r.t_mean))
+    return out

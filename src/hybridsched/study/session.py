@@ -1,0 +1,124 @@
+"""A study run configuration by configuration, for single-node and MPI runs alike: the
+resources every run shares (the tensor slab, AIMD's monitor), the checks before a study
+is continued (``--resume``), and the record of every invocation kept in the file."""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Callable, Iterable, Iterator
+
+from .. import registry
+from ..errors import UsageError
+from ..monitor import UtilisationMonitor
+from ..records import RunConfig, RunRecord
+from ..workload import Slab
+from .runner import timed_run, warn_unverified
+from .spec import StudySpec
+
+
+def _local_slab(cfg: RunConfig) -> Slab:
+    return Slab(cfg.frames, cfg.height, cfg.width, cfg.seed)
+
+
+class Resources:
+    """What consecutive runs share, owned for the whole study: the utilisation monitor
+    (started once before the first timed run if any configuration needs it, §4) and the
+    slab of the current tensor shape, replaced only when the shape or seed changes."""
+
+    def __init__(self, configs: list[RunConfig], make_slab: Callable[[RunConfig], Slab] = _local_slab):
+        self._configs = configs
+        self._make_slab = make_slab
+        self._stack = contextlib.ExitStack()
+        self._slab: Slab | None = None
+        self._shape: tuple | None = None
+        self.monitor: UtilisationMonitor | None = None
+
+    def __enter__(self) -> "Resources":
+        with self._stack as stack:
+            if any(registry.get(c.scheduler).needs_monitor for c in self._configs):
+                self.monitor = stack.enter_context(UtilisationMonitor())
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._slab = None
+        self._stack.close()
+
+    def slab(self, cfg: RunConfig) -> Slab:
+        want = (cfg.frames, cfg.height, cfg.width, cfg.seed)
+        if want != self._shape:
+            if self._slab is not None:
+                self._slab.close()
+            self._slab, self._shape = None, None
+            self._slab = self._stack.enter_context(self._make_slab(cfg))
+            self._shape = want
+        return self._slab
+
+
+def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
+                       cpus: list[int] | None = None,
+                       on_start: Callable[[RunConfig], None] | None = None) -> Iterator[RunRecord]:
+    """Run configurations in order on this node, one slab per tensor shape and seed.
+    ``on_start(cfg)`` is called just before each timed run (progress display)."""
+    configs = list(configs)
+    with Resources(configs) as res:
+        for cfg in configs:
+            slab = res.slab(cfg)
+            if on_start is not None:
+                on_start(cfg)
+            record = timed_run(slab, cfg, res.monitor, cpus)
+            if not record.verified or record.lost_workers:
+                warn_unverified(record)
+            on_record(record)
+            yield record
+
+
+# What a resumed study must share with the stored one: runs of another tensor (seed, shape,
+# kernel) or another machine (cores, CPU model) cannot be compared with the stored runs, so
+# --resume refuses them. Everything else (schedulers, k, L, chunks, reps, affinity) may grow:
+# the resumed run adds the configurations not stored yet.
+RESUME_MUST_MATCH = ("seed", "height", "width", "kernel")
+RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
+
+
+def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
+                     machine: dict) -> list[str]:
+    """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
+    out = []
+    new = spec.to_dict()
+    for key in RESUME_MUST_MATCH:
+        if key in stored_study and stored_study[key] != new[key]:
+            out.append(f"{key} {new[key]!r} differs from the stored {stored_study[key]!r}")
+    for key in RESUME_MACHINE_MUST_MATCH:
+        if key in stored_machine and key in machine and str(stored_machine[key]) != str(machine[key]):
+            out.append(f"machine {key} {machine[key]!r} differs from the stored {stored_machine[key]!r}")
+    return out
+
+
+def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
+    """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
+    from ..store import read_attrs, stored_keys
+
+    attrs = read_attrs(out)
+    try:
+        stored = json.loads(attrs.get("study", "{}"))
+    except ValueError:
+        stored = {}
+    machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
+    problems = resume_conflicts(stored, spec, machine, meta)
+    if problems:
+        raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
+    return stored_keys(out)
+
+
+def record_resume(writer, spec: StudySpec, meta: dict) -> None:
+    """Keep the spec of every invocation: ``study`` is the latest, ``study_history`` the rest."""
+    a = writer.h5.attrs
+    history = json.loads(a.get("study_history", "[]"))
+    history.append({"study": json.loads(a.get("study", "{}")),
+                    "until": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    a["study_history"] = json.dumps(history, sort_keys=True)
+    a["study"] = json.dumps(spec.to_dict(), sort_keys=True)
+    a["machine.loadavg_at_resume"] = meta["loadavg_at_start"]
+    writer.h5.flush()
