@@ -36,6 +36,20 @@ def test_usl_recovers_known_coefficients_both_ways():
 def test_usl_on_throughput_fits_lambda():
     res = F.fit(F.Data(NS, _usl(0.1, 0.002, lam=250.0), "throughput"), "usl")
     assert (res["lambda"], res["alpha"], res["beta"]) == pytest.approx((250.0, 0.1, 0.002), rel=1e-5)
+    assert res["lambda_fixed"] is False and "lambda" in res["params"]
+
+
+def test_usl_on_speedups_fixes_lambda_at_one():
+    """Eq. 21 has no lambda: speedups scaled by 0.9 (no N = 1 point) must be explained by
+    alpha and beta, not by a free lambda of 0.9 (which would recover alpha = 0.05 exactly)."""
+    ns = NS[1:]
+    y = 0.9 * _usl(0.05, 0.0005, ns=ns)
+    res = F.fit(F.Data(ns, y), "usl")
+    assert res["lambda_fixed"] is True and res["lambda"] == 1.0 and "lambda" not in res["params"]
+    assert res["alpha"] > 0.06  # the 10 % loss is charged to contention
+    free = F.fit(F.Data(ns, y, "throughput"), "usl")
+    assert free["lambda"] == pytest.approx(0.9, rel=1e-4) and free["alpha"] == pytest.approx(0.05, rel=1e-3)
+    assert "lambda   1 (fixed" in F.text(res)
 
 
 def test_usl_with_beta_zero_is_amdahl_and_has_no_peak():

@@ -230,3 +230,28 @@ def test_summarise_keeps_mpi_ranks_apart_and_counts_p_times_k_units():
     assert one.sigma == pytest.approx(2.0) and one.sigma_e == pytest.approx(1.0)
     assert two.sigma == pytest.approx(8.0 / 2.5)
     assert two.sigma_e == pytest.approx(8.0 / 2.5 / 4)  # Eq. 19-20: P x k = 4 units
+
+
+def test_standalone_analysis_script_keeps_mpi_ranks_apart(tmp_path):
+    """A merged study with dynamic at P = 1 and P = 2 (k = 2 each): two tables, never one
+    mean of both, and σE over P x k units for the MPI one."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    path = str(tmp_path / "mpi.h5")
+    one = _rec("dynamic", "thread", 2, 0.5)
+    two = _rec("dynamic", "thread", 2, 0.3)
+    two.config = replace(two.config, P=2)
+    with StudyWriter(path, {"N": 2}, {}) as w:
+        for r in (_rec("serial", "serial", 1, 1.0), one, two):
+            w.append(r)
+    script = os.path.join(os.path.dirname(__file__), "..", "analysis", "rebuild_tables.py")
+    res = subprocess.run([sys.executable, script, path, str(tmp_path / "a")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "### dynamic (affinity on, chunk default)\n" in res.stdout
+    assert "### dynamic (affinity on, chunk default, P = 2 ranks)" in res.stdout
+    assert "| 2 | 500.00 | 2.000 | 1.000 |" in res.stdout      # P = 1: σ 2 over 2 units
+    assert "| 2 | 300.00 | 3.333 | 0.833 |" in res.stdout      # P = 2: σ 3.33 over 4 units
+    assert "400.00" not in res.stdout                          # no mean across P

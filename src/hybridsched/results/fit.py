@@ -135,12 +135,26 @@ def fit_usl(d: Data) -> dict:
     b0 = max(lin["beta"]["value"], 0.0) if lin else 0.0
     # alpha in [0, 1] and beta >= 0 are the model's domain: a negative beta would be a
     # "retrograde" speed-up that no coherence cost produces.
-    popt, se = _curve_fit(usl_throughput, d.N.astype(float), d.y, [lam0, a0, b0 + 1e-9],
-                          ([0.0, 0.0, 0.0], [np.inf, 1.0, np.inf]))
-    dof = len(d.N) - 3
-    lam, alpha, beta = (float(v) for v in popt)
-    out["params"] = {"lambda": _param(lam, se[0], dof), "alpha": _param(alpha, se[1], dof),
-                     "beta": _param(beta, se[2], dof)}
+    x = d.N.astype(float)
+    if d.kind == "speedup":
+        # Eq. 21 as written: sigma(1) = 1, so lambda is fixed at 1 and only alpha and
+        # beta are fitted (a free lambda would absorb part of the serial fraction)
+        popt, se = _curve_fit(lambda n, a, b: usl_throughput(n, 1.0, a, b), x, d.y,
+                              [a0, b0 + 1e-9], ([0.0, 0.0], [1.0, np.inf]))
+        dof = len(d.N) - 2
+        lam, alpha, beta = 1.0, float(popt[0]), float(popt[1])
+        se = np.concatenate([[math.nan], se])
+        out["params"] = {"alpha": _param(alpha, se[1], dof), "beta": _param(beta, se[2], dof)}
+    else:
+        # throughput X(N) = lambda N / (...): lambda, the one-unit rate, is a parameter too
+        # (as R's usl package fits it)
+        popt, se = _curve_fit(usl_throughput, x, d.y, [lam0, a0, b0 + 1e-9],
+                              ([0.0, 0.0, 0.0], [np.inf, 1.0, np.inf]))
+        dof = len(d.N) - 3
+        lam, alpha, beta = (float(v) for v in popt)
+        out["params"] = {"lambda": _param(lam, se[0], dof), "alpha": _param(alpha, se[1], dof),
+                         "beta": _param(beta, se[2], dof)}
+    out["lambda_fixed"] = d.kind == "speedup"
     out["r2"] = _r2(d.y, usl_throughput(d.N, lam, alpha, beta))
     out["alpha"], out["beta"], out["lambda"] = alpha, beta, lam
     # A beta within two standard errors of 0, or one whose term beta N (N-1) changes the
@@ -341,6 +355,8 @@ def _fmt_param(name: str, p: dict) -> str:
 def text(res: dict) -> str:
     """The human-readable summary ``hybridsched fit`` prints without --json."""
     lines = [f"{res['model']} fit of {res['n_points']} points ({res['kind']}) from {res['source']}"]
+    if res.get("lambda_fixed"):
+        lines.append("  lambda   1 (fixed: speedup data, Eq. 21)")
     lines += [f"  note: {n}" for n in res.get("notes", [])]
     for name, p in res["params"].items():
         lines.append(_fmt_param(name, p))
