@@ -108,9 +108,9 @@ def test_quicksort_kernel_sorts_adversarial_rows(w):
         got = a.copy()
         kernels.quicksort_frames(got, 0, 2)
         assert np.array_equal(got, np.sort(a, axis=-1)), name
-        row = a[1, 2].copy()
-        kernels.sort_row(row)
-        assert np.array_equal(row, np.sort(a[1, 2])), name
+        row = a[1:2, 2:3].copy()  # one row alone, as a 1 x 1 x W tensor
+        kernels.quicksort_frames(row, 0, 1)
+        assert np.array_equal(row[0, 0], np.sort(a[1, 2])), name
 
 
 def test_heapsort_fallback_sorts_its_range_only():

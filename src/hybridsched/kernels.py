@@ -143,14 +143,6 @@ def _introsort(a, stack_lo, stack_hi, stack_d):
 
 
 @_jit
-def sort_row(a):
-    """Introsort of a 1-D array in place: median-of-three quicksort with Hoare partitioning,
-    heapsort past the depth limit, and one final insertion sort (the std::sort scheme)."""
-    _introsort(a, np.empty(_STACK, np.uint64), np.empty(_STACK, np.uint64),
-               np.empty(_STACK, np.int64))
-
-
-@_jit
 def quicksort_frames(t, first, count):
     """Sort every row of frames ``first .. first+count-1`` of ``t[L, H, W]`` in place."""
     stack_lo = np.empty(_STACK, np.uint64)

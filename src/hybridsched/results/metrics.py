@@ -2,7 +2,10 @@
 
 Pure functions on numbers and numpy arrays: no I/O. ``report`` applies them to a study.
 Tables use the nominal k (the paper's convention, §3.3); ``k_eff = min(k, N)`` only in
-:func:`karp_flatt_eff` (Eq. 10).
+:func:`karp_flatt_eff` (Eq. 10). Equations the package has no use for are not repeated
+here: Eq. 7 (Amdahl's efficiency) is Eq. 5 of :func:`amdahl_speedup`; Eq. 18 (T_ov from
+Karp-Flatt) equals Eq. 16 when epsilon is the measured Karp-Flatt value; Eq. 19 is
+:func:`amdahl_speedup` at N = P x k units (``fit`` uses it so).
 """
 from __future__ import annotations
 
@@ -56,11 +59,6 @@ class Alpha(NamedTuple):
 def amdahl_speedup(alpha: float, n: float) -> float:
     """Eq. 6: sigma(N) = 1 / (alpha + (1 - alpha) / N)."""
     return 1.0 / (alpha + (1.0 - alpha) / n)
-
-
-def amdahl_efficiency(alpha: float, k: float) -> float:
-    """Eq. 7: sigma_E(k) = 1 / (1 + alpha (k - 1))."""
-    return 1.0 / (1.0 + alpha * (k - 1))
 
 
 def karp_flatt(sigma: float, k: int) -> float:
@@ -118,19 +116,17 @@ def overhead_fraction(sigma: float, k: int, alpha: float = 0.0) -> float:
     return 1.0 / sigma - alpha - (1.0 - alpha) / k
 
 
-def overhead_from_karp_flatt(t1: float, k: int, epsilon: float, alpha: float = 0.0) -> float:
-    """Eq. 18: T_ov(k) = T_1 (1 - 1/k) (epsilon(k) - alpha), epsilon the Karp-Flatt metric."""
-    return t1 * (1.0 - 1.0 / k) * (epsilon - alpha)
-
-
 # --- utilisation (§3.6, §3.7) ---------------------------------------------------------
 
 
-def thread_utilisation(user: float, system: float, iowait: float, idle: float) -> float:
-    """Eq. 11: U_thread = (T_user + T_system + T_iowait) / (... + T_idle)."""
-    active = user + system + iowait
-    total = active + idle
-    return active / total if total > 0 else math.nan
+def thread_utilisation(user, system, iowait, idle):
+    """Eq. 11: U_thread = (T_user + T_system + T_iowait) / (... + T_idle); scalars or
+    arrays (NaN where the total is 0)."""
+    active = np.asarray(user) + np.asarray(system) + np.asarray(iowait)
+    total = active + np.asarray(idle)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = np.where(total > 0, active / np.where(total > 0, total, 1.0), np.nan)
+    return float(u) if u.ndim == 0 else u
 
 
 def worker_utilisations(workers: np.ndarray) -> np.ndarray:
@@ -138,11 +134,8 @@ def worker_utilisations(workers: np.ndarray) -> np.ndarray:
     worker's lifetime (end - start) not spent in user, system or iowait time (clamped at 0,
     as the CPU-time clocks tick coarser than the wall clock)."""
     active = workers["user"] + workers["system"] + workers["iowait"]
-    life = workers["end"] - workers["start"]
-    idle = np.maximum(life - active, 0.0)
-    total = active + idle
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, active / np.where(total > 0, total, 1.0), np.nan)
+    idle = np.maximum(workers["end"] - workers["start"] - active, 0.0)
+    return np.atleast_1d(thread_utilisation(workers["user"], workers["system"], workers["iowait"], idle))
 
 
 def system_utilisation(active: Sequence[float], n: int, t_total: float) -> float:
@@ -161,11 +154,6 @@ def many_core_utilisation(workers: np.ndarray, n: int) -> float:
 
 
 # --- distributed Amdahl (§3.9) --------------------------------------------------------
-
-
-def distributed_speedup(alpha: float, p: int, k: int) -> float:
-    """Eq. 19: sigma(P_k) = 1 / (alpha + (1 - alpha) / P_k) with P_k = P x k units."""
-    return amdahl_speedup(alpha, p * k)
 
 
 def distributed_alpha(sigma: float, p: int, k: int) -> Alpha:
