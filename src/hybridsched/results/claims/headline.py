@@ -129,8 +129,9 @@ def claim3(ctx: Ctx) -> list[Line]:
             why = ctx.guard({f"pinned {name} chunk 1 at k={k}": one,
                              f"pinned {name} at a tuned chunk at k={k}": best})
             gain = faster_by(best, one) if one is not None and best is not None else math.nan
-            ours = (f"chunk {best.chunk if best else '?'} {ms(best)} (σ {sig(best)}) vs chunk 1 "
-                    f"{ms(one)} (σ {sig(one)}): {faster_text(gain, 'tuned')}")
+            ours = (f"chunk {best.chunk} {ms(best)} (σ {sig(best)}) vs chunk 1 {ms(one)} "
+                    f"(σ {sig(one)}): {faster_text(gain, 'tuned')}" if best is not None else
+                    f"no tuned chunk; chunk 1 {ms(one)} (σ {sig(one)})")
             if why:
                 out.append(Line("3", subject, ours, paper, CANNOT_TELL, why, name, L, k,
                                 "tuned_faster_by", gain, thr))
