@@ -5,7 +5,8 @@ Timing (perf_counter): t0 just before the first user thread is created, t1 after
 one is created (A0: started; A1/A2: queued), t_fwd the latest end of a user thread's forward
 part (all then meet at the stage barrier), t_end the latest end of a user thread. Stages:
 create = t1 - t0; forward = t_fwd - t0 (the triangular form, creation INCLUDED); back =
-t_end - t_fwd; total = t_end - t0 = forward + back.
+t_end - t_fwd; total = max(t_end, t1) - t0, i.e. forward + back unless every user thread
+ended before the last was created (tiny A0 runs), when it is the creation time.
 
 Why forward includes creation: user threads start as soon as they are created, as OS
 threads do, so in A0 the first threads compute while the main thread, competing with them
@@ -134,7 +135,7 @@ def run_once(arch: str, algo: str, n: int, threads: int, rep: int, seed: int = 0
     c = sched.counts
     res.blocks, res.wakeups, res.switches, res.scans = c.blocks, c.wakeups, c.switches, c.scans
     res.t_create_s, res.t_forward_s = t1 - t0, t_fwd - t0
-    res.t_back_s, res.t_total_s = t_end - t_fwd, t_end - t0
+    res.t_back_s, res.t_total_s = t_end - t_fwd, max(t_end, t1) - t0
     res.residual = residual(a, ctx.x, b)
     res.x_err = x_error(ctx.x, x_ref)
     res.verified = verified(res.residual, res.x_err)
