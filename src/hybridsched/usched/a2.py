@@ -66,9 +66,9 @@ class Semaphore2:
     def release(self, n: int = 1) -> None:
         woken = None
         with self.lock:
-            if self.waiters:  # HAS_WAITERS: hand the units over, oldest waiter first
-                w = self.waiters
-                woken = [w.popleft() for _ in range(min(n, len(w)))]
+            w = self.waiters
+            if w:  # HAS_WAITERS: hand the units over, oldest waiter first
+                woken = [w.popleft()] if n == 1 else [w.popleft() for _ in range(min(n, len(w)))]
                 n -= len(woken)
             self.count += n
         if woken:
