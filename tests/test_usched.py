@@ -83,11 +83,21 @@ def _run_program(arch: str, cpus: list[int], prog):
                     sems[sig[1]].release(sig[2])
                 yield from ()
 
+        at = rnd.randint(0, len(waiters))  # the signaller starts among the waiters
         for w, steps in enumerate(waiters):
+            if w == at:
+                sched.spawn(signaller, name="signaller")
             sched.spawn(waiter, w, steps, name=f"w{w}")
-        sched.spawn(signaller, name="signaller")
+        if at == len(waiters):
+            sched.spawn(signaller, name="signaller")
         sched.run()
+    # every unit released was taken exactly once: none left over, none missing
+    assert [_units(s) for s in sems] == [0] * n_sem
     return log, sched.counts, waiters
+
+
+def _units(sem) -> int:
+    return sem.count if hasattr(sem, "count") else sem._sem._value
 
 
 def _check_log(log, waiters):
