@@ -277,6 +277,42 @@ def cmd_merge(args) -> int:
     return 0
 
 
+# --- ge ---------------------------------------------------------------------------------
+
+
+def _name_list(text: str) -> list[str]:
+    return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+
+
+def cmd_ge(args) -> int:
+    from .ge import kernels as ge_kernels
+    from .ge.output import GeWriter
+    from .ge.runner import check_args
+    from .ge.sweep import GeSpec, run_sweep
+    from .store import check_writable
+    from .sysinfo import machine_metadata, n_cpus
+
+    spec = GeSpec(args.arch, args.algo, args.n, args.threads, args.reps, args.seed)
+    check_args(spec.archs, spec.algos, spec.n, spec.threads, spec.reps)
+    out = args.out or time.strftime("hybridsched-ge-%Y%m%d-%H%M%S.h5")
+    check_writable(out)
+    if os.path.exists(out) and not args.overwrite:
+        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    meta = machine_metadata()
+    meta["N"] = n_cpus()
+    meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    ge_kernels.prepare()  # compile before any timed run
+    with GeWriter(out, meta, spec.to_dict(), overwrite=args.overwrite) as writer:
+        failed = run_sweep(spec, writer.append)
+    from .results.ge_report import ge_markdown
+    from .ge.output import read_ge
+
+    print(ge_markdown(read_ge(out)))
+    n_runs = len(spec.runs())
+    print(f"\n{n_runs} ge runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 # --- list, plan, report -----------------------------------------------------------------
 
 
@@ -301,8 +337,20 @@ def cmd_plan(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from .ge.output import has_ge
     from .results.report import build_report, default_out_dir, load_study
 
+    if has_ge(args.file) and not _has_runs(args.file):  # a `ge` file: /ge but no /runs
+        from .results.ge_report import build_ge_report
+
+        out_dir = args.out_dir or default_out_dir(args.file)
+        try:
+            text, files = build_ge_report(args.file, out_dir, plots=not args.no_plots)
+        except OSError as exc:
+            raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+        print(text)
+        print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
+        return 0
     study = load_study(args.file)
     if len(study.runs) == 0:
         print(f"{args.file}: the study holds no runs yet")
@@ -315,6 +363,13 @@ def cmd_report(args) -> int:
     print(text)
     print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
     return 0
+
+
+def _has_runs(path: str) -> bool:
+    import h5py
+
+    with h5py.File(path, "r", locking=False) as h5:
+        return "runs" in h5
 
 
 # --- parser -----------------------------------------------------------------------------
@@ -365,6 +420,24 @@ def make_parser() -> argparse.ArgumentParser:
                    "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
                    "no effect at P = 1")
     r.set_defaults(func=cmd_run)
+
+    ge = sub.add_parser("ge", help="cooperative scheduler A0/A1/A2 on blocked Gaussian "
+                        "elimination (seed 002)")
+    ge.add_argument("--arch", type=_name_list, default=["A0", "A1", "A2"], metavar="A[,A...]",
+                    help="architectures: A0 (OS threads), A1 (one blocked queue), A2 "
+                    "(per-primitive queues); default all three")
+    ge.add_argument("--algo", type=_name_list, default=["rows", "tiles"], metavar="ALGO[,...]",
+                    help="rows (block rows) and/or tiles (a g x g grid, g = round(sqrt(T)))")
+    ge.add_argument("--n", type=_positive("--n"), default=512, help="matrix size (default 512)")
+    ge.add_argument("--threads", type=_int_list("--threads"), default=[32], metavar="T[,T...]",
+                    help="user threads, 1 to 7936 (default 32); rows: T <= n; tiles: the "
+                    "nearest square grid, at most n tiles per side")
+    ge.add_argument("--reps", type=_positive("--reps"), default=1, help="repetitions")
+    ge.add_argument("--seed", type=_nonnegative_int("--seed"), default=0, help="matrix seed")
+    ge.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default "
+                    "hybridsched-ge-<time>.h5)")
+    ge.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    ge.set_defaults(func=cmd_ge)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
@@ -419,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError(f"{PROG}: a command is required (run, report, fit, merge, plan, list); see --help")
+            raise UsageError(f"{PROG}: a command is required (run, ge, report, fit, merge, plan, list); see --help")
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)

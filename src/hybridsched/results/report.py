@@ -232,4 +232,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             from . import plots as plotting
 
             files += plotting.speedup_plots(rows, out_dir, study.n)
-    return "\n".join(head + body), files
+    from .ge_report import section  # the `ge` runs of the same file, if any
+
+    ge_md, ge_files = section(study.path, out_dir, plots)
+    return "\n".join(head + body + ge_md), files + ge_files
