@@ -390,3 +390,17 @@ def test_full_dev_shm_is_an_error_message_not_sigbus():
         pytest.skip(f"cannot mount a private /dev/shm here: {p.stderr.strip()[:200]}")
     assert p.returncode == 0, p.stderr
     assert "refused: cannot reserve a shared-memory segment" in p.stdout
+
+
+def test_temp_file_of_a_writer_killed_mid_publish_is_removed_by_the_next(tmp_h5):
+    with store.StudyWriter(tmp_h5, {}, {}) as w:
+        w.append(rec(0))
+    d, base = os.path.split(tmp_h5)
+    stale = os.path.join(d, f".{base}.99999.0123456789ab.tmp")
+    other = os.path.join(d, f".{base}.notours.tmp")
+    for p in (stale, other):
+        open(p, "wb").close()
+    with store.StudyWriter(tmp_h5, append=True) as w:
+        w.append(rec(1))
+    assert not os.path.exists(stale) and os.path.exists(other)
+    assert len(store.read_runs(tmp_h5)) == 2

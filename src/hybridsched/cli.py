@@ -450,6 +450,15 @@ def _is_run(argv: list[str] | None) -> bool:
     return "run" in (sys.argv[1:] if argv is None else argv)[:1]
 
 
+def _launched_rank() -> int:
+    """This process's rank as the MPI launcher's environment says (0 without a launcher),
+    known before MPI is initialised, e.g. while the command line is parsed."""
+    from .mpi import detect_launch
+
+    launch = detect_launch()
+    return (launch.rank or 0) if launch is not None else 0
+
+
 def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -464,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)
-        print(msg if msg.startswith(PROG) else f"{PROG}: error: {msg}", file=sys.stderr)
+        if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
+            print(msg if msg.startswith(PROG) else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ import errno
 import fcntl
 import io
 import os
+import re
 import secrets
 import socket
 import stat
@@ -87,6 +88,30 @@ def replacing(path: str, mode: int = 0o666) -> Iterator[io.BufferedWriter]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def remove_stale_temps(path: str) -> list[str]:
+    """Remove the temporary files of ``path`` that a SIGKILLed writer left mid-publish.
+    Called with the study's lock held, so no other writer of it can be using one."""
+    d, base = os.path.split(os.path.abspath(path))
+    pattern = re.compile(rf"\.{re.escape(base)}\.\d+\.[0-9a-f]{{12}}\.tmp")
+    removed = []
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return removed
+    for name in names:
+        if not pattern.fullmatch(name):
+            continue
+        full = os.path.join(d, name)
+        try:
+            st = os.lstat(full)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(full)
+                removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def publish(path: str, data, safe_runs: int) -> None:
@@ -194,6 +219,7 @@ class StudyLock:
                       f"{self._holder(fd)}, which is gone", file=sys.stderr)
             self._fd = fd
             self._write_holder()
+            remove_stale_temps(self.study)
             return self
 
     def _flock(self, fd: int) -> None:
