@@ -151,11 +151,13 @@ def case_symlinks(d):
     sub = os.path.join(d, "default")
     os.makedirs(sub)
     now = time.time()
+    dangling = os.path.join(d, "made-through-the-link")  # a link to a file not there yet
     for s in range(0, 12):
-        os.symlink(victim, os.path.join(sub, time.strftime("hybridsched-%Y%m%d-%H%M%S.h5",
-                                                           time.localtime(now + s))))
+        os.symlink(dangling, os.path.join(sub, time.strftime("hybridsched-%Y%m%d-%H%M%S.h5",
+                                                             time.localtime(now + s))))
     p = hs("run", *TINY, "--reps", "1", cwd=sub)
-    dflt = f"run to a planted default name: {outcome(p)}; victim {'INTACT' if intact() else 'OVERWRITTEN'}"
+    dflt = (f"run to a planted (dangling) default name: {outcome(p)}; link target "
+            f"{'WRITTEN' if os.path.exists(dangling) else 'not created'}")
     target = os.path.join(d, "elsewhere")
     os.makedirs(target)
     os.symlink(target, os.path.join(d, "src_report"))
@@ -218,12 +220,21 @@ def case_width(d):
 
 
 def case_shm_full(d):
-    code = ("mount -t tmpfs -o size=16m tmpfs /dev/shm && exec " + " ".join(HS) +
-            " run -s serial -L 100 --height 256 --width 1024 --reps 1 --out " + os.path.join(d, "shm.h5"))
+    # a private 64 MB /dev/shm; the study needs 52 MB, so the size check passes; a second
+    # process fills 40 MB of it as soon as our first segment appears (after the check)
+    fill = ("while ! ls /dev/shm/hybridsched.* >/dev/null 2>&1; do :; done; "
+            "dd if=/dev/zero of=/dev/shm/filler bs=1M count=40 2>/dev/null")
+    code = ("mount -t tmpfs -o size=64m tmpfs /dev/shm && (" + fill + ") & sleep 0.2; " +
+            " ".join(HS) + " run -s serial -L 100 --height 256 --width 1024 --reps 1 --out " +
+            os.path.join(d, "shm.h5") + "; echo rc=$? >&2; wait")
     p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", code],
                        capture_output=True, text=True, timeout=120)
-    sig = f" (signal {-p.returncode})" if p.returncode < 0 else ""
-    return outcome(p) + sig
+    rc = [ln for ln in p.stderr.splitlines() if ln.startswith("rc=")]
+    lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("rc=") and ln.strip()]
+    code_ = int(rc[-1][3:]) if rc else None
+    sig = f" (= signal {code_ - 128})" if code_ and code_ > 128 else ""
+    return (f"{rc[-1] if rc else 'rc ?'}{sig}, {len(lines)} stderr line(s)"
+            f"{', TRACEBACK' if 'Traceback' in p.stderr else ''}: {lines[-1][:100] if lines else ''!r}")
 
 
 def case_plan():
@@ -298,7 +309,7 @@ CASES = {
     "planted symlinks": case_symlinks,
     "orphan sweep": case_sweep,
     "--width 2147483648": case_width,
-    "/dev/shm too small (16 MB, private)": lambda d: case_shm_full(d),
+    "/dev/shm filled by another process after the size check (private 64 MB)": case_shm_full,
     "plan --workers 10**12": lambda d: case_plan(),
     "crafted studies": case_crafted,
     "--out '' / devices / fault hook": case_misc,

@@ -404,3 +404,16 @@ def test_temp_file_of_a_writer_killed_mid_publish_is_removed_by_the_next(tmp_h5)
         w.append(rec(1))
     assert not os.path.exists(stale) and os.path.exists(other)
     assert len(store.read_runs(tmp_h5)) == 2
+
+
+def test_report_dir_parents_are_made_and_a_file_in_the_way_is_one_line(tmp_h5, tmp_path, capsys):
+    with store.StudyWriter(tmp_h5, {}, {}) as w:
+        w.append(rec(0))
+    deep = tmp_path / "a" / "b" / "rep"
+    assert cli.main(["report", tmp_h5, "--no-plots", "--out-dir", str(deep)]) == 0
+    assert (deep / "summary.csv").is_file()
+    capsys.readouterr()
+    (tmp_path / "f").write_text("x")
+    rc = cli.main(["report", tmp_h5, "--no-plots", "--out-dir", str(tmp_path / "f" / "rep")])
+    cap = capsys.readouterr()
+    assert rc == 2 and "Traceback" not in cap.err and len(cap.err.strip().splitlines()) == 1

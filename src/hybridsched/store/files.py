@@ -139,7 +139,12 @@ def write_text(path: str, write: Callable[[io.TextIOBase], None]) -> None:
 
 def our_directory(path: str, what: str = "--out-dir") -> str:
     """Create ``path`` as a fresh directory, or reuse it if it is a real directory (not a
-    symlink) owned by us; anything else is refused with a UsageError."""
+    symlink) owned by us; anything else is refused with a UsageError. Missing parents
+    are made as ``mkdir -p`` would (they are the user's own path)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
     try:
         os.mkdir(path, 0o777)
         return path
@@ -147,7 +152,10 @@ def our_directory(path: str, what: str = "--out-dir") -> str:
         pass
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror}") from None
-    st = os.lstat(path)
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror}") from None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"{what} {path}: exists and is not a directory (a symbolic link or "
                          "a file); not written through")
