@@ -31,6 +31,7 @@ from hybridsched.store import read_runs
 
 HS = [sys.executable, "-m", "hybridsched"]
 FAST = ["-s", "serial,dynamic", "-k", "2", "-L", "4", "--height", "8", "--width", "8"]
+WRITER_REPS = 250  # 500 runs per live study (~10 s of writing at full speed here)
 
 
 def _runs(path: str) -> int:
@@ -50,7 +51,10 @@ def live_readers(d: str, reports: int, plain: int) -> None:
         while done < reports:
             if writer is None or writer.poll() is not None:
                 path = os.path.join(d, f"live{writers}.h5")
-                writer = subprocess.Popen([*HS, "run", *FAST, "--reps", "3000", "--out", path],
+                # a few hundred runs per study: a report reads every run's detail, so it
+                # gets slower as a study grows; a fresh writer keeps each report short
+                writer = subprocess.Popen([*HS, "run", *FAST, "--reps", str(WRITER_REPS),
+                                           "--out", path],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 writers += 1
                 while _runs(path) < 1 and writer.poll() is None:
@@ -63,6 +67,8 @@ def live_readers(d: str, reports: int, plain: int) -> None:
             except BaseException as exc:  # noqa: BLE001 - count every failure
                 failures.append(repr(exc))
             done += 1
+            if done % 100 == 0:
+                print(f"  {done} reports, {len(failures)} failures", file=sys.stderr, flush=True)
             quiet.seek(0)
             quiet.truncate()
             if n_plain < plain:
@@ -88,10 +94,10 @@ def live_readers(d: str, reports: int, plain: int) -> None:
 def kills(d: str, n: int, seed: int) -> None:
     rng = random.Random(seed)
     path = os.path.join(d, "killed.h5")
-    argv = [*HS, "run", *FAST, "--reps", "150", "--out", path]
-    total = 2 * 150
+    argv = [*HS, "run", *FAST, "--reps", "1000", "--out", path]
+    total = 2 * 1000  # ~35 s of runs: 20 kills land mid-study, not after it
     lost = report_fail = resume_fail = 0
-    took_over = 0
+    took_over = finished = 0
     for i in range(n):
         proc = subprocess.Popen(argv + (["--resume"] if i else []), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
@@ -100,7 +106,10 @@ def kills(d: str, n: int, seed: int) -> None:
         while time.monotonic() < deadline and proc.poll() is None:
             seen = max(seen, _runs(path))
             time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        else:
+            finished += 1
         err = proc.communicate()[1]
         took_over += "taking over the lock" in err
         if i and proc.returncode not in (-9, 0):
@@ -116,7 +125,8 @@ def kills(d: str, n: int, seed: int) -> None:
     stored = _runs(path)
     print(f"kill -9: {n} kills of the writer at random moments (0.3-3 s after its start); "
           f"committed runs lost: {lost}; report failures after a kill: {report_fail}; "
-          f"resumes that failed: {resume_fail}; stale locks taken over: {took_over}")
+          f"resumes that failed: {resume_fail}; stale locks taken over: {took_over}; "
+          f"writers that had finished before their kill: {finished}")
     print(f"kill -9: final --resume rc {final.returncode}, {stored} of {total} runs stored, "
           f"run ids {'contiguous' if stored > 0 and list(read_runs(path)['run_id']) == list(range(stored)) else 'NOT contiguous'}")
 
@@ -130,8 +140,10 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-integrity-") as d:
         t0 = time.monotonic()
-        live_readers(d, a.reports, a.plain)
-        kills(d, a.kills, a.seed)
+        if a.reports:
+            live_readers(d, a.reports, a.plain)
+        if a.kills:
+            kills(d, a.kills, a.seed)
         print(f"total {time.monotonic() - t0:.0f} s")
 
 
