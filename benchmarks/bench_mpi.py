@@ -79,7 +79,7 @@ def outside_workers(path: str) -> list[float]:
 
     out = []
     for r in read_runs(path):
-        workers, _ = read_detail(path, int(r["run_id"]))
+        workers, *_ = read_detail(path, int(r["run_id"]))
         out.append(float(r["time_s"]) - float((workers["end"] - workers["start"]).max()))
     return out
 
@@ -89,7 +89,7 @@ def cpu_seconds(path: str) -> list[float]:
     from hybridsched.store import read_detail, read_runs
 
     return [float((w["user"] + w["system"]).sum())
-            for w, _ in (read_detail(path, int(r["run_id"])) for r in read_runs(path))]
+            for w, *_ in (read_detail(path, int(r["run_id"])) for r in read_runs(path))]
 
 
 def stats(xs: list[float]) -> dict:

@@ -196,7 +196,7 @@ def test_run_smoke_end_to_end(tmp_path):
         assert f"| {name} |" in p.stdout  # a table row for each scheduler
     assert "σ" in p.stdout and "σE" in p.stdout and "α" in p.stdout
     for rid in runs["run_id"][:3]:
-        workers, trace = read_detail(str(out), int(rid))
+        workers, trace, *_ = read_detail(str(out), int(rid))
         assert len(workers) >= 1 and trace["count"].sum() == runs["L"][rid]
 
 
@@ -286,7 +286,7 @@ def test_signal_keeps_completed_runs_and_leaves_nothing(tmp_path, sig, rc, sched
     assert runs["run_id"].tolist() == list(range(len(runs)))
     assert runs["verified"].all()
     for rid in runs["run_id"]:
-        workers, trace = read_detail(out, int(rid))
+        workers, trace, *_ = read_detail(out, int(rid))
         assert trace["count"].sum() == 40
     assert our_shm_entries(proc.pid) == []
     deadline = time.monotonic() + 5

@@ -347,3 +347,12 @@ def test_merge_refuses_a_repeated_file_and_different_tensors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "different tensors" in err
     assert not os.path.exists(out)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_argparse_error_under_mpiexec_is_printed_once(tmp_path):
+    p = mpirun(["run", "--no-such-option", "-o", str(tmp_path / "x.h5")])
+    assert p.returncode == 2
+    assert p.stderr.count("unrecognized arguments") == 1, p.stderr
+    assert os.listdir(tmp_path) == []

@@ -236,5 +236,5 @@ def test_append_replaces_a_half_written_run(tmp_path):
     with StudyWriter(out, append=True) as w:
         assert w.append(rec) == 1
     assert len(read_runs(out)) == 2
-    workers, _ = read_detail(out, 1)
+    workers, *_ = read_detail(out, 1)
     assert workers.dtype.names is not None  # the real detail, not the orphan's

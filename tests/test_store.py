@@ -61,7 +61,7 @@ def test_round_trip(tmp_h5):
         assert row["time_s"] == r.time_s and row["bad_rows"] == r.bad_rows
         assert row["error"] == r.error and row["notes"] == r.notes
         assert row["started_at"] == r.started_at
-        workers, trace = store.read_detail(tmp_h5, i)
+        workers, trace, *_ = store.read_detail(tmp_h5, i)
         assert workers.dtype == WORKER_DTYPE and trace.dtype == TRACE_DTYPE
         assert np.array_equal(workers, r.workers) and np.array_equal(trace, r.trace)
 
@@ -86,7 +86,7 @@ def test_empty_study_and_empty_trace(tmp_h5):
         r.trace = np.zeros(0, TRACE_DTYPE)
         r.workers = np.zeros(0, WORKER_DTYPE)
         w.append(r)
-    workers, trace = store.read_detail(tmp_h5, 0)
+    workers, trace, *_ = store.read_detail(tmp_h5, 0)
     assert len(workers) == 0 and len(trace) == 0
 
 
@@ -112,7 +112,7 @@ READER = """
 import sys
 from hybridsched.store import read_runs, read_detail
 runs = read_runs(sys.argv[1])
-w, t = read_detail(sys.argv[1], len(runs) - 1)
+w, t, *_ = read_detail(sys.argv[1], len(runs) - 1)
 print(len(runs), len(t))
 """
 

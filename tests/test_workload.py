@@ -190,12 +190,14 @@ def test_sweep_orphans_removes_only_segments_of_dead_creators():
 
     import posix_ipc
 
+    from hybridsched.sysinfo import pid_namespace
     from hybridsched.workload import SEGMENT_PREFIX, sweep_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    orphan = f"/{SEGMENT_PREFIX}{dead.pid}.0.orig"
-    alive = f"/{SEGMENT_PREFIX}1.0.orig"  # pid 1 always exists
+    ns = pid_namespace()
+    orphan = f"/{SEGMENT_PREFIX}{dead.pid}.{ns}.0.orig"
+    alive = f"/{SEGMENT_PREFIX}1.{ns}.0.orig"  # pid 1 always exists
     for name in (orphan, alive):
         posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=16).close_fd()
     try:

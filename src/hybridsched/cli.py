@@ -137,6 +137,26 @@ def build_spec(args):
     return spec
 
 
+def _out_name(out: str | None) -> str:
+    """--out as given (an empty name refused), else a fresh name from the time."""
+    if out is None:
+        return time.strftime("hybridsched-%Y%m%d-%H%M%S.h5")
+    if not out.strip():
+        raise UsageError("--out: an empty file name")
+    return out
+
+
+def check_test_hooks() -> None:
+    """Refuse a malformed test hook (HYBRIDSCHED_FAULT) before the first run, not at it."""
+    from .backends.procs import fault_plan
+    from .errors import ResourceError
+
+    try:
+        fault_plan()
+    except ResourceError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_run(args) -> int:
     from .mpi import world
 
@@ -146,48 +166,52 @@ def cmd_run(args) -> int:
     from . import kernels
     from .progress import Progress, run_cost
     from .results.report import markdown_summary, summarise
-    from .store import StudyWriter, check_writable, read_runs
+    from .store import StudyLock, StudyWriter, check_output, read_runs
     from .study.session import record_resume, resume_check, run_configurations
     from .sysinfo import machine_metadata, n_cpus
 
     spec = build_spec(args)
-    out = args.out or time.strftime("hybridsched-%Y%m%d-%H%M%S.h5")
-    check_writable(out)
+    out = _out_name(args.out)
     if args.resume and args.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    resume = bool(args.resume) and os.path.exists(out)
-    if os.path.exists(out) and not (args.overwrite or resume):
-        raise UsageError(f"--out {out}: file exists (use --resume to continue it or "
-                         "--overwrite to replace it)")
-    meta = machine_metadata()
-    meta["N"] = n_cpus()  # the N of k_eff = min(k, N) and of the presets
-    meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    configs = spec.configurations()
-    done: set = set()
-    if resume:
-        done = resume_check(out, spec, meta)
-    todo = [c for c in configs if c.key() not in done]
-    skipped = [c for c in configs if c.key() in done]
-    if resume:
-        print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already stored, "
-              f"{len(todo)} to go", file=sys.stderr)
-    kernels.prepare(spec.kernel)  # compile before any worker or fork exists
-    failed = 0
-    n = n_cpus()
-    with Progress(todo, n, spec.reps, done_already=len(skipped),
-                  done_cost=sum(run_cost(c, n) for c in skipped)) as progress, \
-            (StudyWriter(out, append=True) if resume else
-             StudyWriter(out, meta, spec.to_dict())) as writer:
+    check_output(out)
+    check_test_hooks()
+    # the lock first: nothing is read for --resume or replaced for --overwrite before it
+    with StudyLock(out) as lock:
+        exists = os.path.lexists(out)
+        resume = bool(args.resume) and exists
+        if exists and not (args.overwrite or resume):
+            raise UsageError(f"--out {out}: file exists (use --resume to continue it or "
+                             "--overwrite to replace it)")
+        meta = machine_metadata()
+        meta["N"] = n_cpus()  # the N of k_eff = min(k, N) and of the presets
+        meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        configs = spec.configurations()
+        done: set = set()
         if resume:
-            record_resume(writer, spec, meta)
+            done = resume_check(out, spec, meta)
+        todo = [c for c in configs if c.key() not in done]
+        skipped = [c for c in configs if c.key() in done]
+        if resume:
+            print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
+                  f"stored, {len(todo)} to go", file=sys.stderr)
+        kernels.prepare(spec.kernel)  # compile before any worker or fork exists
+        failed = 0
+        n = n_cpus()
+        with Progress(todo, n, spec.reps, done_already=len(skipped),
+                      done_cost=sum(run_cost(c, n) for c in skipped)) as progress, \
+                (StudyWriter(out, append=True, lock=lock) if resume else
+                 StudyWriter(out, meta, spec.to_dict(), lock=lock)) as writer:
+            if resume:
+                record_resume(writer, spec, meta)
 
-        def on_record(rec):
-            nonlocal failed
-            writer.append(rec)
-            failed += not rec.verified
-            progress.done(rec.config)
-        for _ in run_configurations(todo, on_record, on_start=progress.start):
-            pass
+            def on_record(rec):
+                nonlocal failed
+                writer.append(rec)
+                failed += not rec.verified
+                progress.done(rec.config)
+            for _ in run_configurations(todo, on_record, on_start=progress.start):
+                pass
     print(markdown_summary(summarise(read_runs(out))))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0
@@ -199,20 +223,23 @@ def _cmd_run_mpi(args, w) -> int:
     Input is checked on rank 0 and its verdict broadcast, so bad input stops every rank
     with one line (exit 2); a rank that fails later aborts the whole job (mpi.ranks).
     """
-    from . import kernels
-    from .mpi import abort_on_error, agree
-    from .mpi.runs import check_split, run_configurations
-    from .store import StudyWriter, check_writable
-    from .sysinfo import machine_metadata
+    from .mpi import agree
+    from .mpi.runs import check_split
+    from .store import StudyLock, check_output
 
     def check() -> None:
         if getattr(args, "resume", False):
             raise UsageError("--resume is not supported under mpiexec yet; use a new --out "
                              "and `hybridsched merge`")
-        check_writable(out)
-        if os.path.exists(out) and not args.overwrite:
-            raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+        if args.resume and args.overwrite:
+            raise UsageError("--resume and --overwrite exclude each other")
+        _out_name(out)
+        check_output(out)
+        check_test_hooks()
         check_split(configs, w.size, args.split)
+        lock.acquire()  # held by rank 0 until the study is written
+        if os.path.lexists(out) and not args.overwrite:
+            raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
 
     out = configs = None
     try:
@@ -222,15 +249,29 @@ def _cmd_run_mpi(args, w) -> int:
             raise SystemExit(2)
         raise
     configs = spec.configurations()
-    out = w.bcast(args.out or time.strftime("hybridsched-%Y%m%d-%H%M%S.h5"))
-    agree(w, check)
+    out = w.bcast(time.strftime("hybridsched-%Y%m%d-%H%M%S.h5") if args.out is None else args.out)
+    lock = StudyLock(out)
+    try:
+        agree(w, check)
+        return _mpi_study(args, w, spec, configs, out, lock)
+    finally:
+        lock.release()
+
+
+def _mpi_study(args, w, spec, configs, out, lock) -> int:
+    from . import kernels
+    from .mpi import abort_on_error
+    from .mpi.runs import run_configurations
+    from .store import StudyWriter
+    from .sysinfo import machine_metadata
+
     with abort_on_error(w):
         kernels.prepare(spec.kernel)  # compile before any worker or fork exists
         if w.rank:
             failed = run_configurations(w, configs, lambda rec: None, args.split)
         else:
             study = dict(spec.to_dict(), P=w.size, split=args.split)
-            with StudyWriter(out, machine_metadata(), study) as writer:
+            with StudyWriter(out, machine_metadata(), study, lock=lock) as writer:
                 def on_record(rec):
                     writer.append(rec)  # flushed: a later abort keeps this run
                     c = rec.config
@@ -482,6 +523,15 @@ def _is_run(argv: list[str] | None) -> bool:
     return "run" in (sys.argv[1:] if argv is None else argv)[:1]
 
 
+def _launched_rank() -> int:
+    """This process's rank as the MPI launcher's environment says (0 without a launcher),
+    known before MPI is initialised, e.g. while the command line is parsed."""
+    from .mpi import detect_launch
+
+    launch = detect_launch()
+    return (launch.rank or 0) if launch is not None else 0
+
+
 def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -496,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)
-        print(msg if msg.startswith(PROG) else f"{PROG}: error: {msg}", file=sys.stderr)
+        if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
+            print(msg if msg.startswith(PROG) else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -33,3 +33,17 @@ class WorkerLost(HybridschedError):
         self.how = how
         super().__init__(f"{scheduler}: worker {worker} (pid {pid}) {how}")
 
+
+
+class BadStudy(NotOurFile):
+    """A study file of ours whose content is malformed (a field of the wrong type or out of
+    range, text that is not UTF-8, an attribute that is not JSON): one line, exit 2."""
+
+
+class StudyBusy(UsageError):
+    """Another process holds the writer's lock on a study file."""
+
+
+class DiskFull(HybridschedError):
+    """The file system ran out of space while a study was being written; the runs of the
+    last published snapshot are safe."""

@@ -206,6 +206,9 @@ def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
         raise UsageError("--tasks and --workers must be at least 1 and --chunk at least 1")
     if n > PLAN_MAX_TASKS:
         raise UsageError(f"--tasks {n} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
+    if k > PLAN_MAX_TASKS:
+        # static builds one row per worker: a bound on k bounds the plan's memory too
+        raise UsageError(f"--workers {k} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
     hand_out, default = PLANS[policy]
     return hand_out(n, k, chunk or default(n))
 

@@ -150,3 +150,29 @@ class ForeignLoad:
             return float("nan")
         foreign = busy - (self._own_seconds() - self._own)
         return min(1.0, max(0.0, foreign / (len(self.cpus) * wall)))
+
+
+def pid_namespace() -> int:
+    """Inode of this process's pid namespace (0 where /proc does not say): a pid names the
+    same process only within one namespace (containers, unshare)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists in this pid namespace (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True

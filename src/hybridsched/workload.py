@@ -11,6 +11,9 @@ import atexit
 import itertools
 import mmap
 import os
+import re
+import shutil
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -19,9 +22,10 @@ import posix_ipc
 
 from . import kernels
 from .errors import ResourceError, UsageError
-from .sysinfo import available_memory, n_cpus
+from .sysinfo import available_memory, n_cpus, pid_alive, pid_namespace
 
 SEGMENT_PREFIX = "hybridsched."
+INT32_MAX = 2**31 - 1  # = store.format.INT32_MAX (not imported: h5py stays out of workers)
 _counter = itertools.count()
 _live: dict[str, int] = {}  # segment name -> pid of the creator
 
@@ -56,7 +60,9 @@ class Segment:
 
     def __init__(self, shape: tuple[int, ...], role: str = "seg"):
         nbytes = int(np.prod(shape))
-        self.name = f"/{SEGMENT_PREFIX}{os.getpid()}.{next(_counter)}.{role}"
+        # creator pid and pid namespace in the name: sweep_orphans removes a segment only
+        # when its creator is provably gone (see _OUR_NAME)
+        self.name = f"/{SEGMENT_PREFIX}{os.getpid()}.{pid_namespace()}.{next(_counter)}.{role}"
         # registered before it exists, so a Ctrl-C/SIGTERM landing right after the create
         # still finds it in the atexit cleanup (unlinking a name never created is harmless)
         _live[self.name] = os.getpid()
@@ -66,10 +72,15 @@ class Segment:
             _live.pop(self.name, None)
             raise ResourceError(f"cannot create shared-memory segment of {nbytes} bytes: {exc}") from exc
         try:
+            # reserve the pages now: on a /dev/shm that fills up later (another process)
+            # the first touch of an unreserved page would be SIGBUS, not an error message
+            os.posix_fallocate(shm.fd, 0, max(nbytes, 1))
             self._map = mmap.mmap(shm.fd, max(nbytes, 1))
         except OSError as exc:
             self.close()
-            raise ResourceError(f"cannot map shared-memory segment of {nbytes} bytes: {exc}") from exc
+            free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+            raise ResourceError(f"cannot reserve a shared-memory segment of {nbytes:,} bytes "
+                                f"in /dev/shm ({exc.strerror}; {free:,} bytes free)") from None
         finally:
             shm.close_fd()
         self.array = np.frombuffer(self._map, np.uint8, count=nbytes).reshape(shape)
@@ -103,9 +114,12 @@ def tensor_bytes(frames: int, height: int, width: int) -> int:
 
 def check_sizes(frames: int, height: int, width: int, copies: int = 2) -> None:
     """Raise UsageError for empty sizes or a tensor that would not fit in memory."""
-    for what, v in (("frames", frames), ("height", height), ("width", width)):
+    for what, v, top in (("frames", frames, 2**63 - 1), ("height", height, INT32_MAX),
+                         ("width", width, INT32_MAX)):
         if v < 1:
             raise UsageError(f"--{what} must be at least 1, got {v}")
+        if v > top:  # the study file stores H and W as int32, L as int64
+            raise UsageError(f"--{what} must be at most {top}, got {v}")
     need = copies * tensor_bytes(frames, height, width)
     have = available_memory()
     if need > have:
@@ -221,23 +235,39 @@ def our_shm_entries(pid: int | None = None) -> list[str]:
     return sorted(n for n in names if n.startswith(prefix))
 
 
+# Names we create: hybridsched.<creator pid>.<pid namespace inode>.<counter>.<role>. Only
+# an exact match is ours; older names without the namespace, other programs' names that
+# happen to share the prefix and anything odd are never touched.
+_OUR_NAME = re.compile(r"hybridsched\.(\d+)\.(\d+)\.\d+\.[a-z]+")
+
+
 def sweep_orphans() -> list[str]:
     """Unlink segments whose creating hybridsched process no longer exists (a run killed
     with SIGKILL cannot clean up after itself); returns the names removed.
 
-    The creator pid is part of every name. A pid that exists again (reused) keeps its
-    segments: skipping is harmless, removing a live run's data would not be.
+    Only regular files owned by this user, named exactly as we name them, made in this pid
+    namespace by a pid that is gone here. Anything else (another user's, a directory, a
+    live run in a container whose pids mean other processes) is left alone, silently. A
+    pid that exists again (reused) keeps its segments: skipping is harmless.
     """
-    import psutil
-
+    ns = pid_namespace()
+    if not ns:
+        return []  # cannot tell namespaces apart: removing could hit a live run
     removed = []
     for name in our_shm_entries():
-        try:
-            pid = int(name[len(SEGMENT_PREFIX):].split(".", 1)[0])
-        except ValueError:
+        m = _OUR_NAME.fullmatch(name)
+        if not m or int(m.group(2)) != ns:
             continue
-        if pid != os.getpid() and not psutil.pid_exists(pid):
-            _unlink("/" + name)
-            removed.append(name)
+        pid = int(m.group(1))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join("/dev/shm", name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            os.unlink(path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(name)
     return removed
-

@@ -6,7 +6,6 @@ Every mean is over verified repetitions only; a failed or unverified run never e
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -74,33 +73,27 @@ class Study:
 
 def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
-    from ..store import open_study, read_attrs, read_runs
+    from ..store import iter_details, machine_n, read_attrs, read_runs
 
     runs = read_runs(path)
     attrs = read_attrs(path)
-    n = int(attrs.get("machine.N", attrs.get("machine.cpus_usable", 0)) or 0)
+    n = machine_n(path, attrs)
     util: dict[int, tuple[float, float]] = {}
     foreign: dict[int, float] = {}
     if utilisation and len(runs):
-        with open_study(path) as h5:  # readable while `run` still appends to it
-            det = h5["detail"]
-            for rid in runs["run_id"][runs["verified"]]:
-                name = f"{int(rid):06d}"
-                if name not in det or "workers" not in det[name]:
-                    continue
-                extra = det[name].attrs.get("extra")
-                if extra is not None:
-                    val = json.loads(extra).get("foreign_cpu")
-                    if isinstance(val, (int, float)):
-                        foreign[int(rid)] = float(val)
-                if n <= 0:
-                    continue
-                w = det[name]["workers"][()]
-                if len(w) == 0:
-                    continue
-                ut = metrics.worker_utilisations(w)
-                util[int(rid)] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
-                                  metrics.many_core_utilisation(w, n))
+        # a run without readable detail (a version-1 file that filled its disk) still
+        # counts in the tables; only its utilisation and foreign-load figures are missing
+        for rid, d in iter_details(path, runs["run_id"][runs["verified"]]):
+            if d is None:
+                continue
+            val = d.extra.get("foreign_cpu")
+            if isinstance(val, (int, float)) and math.isfinite(val):
+                foreign[rid] = float(val)
+            if n <= 0 or len(d.workers) == 0:
+                continue
+            ut = metrics.worker_utilisations(d.workers)
+            util[rid] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
+                         metrics.many_core_utilisation(d.workers, n))
     return Study(path, runs, attrs, n, util, foreign)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -417,8 +418,14 @@ def plot(res: dict, path: str) -> None:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
         fig.tight_layout()
+        from ..store import replacing
+
+        fmt = os.path.splitext(path)[1][1:].lower() or "png"
         try:
-            fig.savefig(path, dpi=110)
+            with replacing(path) as fh:  # by rename: a planted symlink is not followed
+                fig.savefig(fh, dpi=110, format=fmt)
+        except ValueError as exc:
+            raise UsageError(f"--plot {path}: {exc}") from None
         except OSError as exc:
             raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
     finally:

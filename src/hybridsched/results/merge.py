@@ -1,8 +1,9 @@
 """Combine study files (e.g. one per Slurm job at a different P) into one, for the P x k fits.
 
 Runs are renumbered in input order; each run's detail group (workers, trace, extra) is
-copied along and tagged with where it came from. The output is written to a temporary
-name and renamed at the end, so a failure leaves nothing behind.
+copied along and tagged with where it came from. The output is a StudyWriter like any
+study: one writer per file (a merge into a study being written is refused), and it is
+published by rename at the end, so a failure leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ import h5py
 import numpy as np
 
 from ..errors import UsageError
-from ..store import RUN_DTYPE, StudyWriter, conform, check_ours, check_writable, open_study, read_runs
-
-_PART = ".part"
+from ..store import (StudyLock, StudyWriter, check_ours, check_output, conform, open_study,
+                     read_attrs, read_runs, study_spec)
 
 
 def _same(a: str, b: str) -> bool:
@@ -45,43 +45,30 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
         # one T_serial per L: runs on other frames, seeds or kernels are not comparable
         shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" for (s, h, w, kern), p in tensors.items())
         raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
-    check_writable(out)
+    check_output(out, "-o")
     if any(_same(p, out) for p in inputs if os.path.exists(out)):
         raise UsageError(f"-o {out}: is also an input")
-    if os.path.exists(out) and not overwrite:
-        raise UsageError(f"-o {out}: file exists (use --overwrite to replace it)")
-    tmp = out + _PART
     sources, machine = [], {}
-    try:
-        for i, p in enumerate(inputs):
-            with open_study(p) as h5:
-                a = dict(h5.attrs)
-            if i == 0:
-                machine = {k[len("machine."):]: v for k, v in a.items() if k.startswith("machine.")}
-            sources.append({"path": os.path.abspath(p), "created": _s(a.get("created", "")),
-                            "hostname": _s(a.get("machine.hostname", "")),
-                            "study": json.loads(_s(a.get("study", "{}")) or "{}")})
+    for i, p in enumerate(inputs):
+        a = read_attrs(p)
+        if i == 0:
+            machine = {k[len("machine."):]: v for k, v in a.items() if k.startswith("machine.")}
+        sources.append({"path": os.path.abspath(p), "created": str(a.get("created", "")),
+                        "hostname": str(a.get("machine.hostname", "")),
+                        "study": study_spec(p, a)})
+    with StudyLock(out) as lock:  # before looking at -o: its writer may be creating it now
+        if os.path.lexists(out) and not overwrite:
+            raise UsageError(f"-o {out}: file exists (use --overwrite to replace it)")
         total = 0
-        with StudyWriter(tmp, machine, {"merged_from": sources}) as w:
+        with StudyWriter(out, machine, {"merged_from": sources}, lock=lock) as w:
             for i, p in enumerate(inputs):
                 total = _copy_runs(p, i, w.h5, total)
-            w.h5.flush()
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return total
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:
     with open_study(path) as src:
-        raw = src["runs"][()]
-        rows = conform(raw)
+        rows = conform(src["runs"][()])  # checked by read_runs above
         old_ids = rows["run_id"].copy()
         rows["run_id"] = np.arange(first_id, first_id + len(rows))
         runs = dst["runs"]

@@ -41,7 +41,10 @@ def _finish(fig, ax, ks: list[int], sigmas: list[float], n: int, title: str, pat
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
+    from ..store import replacing
+
+    with replacing(path) as fh:  # by rename: a planted symlink is replaced, not followed
+        fig.savefig(fh, dpi=_DPI, format="png")
     return path
 
 

@@ -171,10 +171,13 @@ def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
 def write_csv(path: str, records: list[dict]) -> None:
     if not records:
         return
-    with open(path, "w", newline="") as fh:
+    from ..store import write_text
+
+    def write(fh) -> None:
         w = csv.DictWriter(fh, fieldnames=list(records[0]))
         w.writeheader()
         w.writerows(records)
+    write_text(path, write)  # by rename: a planted symlink is replaced, not written through
 
 
 def row_records(rows: list[Row]) -> list[dict]:
@@ -220,7 +223,9 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
                                                              foreign=list(study.foreign.values()))]
     body += _notes(rows)
     if out_dir is not None:
-        os.makedirs(out_dir, exist_ok=True)
+        from ..store import our_directory
+
+        our_directory(out_dir)  # fresh, or ours: never through a symlink
         for name, recs in (("summary.csv", row_records(rows)), ("best_per_family.csv", fam_recs),
                            ("claims.csv", claims.claims_records(rows, study.n,
                                                               foreign=list(study.foreign.values())))):

@@ -98,13 +98,11 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
 
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
-    from ..store import read_attrs, stored_keys
+    from ..store import read_attrs, stored_keys, study_spec
 
     attrs = read_attrs(out)
-    try:
-        stored = json.loads(attrs.get("study", "{}"))
-    except ValueError:
-        stored = {}
+    stored = study_spec(out, attrs)
+    study_spec(out, attrs, "study_history")  # record_resume extends it: refuse a bad one now
     machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
     problems = resume_conflicts(stored, spec, machine, meta)
     if problems:
@@ -115,10 +113,9 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
 def record_resume(writer, spec: StudySpec, meta: dict) -> None:
     """Keep the spec of every invocation: ``study`` is the latest, ``study_history`` the rest."""
     a = writer.h5.attrs
-    history = json.loads(a.get("study_history", "[]"))
+    history = json.loads(a.get("study_history", "[]"))  # checked by resume_check
     history.append({"study": json.loads(a.get("study", "{}")),
                     "until": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     a["study_history"] = json.dumps(history, sort_keys=True)
     a["study"] = json.dumps(spec.to_dict(), sort_keys=True)
     a["machine.loadavg_at_resume"] = meta["loadavg_at_start"]
-    writer.h5.flush()

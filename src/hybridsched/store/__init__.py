@@ -1,0 +1,23 @@
+"""The HDF5 study file: its format (format.py), safe files (files.py), the one-writer,
+always-complete writer (writer.py) and the checked reading API (reader.py).
+
+``from hybridsched.store import ...`` keeps working for every name it had.
+"""
+from .files import LOCK_SUFFIX, StudyLock, check_output, our_directory, replacing, write_text
+from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE, conform,
+                     decode, record_row)
+from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
+                     read_detail, read_runs, stored_keys, study_spec)
+from .writer import StudyWriter, _signals_held
+
+
+def check_writable(path: str) -> None:
+    """Raise UsageError if ``path`` cannot be created or replaced by a study (creates nothing)."""
+    check_output(path)
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS", "RUN_DTYPE",
+           "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output", "check_writable",
+           "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
+           "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "stored_keys",
+           "study_spec", "write_text", "_signals_held"]

@@ -1,0 +1,102 @@
+"""The layout of a study file (format_version 1; DESIGN.md §6) and the row codec.
+
+Layout::
+
+    /                 attrs: format="hybridsched", format_version, created, machine.*, study
+    /runs             1-D compound dataset, one row per timed run (RUN_DTYPE), resizable
+    /detail/<run_id>/workers   WORKER_DTYPE, times relative to the run start
+    /detail/<run_id>/trace     TRACE_DTYPE, the chunk trace
+    /detail/<run_id>/<series>  optional time series (e.g. aimd_window, WINDOW_DTYPE)
+
+The layout did not change when live reading became safe: safety comes from how the file is
+published (writer.py: a complete snapshot renamed into place), not from what is in it, so
+files written before and after read the same and older hybridsched versions still read
+new files.
+"""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from ..errors import HybridschedError
+from ..records import RunRecord
+
+FORMAT = "hybridsched"
+FORMAT_VERSION = 1
+
+_S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731  fixed-length UTF-8 fields
+
+RUN_DTYPE = np.dtype([
+    ("run_id", "i8"),
+    ("scheduler", _S(24)), ("family", _S(8)), ("kernel", _S(16)),
+    ("P", "i4"), ("k", "i4"), ("L", "i8"), ("H", "i4"), ("W", "i4"),
+    ("chunk", "i8"), ("chunk_used", "i8"), ("affinity", "?"), ("rep", "i4"), ("seed", "i8"),
+    ("time_s", "f8"), ("verified", "?"), ("bad_rows", "i8"),
+    ("workers", "i4"), ("lost_workers", "i4"), ("started_at", "f8"),
+    ("error", _S(240)), ("notes", _S(240)),
+    ("pipe_batch", "i4"), ("inflight", "i4"),
+])
+
+# Values of fields that older files of the same version lack: what those runs did (the
+# pipe variants were added later; files written before them ran the defaults stated here).
+RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1}
+
+# Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
+# any work starts, so that no run is done that could not be stored.
+INT32_MAX = 2**31 - 1
+
+# Rows per HDF5 chunk of /runs: small enough that a snapshot per run stays cheap, large
+# enough that a 2000-run paper study does not fragment into thousands of chunks.
+RUNS_CHUNK = 64
+
+
+def conform(raw: np.ndarray) -> np.ndarray:
+    """Rows of any stored /runs dtype in RUN_DTYPE, missing fields at RUN_DEFAULTS."""
+    rows = np.zeros(len(raw), RUN_DTYPE)
+    for name in RUN_DTYPE.names:
+        if raw.dtype.names and name in raw.dtype.names:
+            rows[name] = raw[name]
+        elif name in RUN_DEFAULTS:
+            rows[name] = RUN_DEFAULTS[name]
+    return rows
+
+
+def _clip(s: str, n: int) -> bytes:
+    b = s.encode("utf-8")[:n]
+    return b.decode("utf-8", "ignore").encode("utf-8")
+
+
+def record_row(run_id: int, r: RunRecord) -> np.ndarray:
+    """The /runs row of one run, built completely (and range-checked) before the table grows:
+    a value that does not fit its field raises here, never after a resize."""
+    c = r.config
+    values = (run_id, c.scheduler.encode(), r.family.encode(), c.kernel.encode(),
+              c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
+              c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
+              r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight)
+    row = np.zeros(1, RUN_DTYPE)
+    for name, v in zip(RUN_DTYPE.names, values):
+        kind = RUN_DTYPE[name].kind
+        if kind in "iu":
+            info = np.iinfo(RUN_DTYPE[name])
+            if not info.min <= int(v) <= info.max:
+                raise HybridschedError(f"run {run_id}: {name} = {v} does not fit the study "
+                                       f"file's {RUN_DTYPE[name]} field")
+        elif kind == "S" and len(v) > RUN_DTYPE[name].itemsize:
+            v = _clip(v.decode(), RUN_DTYPE[name].itemsize)
+        row[name] = v
+    return row
+
+
+def decode(raw: np.ndarray, errors: str = "strict") -> np.ndarray:
+    """Turn the fixed-length byte-string fields into numpy unicode fields (UnicodeDecodeError
+    on bytes that are not UTF-8 unless ``errors`` says otherwise)."""
+    descr = []
+    for name in raw.dtype.names:
+        dt = raw.dtype[name]
+        descr.append((name, f"U{dt.itemsize}" if dt.kind == "S" else dt))
+    out = np.zeros(raw.shape, descr)
+    for name in raw.dtype.names:
+        col = raw[name]
+        out[name] = np.char.decode(col, "utf-8", errors) if col.dtype.kind == "S" else col
+    return out

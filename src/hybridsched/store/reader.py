@@ -1,0 +1,229 @@
+"""Reading a study: the one API that report, fit, merge and resume go through.
+
+Every field is checked on the way in, so a malformed or crafted file gives one line
+(BadStudy, a UsageError: exit 2) instead of a traceback somewhere in a reader. Per-run
+detail is lenient where a reader can do without it (a version-1 file that filled its disk
+may hold a row whose detail is missing): ``iter_details`` then yields None for that run.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterable, Iterator, NamedTuple
+
+import h5py
+import numpy as np
+
+from ..errors import BadStudy, NotOurFile
+from ..records import TRACE_DTYPE, WORKER_DTYPE
+from .format import FORMAT, FORMAT_VERSION, RUN_DEFAULTS, RUN_DTYPE, conform, decode
+
+
+def open_study(path: str) -> h5py.File:
+    """Open a study file read-only without taking HDF5's file lock. The writer never changes
+    a published file (it renames a new one over it), so an open file stays valid however
+    long the reader takes, while ``hybridsched run`` goes on."""
+    return h5py.File(path, "r", locking=False)
+
+
+def check_ours(path: str) -> None:
+    """Raise NotOurFile unless ``path`` is a readable hybridsched study of a known version."""
+    if not os.path.exists(path):
+        raise NotOurFile(f"{path}: no such file")
+    try:
+        with open_study(path) as h5:
+            if h5.attrs.get("format") != FORMAT or "runs" not in h5:
+                raise NotOurFile(f"{path}: not a hybridsched study file")
+            version = h5.attrs.get("format_version", -1)
+    except NotOurFile:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise NotOurFile(f"{path}: not a hybridsched study file ({exc.__class__.__name__})") from None
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise BadStudy(f"{path}: format_version {version!r} is not a number") from None
+    if version != FORMAT_VERSION:
+        raise NotOurFile(f"{path}: format_version {version} is not supported "
+                         f"(this hybridsched reads {FORMAT_VERSION})")
+
+
+# /runs fields and the kinds of stored dtype that may fill them
+_KINDS = {"S": "S", "i": "iub", "f": "fiu", "b": "biu"}
+# fields that must be at least 1 in every row: a study of zero nodes, workers or frames
+# is not a study (and would divide by zero in the metrics)
+_POSITIVE = ("P", "k", "L", "H", "W")
+
+
+def _rows(path: str, h5: h5py.File) -> np.ndarray:
+    ds = h5.get("runs")
+    if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.names is None:
+        raise BadStudy(f"{path}: /runs is not a one-dimensional table of runs")
+    missing = [n for n in RUN_DTYPE.names if n not in ds.dtype.names and n not in RUN_DEFAULTS]
+    if missing:
+        raise BadStudy(f"{path}: /runs lacks the field(s) {', '.join(missing)}")
+    for name in RUN_DTYPE.names:
+        if name in ds.dtype.names:
+            want, got = RUN_DTYPE[name].kind, ds.dtype[name]
+            if got.kind not in _KINDS[want] or got.shape:
+                raise BadStudy(f"{path}: /runs field {name} is stored as {got}, not as "
+                               f"{RUN_DTYPE[name]}")
+    try:
+        raw = ds[()]
+        rows = conform(raw)
+    except (OSError, TypeError, ValueError, OverflowError) as exc:
+        raise BadStudy(f"{path}: /runs cannot be read ({exc.__class__.__name__}: {exc})") from None
+    for name in RUN_DTYPE.names:
+        if RUN_DTYPE[name].kind != "S":
+            continue
+        for i, text in enumerate(rows[name].tolist()):
+            try:
+                text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadStudy(f"{path}: run {int(rows['run_id'][i])}: field {name} is not "
+                               "UTF-8 text") from None
+    out = decode(rows)
+    _check_values(path, out)
+    return out
+
+
+def _check_values(path: str, runs: np.ndarray) -> None:
+    def bad(i: int, what: str):
+        return BadStudy(f"{path}: run {int(runs['run_id'][i])}: {what}")
+
+    for name in _POSITIVE:
+        low = np.flatnonzero(runs[name] < 1)
+        if len(low):
+            raise bad(low[0], f"{name} = {runs[name][low[0]]} (must be at least 1)")
+    ids = runs["run_id"]
+    if (ids < 0).any():
+        raise bad(int(np.flatnonzero(ids < 0)[0]), "negative run_id")
+    if len(np.unique(ids)) != len(ids):
+        _, first = np.unique(ids, return_index=True)
+        dup = sorted(set(range(len(ids))) - set(first.tolist()))[0]
+        raise bad(dup, "run_id appears twice")
+    t = runs["time_s"][runs["verified"]]
+    wrong = ~(np.isfinite(t) & (t > 0))
+    if wrong.any():
+        i = int(np.flatnonzero(runs["verified"])[np.flatnonzero(wrong)[0]])
+        raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be finite and > 0)")
+
+
+def read_runs(path: str) -> np.ndarray:
+    """The ``/runs`` table of a study as a numpy structured array (strings decoded to str),
+    every field checked."""
+    check_ours(path)
+    with open_study(path) as h5:
+        return _rows(path, h5)
+
+
+def read_attrs(path: str) -> dict:
+    """Root attributes, byte strings decoded (BadStudy if one is not UTF-8)."""
+    check_ours(path)
+    out = {}
+    with open_study(path) as h5:
+        for k, v in h5.attrs.items():
+            if isinstance(v, bytes):
+                try:
+                    v = v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
+            out[k] = v
+    return out
+
+
+def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict:
+    """The JSON object in attribute ``key`` ({} where absent); BadStudy if not one."""
+    attrs = read_attrs(path) if attrs is None else attrs
+    text = attrs.get(key)
+    if text is None:
+        return {}
+    try:
+        val = json.loads(text)
+    except (TypeError, ValueError):
+        raise BadStudy(f"{path}: attribute {key} is not JSON") from None
+    if not isinstance(val, dict if key == "study" else list):
+        raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if key == 'study' else 'list'}")
+    return val
+
+
+def machine_n(path: str, attrs: dict) -> int:
+    """N (usable CPUs when the study ran) from the attributes; 0 when not recorded."""
+    val = attrs.get("machine.N", attrs.get("machine.cpus_usable", 0))
+    try:
+        n = int(val or 0)
+    except (TypeError, ValueError):
+        raise BadStudy(f"{path}: attribute machine.N {val!r} is not a number") from None
+    if n < 0:
+        raise BadStudy(f"{path}: attribute machine.N = {n} is negative")
+    return n
+
+
+class Detail(NamedTuple):
+    """What a study holds about one run beside its row."""
+
+    workers: np.ndarray          # WORKER_DTYPE
+    trace: np.ndarray            # TRACE_DTYPE
+    extra: dict                  # e.g. foreign_cpu, rank_times
+    series: dict                 # name -> structured array, e.g. aimd_window
+
+
+def _empty() -> Detail:
+    return Detail(np.zeros(0, WORKER_DTYPE), np.zeros(0, TRACE_DTYPE), {}, {})
+
+
+def _detail(h5: h5py.File, run_id: int) -> Detail:
+    """One run's detail; KeyError, ValueError or OSError where it is malformed."""
+    det = h5.get("detail")
+    name = f"{int(run_id):06d}"
+    if det is None or name not in det:
+        return _empty()
+    g = det[name]
+    if not isinstance(g, h5py.Group):
+        raise ValueError(f"/detail/{name} is not a group")
+    workers = g["workers"][()] if "workers" in g else np.zeros(0, WORKER_DTYPE)
+    trace = g["trace"][()] if "trace" in g else np.zeros(0, TRACE_DTYPE)
+    for arr, dt in ((workers, WORKER_DTYPE), (trace, TRACE_DTYPE)):
+        if arr.dtype.names is None or not set(dt.names) <= set(arr.dtype.names):
+            raise ValueError(f"/detail/{name}: a table of another layout")
+    text = g.attrs.get("extra")
+    extra = json.loads(text.decode() if isinstance(text, bytes) else text) if text is not None else {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"/detail/{name}: extra is not a JSON object")
+    series = {k: g[k][()] for k in g if k not in ("workers", "trace") and isinstance(g[k], h5py.Dataset)}
+    return Detail(workers, trace, extra, series)
+
+
+def read_detail(path: str, run_id: int) -> Detail:
+    """(workers, trace, extra, series) of one run; empty where the file holds none."""
+    check_ours(path)
+    with open_study(path) as h5:
+        try:
+            return _detail(h5, run_id)
+        except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
+            raise BadStudy(f"{path}: the detail of run {run_id} cannot be read ({exc})") from None
+
+
+def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:
+    """(run_id, Detail) for each run, the file opened once; None for a run whose detail is
+    missing or malformed (its row still counts; only the figures from detail are left out)."""
+    with open_study(path) as h5:
+        for rid in run_ids:
+            try:
+                d = _detail(h5, int(rid))
+            except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):
+                d = None
+            yield int(rid), (None if d is None or (len(d.workers) == 0 and not d.extra) else d)
+
+
+def stored_keys(path: str) -> set[tuple]:
+    """``RunConfig.key()`` of every run stored in a study (verified or not): what a
+    resumed study must not repeat."""
+    from ..records import RunConfig
+
+    runs = read_runs(path)
+    return {RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
+                      int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
+                      int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
+                      int(r["inflight"])).key() for r in runs}
+
