@@ -91,10 +91,12 @@ def _remove_orphan_mpich_shm(before: set[str]) -> None:
 def test_detect_launch_from_environment():
     assert detect_launch({}) is None
     assert detect_launch({"PMI_SIZE": "1", "PMI_RANK": "0"}) is None  # one rank needs no MPI
-    assert detect_launch({"PMI_SIZE": "4", "PMI_RANK": "2"}) == Launch(4, 2, detect_launch(
-        {"PMI_SIZE": "4", "PMI_RANK": "2"}).how)
-    assert detect_launch({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}).size == 2
-    assert detect_launch({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3"}).rank == 3
+    assert detect_launch({"PMI_SIZE": "4", "PMI_RANK": "2"}) == Launch(
+        4, 2, "mpiexec (PMI: MPICH hydra, Intel MPI, srun --mpi=pmi2)")
+    assert detect_launch({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}) == Launch(
+        2, 1, "mpirun (Open MPI)")
+    slurm = detect_launch({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "3"})
+    assert (slurm.size, slurm.rank) == (8, 3) and slurm.how.startswith("srun")
     # a batch script's own shell (SLURM_NTASKS without a job step) is not a launch
     assert detect_launch({"SLURM_NTASKS": "8", "SLURM_JOB_ID": "1", "SLURM_PROCID": "0"}) is None
     assert detect_launch({"PMIX_RANK": "0", "SLURM_STEP_NUM_TASKS": "2"}).size == 2

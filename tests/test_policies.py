@@ -258,6 +258,19 @@ def test_steal_queues_owner_first_then_round_robin(n, k, c, seed):
         if owner[(f, cnt)] != w:
             later_own = [x for x in handed[i + 1:] if x[0] == w and owner[(x[1], x[2])] == w]
             assert not later_own
+    # replay against a reference model: the owner pops its front, a thief the back of the
+    # first non-empty victim in steal_victims order (blind round-robin)
+    from collections import deque
+
+    q = [deque(chunks) for chunks in per_worker]
+    for w, f, cnt in handed:
+        if q[w]:
+            expect = q[w].popleft()
+        else:
+            victim = next(v for v in pol.steal_victims(w, k) if q[v])
+            expect = q[victim].pop()
+        assert (f, cnt) == expect
+    assert not any(q)
 
 
 def test_steal_takes_from_the_back_of_the_next_victim():

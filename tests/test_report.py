@@ -100,12 +100,20 @@ def test_table_figures_by_hand(synthetic, tmp_path):
 def test_claims_on_synthetic_study(synthetic, tmp_path):
     text, _ = build_report(load_study(synthetic), None)
     claims = text.split("## The paper's claims")[1]
-    # dynamic sigma_E at k <= N: k=2 0.957 >= 0.9
-    assert "dynamic, L = 100: σE k=2: 0.957 → min 0.957: near-ideal — reproduces" in claims
-    # fork collapse at k = 4 > N = 2: prolific sigma 1.1/0.9 = 1.222 vs dynamic 1.833 -> 0.667
-    assert "fork/dynamic 0.667: collapses — reproduces" in claims
-    assert "no pipe scheduler was run with more than one chunk" in claims
-    assert "aimd and dynamic are not both in this study" in claims
+    # dynamic sigma_E at k = N = 2 is 0.957 (< the paper's near-ideal 0.97), but one of its
+    # two runs was timed beside a neighbour (median 15.5 % > 5 %): no verdict from it
+    assert ("- dynamic near-ideal up to k = N, L = 100 (the paper's 1000), 2 ≤ k ≤ 2: ours k=2: "
+            "σE 0.957; paper σ 23.421 at k = 24 (σE = σ/24 = 0.976) → **cannot tell here** "
+            "(shared machine: other processes took a median 16 % of the CPUs during the dynamic "
+            "k = 2 runs, above 5 %)") in claims
+    # no k = ⌈4N/3⌉ = 3: the fork collapse cannot be judged at the paper's 32
+    assert ("prolific collapses pinned at k = ⌈4N/3⌉ (the paper's 32; not in this study), L = 100 (the paper's 1000): ours —; paper fork σ "
+            "'roughly 15–16") in claims
+    assert "**cannot tell here** (the study has no k = ⌈4N/3⌉ = 3 > N = 2)" in claims
+    # the control at the largest pinned k = 4 says what it lacks
+    assert "the control is incomplete at L = 100, k = 4" in claims
+    assert "not in this study: pinned pipe-1to1 at a tuned chunk at k=2" in claims
+    assert "not in this study: pinned aimd at k=2" in claims
 
 
 def test_study_without_serial_says_so(tmp_path, capsys):
@@ -163,7 +171,8 @@ def test_report_on_real_study(real_study, tmp_path, capsys):
         assert any(h.startswith(f"{name} — affinity off") for h in tables)
     for name in schedulers.names("pipe"):
         assert any(h.startswith(f"{name} — affinity on, chunk 4") for h in tables)
-        assert f"{name}, L = 16, k = 2: chunk default (1)" in text  # claim 3 figures
+        assert (f"- {name} tuned chunk faster than chunk 1 at k = 2 = N (the paper's 24), L = 16 "
+                "(the paper's 1000): ours chunk 4 ") in text  # claim 3 figures
     files = set(os.listdir(out_dir))
     for name in schedulers.names():
         if name != "serial":
@@ -199,7 +208,7 @@ def test_standalone_analysis_script_agrees(synthetic, tmp_path):
 
 def test_disturbed_serial_is_flagged(tmp_path):
     """T_serial 1.0 s against dynamic's own k = 1 time of 0.8 s: +25 % -> a warning, and
-    claim 1 (σE 1.25 at k=1, 1.176 at k=2) is inconclusive rather than 'reproduces'."""
+    claim 1 (σE 1.176 at k=2) cannot be told rather than 'reproduces'."""
     path = str(tmp_path / "dist.h5")
     with StudyWriter(path, {"N": 2}, {}) as w:
         for r in (_rec("serial", "serial", 1, 1.0), _rec("dynamic", "thread", 1, 0.8),
@@ -207,8 +216,10 @@ def test_disturbed_serial_is_flagged(tmp_path):
             w.append(r)
     text, _ = build_report(load_study(path), None)
     assert "T_serial is +25.0 % off the median k = 1 time of the thread schedulers" in text
-    assert "dynamic, L = 100: σE k=1: 1.250, k=2: 1.176" in text
-    assert "inconclusive" in text and "near-ideal — reproduces" not in text
+    ln = next(x for x in text.splitlines() if x.startswith("- dynamic near-ideal"))
+    assert "ours k=2: σE 1.176" in ln
+    assert ln.endswith("→ **cannot tell here** (T_serial disturbed: +25.0 % off the k = 1 "
+                       "thread times at L = 100)")
 
 
 def test_summarise_keeps_mpi_ranks_apart_and_counts_p_times_k_units():

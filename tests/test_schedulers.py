@@ -69,9 +69,16 @@ def test_thread_schedulers_use_k_workers(scheduler):
 def test_chunk_used_is_recorded(scheduler):
     shape = Shape("chunk", 40, 1, 4, 2, chunk=3)
     rec = run_and_check(scheduler, shape)
-    if scheduler in ("chunk", "dynamic", "chunk-steal", "static"):
+    sizes = [int(c) for c in rec.trace[np.argsort(rec.trace["first"])]["count"]]
+    if scheduler in ("chunk", "dynamic", "chunk-steal", "static", "aimd"):
         assert rec.chunk_used == 3
-        assert rec.trace["count"].max() <= 3
+        assert sizes == [3] * 13 + [1]          # 40 = 13 x 3 + 1, in frame order
+    elif scheduler == "guided":                 # never below the minimum chunk but the tail
+        assert rec.chunk_used == 3 and min(sizes[:-1]) >= 3 and sizes[0] == 20
+    elif scheduler == "serial":
+        assert sizes == [40]
+    else:                                       # adaptive: guided-like first chunk 40 / 2
+        assert sizes[0] == 20 and sum(sizes) == 40
 
 
 def test_static_trace_matches_blocks():

@@ -218,6 +218,10 @@ def test_foreign_load_sees_a_busy_neighbour_but_not_our_own_work():
     from hybridsched.sysinfo import ForeignLoad, usable_cpus
 
     cpus = usable_cpus()
+    quiet = ForeignLoad(cpus)
+    time.sleep(0.2)
+    if quiet.share() > 0.2:  # other sessions share this machine: the difference is noise
+        pytest.skip("the machine is already busy with other processes")
     mine = ForeignLoad(cpus)
     t = time.monotonic()
     while time.monotonic() - t < 0.3:  # our own busy time is not "foreign"
