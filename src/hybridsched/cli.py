@@ -133,6 +133,8 @@ def build_spec(args):
         spec.pipe_batch = args.pipe_batch
     if args.inflight is not None:
         spec.inflight = args.inflight
+    if getattr(args, "coop", False):
+        spec.coop = True
     spec.validate()
     return spec
 
@@ -396,6 +398,9 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--inflight", type=_positive("--inflight"), metavar="D",
                    help="variant: pipe-MtoM chunks in flight per worker (default 1, the "
                    "paper's next chunk on done)")
+    r.add_argument("--coop", action="store_true",
+                   help="workers run on the node's cooperative arbiter: one token per CPU, "
+                   "switching only at chunk boundaries and when blocking (SCHED_COOP)")
     r.add_argument("--split", choices=["static", "dynamic"], default="static",
                    help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
                    "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
