@@ -132,3 +132,27 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path):
 
 def test_default_segment_name_carries_the_uid():
     assert segment_path().endswith(f"hybridsched-coop.{os.getuid()}")
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_blas_jobs_verify_under_every_policy(policy, seg):
+    spec = ColocateSpec(workload="blas", jobs=2, workers=2, policies=[policy], steps=4,
+                        reps=1, matrix=64)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES[policy], 0, arbiter_path=seg)
+    assert len(recs) == 2 and all(r.verified for r in recs), [r.error for r in recs]
+    assert all(r.matrix == 64 for r in recs)
+
+
+def test_blas_wrong_product_is_not_verified(seg, monkeypatch):
+    """The check is real: a job whose products differ from the reference fails."""
+    from hybridsched.coop import workloads
+
+    spec = ColocateSpec(workload="blas", jobs=1, workers=1, policies=["linux"], steps=2,
+                        reps=1, matrix=32)
+    spec.validate(N)
+    real = workloads.Blas.prepare
+    monkeypatch.setattr(workloads.Blas, "prepare",
+                        staticmethod(lambda *a: dict(real(*a), ref=real(*a)["ref"] + 1.0)))
+    (rec,) = run_once(spec, POLICIES["linux"], 0, arbiter_path=seg)
+    assert not rec.verified

@@ -331,7 +331,7 @@ def cmd_colocate(args) -> int:
 
     n = n_cpus()
     spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,
-                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3)
+                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix)
     spec.validate(n)
     out = args.out or time.strftime("hybridsched-colocate-%Y%m%d-%H%M%S.h5")
     check_writable(out)
@@ -457,7 +457,8 @@ def make_parser() -> argparse.ArgumentParser:
     co = sub.add_parser("colocate", help="co-located jobs under Linux, the coop arbiter or a "
                         "partition: makespan and interference")
     co.add_argument("--workload", choices=list(WORKLOADS), default="bsp",
-                    help="bsp: compute steps separated by a barrier (default)")
+                    help="bsp: compute steps separated by a barrier (default); blas: numpy "
+                    "matrix products with the BLAS pool at --workers threads")
     co.add_argument("--jobs", "-J", type=_positive("--jobs"), default=2, help="jobs started together (default 2)")
     co.add_argument("--workers", "-T", type=_positive("--workers"), default=0,
                     help="workers per job (default N, every job sized for the whole machine)")
@@ -466,7 +467,10 @@ def make_parser() -> argparse.ArgumentParser:
     co.add_argument("--barrier", choices=list(BARRIERS), default="spin-block",
                     help="how a barrier waits (default spin-block, libgomp's)")
     co.add_argument("--step-us", type=float, default=200.0, help="compute per step in µs (default 200)")
-    co.add_argument("--steps", type=_positive("--steps"), default=500, help="steps per job (default 500)")
+    co.add_argument("--steps", type=_positive("--steps"), default=500,
+                    help="steps per job (bsp) or matrix products per job (blas) (default 500)")
+    co.add_argument("--matrix", type=_positive("--matrix"), default=384,
+                    help="blas: the n of the n x n products (default 384)")
     co.add_argument("--reps", type=_positive("--reps"), default=3, help="repetitions (default 3)")
     co.add_argument("--quantum-ms", type=float, default=20.0,
                     help="coop: a job's time on a CPU before it yields to a waiting job (default 20)")

@@ -292,6 +292,14 @@ class Worker:
         a.post(woken)
         return self._wait_token()
 
+    def try_acquire(self) -> bool:
+        """Take a free token if one is idle right now (never waits); does not pin."""
+        with self.arbiter.locked() as st:
+            got = st.try_acquire(self.slot, _now())
+        if got:
+            self.cpu = int(st.cpus["cpu"][int(st.workers["cpu"][self.slot])])
+        return got
+
     def block(self) -> None:
         """About to sleep on something else: hand the token on (own job first)."""
         a = self.arbiter

@@ -31,10 +31,9 @@ from ..sysinfo import usable_cpus
 from . import futex
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .barrier import POLICIES as BARRIERS
-from .barrier import TeamBarrier
-from .work import busy, counters, iters_per_us
+from .work import iters_per_us
 
-WORKLOADS = ("bsp",)
+WORKLOADS = ("bsp", "blas")
 MAX_JOBS = 64
 MAX_WORKERS = 1024          # per job
 MAX_STEPS = 1_000_000
@@ -85,6 +84,7 @@ class ColocateSpec:
     steps: int = 500
     reps: int = 3
     quantum_s: float = DEFAULT_QUANTUM_S
+    matrix: int = 384                # blas: n of the n x n products (~10 ms a call on 2 cores)
 
     def validate(self, n: int) -> None:
         if self.workload not in WORKLOADS:
@@ -108,6 +108,8 @@ class ColocateSpec:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         if not 0 < self.quantum_s <= 10:
             raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
+        if not 16 <= self.matrix <= 8192:
+            raise UsageError(f"--matrix must be from 16 to 8192, got {self.matrix}")
         if self.jobs * self.workers * self.steps > MAX_TRACE:
             raise UsageError(f"{self.jobs} jobs x {self.workers} workers x {self.steps} steps is more "
                              f"than {MAX_TRACE:,} barrier timestamps to keep; fewer --steps")
@@ -137,6 +139,7 @@ class JobRecord:
     switches: float         # coop: token grants after waiting, per worker
     verified: bool
     error: str = ""
+    matrix: int = 0         # blas: n of the products (0 for bsp)
 
 
 _WORKER = np.dtype([("start", "f8"), ("end", "f8"), ("invol", "i8"), ("runq_ns", "i8"),
@@ -170,73 +173,55 @@ class _Shared:
                 pass
 
 
-def _barrier_ok(arrive: np.ndarray, depart: np.ndarray) -> bool:
-    """No worker left step s before every partner had arrived at it."""
-    return bool((depart.min(axis=0) >= arrive.max(axis=0)).all())
-
-
 def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | None = None,
              arbiter_path: str | None = None) -> list[JobRecord]:
     """One repetition of one policy: every job together; one record per job."""
+    from .workloads import WORKLOADS as KINDS
+
     cpus = cpus or usable_cpus()
-    J, T, S = spec.jobs, spec.workers, spec.steps
-    iters = max(1, int(round(spec.step_us * iters_per_us())))
-    sh = _Shared(J * T, S)
-    barriers = [TeamBarrier(T) for _ in range(J)]
+    kind = KINDS[spec.workload]
+    J = spec.jobs
+    P = kind.processes_per_job(spec)      # forked processes per job
+    sh = _Shared(J * P, spec.steps)
+    ctx = kind.prepare(spec, J, P)
     arbiter = Arbiter(cpus, spec.quantum_s, arbiter_path) if policy.coop else None
     failed: dict[int, str] = {}
+    job_ids: list[int] = []
     try:
         if arbiter is not None:
             arbiter.__enter__()
             job_ids = [arbiter.join_job() for _ in range(J)]
-        with ProcessTeam("colocate", J * T, 1) as team:
+        with ProcessTeam("colocate", J * P, 1) as team:
             def body(w: int) -> None:
-                j, t = divmod(w, T)
-                cpu = policy.place(j, t, J, cpus)
-                token = team.begin(w, cpu)
-                wk = arbiter.worker(job_ids[j]) if arbiter is not None else None
-                if wk is not None:
-                    barriers[j].slot[t] = wk.slot
+                j, t = divmod(w, P)
+                token = team.begin(w, policy.place(j, t, J, cpus) if P > 1 else -1)
+                run = kind.worker(spec, ctx, policy, cpus, j, t, w, sh,
+                                  (lambda: arbiter.worker(job_ids[j])) if arbiter is not None else None)
                 row = sh.rows[w]
                 row["ready"] = 1
                 addr = futex.address(sh.gate, 0)
                 while sh.gate[0] == 0:
                     futex.wait(addr, 0, 0.05)
-                inv0, rq0, _ = counters()
+                inv0, rq0 = kind.counters()
                 row["start"] = perf_counter()
-                if wk is not None:
-                    wk.acquire()
-                acc = 0.0
-                bar = barriers[j]
-                arr, dep = sh.arrive[w], sh.depart[w]
-                for s in range(S):
-                    acc += busy(iters)
-                    if wk is not None:
-                        wk.boundary()
-                    arr[s] = perf_counter()
-                    bar.wait(t, s + 1, spec.barrier, wk)
-                    dep[s] = perf_counter()
+                row["checksum"], row["switches"] = run()
                 row["end"] = perf_counter()
-                if wk is not None:
-                    row["switches"] = wk.switches
-                    wk.leave()
-                inv1, rq1, _ = counters()
-                row["invol"], row["runq_ns"], row["checksum"] = inv1 - inv0, rq1 - rq0, acc
+                inv1, rq1 = kind.counters()
+                row["invol"], row["runq_ns"] = inv1 - inv0, rq1 - rq0
                 row["done"] = 1
                 team.end(w, token)
 
-            for w in range(J * T):
+            for w in range(J * P):
                 team.spawn(w, body)
             t0 = _open_gate(team, sh)
-            _wait_jobs(team, J, T, failed)
-        return _records(spec, policy, rep, sh, barriers, failed, t0)
+            _wait_jobs(team, J, P, failed)
+        return _records(spec, policy, rep, sh, kind, ctx, failed, t0, P)
     finally:
         if arbiter is not None:
-            for j in locals().get("job_ids", []):
+            for j in job_ids:
                 arbiter.leave_job(j)
             arbiter.close()
-        for b in barriers:
-            b.close()
+        kind.close(ctx)
         sh.close()
 
 
@@ -281,26 +266,26 @@ def _wait_jobs(team: ProcessTeam, J: int, T: int, failed: dict[int, str]) -> Non
                             pass
 
 
-def _records(spec, policy, rep, sh, barriers, failed, t0) -> list[JobRecord]:
+def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]:
     J, T = spec.jobs, spec.workers
     rows = sh.rows
     times = []
     for j in range(J):
-        mine = rows[j * T:(j + 1) * T]
+        mine = rows[j * P:(j + 1) * P]
         times.append(float(mine["end"].max() - t0) if j not in failed else float("nan"))
     ok_times = [t for t in times if t == t]
     makespan = max(ok_times) if ok_times else float("nan")
     out = []
     for j in range(J):
-        sl = slice(j * T, (j + 1) * T)
+        sl = slice(j * P, (j + 1) * P)
         mine = rows[sl]
         good = j not in failed and bool((mine["done"] == 1).all())
-        verified = good and _barrier_ok(sh.arrive[sl], sh.depart[sl]) and \
-            bool(np.all(mine["checksum"] == mine["checksum"][0]))
+        verified = good and kind.verify(spec, ctx, sh, j, sl)
         out.append(JobRecord(spec.workload, policy.name, spec.barrier, J, j, T, rep, spec.step_us,
-                             spec.steps, times[j], makespan, float(mine["invol"].mean()),
-                             float(mine["runq_ns"].mean()) / 1e9, float(barriers[j].spin_s.mean()),
-                             float(mine["switches"].mean()), verified, failed.get(j, "")))
+                             spec.steps, times[j], makespan, float(mine["invol"].sum()) / T,
+                             float(mine["runq_ns"].sum()) / 1e9 / T, kind.spin_s(ctx, sh, j, sl, T),
+                             float(mine["switches"].sum()) / T, verified, failed.get(j, ""),
+                             spec.matrix if spec.workload == "blas" else 0))
     return out
 
 

@@ -160,6 +160,20 @@ class State:
         self._enqueue(w)
         return []
 
+    def try_acquire(self, w: int, now: int) -> bool:
+        """A free token for worker w if there is one and nobody queues for it (a BLAS call
+        widening to the CPUs left idle); never queues."""
+        self._check(w)
+        if self.workers["state"][w] == RUNNING:
+            return True
+        if self.header["waiting"][0] > 0 or self.workers["state"][w] == WAITING:
+            return False
+        free = np.flatnonzero(self.cpus["holder"] < 0)
+        if not len(free):
+            return False
+        self._grant(w, int(free[0]), now, keep_quantum=False)
+        return True
+
     def release(self, w: int, now: int) -> list[int]:
         """Worker w blocks: its token goes to its own job's first waiter (keeping the
         job's quantum), else to the next job with a waiter, else it is freed."""

@@ -25,6 +25,14 @@ def _experiments(rows: np.ndarray) -> list[tuple]:
     return sorted(keys)
 
 
+def _title(rows: np.ndarray, wl: str, bar: str, J: int, T: int, step: float, steps: int) -> str:
+    if wl == "blas":
+        m = rows[(rows["workload"] == wl) & (rows["jobs"] == J)]
+        n = int(m["matrix"][0]) if len(m) and "matrix" in m.dtype.names else 0
+        return f"blas: {J} jobs × a BLAS pool of {T}, {steps} products of {n}×{n}"
+    return f"{wl}: {J} jobs × {T} workers, {bar} barrier, {steps} steps of {step:g} µs"
+
+
 def ideal_makespan(J: int, T: int, step_us: float, steps: int, n: int) -> float:
     """All the jobs' compute spread over N CPUs, and no less than one job's own chain."""
     work = steps * step_us * 1e-6
@@ -51,7 +59,7 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
                 makespan_sd=float(np.std(mk)) if mk else math.nan,
                 job_time_s=float(ok["time_s"].mean()) if len(ok) else math.nan,
                 jain=float(np.mean(fair)) if fair else math.nan,
-                ideal_s=ideal_makespan(J, T, step, steps, n),
+                ideal_s=ideal_makespan(J, T, step, steps, n) if wl == "bsp" else math.nan,
                 invol_ctx=float(ok["invol_ctx"].mean()) if len(ok) else math.nan,
                 runq_wait_s=float(ok["runq_wait_s"].mean()) if len(ok) else math.nan,
                 spin_s=float(ok["spin_s"].mean()) if len(ok) else math.nan))
@@ -71,7 +79,7 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
         mine = [r for r in recs if (r["workload"], r["barrier"], r["jobs"], r["workers"],
                                     r["step_us"], r["steps"]) == exp]
         base = next((r for r in mine if r["policy"] == "linux"), None)
-        lines += [f"### {wl}: {J} jobs × {T} workers, {bar} barrier, {steps} steps of {step:g} µs", "",
+        lines += [f"### {_title(rows, *exp)}", "",
                   "| policy | reps | makespan (s) | vs linux | ideal (s) | job time (s) | Jain | "
                   "invol. ctx / worker | run-queue wait / worker (s) | spin / worker (s) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
