@@ -165,3 +165,20 @@ def test_blas_wrong_product_is_not_verified(seg, monkeypatch):
                         staticmethod(lambda *a: dict(real(*a), ref=real(*a)["ref"] + 1.0)))
     (rec,) = run_once(spec, POLICIES["linux"], 0, arbiter_path=seg)
     assert not rec.verified
+
+
+@pytest.mark.parametrize("scheduler", ["dynamic", "aimd", "prolific", "pipe-MtoM"])
+@pytest.mark.parametrize("policy", ["linux", "coop"])
+def test_run_jobs_are_ordinary_verified_scheduler_runs(scheduler, policy, seg):
+    spec = ColocateSpec(workload="run", jobs=2, workers=2, policies=[policy], steps=12, reps=1,
+                        scheduler=scheduler, height=8, width=64)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES[policy], 0, arbiter_path=seg)
+    assert [r.scheduler for r in recs] == [scheduler] * 2
+    assert all(r.verified for r in recs), [r.error for r in recs]
+    assert all(0 < r.time_s <= r.makespan_s for r in recs)
+
+
+def test_run_workload_rejects_an_unknown_scheduler(capsys, tmp_path):
+    assert main(["colocate", "--workload", "run", "-s", "nope", "-o", str(tmp_path / "x.h5")]) == 2
+    assert "unknown scheduler" in capsys.readouterr().err

@@ -331,7 +331,8 @@ def cmd_colocate(args) -> int:
 
     n = n_cpus()
     spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,
-                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix)
+                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix,
+                        args.scheduler, args.height, args.width)
     spec.validate(n)
     out = args.out or time.strftime("hybridsched-colocate-%Y%m%d-%H%M%S.h5")
     check_writable(out)
@@ -458,7 +459,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "partition: makespan and interference")
     co.add_argument("--workload", choices=list(WORKLOADS), default="bsp",
                     help="bsp: compute steps separated by a barrier (default); blas: numpy "
-                    "matrix products with the BLAS pool at --workers threads")
+                    "matrix products with the BLAS pool at --workers threads; run: one "
+                    "scheduler run per job (--scheduler, k = --workers)")
     co.add_argument("--jobs", "-J", type=_positive("--jobs"), default=2, help="jobs started together (default 2)")
     co.add_argument("--workers", "-T", type=_positive("--workers"), default=0,
                     help="workers per job (default N, every job sized for the whole machine)")
@@ -471,6 +473,10 @@ def make_parser() -> argparse.ArgumentParser:
                     help="steps per job (bsp) or matrix products per job (blas) (default 500)")
     co.add_argument("--matrix", type=_positive("--matrix"), default=384,
                     help="blas: the n of the n x n products (default 384)")
+    co.add_argument("--scheduler", "-s", default="dynamic",
+                    help="run: the scheduler every job runs, on --steps frames (default dynamic)")
+    co.add_argument("--height", type=_positive("--height"), default=256, help="run: rows per frame")
+    co.add_argument("--width", type=_positive("--width"), default=256, help="run: bytes per row")
     co.add_argument("--reps", type=_positive("--reps"), default=3, help="repetitions (default 3)")
     co.add_argument("--quantum-ms", type=float, default=20.0,
                     help="coop: a job's time on a CPU before it yields to a waiting job (default 20)")

@@ -33,7 +33,7 @@ from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .barrier import POLICIES as BARRIERS
 from .work import iters_per_us
 
-WORKLOADS = ("bsp", "blas")
+WORKLOADS = ("bsp", "blas", "run")
 MAX_JOBS = 64
 MAX_WORKERS = 1024          # per job
 MAX_STEPS = 1_000_000
@@ -85,6 +85,9 @@ class ColocateSpec:
     reps: int = 3
     quantum_s: float = DEFAULT_QUANTUM_S
     matrix: int = 384                # blas: n of the n x n products (~10 ms a call on 2 cores)
+    scheduler: str = "dynamic"       # run: the scheduler every job runs (--steps frames of H x W)
+    height: int = 256
+    width: int = 256
 
     def validate(self, n: int) -> None:
         if self.workload not in WORKLOADS:
@@ -108,6 +111,12 @@ class ColocateSpec:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         if not 0 < self.quantum_s <= 10:
             raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
+        if self.workload == "run":
+            from .. import registry
+            from ..workload import check_sizes
+
+            registry.get(self.scheduler)
+            check_sizes(self.steps, self.height, self.width, copies=2 * self.jobs)
         if not 16 <= self.matrix <= 8192:
             raise UsageError(f"--matrix must be from 16 to 8192, got {self.matrix}")
         if self.jobs * self.workers * self.steps > MAX_TRACE:
@@ -140,6 +149,7 @@ class JobRecord:
     verified: bool
     error: str = ""
     matrix: int = 0         # blas: n of the products (0 for bsp)
+    scheduler: str = ""     # run: the scheduler every job ran
 
 
 _WORKER = np.dtype([("start", "f8"), ("end", "f8"), ("invol", "i8"), ("runq_ns", "i8"),
@@ -195,8 +205,8 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
             def body(w: int) -> None:
                 j, t = divmod(w, P)
                 token = team.begin(w, policy.place(j, t, J, cpus) if P > 1 else -1)
-                run = kind.worker(spec, ctx, policy, cpus, j, t, w, sh,
-                                  (lambda: arbiter.worker(job_ids[j])) if arbiter is not None else None)
+                seat = (arbiter, job_ids[j]) if arbiter is not None else None
+                run = kind.worker(spec, ctx, policy, cpus, j, t, w, sh, seat)
                 row = sh.rows[w]
                 row["ready"] = 1
                 addr = futex.address(sh.gate, 0)
@@ -205,7 +215,8 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
                 inv0, rq0 = kind.counters()
                 row["start"] = perf_counter()
                 row["checksum"], row["switches"] = run()
-                row["end"] = perf_counter()
+                if not getattr(run, "sets_times", False):
+                    row["end"] = perf_counter()
                 inv1, rq1 = kind.counters()
                 row["invol"], row["runq_ns"] = inv1 - inv0, rq1 - rq0
                 row["done"] = 1
@@ -285,7 +296,8 @@ def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]
                              spec.steps, times[j], makespan, float(mine["invol"].sum()) / T,
                              float(mine["runq_ns"].sum()) / 1e9 / T, kind.spin_s(ctx, sh, j, sl, T),
                              float(mine["switches"].sum()) / T, verified, failed.get(j, ""),
-                             spec.matrix if spec.workload == "blas" else 0))
+                             spec.matrix if spec.workload == "blas" else 0,
+                             spec.scheduler if spec.workload == "run" else ""))
     return out
 
 

@@ -55,8 +55,8 @@ class Bsp:
                 "iters": max(1, int(round(spec.step_us * iters_per_us())))}
 
     @staticmethod
-    def worker(spec, ctx, policy, cpus, j, t, w, sh, coop_worker):
-        wk = coop_worker() if coop_worker is not None else None
+    def worker(spec, ctx, policy, cpus, j, t, w, sh, seat):
+        wk = seat[0].worker(seat[1]) if seat is not None else None
         bar = ctx["barriers"][j]
         if wk is not None:
             bar.slot[t] = wk.slot
@@ -131,7 +131,7 @@ class Blas:
         return {"a": a, "b": b, "ref": ref}
 
     @staticmethod
-    def worker(spec, ctx, policy, cpus, j, t, w, sh, coop_worker):
+    def worker(spec, ctx, policy, cpus, j, t, w, sh, seat):
         from threadpoolctl import ThreadpoolController
 
         T, J = spec.workers, spec.jobs
@@ -139,7 +139,7 @@ class Blas:
         pool = len(mine) if mine else T
         if mine:
             os.sched_setaffinity(0, set(mine))  # the pool, created below, inherits it
-        slots = [coop_worker() for _ in range(T)] if coop_worker is not None else []
+        slots = [seat[0].worker(seat[1]) for _ in range(T)] if seat is not None else []
         ctl = ThreadpoolController()
         a, b, calls = ctx["a"], ctx["b"], spec.steps
         with ctl.limit(limits=pool, user_api="blas"):
@@ -184,4 +184,75 @@ class Blas:
         pass
 
 
-WORKLOADS = {"bsp": Bsp, "blas": Blas}
+class Run:
+    """Each job is one ordinary scheduler run (``--scheduler``, k = --workers) on its own
+    L x H x W tensor: the paper's schedulers co-located, e.g. two dynamic jobs against two
+    aimd jobs (AIMD was designed for shared machines, §6.2). The job's time is the
+    scheduler's own timed region; the run is verified as in `run`."""
+
+    counters = staticmethod(_process_counters)
+
+    @staticmethod
+    def processes_per_job(spec) -> int:
+        return 1
+
+    @staticmethod
+    def prepare(spec, jobs: int, per_job: int):
+        from .. import kernels
+
+        kernels.prepare()  # before any fork
+        return {}
+
+    @staticmethod
+    def worker(spec, ctx, policy, cpus, j, t, w, sh, seat):
+        from .. import registry
+        from ..backends import get_backend
+        from ..monitor import UtilisationMonitor
+        from ..records import RunConfig
+        from ..workload import Slab
+
+        cfg = RunConfig(spec.scheduler, spec.workers, spec.steps, spec.height, spec.width,
+                        seed=j, coop=seat is not None)
+        slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed)
+        info = registry.get(cfg.scheduler)
+        monitor = UtilisationMonitor().start() if info.needs_monitor else None
+        job = registry.job_for(cfg, slab.work, monitor, original=slab.original)
+        mine = sorted({policy.place(j, i, spec.jobs, cpus) for i in range(spec.workers)} - {-1})
+        if mine:
+            job.cpus = mine  # partition: the job's workers round-robin over its own CPUs
+        else:
+            job.affinity = False  # linux: let the kernel place them; coop: the tokens do
+        if seat is not None:
+            job.coop, job.coop_job = seat
+        slab.fresh_copy()
+        if monitor is not None:
+            monitor.reset()
+
+        def run():
+            try:
+                ex = get_backend(info.backend)(job)
+                row = sh.rows[w]
+                ok = slab.bad_rows() == 0
+                row["start"], row["end"] = ex.t_begin, ex.t_end  # the scheduler's timed region
+                return (1.0 if ok else 0.0), 0
+            finally:
+                if monitor is not None:
+                    monitor.stop()
+                slab.close()
+        run.sets_times = True
+        return run
+
+    @staticmethod
+    def verify(spec, ctx, sh, j, sl) -> bool:
+        return bool(sh.rows[sl]["checksum"][0] == 1.0)
+
+    @staticmethod
+    def spin_s(ctx, sh, j, sl, T) -> float:
+        return math.nan
+
+    @staticmethod
+    def close(ctx) -> None:
+        pass
+
+
+WORKLOADS = {"bsp": Bsp, "blas": Blas, "run": Run}

@@ -21,11 +21,18 @@ def jain(values) -> float:
 
 def _experiments(rows: np.ndarray) -> list[tuple]:
     keys = {(str(r["workload"]), str(r["barrier"]), int(r["jobs"]), int(r["workers"]),
-             float(r["step_us"]), int(r["steps"])) for r in rows}
+             float(r["step_us"]), int(r["steps"]), _sched(r)) for r in rows}
     return sorted(keys)
 
 
-def _title(rows: np.ndarray, wl: str, bar: str, J: int, T: int, step: float, steps: int) -> str:
+def _sched(r) -> str:
+    return str(r["scheduler"]) if "scheduler" in r.dtype.names else ""
+
+
+def _title(rows: np.ndarray, wl: str, bar: str, J: int, T: int, step: float, steps: int,
+           sched: str) -> str:
+    if wl == "run":
+        return f"run: {J} co-located `{sched}` jobs at k = {T}, {steps} frames each"
     if wl == "blas":
         m = rows[(rows["workload"] == wl) & (rows["jobs"] == J)]
         n = int(m["matrix"][0]) if len(m) and "matrix" in m.dtype.names else 0
@@ -42,9 +49,11 @@ def ideal_makespan(J: int, T: int, step_us: float, steps: int, n: int) -> float:
 def summary(rows: np.ndarray, n: int) -> list[dict]:
     """One record per experiment and policy, over verified repetitions only."""
     out = []
-    for wl, bar, J, T, step, steps in _experiments(rows):
+    for wl, bar, J, T, step, steps, sched in _experiments(rows):
         sel = rows[(rows["workload"] == wl) & (rows["barrier"] == bar) & (rows["jobs"] == J)
                    & (rows["workers"] == T) & (rows["step_us"] == step) & (rows["steps"] == steps)]
+        if sched:
+            sel = sel[sel["scheduler"] == sched]
         for pol in dict.fromkeys(sel["policy"].tolist()):
             p = sel[sel["policy"] == pol]
             reps = sorted(set(p["rep"].tolist()))
@@ -53,7 +62,8 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
             ok = p[np.isin(p["rep"], good)]
             fair = [jain(p[p["rep"] == r]["time_s"]) for r in good]
             out.append(dict(
-                workload=wl, barrier=bar, jobs=J, workers=T, step_us=step, steps=steps, policy=pol,
+                workload=wl, barrier=bar, jobs=J, workers=T, step_us=step, steps=steps,
+                scheduler=sched, policy=pol,
                 reps=len(good), failed=len(reps) - len(good),
                 makespan_s=float(np.mean(mk)) if mk else math.nan,
                 makespan_sd=float(np.std(mk)) if mk else math.nan,
@@ -66,6 +76,11 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
     return out
 
 
+def _key(r: dict) -> tuple:
+    return (r["workload"], r["barrier"], r["jobs"], r["workers"], r["step_us"], r["steps"],
+            r["scheduler"])
+
+
 def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
     """The section's Markdown and its CSV records."""
     recs = summary(rows, n)
@@ -75,9 +90,7 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
              "(schedstat), time spinning in the barrier. Ideal: all the jobs' compute spread over "
              f"the N = {n or '?'} CPUs. Jain: fairness of the jobs' speeds (1 = equal).", ""]
     for exp in _experiments(rows):
-        wl, bar, J, T, step, steps = exp
-        mine = [r for r in recs if (r["workload"], r["barrier"], r["jobs"], r["workers"],
-                                    r["step_us"], r["steps"]) == exp]
+        mine = [r for r in recs if _key(r) == exp]
         base = next((r for r in mine if r["policy"] == "linux"), None)
         lines += [f"### {_title(rows, *exp)}", "",
                   "| policy | reps | makespan (s) | vs linux | ideal (s) | job time (s) | Jain | "
@@ -102,11 +115,9 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
     from matplotlib.figure import Figure
 
     files = []
-    exps = sorted({(r["workload"], r["barrier"], r["jobs"], r["workers"], r["step_us"], r["steps"])
-                   for r in recs})
-    for wl, bar, J, T, step, steps in exps:
-        mine = [r for r in recs if (r["workload"], r["barrier"], r["jobs"], r["workers"],
-                                    r["step_us"], r["steps"]) == (wl, bar, J, T, step, steps)]
+    for exp in sorted({_key(r) for r in recs}):
+        wl, bar, J, T, step, steps, sched = exp
+        mine = [r for r in recs if _key(r) == exp]
         fig = Figure(figsize=(5.5, 3.8))
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
@@ -115,10 +126,12 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
                color="tab:blue", alpha=0.8, capsize=4)
         ax.axhline(mine[0]["ideal_s"], ls="--", color="grey", label="ideal")
         ax.set_ylabel("makespan (s)")
-        ax.set_title(f"{wl}: {J} jobs × {T} workers, {bar}, {step:g} µs steps", fontsize=9)
+        ax.set_title(_title(np.zeros(0, [("workload", "U8")]), *exp) if wl != "blas" else
+                     f"blas: {J} jobs × a pool of {T}", fontsize=9)
         ax.legend()
         fig.tight_layout()
-        path = os.path.join(out_dir, f"colocate_{wl}_{bar}_J{J}_T{T}_{int(step)}us.png")
+        tag = sched if wl == "run" else bar
+        path = os.path.join(out_dir, f"colocate_{wl}_{tag}_J{J}_T{T}_{int(step)}us_{steps}.png")
         fig.savefig(path, dpi=110)
         files.append(path)
     return files
