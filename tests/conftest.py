@@ -47,7 +47,9 @@ def no_leaks(request):
     """Fail a test that leaves a child process, a zombie or a /dev/shm segment behind."""
     before_children = {p.pid for p in _children()}
     before_shm = set(our_shm_entries())
+    before_affinity = os.sched_getaffinity(0)
     yield
+    assert os.sched_getaffinity(0) == before_affinity, "the test left the main thread pinned"
     if request.node.get_closest_marker("mpi"):
         deadline = time.monotonic() + 10  # mpiexec's proxies take a moment to go
     else:

@@ -12,70 +12,10 @@ import sys
 import time
 
 from . import __version__
+from .argtypes import _Parser, _chunk_list, _int_list, _nonnegative_int, _positive
 from .errors import HybridschedError, UsageError
 
 PROG = "hybridsched"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line (no usage dump) and exit status 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
-_INT_LIMIT = 2**63
-
-
-def _int_list(what: str, minimum: int = 1):
-    def parse(text: str) -> list[int]:
-        out = []
-        for part in text.split(","):
-            part = part.strip()
-            try:
-                v = int(part)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"{what} must be integers, got {part!r}") from None
-            if v < minimum:
-                raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {v}")
-            if v >= _INT_LIMIT:  # stored as int64 in HDF5
-                raise argparse.ArgumentTypeError(f"{what} must be below 2**63, got {v}")
-            out.append(v)
-        return out
-    return parse
-
-
-def _chunk_list(text: str) -> list[int]:
-    """--chunk: sizes >= 1, or 'auto' (policies.AUTO_CHUNK: the pipe backend searches it)."""
-    from .policies import AUTO_CHUNK
-
-    parts = [p.strip() for p in text.split(",")]
-    sizes = _int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \
-        if any(p.lower() != "auto" for p in parts) else []
-    return [AUTO_CHUNK] * any(p.lower() == "auto" for p in parts) + sizes
-
-
-def _positive(what: str, minimum: int = 1):
-    parse_list = _int_list(what, minimum)
-
-    def parse(text: str) -> int:
-        vals = parse_list(text)
-        if len(vals) != 1:
-            raise argparse.ArgumentTypeError(f"{what} takes one value, got {text!r}")
-        return vals[0]
-    return parse
-
-
-def _nonnegative_int(what: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if not 0 <= v < _INT_LIMIT:  # a uint64 for the generator, int64 in HDF5
-            raise argparse.ArgumentTypeError(f"{what} must be from 0 to 2**63-1, got {v}")
-        return v
-    return parse
 
 
 # --- run --------------------------------------------------------------------------------
@@ -133,6 +73,8 @@ def build_spec(args):
         spec.pipe_batch = args.pipe_batch
     if args.inflight is not None:
         spec.inflight = args.inflight
+    if getattr(args, "coop", False):
+        spec.coop = True
     spec.validate()
     return spec
 
@@ -318,42 +260,6 @@ def cmd_merge(args) -> int:
     return 0
 
 
-# --- ge ---------------------------------------------------------------------------------
-
-
-def _name_list(text: str) -> list[str]:
-    return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-
-
-def cmd_ge(args) -> int:
-    from .ge import kernels as ge_kernels
-    from .ge.output import GeWriter
-    from .ge.runner import check_args
-    from .ge.sweep import GeSpec, run_sweep
-    from .store import check_writable
-    from .sysinfo import machine_metadata, n_cpus
-
-    spec = GeSpec(args.arch, args.algo, args.n, args.threads, args.reps, args.seed)
-    check_args(spec.archs, spec.algos, spec.n, spec.threads, spec.reps)
-    out = args.out or time.strftime("hybridsched-ge-%Y%m%d-%H%M%S.h5")
-    check_writable(out)
-    if os.path.exists(out) and not args.overwrite:
-        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
-    meta = machine_metadata()
-    meta["N"] = n_cpus()
-    meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    ge_kernels.prepare()  # compile before any timed run
-    with GeWriter(out, meta, spec.to_dict(), overwrite=args.overwrite) as writer:
-        failed = run_sweep(spec, writer.append)
-    from .results.ge_report import ge_markdown
-    from .ge.output import read_ge
-
-    print(ge_markdown(read_ge(out)))
-    n_runs = len(spec.runs())
-    print(f"\n{n_runs} ge runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
-    return 1 if failed else 0
-
-
 # --- list, plan, report -----------------------------------------------------------------
 
 
@@ -378,39 +284,24 @@ def cmd_plan(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .ge.output import has_ge
     from .results.report import build_report, default_out_dir, load_study
+    from .results.sections import side_report
 
-    if has_ge(args.file) and not _has_runs(args.file):  # a `ge` file: /ge but no /runs
-        from .results.ge_report import build_ge_report
-
-        out_dir = args.out_dir or default_out_dir(args.file)
-        try:
-            text, files = build_ge_report(args.file, out_dir, plots=not args.no_plots)
-        except OSError as exc:
-            raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
-        print(text)
-        print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
-        return 0
     study = load_study(args.file)
-    if len(study.runs) == 0:
-        print(f"{args.file}: the study holds no runs yet")
-        return 0
     out_dir = args.out_dir or default_out_dir(args.file)
     try:
-        text, files = build_report(study, out_dir, plots=not args.no_plots)
+        if len(study.runs):
+            text, files = build_report(study, out_dir, plots=not args.no_plots)
+        else:  # a `ge` or `colocate` study: its side tables only
+            text, files = side_report(study, out_dir, plots=not args.no_plots)
     except OSError as exc:
         raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    if text is None:
+        print(f"{args.file}: the study holds no runs yet")
+        return 0
     print(text)
     print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
     return 0
-
-
-def _has_runs(path: str) -> bool:
-    import h5py
-
-    with h5py.File(path, "r", locking=False) as h5:
-        return "runs" in h5
 
 
 # --- parser -----------------------------------------------------------------------------
@@ -456,29 +347,20 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--inflight", type=_positive("--inflight"), metavar="D",
                    help="variant: pipe-MtoM chunks in flight per worker (default 1, the "
                    "paper's next chunk on done)")
+    r.add_argument("--coop", action="store_true",
+                   help="workers run on the node's cooperative arbiter: one token per CPU, "
+                   "switching only at chunk boundaries and when blocking (SCHED_COOP)")
     r.add_argument("--split", choices=["static", "dynamic"], default="static",
                    help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
                    "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
                    "no effect at P = 1")
     r.set_defaults(func=cmd_run)
 
-    ge = sub.add_parser("ge", help="cooperative scheduler A0/A1/A2 on blocked Gaussian "
-                        "elimination (seed 002)")
-    ge.add_argument("--arch", type=_name_list, default=["A0", "A1", "A2"], metavar="A[,A...]",
-                    help="architectures: A0 (OS threads), A1 (one blocked queue), A2 "
-                    "(per-primitive queues); default all three")
-    ge.add_argument("--algo", type=_name_list, default=["rows", "tiles"], metavar="ALGO[,...]",
-                    help="rows (block rows) and/or tiles (a g x g grid, g = round(sqrt(T)))")
-    ge.add_argument("--n", type=_positive("--n"), default=512, help="matrix size (default 512)")
-    ge.add_argument("--threads", type=_int_list("--threads"), default=[32], metavar="T[,T...]",
-                    help="user threads, 1 to 7936 (default 32); rows: T <= n; tiles: the "
-                    "nearest square grid, at most n tiles per side")
-    ge.add_argument("--reps", type=_positive("--reps"), default=1, help="repetitions")
-    ge.add_argument("--seed", type=_nonnegative_int("--seed"), default=0, help="matrix seed")
-    ge.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default "
-                    "hybridsched-ge-<time>.h5)")
-    ge.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    ge.set_defaults(func=cmd_ge)
+    from .coop.command import add_parser as add_colocate
+    from .ge.command import add_parser as add_ge
+
+    add_ge(sub)
+    add_colocate(sub)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
@@ -513,6 +395,7 @@ def make_parser() -> argparse.ArgumentParser:
     mg.add_argument("--out", "-o", required=True, metavar="ALL.h5")
     mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     mg.set_defaults(func=cmd_merge)
+
     return p
 
 

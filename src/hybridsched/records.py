@@ -42,6 +42,7 @@ class RunConfig:
     # which; the paper's value is the default and every other scheduler keeps it):
     pipe_batch: int = 1     # pipe records per producer write (paper: one chunk per message)
     inflight: int = 1       # pipe-MtoM chunks in flight per worker (paper: one, next on done)
+    coop: bool = False      # workers run on the node's cooperative arbiter's tokens (--coop)
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""

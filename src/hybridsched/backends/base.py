@@ -29,6 +29,14 @@ class Job:
     original: np.ndarray | None = None
     pipe_batch: int = 1           # RunConfig.pipe_batch
     inflight: int = 1             # RunConfig.inflight
+    # --coop: the node's core arbiter (coop.arbiter.Arbiter) and this run's job in it;
+    # workers then hold a token to run instead of a fixed CPU
+    coop: object | None = None
+    coop_job: int = -1
+
+    def coop_worker(self):
+        """This worker's arbiter handle (registered, no token yet), or None without --coop."""
+        return None if self.coop is None else self.coop.worker(self.coop_job)
 
     @property
     def scheduler(self) -> str:
@@ -39,8 +47,9 @@ class Job:
         return int(self.work.shape[0])
 
     def cpu_of(self, w: int) -> int:
-        """Round-robin placement: worker w on CPU w mod N (-1 when affinity is off)."""
-        return self.cpus[w % len(self.cpus)] if self.affinity else -1
+        """Round-robin placement: worker w on CPU w mod N (-1 when affinity is off, or under
+        --coop, where the token a worker holds says where it runs)."""
+        return self.cpus[w % len(self.cpus)] if self.affinity and self.coop is None else -1
 
 
 def _clock_ticks() -> int:

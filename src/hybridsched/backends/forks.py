@@ -56,6 +56,9 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
                 for child in pol.mitosis_children(w, k):  # fork first: children start sooner
                     team.spawn(child, body)
             token = team.begin(w, job.cpu_of(w))
+            wk = job.coop_worker()
+            if wk is not None:
+                wk.acquire()
             record, fault = team.recorder(w), team.fault is not None
             for i, (first, count) in enumerate(plan[w], 1):
                 if fault:
@@ -63,6 +66,10 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
                 t0 = perf_counter()
                 kernel(work, first, count)
                 record(first, count, t0, perf_counter())
+                if wk is not None:
+                    wk.boundary()
+            if wk is not None:
+                wk.leave()
             team.end(w, token)
 
         if collective:

@@ -113,9 +113,17 @@ def _run(job: Job, c: int) -> Execution:
             if dn >= 0:
                 os.write(dn, REC.pack(w, -1))  # ready: the first handshake
             record, fault = team.recorder(w), team.fault is not None
+            wk = job.coop_worker()
+            if wk is not None:
+                wk.acquire()
             nth = 0
             while True:
-                msg = os.read(rd, REC.size)
+                if wk is not None and not select.select([rd], [], [], 0)[0]:
+                    wk.block()  # about to wait on the pipe: a scheduling point
+                    msg = os.read(rd, REC.size)
+                    wk.acquire()
+                else:
+                    msg = os.read(rd, REC.size)
                 if len(msg) != REC.size:
                     if msg:
                         raise RuntimeError(f"split message of {len(msg)} bytes")
@@ -131,6 +139,10 @@ def _run(job: Job, c: int) -> Execution:
                 record(first, count, t0, perf_counter())
                 if dn >= 0:
                     os.write(dn, REC.pack(w, first))
+                if wk is not None:
+                    wk.boundary()
+            if wk is not None:
+                wk.leave()
             team.end(w, token)
 
         for w in range(k):

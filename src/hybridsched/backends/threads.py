@@ -121,10 +121,14 @@ def execute(job: Job) -> Execution:
         cpu = job.cpu_of(w)
         if cpu >= 0:
             pin_current(cpu)
+        wk = job.coop_worker()
+        boundary = wk.boundary if wk is not None else None  # a scheduling point per chunk
         u0 = thread_usage()
         record = traces[w].append
         clock = perf_counter
         start = clock()
+        if wk is not None:
+            wk.acquire()
         # The hot path. Everything between two kernel calls holds the GIL; a worker that
         # finds it taken sleeps and is woken late, so at k=2 on 45-us frames each chunk
         # cost 2.5-3.5x its GIL-held time in wall time (measured). Hence: nothing per chunk
@@ -142,7 +146,11 @@ def execute(job: Job) -> Execution:
             record((first, count, t0, t1))
             if feedback:
                 done(w, count, t1 - t0)
+            if boundary is not None:
+                boundary()
         end = clock()
+        if wk is not None:
+            wk.leave()  # no chunk left: the worker blocks for good, its token moves on
         u1 = thread_usage()
         row = stats[w]
         row["pid"], row["cpu"], row["start"], row["end"] = pid, cpu, start, end

@@ -1,27 +1,12 @@
-"""The ONE module that writes and reads ``/ge`` (the adapter to port onto the new store).
-
-store.py (the study format) is being rewritten (one-writer lock, SWMR, version 2); until
-then this module writes ``/ge`` with plain h5py, with the same root attributes store.py
-writes (``format="hybridsched"``, ``format_version``, ``created``, ``machine.*``) plus
-``ge_spec`` (JSON of the sweep). PORT: replace the bodies of GeWriter and read_ge with the
-new store's calls; nothing else in the package touches ``/ge``.
-
-Layout: ``/ge``, a resizable 1-D compound dataset (GE_DTYPE), one row per run, appended
-and flushed as each run completes. Readers open without HDF5's file lock, as store.py does.
-"""
+"""The ``/ge`` table of a study: one row per `hybridsched ge` run, written and read through
+the study store's side tables (one writer, always-complete snapshots, checked reads)."""
 from __future__ import annotations
-
-import json
-import os
-import time
 
 import h5py
 import numpy as np
 
-from ..errors import NotOurFile, UsageError
+from ..store import TableWriter, has_table, read_attrs, read_table
 
-FORMAT = "hybridsched"
-FORMAT_VERSION = 1  # the version store.py writes today; PORT: the new store's
 GE_VERSION = 1      # the /ge row layout
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731
@@ -50,69 +35,27 @@ def _row(run_id: int, r) -> np.ndarray:
     return row
 
 
-class GeWriter:
+class GeWriter(TableWriter):
     """Create ``path`` (refusing an existing file unless ``overwrite``) and append runs."""
 
     def __init__(self, path: str, metadata: dict, spec: dict, overwrite: bool = False):
-        if os.path.exists(path) and not overwrite:
-            raise UsageError(f"--out {path}: file exists (use --overwrite to replace it)")
-        self.path = path
-        self.h5 = h5py.File(path, "w")
-        a = self.h5.attrs
-        a["format"] = FORMAT
-        a["format_version"] = FORMAT_VERSION
-        a["ge_version"] = GE_VERSION
-        a["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        for key, val in metadata.items():
-            a[f"machine.{key}"] = val
-        a["ge_spec"] = json.dumps(spec, sort_keys=True)
-        self.ds = self.h5.create_dataset("ge", shape=(0,), maxshape=(None,), dtype=GE_DTYPE,
-                                         chunks=(64,))
-        self.h5.flush()
+        super().__init__(path, "ge", GE_DTYPE, metadata, spec, overwrite)
+        self.writer.h5.attrs["ge_version"] = GE_VERSION
 
     def append(self, record) -> int:
-        i = int(self.ds.shape[0])
-        self.ds.resize((i + 1,))
-        self.ds[i] = _row(i, record)[0]
-        self.h5.flush()
-        return i
-
-    def close(self) -> None:
-        if self.h5 is not None:
-            self.h5.close()
-            self.h5 = None
-
-    def __enter__(self) -> "GeWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        i = len(self.writer.h5["ge"]) if "ge" in self.writer.h5 else 0
+        return self.append_row(_row(i, record))
 
 
 def has_ge(path: str) -> bool:
-    """True when ``path`` is a hybridsched file with a ``/ge`` dataset."""
-    try:
-        with h5py.File(path, "r", locking=False) as h5:
-            return h5.attrs.get("format") == FORMAT and "ge" in h5
-    except (OSError, ValueError):
-        return False
+    """True when ``path`` is a hybridsched study with a ``/ge`` table."""
+    return has_table(path, "ge")
 
 
 def read_ge(path: str) -> np.ndarray:
     """The ``/ge`` rows, byte strings decoded to str."""
-    if not has_ge(path):
-        raise NotOurFile(f"{path}: no hybridsched /ge dataset")
-    with h5py.File(path, "r", locking=False) as h5:
-        raw = h5["ge"][()]
-    descr = [(nm, f"U{raw.dtype[nm].itemsize}" if raw.dtype[nm].kind == "S" else raw.dtype[nm])
-             for nm in raw.dtype.names]
-    out = np.zeros(raw.shape, descr)
-    for nm in raw.dtype.names:
-        col = raw[nm]
-        out[nm] = np.char.decode(col, "utf-8") if col.dtype.kind == "S" else col
-    return out
+    return read_table(path, "ge", GE_DTYPE)
 
 
 def read_ge_attrs(path: str) -> dict:
-    with h5py.File(path, "r", locking=False) as h5:
-        return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in h5.attrs.items()}
+    return read_attrs(path)

@@ -88,9 +88,24 @@ def dynamic_chunks(L: int, P: int, k: int) -> list[tuple[int, int]]:
     return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
 
 
-def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int]) -> tuple[Job, str]:
+def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int], seat=None) -> tuple[Job, str]:
     job = schedulers.job_for(cfg, work, monitor, cpus)
+    if seat is not None:  # --coop: the ranks of a node share its arbiter's tokens
+        job.coop, job.coop_job = seat
     return job, job.info.backend
+
+
+@contextlib.contextmanager
+def _seat(cfg: RunConfig, arbiter):
+    """This rank's job in the node's arbiter for one run (None without --coop)."""
+    if not cfg.coop:
+        yield None
+        return
+    jid = arbiter.join_job()
+    try:
+        yield arbiter, jid
+    finally:
+        arbiter.leave_job(jid)
 
 
 class _RankResult:
@@ -146,9 +161,9 @@ def _dilate(ex, factor: float) -> None:
         ex.t_end = perf_counter()
 
 
-def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus) -> _RankResult:
+def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _RankResult:
     res = _RankResult(w.rank, w.host)
-    job, backend = _job(cfg, slab.work, monitor, cpus)
+    job, backend = _job(cfg, slab.work, monitor, cpus, seat)
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
     slab.fresh_copy()
     if monitor is not None and job.info.needs_monitor:
@@ -172,7 +187,7 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus) -> _RankResult:
     return res
 
 
-def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter) -> _RankResult:
+def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None) -> _RankResult:
     res = _RankResult(w.rank, w.host)
     chunks = dynamic_chunks(cfg.frames, w.size, cfg.k)
     work = slab.work
@@ -193,7 +208,7 @@ def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter) -> _Rank
         over_frames(lambda a, n: kernels.generate_frames(work[first + a:first + a + n], slab.seed,
                                                          first + a), count, gen_threads)
         res.gen_s += perf_counter() - g0
-        job, backend = _job(cfg, work[first:first + count], monitor, cpus)
+        job, backend = _job(cfg, work[first:first + count], monitor, cpus, seat)
         try:
             ex = get_backend(backend)(job)
         except HybridschedError as exc:
@@ -267,10 +282,11 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
             maybe_fail(w.rank, i)
             slab = shared.slab(cfg)
             started = time.time()
-            if split == "static":
-                res = _run_static(w, cfg, slab, monitor, cpus)
-            else:
-                res = _run_dynamic(w, cfg, slab, monitor, cpus, counter)
+            with _seat(cfg, shared.arbiter) as seat:
+                if split == "static":
+                    res = _run_static(w, cfg, slab, monitor, cpus, seat)
+                else:
+                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat)
             total_bad = w.allreduce_sum(res.bad_rows)
             results = w.gather(res)
             ok = None

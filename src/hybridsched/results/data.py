@@ -48,15 +48,17 @@ class Row:
     P: int = 1                       # MPI ranks (nodes); sigma_E and alpha use P x k units
     pipe_batch: int = 1              # pipe records per producer write (1 = the paper's protocol)
     inflight: int = 1                # pipe-MtoM chunks in flight per worker (1 = the paper's)
+    coop: bool = False               # ran on the cooperative arbiter's tokens (--coop)
 
     @property
     def variant(self) -> tuple[str, bool, int, int, int, int]:
-        return (self.scheduler, self.affinity, self.chunk, self.P, self.pipe_batch, self.inflight)
+        return (self.scheduler, self.affinity, self.chunk, self.P, self.pipe_batch, self.inflight,
+                self.coop)
 
     @property
     def paper_protocol(self) -> bool:
         """Run as the paper runs it (no pipe batching, one chunk in flight)."""
-        return self.pipe_batch == 1 and self.inflight == 1
+        return self.pipe_batch == 1 and self.inflight == 1 and not self.coop
 
 
 @dataclass
@@ -136,7 +138,8 @@ def summarise(runs: np.ndarray, n: int | None = None,
     fam: dict[str, str] = {}
     for r in runs:
         key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]),
-               int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]))
+               int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]),
+               bool(r["coop"]) if "coop" in r.dtype.names else False)
         g = groups.setdefault(key, [[], [], 0, set()])
         fam[key[0]] = str(r["family"])
         if r["verified"]:
@@ -146,10 +149,10 @@ def summarise(runs: np.ndarray, n: int | None = None,
         else:
             g[2] += 1
     rows = []
-    for (s, L, k, c, aff, P, pb, inf), (times, ids, failed, used) in groups.items():
+    for (s, L, k, c, aff, P, pb, inf, coop), (times, ids, failed, used) in groups.items():
         if not times:
             rows.append(Row(s, fam[s], L, k, c, aff, 0, math.nan, math.nan, math.nan, math.nan,
-                            False, failed=failed, P=P, pipe_batch=pb, inflight=inf))
+                            False, failed=failed, P=P, pipe_batch=pb, inflight=inf, coop=coop))
             continue
         t = float(np.mean(times))
         ser = ts.get(L, math.nan)
@@ -160,7 +163,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
                   a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times)),
                   e_p=metrics.mean_performance_efficiency(times), failed=failed,
                   chunk_used="/".join(str(u) for u in sorted(used)), P=P, pipe_batch=pb,
-                  inflight=inf)
+                  inflight=inf, coop=coop)
         if not math.isnan(sigma):
             row.t_ov = metrics.overhead_time(ser, t, units)
             row.f_ov = metrics.overhead_fraction(sigma, units)
@@ -177,7 +180,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
         rows.append(row)
     order = {name: i for i, name in enumerate(_name_order(rows))}
     rows.sort(key=lambda r: (r.L, order[r.scheduler], r.P, not r.affinity, r.chunk,
-                             r.pipe_batch, r.inflight, r.k))
+                             r.pipe_batch, r.inflight, r.coop, r.k))
     return rows
 
 
@@ -209,9 +212,10 @@ def protocol_text(pipe_batch: int = 1, inflight: int = 1) -> str:
 
 
 def variant_label(scheduler: str, affinity: bool, chunk: int, P: int = 1, pipe_batch: int = 1,
-                  inflight: int = 1) -> str:
+                  inflight: int = 1, coop: bool = False) -> str:
     nodes = f"P = {P} ranks, " if P > 1 else ""
-    proto = protocol_text(pipe_batch, inflight)
+    proto = protocol_text(pipe_batch, inflight) + ("coop" if coop and pipe_batch == inflight == 1
+                                                   else ", coop" if coop else "")
     return (f"{scheduler} — {nodes}affinity {'on' if affinity else 'off'}, {chunk_text(chunk)}"
             + (f", variant: {proto}" if proto else ""))
 
@@ -225,7 +229,7 @@ def _table_key(r: Row):
     from ..registry import ALL_NAMES
 
     pos = ALL_NAMES.index(r.scheduler) if r.scheduler in ALL_NAMES else len(ALL_NAMES)
-    return (pos, r.scheduler, not r.affinity, r.chunk, r.pipe_batch, r.inflight, r.L, r.k)
+    return (pos, r.scheduler, not r.affinity, r.chunk, r.pipe_batch, r.inflight, r.coop, r.L, r.k)
 
 
 def families(rows: list[Row]) -> list[str]:

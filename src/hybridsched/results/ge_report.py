@@ -4,11 +4,12 @@ accelerations A1/A0 and A2/A0 per stage in the seed's form ("A2 is X % faster th
 X = (T_A0 / T_A2 - 1) x 100), the counts that explain them, CSV and plots."""
 from __future__ import annotations
 
-import csv
 import math
 import os
 
 import numpy as np
+
+from .plots import save_png
 
 STAGES = ("create", "forward", "back", "total")
 COUNTS = ("blocks", "wakeups", "switches", "scans")
@@ -139,47 +140,30 @@ def _plots(recs: list[dict], out_dir: str) -> list[str]:
             ax.set_ylabel("ms")
             ax.legend(fontsize=8)
         fig.tight_layout()
-        p = os.path.join(out_dir, f"ge_{algo}_n{n}.png")
-        fig.savefig(p, dpi=100)
-        files.append(p)
+        files.append(save_png(fig, os.path.join(out_dir, f"ge_{algo}_n{n}.png"), dpi=100))
     return files
 
 
 def write_outputs(ge: np.ndarray, out_dir: str | None, plots: bool) -> list[str]:
     if out_dir is None:
         return []
-    os.makedirs(out_dir, exist_ok=True)
+    from ..store import our_directory
+    from .report import write_csv
+
+    our_directory(out_dir)  # fresh, or ours: never through a symlink
     recs = summarise(ge)
     files = []
     if recs:
         p = os.path.join(out_dir, "ge_summary.csv")
-        with open(p, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(recs[0]))
-            w.writeheader()
-            w.writerows(recs)
+        write_csv(p, recs)
         files.append(p)
         if plots:
             files += _plots(recs, out_dir)
     return files
 
 
-def build_ge_report(path: str, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:
-    """The report of a file that holds only `/ge` (no `/runs`)."""
-    from ..ge.output import read_ge, read_ge_attrs
-
-    ge = read_ge(path)
-    a = read_ge_attrs(path)
-    head = [f"# `ge` study {os.path.basename(path)}", "",
-            f"Machine: {a.get('machine.cpu_model', '?')}, N = {a.get('machine.N', '?')} usable "
-            f"CPUs, host {a.get('machine.hostname', '?')}; load average at start "
-            f"{a.get('machine.loadavg_at_start', 'not recorded')}.", ""]
-    if len(ge) == 0:
-        return "\n".join(head + [f"{path}: the /ge dataset holds no runs yet"]), []
-    return "\n".join(head) + "\n" + ge_markdown(ge), write_outputs(ge, out_dir, plots)
-
-
 def section(path: str, out_dir: str | None, plots: bool) -> tuple[list[str], list[str]]:
-    """For results/report.py: the GE section (Markdown lines, files) when `path` has /ge."""
+    """The GE section of a report (Markdown lines, files) when `path` has /ge rows."""
     from ..ge.output import has_ge, read_ge
 
     if not has_ge(path):

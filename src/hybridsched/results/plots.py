@@ -41,10 +41,15 @@ def _finish(fig, ax, ks: list[int], sigmas: list[float], n: int, title: str, pat
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return save_png(fig, path)
+
+
+def save_png(fig, path: str, dpi: int = _DPI) -> str:
+    """Write a figure by rename: a planted symlink at ``path`` is replaced, not followed."""
     from ..store import replacing
 
-    with replacing(path) as fh:  # by rename: a planted symlink is replaced, not followed
-        fig.savefig(fh, dpi=_DPI, format="png")
+    with replacing(path) as fh:
+        fig.savefig(fh, dpi=dpi, format="png")
     return path
 
 
@@ -80,7 +85,7 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
         chunk = f"_chunk{v[2]}" if v[2] > 0 else "_chunkauto" if v[2] < 0 else ""
         name = (f"speedup_{_safe(v[0])}" + ("" if v[1] else "_noaff") + chunk
                 + (f"_P{v[3]}" if v[3] > 1 else "") + (f"_batch{v[4]}" if v[4] != 1 else "")
-                + (f"_inflight{v[5]}" if v[5] != 1 else ""))
+                + (f"_inflight{v[5]}" if v[5] != 1 else "") + ("_coop" if v[6] else ""))
         out.append(_finish(fig, ax, allk, sig, n, variant_label(*v),
                            os.path.join(out_dir, name + ".png")))
     for fam in families(rows):
@@ -92,7 +97,8 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
                 ks, s = _curve([r for r in frows if r.variant == v])
                 if ks:
                     lab = (v[0] + ("" if v[1] else " no-aff") + (f" c={v[2]}" if v[2] else "")
-                           + (f" b={v[4]}" if v[4] != 1 else "") + (f" d={v[5]}" if v[5] != 1 else ""))
+                           + (f" b={v[4]}" if v[4] != 1 else "") + (f" d={v[5]}" if v[5] != 1 else "")
+                           + (" coop" if v[6] else ""))
                     ax.plot(ks, s, marker="o", ms=3, label=lab)
                     allk += ks
             if allk:

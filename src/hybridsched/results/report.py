@@ -237,7 +237,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             from . import plots as plotting
 
             files += plotting.speedup_plots(rows, out_dir, study.n)
-    from .ge_report import section  # the `ge` runs of the same file, if any
+    from .sections import side_sections  # the file's `ge` and `colocate` tables, if any
 
-    ge_md, ge_files = section(study.path, out_dir, plots)
-    return "\n".join(head + body + ge_md), files + ge_files
+    side_md, side_files = side_sections(study.path, out_dir, plots, study.n)
+    return "\n".join(head + body + side_md), files + side_files

@@ -9,6 +9,7 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
 from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
                      read_detail, read_runs, stored_keys, study_spec)
 from .writer import StudyWriter, _signals_held
+from .tables import TableWriter, has_table, read_table
 
 
 def check_writable(path: str) -> None:
@@ -20,4 +21,4 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output", "check_writable",
            "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "stored_keys",
-           "study_spec", "write_text", "_signals_held"]
+           "study_spec", "write_text", "_signals_held", "TableWriter", "has_table", "read_table"]

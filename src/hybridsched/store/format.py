@@ -34,12 +34,12 @@ RUN_DTYPE = np.dtype([
     ("time_s", "f8"), ("verified", "?"), ("bad_rows", "i8"),
     ("workers", "i4"), ("lost_workers", "i4"), ("started_at", "f8"),
     ("error", _S(240)), ("notes", _S(240)),
-    ("pipe_batch", "i4"), ("inflight", "i4"),
+    ("pipe_batch", "i4"), ("inflight", "i4"), ("coop", "?"),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
 # pipe variants were added later; files written before them ran the defaults stated here).
-RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1}
+RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -73,7 +73,8 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
     values = (run_id, c.scheduler.encode(), r.family.encode(), c.kernel.encode(),
               c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
-              r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight)
+              r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
+              c.coop)
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind

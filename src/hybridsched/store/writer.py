@@ -71,7 +71,7 @@ class StudyWriter:
                     raise NotOurFile(f"{path}: not a hybridsched study file ({exc})") from None
                 read_runs(path)  # every field checked before a run is added to them
                 if self.h5["runs"].dtype != RUN_DTYPE:
-                    # an older version-1 file (without pipe_batch, inflight): its rows in
+                    # an older version-1 file (without pipe_batch, inflight, coop): its rows in
                     # today's layout, with those fields at RUN_DEFAULTS, so new rows fit
                     rows = conform(self.h5["runs"][()])
                     del self.h5["runs"]
@@ -136,6 +136,24 @@ class StudyWriter:
         self.runs.resize((run_id + 1,))
         self.runs[run_id] = row[0]
         return run_id
+
+    def append_row(self, table: str, row) -> int:
+        """Add one row to side table ``/<table>`` (created with the row's dtype on first
+        use) and publish; returns its index. Signals are held as in :meth:`append`."""
+        with _signals_held():
+            ds = self.h5.get(table)
+            if ds is None:
+                ds = self.h5.create_dataset(table, shape=(0,), maxshape=(None,), dtype=row.dtype,
+                                            chunks=(RUNS_CHUNK,))
+            elif ds.dtype != row.dtype:
+                raise NotOurFile(f"{self.path}: /{table} holds rows of another layout")
+            i = int(ds.shape[0])
+            ds.resize((i + 1,))
+            ds[i] = row[0]
+            self._pending += 1
+            if self._due():
+                self.publish()
+            return i
 
     def _due(self) -> bool:
         if self._publish_cost < PUBLISH_ALWAYS_S:

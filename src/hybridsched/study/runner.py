@@ -33,7 +33,8 @@ def gc_paused():
             gc.enable()
 
 
-def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | None = None) -> RunRecord:
+def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | None = None,
+              arbiter=None) -> RunRecord:
     """Run one configuration on ``slab`` and verify it.
 
     A scheduler failure (a lost worker, say) is returned as a record with ``error`` set
@@ -45,6 +46,10 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     chunk = job.chunk
     slab.fresh_copy()
     started = time.time()
+    if config.coop:
+        if arbiter is None:
+            raise ValueError("a --coop run needs the study's arbiter")
+        job.coop, job.coop_job = arbiter, arbiter.join_job()  # untimed: the job registers once
     probe = ForeignLoad(job.cpus)  # outside the timed region: two reads of /proc/stat
     if monitor is not None and info.needs_monitor:
         monitor.reset()  # this run's utilisation history only (monitor.py says why)
@@ -54,6 +59,9 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     except HybridschedError as exc:
         return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
                          error=str(exc), started_at=started)
+    finally:
+        if job.coop is not None:
+            arbiter.leave_job(job.coop_job)
     foreign = probe.share()
     bad = slab.bad_rows()
     workers, trace, series = relative(ex)

@@ -33,11 +33,16 @@ class Resources:
         self._slab: Slab | None = None
         self._shape: tuple | None = None
         self.monitor: UtilisationMonitor | None = None
+        self.arbiter = None  # coop.arbiter.Arbiter when a configuration runs with --coop
 
     def __enter__(self) -> "Resources":
         with self._stack as stack:
             if any(registry.get(c.scheduler).needs_monitor for c in self._configs):
                 self.monitor = stack.enter_context(UtilisationMonitor())
+            if any(c.coop for c in self._configs):
+                from ..coop.arbiter import Arbiter
+
+                self.arbiter = stack.enter_context(Arbiter())
             self._stack = stack.pop_all()
         return self
 
@@ -67,7 +72,7 @@ def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRec
             slab = res.slab(cfg)
             if on_start is not None:
                 on_start(cfg)
-            record = timed_run(slab, cfg, res.monitor, cpus)
+            record = timed_run(slab, cfg, res.monitor, cpus, res.arbiter)
             if not record.verified or record.lost_workers:
                 warn_unverified(record)
             on_record(record)

@@ -41,6 +41,8 @@ class StudySpec:
     # entry reads the option get it.
     pipe_batch: int = 1
     inflight: int = 1
+    # Run on the cooperative arbiter's tokens instead of fixed pinning (--coop; issue 10).
+    coop: bool = False
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -116,7 +118,8 @@ class StudySpec:
     def _with_options(self, c: RunConfig) -> RunConfig:
         opts = schedulers.get(c.scheduler).options
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
-                       inflight=self.inflight if "inflight" in opts else 1)
+                       inflight=self.inflight if "inflight" in opts else 1,
+                       coop=self.coop and not schedulers.get(c.scheduler).baseline)
 
     def to_dict(self) -> dict:
         d = asdict(self)

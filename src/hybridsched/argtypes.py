@@ -1,0 +1,83 @@
+"""Argument types shared by every subcommand: one-line errors, bounded integers, lists."""
+from __future__ import annotations
+
+import argparse
+
+from .errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line (no usage dump) and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+_INT_LIMIT = 2**63
+
+
+def _int_list(what: str, minimum: int = 1):
+    def parse(text: str) -> list[int]:
+        out = []
+        for part in text.split(","):
+            part = part.strip()
+            try:
+                v = int(part)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{what} must be integers, got {part!r}") from None
+            if v < minimum:
+                raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}, got {v}")
+            if v >= _INT_LIMIT:  # stored as int64 in HDF5
+                raise argparse.ArgumentTypeError(f"{what} must be below 2**63, got {v}")
+            out.append(v)
+        return out
+    return parse
+
+
+def _chunk_list(text: str) -> list[int]:
+    """--chunk: sizes >= 1, or 'auto' (policies.AUTO_CHUNK: the pipe backend searches it)."""
+    from .policies import AUTO_CHUNK
+
+    parts = [p.strip() for p in text.split(",")]
+    sizes = _int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \
+        if any(p.lower() != "auto" for p in parts) else []
+    return [AUTO_CHUNK] * any(p.lower() == "auto" for p in parts) + sizes
+
+
+def _positive(what: str, minimum: int = 1):
+    parse_list = _int_list(what, minimum)
+
+    def parse(text: str) -> int:
+        vals = parse_list(text)
+        if len(vals) != 1:
+            raise argparse.ArgumentTypeError(f"{what} takes one value, got {text!r}")
+        return vals[0]
+    return parse
+
+
+def _nonnegative_int(what: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if not 0 <= v < _INT_LIMIT:  # a uint64 for the generator, int64 in HDF5
+            raise argparse.ArgumentTypeError(f"{what} must be from 0 to 2**63-1, got {v}")
+        return v
+    return parse
+
+
+def _name_list(text: str) -> list[str]:
+    return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+
+
+def _choice_list(choices, what: str):
+    """A comma list of names from ``choices`` (order kept, repeats dropped)."""
+    def parse(text: str) -> list[str]:
+        names = _name_list(text)
+        bad = [t for t in names if t not in choices]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {bad[0] if bad else text!r}; choose from {', '.join(choices)}")
+        return names
+    return parse

@@ -1,0 +1,343 @@
+"""The node-wide core arbiter: the rules of :mod:`state` in one shared-memory segment per
+user, used by every cooperating worker of every process on the node.
+
+The segment is ``/dev/shm/hybridsched-coop.<uid>`` (mode 0600), created under an
+``flock`` on its ``.lock`` file by the first participant and removed by the last one to
+leave. The same lock (one open file per process, plus a thread lock inside the process)
+guards every change; ``flock`` is released by the kernel when a holder dies, so a killed
+participant never wedges the others. A waiting worker sleeps on its own futex word in the
+segment; the worker that hands it a token sets the word and wakes it (nOS-V posts the
+next worker's semaphore the same way). A waiter wakes up every :data:`RECLAIM_POLL_S` to
+reclaim the tokens of holders that died, so a SIGKILLed job stalls the others for less
+than a second.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import stat
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import ResourceError, UsageError
+from . import futex
+from .state import HEADER_DTYPE, MAGIC, RUNNING, VERSION, WAITING, ArbiterError, State, nbytes, views
+
+# nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
+# a small share of it (a hand-off is tens of microseconds), short enough that k > N static
+# workers of a job take turns many times in a run of seconds.
+DEFAULT_QUANTUM_S = 0.020
+# How long a waiting worker sleeps before checking for dead token holders: the bound on
+# how long a killed job can stall the others (issue: within a second), against one lock
+# round per period per waiting worker.
+RECLAIM_POLL_S = 0.2
+# Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
+# (k up to 4096) for ~300 KiB of shared memory.
+MAX_JOBS = 64
+MAX_WORKERS = 4096
+
+
+def segment_path(uid: int | None = None) -> str:
+    return f"/dev/shm/hybridsched-coop.{os.getuid() if uid is None else uid}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs in this pid namespace (EPERM: it exists, as another user). A
+    zombie is dead: its parent may itself be waiting for the token it held."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat_ = fh.read()
+        return stat_[stat_.rindex(b")") + 2:][:1] not in (b"Z", b"X")
+    except (OSError, ValueError):
+        return False
+
+
+def _now() -> int:
+    return time.monotonic_ns()
+
+
+class Arbiter:
+    """This process's attachment to the node's arbiter; a context manager.
+
+    ``cpus`` are the CPUs the tokens stand for (default: the usable ones). A segment made
+    for other CPUs, by another user, or not ours at all is refused with a UsageError; a
+    stale one (every participant dead) is reinitialised.
+    """
+
+    def __init__(self, cpus: list[int] | None = None, quantum_s: float = DEFAULT_QUANTUM_S,
+                 path: str | None = None):
+        from ..sysinfo import usable_cpus
+
+        if not futex.available():
+            raise ResourceError("--coop needs Linux futexes on this architecture")
+        if not quantum_s > 0:
+            raise UsageError(f"the coop quantum must be positive, got {quantum_s}")
+        self.cpus = sorted(cpus if cpus is not None else usable_cpus())
+        self.quantum_ns = int(quantum_s * 1e9)
+        self.path = path or segment_path()
+        self._map: mmap.mmap | None = None
+        self.state: State | None = None
+        self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
+        self._owner = os.getpid()
+
+    # --- the lock ---------------------------------------------------------------------
+
+    def _lockfd(self) -> tuple[int, threading.Lock]:
+        pid = os.getpid()
+        got = self._local.get(pid)
+        if got is None:  # a forked child needs its own open file: flock is per description
+            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise UsageError(f"{self.path}.lock is not a regular file of ours: refusing it")
+            got = (fd, threading.Lock())
+            self._local = {pid: got}  # a parent's entry is useless (and unsafe) in a child
+        return got
+
+    @contextmanager
+    def locked(self) -> Iterator[State]:
+        fd, tlock = self._lockfd()
+        with tlock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield self.state
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    # --- attach / detach --------------------------------------------------------------
+
+    def __enter__(self) -> "Arbiter":
+        fd, tlock = self._lockfd()
+        with tlock:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                self._attach()
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        return self
+
+    def _attach(self) -> None:
+        size = nbytes(len(self.cpus), MAX_JOBS, MAX_WORKERS)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fresh = True
+        except FileExistsError:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                raise UsageError(f"{self.path}: cannot open the coop segment ({exc.strerror})") from None
+            fresh = False
+        try:
+            st = os.fstat(fd)
+            if not fresh:
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                    raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
+                if st.st_size != size:
+                    self._refuse_or_reset(fd, st.st_size, size)
+                    fresh = True
+            if fresh:
+                os.ftruncate(fd, size)
+                try:
+                    os.posix_fallocate(fd, 0, size)  # a full /dev/shm is an error now, not SIGBUS later
+                except OSError as exc:
+                    if exc.errno != errno.EOPNOTSUPP:
+                        raise ResourceError(f"{self.path}: cannot reserve {size} bytes ({exc.strerror})") from None
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
+        h = self.state.header[0]
+        if fresh or bytes(h["magic"]) != MAGIC:
+            if not fresh and bytes(h["magic"]) not in (b"", MAGIC):
+                raise UsageError(f"{self.path}: not a hybridsched coop segment: refusing it")
+            self.state.initialise(self.cpus, self.quantum_ns)
+            return
+        if int(h["version"]) != VERSION:
+            raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
+                             f"hybridsched speaks {VERSION}")
+        self.state.reclaim(_alive, _now())  # never trust a segment blindly: drop the dead
+        if self.state.participants() == 0 or self.state.check_invariants():
+            if self.state.participants() and self.state.check_invariants():
+                raise UsageError(f"{self.path}: coop segment inconsistent while in use "
+                                 f"({'; '.join(self.state.check_invariants())})")
+            self.state.initialise(self.cpus, self.quantum_ns)
+        elif list(self.state.cpus["cpu"]) != self.cpus:
+            raise UsageError(f"{self.path}: the running coop jobs use CPUs "
+                             f"{list(self.state.cpus['cpu'])}, not {self.cpus}")
+
+    def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
+        """A segment of another size: made for other CPUs (or tables). Reusable only when
+        nobody is using it any more."""
+        if have >= HEADER_DTYPE.itemsize:
+            buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
+            h = np.frombuffer(buf, HEADER_DTYPE)[0]
+            if bytes(h["magic"]) not in (MAGIC, b""):
+                raise UsageError(f"{self.path}: not a hybridsched coop segment: refusing it")
+            if bytes(h["magic"]) == MAGIC and int(h["version"]) == VERSION:
+                # read just enough of it to see whether its workers live
+                try:
+                    m = mmap.mmap(fd, have)
+                    s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
+                    s.reclaim(_alive, _now())
+                    busy = s.participants()
+                    del s
+                    m.close()
+                except (ValueError, OSError):
+                    busy = 0
+                if busy:
+                    raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
+                                     f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
+
+    def close(self) -> None:
+        """Detach; the last participant removes the segment and its lock file."""
+        if self._map is None or os.getpid() != self._owner:
+            return
+        with self.locked() as st:
+            st.reclaim(_alive, _now())
+            last = st.participants() == 0 and not st.workers["used"].any()
+            if last:
+                for p in (self.path, self.path + ".lock"):
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+        self.state = None
+        try:
+            self._map.close()
+        except BufferError:  # numpy views still alive somewhere: the kernel frees it later
+            pass
+        self._map = None
+        for fd, _ in self._local.values():
+            os.close(fd)
+        self._local = {}
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- jobs and workers ---------------------------------------------------------------
+
+    def join_job(self) -> int:
+        with self.locked() as st:
+            try:
+                return st.join_job(os.getpid())
+            except ArbiterError as exc:
+                raise ResourceError(f"coop: {exc}") from None
+
+    def leave_job(self, job: int) -> None:
+        with self.locked() as st:
+            st.reclaim(_alive, _now())
+            try:
+                st.leave_job(job)
+            except ArbiterError:
+                pass  # workers of a killed child not reaped yet: reclaim frees it later
+
+    def worker(self, job: int) -> "Worker":
+        """Register the calling thread as a worker of ``job`` (blocked, no token yet)."""
+        with self.locked() as st:
+            try:
+                slot = st.join_worker(job, os.getpid())
+            except ArbiterError as exc:
+                raise ResourceError(f"coop: {exc}") from None
+        return Worker(self, slot)
+
+    def post(self, slots: list[int]) -> None:
+        for s in slots:
+            futex.wake(futex.address(self.state.wake, s), 1)
+
+
+class Worker:
+    """One worker's handle. ``acquire`` before running, ``boundary`` at every chunk
+    boundary, ``block``/``acquire`` around a blocking wait, ``leave`` when done."""
+
+    def __init__(self, arbiter: Arbiter, slot: int):
+        self.arbiter = arbiter
+        self.slot = slot
+        self.cpu = -1
+        self._affinity = os.sched_getaffinity(0)  # the calling thread's, restored on leave
+        self.switches = 0      # times this worker got a token after waiting
+        self.waited_s = 0.0    # time spent queued for a token
+
+    @property
+    def holds(self) -> bool:
+        return self.arbiter.state.workers["state"][self.slot] == RUNNING
+
+    def acquire(self) -> int:
+        """Run as soon as a token is ours; returns the CPU (the thread is pinned to it)."""
+        a = self.arbiter
+        with a.locked() as st:
+            woken = st.acquire(self.slot, _now())
+        a.post([w for w in woken if w != self.slot])
+        return self._wait_token()
+
+    def boundary(self) -> int:
+        """A scheduling point: give the CPU away if the quantum is over and others wait."""
+        a = self.arbiter
+        st = a.state
+        if not st.expired(self.slot, _now()):  # lock-free: the common case costs two reads
+            return self.cpu
+        with a.locked() as st:
+            woken = st.boundary(self.slot, _now())
+        a.post(woken)
+        return self._wait_token()
+
+    def try_acquire(self) -> bool:
+        """Take a free token if one is idle right now (never waits); does not pin."""
+        with self.arbiter.locked() as st:
+            got = st.try_acquire(self.slot, _now())
+        if got:
+            self.cpu = int(st.cpus["cpu"][int(st.workers["cpu"][self.slot])])
+        return got
+
+    def block(self) -> None:
+        """About to sleep on something else: hand the token on (own job first)."""
+        a = self.arbiter
+        with a.locked() as st:
+            woken = st.release(self.slot, _now())
+        a.post(woken)
+
+    def leave(self) -> None:
+        a = self.arbiter
+        if a.state is None:
+            return
+        with a.locked() as st:
+            woken = st.leave_worker(self.slot, _now())
+        a.post(woken)
+        if self.cpu >= 0:  # the thread goes back to where it could run before
+            os.sched_setaffinity(0, self._affinity)
+            self.cpu = -1
+
+    def _wait_token(self) -> int:
+        a = self.arbiter
+        st = a.state
+        addr = futex.address(st.wake, self.slot)
+        t0 = time.perf_counter()
+        waited = False
+        while st.workers["state"][self.slot] != RUNNING:
+            waited = True
+            if st.workers["state"][self.slot] != WAITING:
+                raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed)")
+            if not futex.wait(addr, 0, RECLAIM_POLL_S):
+                with a.locked() as locked:
+                    a.post(locked.reclaim(_alive, _now()))
+        if waited:
+            self.switches += 1
+            self.waited_s += time.perf_counter() - t0
+        ci = int(st.workers["cpu"][self.slot])
+        cpu = int(st.cpus["cpu"][ci])
+        if cpu != self.cpu:
+            os.sched_setaffinity(0, {cpu})
+            self.cpu = cpu
+        return cpu

@@ -1,0 +1,129 @@
+"""A barrier for the T workers of one job, in shared memory (so forked workers share it),
+with the waiting policies real runtimes use:
+
+``block``       sleep in the kernel (futex) until the last arrival wakes everyone;
+``spin``        busy-wait until everyone has arrived (an OpenMP barrier with
+                OMP_WAIT_POLICY=active);
+``spin-block``  spin for a while, then sleep: libgomp's default (GOMP_SPINCOUNT). libgomp
+                throttles the spin only when *its own* process has more threads than CPUs,
+                so co-located jobs with N threads each all spin at full count.
+
+Under cooperative scheduling (a :class:`arbiter.Worker` given) a waiter spins only while
+every partner still missing holds a token — it is running and will arrive soon; otherwise
+it hands its token on and sleeps, and takes a token again once released. That is the rule
+that keeps spinning barriers from burning the CPU a missing partner needs.
+
+Arrival is one store per worker into its own slot (no atomic read-modify-write needed);
+the waiter that sees every slot at the epoch releases the others with one store and a
+futex wake. Two late arrivals may each miss the other's store (store buffers): a sleeping
+waiter therefore re-checks the slots every :data:`RECHECK_S`, so such a race costs at most
+that long and never deadlocks.
+"""
+from __future__ import annotations
+
+import mmap
+from time import perf_counter
+
+import numpy as np
+
+from . import futex
+
+POLICIES = ("block", "spin", "spin-block")
+
+# libgomp spins GOMP_SPINCOUNT = 300 000 iterations of a load and a pause before sleeping;
+# at a few nanoseconds an iteration on current x86 that is about a millisecond, which is
+# what the spin phase of `spin-block` lasts here (a Python spin iteration is ~100x slower,
+# so counting iterations would spin for a tenth of a second instead).
+SPIN_BLOCK_S = 0.001
+# A sleeping waiter re-checks the arrivals this often (see the module docstring): the worst
+# extra latency of the rare store-buffer race, against a wake-up per period per sleeper.
+RECHECK_S = 0.002
+
+
+class TeamBarrier:
+    """Shared state of one job's barrier; create before forking, use from any worker."""
+
+    def __init__(self, workers: int):
+        self.n = workers
+        # arrive: epoch each worker reached; release: the epoch everyone may leave (a futex
+        # word); slot: each worker's arbiter slot (-1 without coop)
+        size = 8 * workers + 64 + 4 * workers + 8 * workers
+        self._map = mmap.mmap(-1, max(size, 64))
+        self.arrive = np.frombuffer(self._map, np.int64, workers, 0)
+        self.release = np.frombuffer(self._map, np.int32, 1, 8 * workers)
+        self.slot = np.frombuffer(self._map, np.int32, workers, 8 * workers + 64)
+        self.spin_s = np.frombuffer(self._map, np.float64, workers, 8 * workers + 64 + 4 * workers)
+        self.slot[:] = -1
+
+    def close(self) -> None:
+        self.arrive = self.release = self.slot = self.spin_s = None
+        try:
+            self._map.close()
+        except BufferError:
+            pass
+
+    def _all_arrived(self, epoch: int) -> bool:
+        return bool((self.arrive >= epoch).all())
+
+    def _open(self, epoch: int) -> None:
+        self.release[0] = epoch
+        futex.wake(futex.address(self.release, 0), 1 << 30)
+
+    def _missing_all_hold_tokens(self, epoch: int, state) -> bool:
+        missing = np.flatnonzero(self.arrive < epoch)
+        slots = self.slot[missing]
+        if (slots < 0).any():
+            return False
+        return bool((state.workers["state"][slots] == 1).all())  # RUNNING
+
+    def _sleep(self, epoch: int) -> None:
+        addr = futex.address(self.release, 0)
+        while self.release[0] < epoch:
+            seen = int(self.release[0])
+            if self._all_arrived(epoch):
+                self._open(epoch)
+                return
+            futex.wait(addr, seen, RECHECK_S)
+
+    def wait(self, t: int, epoch: int, policy: str, worker=None) -> None:
+        """Worker t arrives at barrier ``epoch`` (1, 2, ...) and leaves when all have.
+        Time spent spinning (not sleeping) is added to ``spin_s[t]``."""
+        self.arrive[t] = epoch
+        if self._all_arrived(epoch):
+            self._open(epoch)
+            return
+        if worker is not None:
+            self.spin_s[t] += self._wait_coop(epoch, policy, worker)
+            return
+        if policy == "block":
+            self._sleep(epoch)
+            return
+        t0 = perf_counter()
+        deadline = t0 + SPIN_BLOCK_S if policy == "spin-block" else float("inf")
+        while self.release[0] < epoch:
+            if self._all_arrived(epoch):
+                self._open(epoch)
+                break
+            if perf_counter() >= deadline:
+                break
+        self.spin_s[t] += perf_counter() - t0
+        self._sleep(epoch)
+
+    def _wait_coop(self, epoch: int, policy: str, worker) -> float:
+        """The coop rule; returns the time spent spinning."""
+        state = worker.arbiter.state
+        t0 = perf_counter()
+        deadline = t0 + SPIN_BLOCK_S if policy == "spin-block" else float("inf")
+        while self.release[0] < epoch:
+            if self._all_arrived(epoch):
+                self._open(epoch)
+                break
+            if (policy != "block" and perf_counter() < deadline
+                    and self._missing_all_hold_tokens(epoch, state)):
+                continue  # they are running: they will be here soon
+            spun = perf_counter() - t0
+            worker.block()   # hand the CPU to someone who can use it
+            self._sleep(epoch)
+            worker.acquire()
+            return spun
+        return perf_counter() - t0

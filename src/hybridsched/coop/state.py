@@ -1,0 +1,312 @@
+"""The core arbiter's state and its rules, with no OS in sight (SCHED_COOP on one node).
+
+One token per usable CPU; a worker runs only while it holds one. Tokens change hands only
+at scheduling points:
+
+* ``acquire``: a worker that wants to run takes a free token or queues (FIFO);
+* ``release``: a worker that blocks (no chunk left, a barrier, a pipe) gives its token to
+  a waiter of its own job first, which keeps the job's quantum on that CPU; else to the
+  next job in round-robin order that has a waiter; else the token is free;
+* ``boundary``: at a chunk boundary, once the quantum of the job on that CPU has run out
+  and another worker waits, the token passes to the next job in round-robin order (to the
+  worker's own job again only if no other job waits), and the worker queues.
+
+The state lives in numpy structured arrays so the same code runs on a private copy (tests
+with fake clocks and fake processes) and on the shared segment (:mod:`arbiter`). Every
+method expects the caller to hold the arbiter's lock and returns the worker slots it made
+runnable (the caller posts their wake words). Times are integers in nanoseconds.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+MAGIC = b"HSCOOP01"
+VERSION = 1
+
+# worker states
+FREE, RUNNING, WAITING, BLOCKED = 0, 1, 2, 3
+STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "blocked"}
+
+HEADER_DTYPE = np.dtype([
+    ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
+    ("max_workers", "i4"), ("quantum_ns", "i8"), ("rr", "i4"), ("waiting", "i4"),
+    ("seq", "i8"), ("grants", "i8"), ("rotations", "i8"), ("reclaimed", "i8"),
+])
+CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "i4"),
+                      ("since_ns", "i8")])
+JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")])
+WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
+                         ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
+                         ("acquired_ns", "i8")])
+
+
+def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:
+    """(name, dtype, count) of each region, in order; ``wake`` holds the futex words."""
+    return [("header", HEADER_DTYPE, 1), ("cpus", CPU_DTYPE, ncpu), ("jobs", JOB_DTYPE, max_jobs),
+            ("workers", WORKER_DTYPE, max_workers), ("wake", np.dtype(np.int32), max_workers)]
+
+
+def nbytes(ncpu: int, max_jobs: int, max_workers: int) -> int:
+    return sum(_aligned(dt.itemsize * n) for _, dt, n in layout(ncpu, max_jobs, max_workers))
+
+
+def _aligned(n: int) -> int:
+    return (n + 63) // 64 * 64  # every region on its own cache line
+
+
+def views(buf, ncpu: int, max_jobs: int, max_workers: int) -> dict[str, np.ndarray]:
+    """Numpy views of the regions of ``buf`` (a mapping or bytearray)."""
+    out, off = {}, 0
+    for name, dt, n in layout(ncpu, max_jobs, max_workers):
+        out[name] = np.frombuffer(buf, dt, n, off)
+        off += _aligned(dt.itemsize * n)
+    return out
+
+
+class ArbiterError(Exception):
+    """A rule of the arbiter was broken (a slot that is not ours, the tables full)."""
+
+
+class State:
+    """The rules over the regions of :func:`views` (shared or private)."""
+
+    def __init__(self, regions: dict[str, np.ndarray]):
+        self.header = regions["header"]
+        self.cpus = regions["cpus"]
+        self.jobs = regions["jobs"]
+        self.workers = regions["workers"]
+        self.wake = regions["wake"]
+
+    @classmethod
+    def private(cls, cpus: list[int], quantum_ns: int, max_jobs: int = 16,
+                max_workers: int = 256) -> "State":
+        buf = bytearray(nbytes(len(cpus), max_jobs, max_workers))
+        st = cls(views(buf, len(cpus), max_jobs, max_workers))
+        st.initialise(cpus, quantum_ns)
+        st._buf = buf  # keep the memory alive with the views
+        return st
+
+    def initialise(self, cpus: list[int], quantum_ns: int) -> None:
+        h = self.header[0]
+        for name in self.header.dtype.names:
+            h[name] = 0
+        h["ncpu"], h["max_jobs"], h["max_workers"] = len(self.cpus), len(self.jobs), len(self.workers)
+        h["quantum_ns"] = quantum_ns
+        self.cpus["cpu"] = cpus
+        self.cpus["holder"] = -1
+        self.cpus["job"] = -1
+        self.cpus["since_ns"] = 0
+        self.jobs[:] = 0
+        self.workers[:] = 0
+        self.workers["cpu"] = -1
+        self.workers["last_cpu"] = -1
+        self.wake[:] = 0
+        h["version"] = VERSION
+        h["magic"] = MAGIC  # last: a reader that sees the magic sees a whole table
+
+    # --- membership -------------------------------------------------------------------
+
+    def join_job(self, pid: int, key: int = 0) -> int:
+        free = np.flatnonzero(self.jobs["used"] == 0)
+        if not len(free):
+            raise ArbiterError(f"all {len(self.jobs)} job slots are in use")
+        j = int(free[0])
+        self.jobs[j] = (1, pid, key)
+        return j
+
+    def join_worker(self, job: int, pid: int) -> int:
+        if not (0 <= job < len(self.jobs)) or not self.jobs["used"][job]:
+            raise ArbiterError(f"job {job} is not registered")
+        free = np.flatnonzero(self.workers["used"] == 0)
+        if not len(free):
+            raise ArbiterError(f"all {len(self.workers)} worker slots are in use")
+        w = int(free[0])
+        row = self.workers[w]
+        row["used"], row["pid"], row["job"], row["state"] = 1, pid, job, BLOCKED
+        row["cpu"], row["last_cpu"], row["seq"], row["held_ns"] = -1, -1, 0, 0
+        self.wake[w] = 0
+        return w
+
+    def leave_worker(self, w: int, now: int) -> list[int]:
+        woken = self.release(w, now) if self.workers["state"][w] == RUNNING else []
+        if self.workers["state"][w] == WAITING:
+            self.header["waiting"][0] -= 1
+        self.workers[w]["used"] = 0
+        self.workers[w]["state"] = FREE
+        return woken
+
+    def leave_job(self, j: int) -> None:
+        if (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any():
+            raise ArbiterError(f"job {j} still has workers")
+        self.jobs[j]["used"] = 0
+
+    def participants(self) -> int:
+        return int(self.jobs["used"].sum())
+
+    # --- the rules --------------------------------------------------------------------
+
+    def acquire(self, w: int, now: int) -> list[int]:
+        """Worker w wants to run: a free token (its last CPU if free) or the queue."""
+        self._check(w)
+        if self.workers["state"][w] in (RUNNING, WAITING):
+            return []
+        free = np.flatnonzero(self.cpus["holder"] < 0)
+        if len(free):
+            last = self.workers["last_cpu"][w]
+            ci = last if last >= 0 and self.cpus["holder"][last] < 0 else int(free[0])
+            return [self._grant(w, int(ci), now, keep_quantum=False)]
+        self._enqueue(w)
+        return []
+
+    def try_acquire(self, w: int, now: int) -> bool:
+        """A free token for worker w if there is one and nobody queues for it (a BLAS call
+        widening to the CPUs left idle); never queues."""
+        self._check(w)
+        if self.workers["state"][w] == RUNNING:
+            return True
+        if self.header["waiting"][0] > 0 or self.workers["state"][w] == WAITING:
+            return False
+        free = np.flatnonzero(self.cpus["holder"] < 0)
+        if not len(free):
+            return False
+        self._grant(w, int(free[0]), now, keep_quantum=False)
+        return True
+
+    def release(self, w: int, now: int) -> list[int]:
+        """Worker w blocks: its token goes to its own job's first waiter (keeping the
+        job's quantum), else to the next job with a waiter, else it is freed."""
+        self._check(w)
+        ci = int(self.workers["cpu"][w])
+        if self.workers["state"][w] != RUNNING or ci < 0:
+            return []
+        self._drop(w, now, BLOCKED)
+        target = self._first_waiter(int(self.workers["job"][w]))
+        if target >= 0:
+            return [self._grant(target, ci, now, keep_quantum=True)]
+        j = self._next_job(exclude=-1)
+        if j >= 0:
+            return [self._grant(self._first_waiter(j), ci, now, keep_quantum=False)]
+        self.cpus["holder"][ci] = -1
+        self.cpus["job"][ci] = -1
+        return []
+
+    def expired(self, w: int, now: int) -> bool:
+        """Whether worker w's quantum has run out and someone waits: the lock-free test a
+        worker makes at every chunk boundary before calling :meth:`boundary`."""
+        ci = self.workers["cpu"][w]
+        return (ci >= 0 and self.header["waiting"][0] > 0
+                and now - self.cpus["since_ns"][ci] >= self.header["quantum_ns"][0])
+
+    def boundary(self, w: int, now: int) -> list[int]:
+        """A chunk boundary of worker w: rotate the token if the quantum has expired."""
+        self._check(w)
+        ci = int(self.workers["cpu"][w])
+        if self.workers["state"][w] != RUNNING or ci < 0:
+            return []
+        if now - self.cpus["since_ns"][ci] < self.header["quantum_ns"][0]:
+            return []
+        job = int(self.workers["job"][w])
+        j = self._next_job(exclude=job)
+        target = self._first_waiter(j) if j >= 0 else self._first_waiter(job)
+        if target < 0:
+            self.cpus["since_ns"][ci] = now  # nobody waits: a fresh quantum, keep running
+            return []
+        self._drop(w, now, WAITING)
+        self._enqueue(w, already=True)
+        self.header["rotations"][0] += 1
+        return [self._grant(target, ci, now, keep_quantum=False)]
+
+    def reclaim(self, alive: Callable[[int], bool], now: int) -> list[int]:
+        """Free the slots (and pass on the tokens) of workers whose process is gone, and
+        the job slots whose creator is gone with no worker left."""
+        woken: list[int] = []
+        for w in np.flatnonzero(self.workers["used"] == 1):
+            w = int(w)
+            if not alive(int(self.workers["pid"][w])):
+                woken += self.leave_worker(w, now)
+                self.header["reclaimed"][0] += 1
+        for j in np.flatnonzero(self.jobs["used"] == 1):
+            j = int(j)
+            has = (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any()
+            if not has and not alive(int(self.jobs["pid"][j])):
+                self.jobs[j]["used"] = 0
+        return [w for w in woken if self.workers["used"][w]]
+
+    # --- invariants (tests, and a check on attaching to a segment) ---------------------
+
+    def check_invariants(self) -> list[str]:
+        problems = []
+        running = np.flatnonzero((self.workers["used"] == 1) & (self.workers["state"] == RUNNING))
+        held = np.flatnonzero(self.cpus["holder"] >= 0)
+        if len(running) != len(held):
+            problems.append(f"{len(running)} running workers but {len(held)} tokens held")
+        for ci in held:
+            h = int(self.cpus["holder"][ci])
+            if not (0 <= h < len(self.workers)) or self.workers["cpu"][h] != ci:
+                problems.append(f"token {ci} held by slot {h}, which does not hold it")
+        waiting = int(((self.workers["used"] == 1) & (self.workers["state"] == WAITING)).sum())
+        if waiting != self.header["waiting"][0]:
+            problems.append(f"{waiting} waiting workers, header says {self.header['waiting'][0]}")
+        if waiting and (self.cpus["holder"] < 0).any():
+            problems.append("a token is free while workers wait")
+        return problems
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _check(self, w: int) -> None:
+        if not (0 <= w < len(self.workers)) or not self.workers["used"][w]:
+            raise ArbiterError(f"worker slot {w} is not registered")
+
+    def _grant(self, w: int, ci: int, now: int, keep_quantum: bool) -> int:
+        if self.workers["state"][w] == WAITING:
+            self.header["waiting"][0] -= 1
+        c = self.cpus[ci]
+        c["holder"] = w
+        if not keep_quantum or c["job"] != self.workers["job"][w]:
+            c["since_ns"], c["job"] = now, self.workers["job"][w]
+        row = self.workers[w]
+        row["state"], row["cpu"], row["last_cpu"], row["acquired_ns"] = RUNNING, ci, ci, now
+        self.header["grants"][0] += 1
+        self.wake[w] = 1
+        return w
+
+    def _drop(self, w: int, now: int, state: int) -> None:
+        row = self.workers[w]
+        row["held_ns"] += now - row["acquired_ns"]
+        row["state"], row["cpu"] = state, -1
+        self.wake[w] = 0
+
+    def _enqueue(self, w: int, already: bool = False) -> None:
+        h = self.header[0]
+        h["seq"] += 1
+        self.workers[w]["seq"] = h["seq"]
+        self.workers[w]["state"] = WAITING
+        self.wake[w] = 0
+        h["waiting"] += 1
+
+    def _waiting_mask(self) -> np.ndarray:
+        return (self.workers["used"] == 1) & (self.workers["state"] == WAITING)
+
+    def _first_waiter(self, job: int) -> int:
+        m = self._waiting_mask() & (self.workers["job"] == job)
+        if not m.any():
+            return -1
+        idx = np.flatnonzero(m)
+        return int(idx[np.argmin(self.workers["seq"][idx])])
+
+    def _next_job(self, exclude: int) -> int:
+        """The next job after the round-robin cursor with a waiter (not ``exclude``);
+        advances the cursor past it. -1 when none waits."""
+        waiting_jobs = set(self.workers["job"][self._waiting_mask()].tolist()) - {exclude}
+        if not waiting_jobs:
+            return -1
+        n = len(self.jobs)
+        start = int(self.header["rr"][0])
+        for i in range(n):
+            j = (start + i) % n
+            if j in waiting_jobs:
+                self.header["rr"][0] = (j + 1) % n
+                return j
+        return -1

@@ -1,0 +1,86 @@
+"""Side tables of a study: a 1-D compound dataset beside ``/runs`` (``/ge`` of `hybridsched
+ge`, ``/colocate`` of `hybridsched colocate`), one row per record, written through the same
+one-writer, always-complete :class:`writer.StudyWriter` and read through the same checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from ..errors import BadStudy, UsageError
+from .files import StudyLock, check_output
+from .format import decode
+from .reader import check_ours, open_study
+from .writer import StudyWriter
+
+
+class TableWriter:
+    """A new study whose records go to side table ``table`` (rows of ``dtype``); ``spec``
+    is kept as the JSON attribute ``<table>_spec``. A context manager: the lock is taken
+    before anything is looked at, an existing file is replaced only with ``overwrite`` and
+    only once the new study is published."""
+
+    def __init__(self, path: str, table: str, dtype: np.dtype, metadata: dict, spec: dict,
+                 overwrite: bool = False):
+        check_output(path)
+        self.table, self.dtype = table, np.dtype(dtype)
+        lock = StudyLock(path).acquire()
+        try:
+            if os.path.lexists(path) and not overwrite:
+                raise UsageError(f"--out {path}: file exists (use --overwrite to replace it)")
+            self.writer = StudyWriter(path, metadata, {}, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
+        self._lock = lock
+        self.writer.h5.attrs[f"{table}_spec"] = json.dumps(spec, sort_keys=True)
+
+    def append_row(self, row: np.ndarray) -> int:
+        """Add one row (a 1-element array of ``dtype``, built completely by the caller) and
+        publish; returns its index."""
+        return self.writer.append_row(self.table, row)
+
+    def close(self, failed: bool = False) -> None:
+        try:
+            self.writer.close(failed)
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> "TableWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(failed=exc_type is not None)
+
+
+def has_table(path: str, table: str) -> bool:
+    """Whether ``path`` is a study with a ``/<table>`` dataset (False for anything else)."""
+    try:
+        check_ours(path)
+        with open_study(path) as h5:
+            return table in h5
+    except (UsageError, OSError):
+        return False
+
+
+def read_table(path: str, table: str, dtype: np.dtype | None = None) -> np.ndarray:
+    """The rows of ``/<table>`` (strings decoded); empty when the study has none. With
+    ``dtype`` every field it names must be present (BadStudy otherwise)."""
+    check_ours(path)
+    with open_study(path) as h5:
+        if table not in h5:
+            return np.zeros(0, dtype) if dtype is not None else np.zeros(0)
+        ds = h5[table]
+        if not hasattr(ds, "dtype") or ds.dtype.names is None or ds.ndim != 1:
+            raise BadStudy(f"{path}: /{table} is not a table")
+        raw = ds[()]
+    if dtype is not None:
+        missing = [n for n in np.dtype(dtype).names if n not in raw.dtype.names]
+        if missing:
+            raise BadStudy(f"{path}: /{table} lacks the fields {', '.join(missing)}")
+    try:
+        return decode(raw)
+    except UnicodeDecodeError:
+        raise BadStudy(f"{path}: /{table} holds text that is not UTF-8") from None

@@ -1,0 +1,184 @@
+"""`hybridsched colocate` end to end on tiny sizes, the coop backends, faults, bad input."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hybridsched import registry
+from hybridsched.backends import get_backend
+from hybridsched.cli import main
+from hybridsched.coop.arbiter import Arbiter, segment_path
+from hybridsched.coop.barrier import POLICIES as BARRIERS
+from hybridsched.coop.colocate import POLICIES, ColocateSpec, run_colocate, run_once
+from hybridsched.coop.output import read_colocate
+from hybridsched.records import RunConfig
+from hybridsched.sysinfo import n_cpus
+from hybridsched.workload import Slab
+
+N = n_cpus()
+
+
+@pytest.fixture
+def seg(tmp_path):
+    path = str(tmp_path / "coop-seg")
+    yield path
+    assert not os.path.exists(path), "coop segment left behind"
+
+
+@pytest.mark.parametrize("barrier", BARRIERS)
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_policy_and_barrier_verifies(policy, barrier, seg):
+    spec = ColocateSpec(jobs=2, workers=2, policies=[policy], barrier=barrier, step_us=50,
+                        steps=40, reps=1)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES[policy], 0, arbiter_path=seg)
+    assert [r.job for r in recs] == [0, 1]
+    for r in recs:
+        assert r.verified, r.error
+        assert 0 < r.time_s <= r.makespan_s
+        assert r.time_s >= 40 * 50e-6  # no faster than its own chain of steps
+        if barrier == "block" and policy != "coop":
+            assert r.spin_s == 0.0
+
+
+def test_coop_workers_take_turns_on_the_tokens(seg):
+    """2 jobs x N workers on N tokens for ~0.1 s each: workers must wait for tokens and
+    be handed them (at barriers and at expired quanta)."""
+    spec = ColocateSpec(jobs=2, workers=N, policies=["coop"], barrier="spin-block", step_us=500,
+                        steps=200, reps=1, quantum_s=0.005)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES["coop"], 0, arbiter_path=seg)
+    assert all(r.verified for r in recs)
+    assert sum(r.switches for r in recs) > 0
+
+
+def test_cli_writes_the_table_and_reports_it(tmp_path, capsys):
+    out = str(tmp_path / "co.h5")
+    rc = main(["colocate", "--jobs", "2", "--workers", "2", "--policy", "linux,coop,partition",
+               "--barrier", "block", "--steps", "20", "--step-us", "50", "--reps", "2", "-o", out])
+    assert rc == 0
+    rows = read_colocate(out)
+    assert len(rows) == 3 * 2 * 2
+    assert set(rows["policy"]) == {"linux", "coop", "partition"} and rows["verified"].all()
+    for name in ("workload", "policy", "barrier", "jobs", "job", "workers", "rep", "time_s",
+                 "makespan_s", "invol_ctx", "runq_wait_s", "verified"):
+        assert name in rows.dtype.names
+    text = capsys.readouterr().out
+    assert "| coop |" in text and "vs linux" in text
+
+
+def test_a_killed_job_does_not_stall_the_others(seg):
+    """SIGKILL one worker of job 0 while it runs: job 0 fails, job 1 completes and
+    verifies; the dead job's tokens are reclaimed (job 1 ends in well under a second more
+    than its own work)."""
+    spec = ColocateSpec(jobs=2, workers=2, policies=["coop"], barrier="block", step_us=500,
+                        steps=400, reps=1)
+    spec.validate(N)
+    victim = []
+
+    def killer():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            # the first colocate worker of job 0 (the parent's children, in fork order)
+            import psutil
+            kids = psutil.Process().children()
+            if len(kids) >= 4:
+                time.sleep(0.05)
+                os.kill(kids[0].pid, signal.SIGKILL)
+                victim.append(kids[0].pid)
+                return
+            time.sleep(0.005)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    recs = run_once(spec, POLICIES["coop"], 0, arbiter_path=seg)
+    th.join()
+    assert victim
+    bad, good = recs[0], recs[1]
+    assert not bad.verified and "SIGKILL" in bad.error
+    # a stalled job would wait forever; on a busy 2-core box the work alone may take ~2 s
+    assert good.verified and good.time_s < 400 * 500e-6 * 4 + 5.0
+
+
+def _coop_job(cfg, slab, arb):
+    job = registry.job_for(cfg, slab.work, original=slab.original)
+    job.coop, job.coop_job = arb, arb.join_job()
+    return job
+
+
+@pytest.mark.parametrize("scheduler", ["dynamic", "static", "guided", "prolific", "collective",
+                                       "pipe-1to1", "pipe-1toN", "pipe-MtoM"])
+def test_backends_run_on_tokens(scheduler, seg):
+    L, k = 40, 2 * N + 1
+    with Slab(L, 4, 32, 3) as slab, Arbiter(path=seg, quantum_s=0.001) as arb:
+        slab.fresh_copy()
+        job = _coop_job(RunConfig(scheduler, k, L, 4, 32), slab, arb)
+        ex = get_backend(job.info.backend)(job)
+        assert slab.bad_rows() == 0
+        assert sorted(int(f) for f, c in zip(ex.trace["first"], ex.trace["count"])
+                      for f in range(int(f), int(f) + int(c))) == list(range(L))
+        assert not arb.state.check_invariants()
+        assert not arb.state.workers["used"].any()  # every worker left
+        arb.leave_job(job.coop_job)
+
+
+@pytest.mark.parametrize("argv", [["--jobs", "0"], ["--workers", "0x"], ["--policy", "fifo"],
+                                  ["--barrier", "mutex"], ["--workload", "nbody"],
+                                  ["--step-us", "-5"], ["--steps", "0"], ["--quantum-ms", "0"],
+                                  ["--jobs", "100"]])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path):
+    out = str(tmp_path / "x.h5")
+    assert main(["colocate", *argv, "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not os.path.exists(out)
+
+
+def test_default_segment_name_carries_the_uid():
+    assert segment_path().endswith(f"hybridsched-coop.{os.getuid()}")
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_blas_jobs_verify_under_every_policy(policy, seg):
+    spec = ColocateSpec(workload="blas", jobs=2, workers=2, policies=[policy], steps=4,
+                        reps=1, matrix=64)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES[policy], 0, arbiter_path=seg)
+    assert len(recs) == 2 and all(r.verified for r in recs), [r.error for r in recs]
+    assert all(r.matrix == 64 for r in recs)
+
+
+def test_blas_wrong_product_is_not_verified(seg, monkeypatch):
+    """The check is real: a job whose products differ from the reference fails."""
+    from hybridsched.coop import workloads
+
+    spec = ColocateSpec(workload="blas", jobs=1, workers=1, policies=["linux"], steps=2,
+                        reps=1, matrix=32)
+    spec.validate(N)
+    real = workloads.Blas.prepare
+    monkeypatch.setattr(workloads.Blas, "prepare",
+                        staticmethod(lambda *a: dict(real(*a), ref=real(*a)["ref"] + 1.0)))
+    (rec,) = run_once(spec, POLICIES["linux"], 0, arbiter_path=seg)
+    assert not rec.verified
+
+
+@pytest.mark.parametrize("scheduler", ["dynamic", "aimd", "prolific", "pipe-MtoM"])
+@pytest.mark.parametrize("policy", ["linux", "coop"])
+def test_run_jobs_are_ordinary_verified_scheduler_runs(scheduler, policy, seg):
+    spec = ColocateSpec(workload="run", jobs=2, workers=2, policies=[policy], steps=12, reps=1,
+                        scheduler=scheduler, height=8, width=64)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES[policy], 0, arbiter_path=seg)
+    assert [r.scheduler for r in recs] == [scheduler] * 2
+    assert all(r.verified for r in recs), [r.error for r in recs]
+    assert all(0 < r.time_s <= r.makespan_s for r in recs)
+
+
+def test_run_workload_rejects_an_unknown_scheduler(capsys, tmp_path):
+    assert main(["colocate", "--workload", "run", "-s", "nope", "-o", str(tmp_path / "x.h5")]) == 2
+    assert "unknown scheduler" in capsys.readouterr().err

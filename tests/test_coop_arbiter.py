@@ -1,0 +1,167 @@
+"""The shared-memory arbiter with real threads and processes: tokens never exceed the
+CPUs, a SIGKILLed holder's token is reclaimed within a second, the segment goes with the
+last participant, and foreign or malformed segments are refused."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from hybridsched.coop import futex
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.errors import UsageError
+from hybridsched.sysinfo import usable_cpus
+
+CPUS = usable_cpus()
+
+
+@pytest.fixture
+def seg(tmp_path):
+    path = str(tmp_path / "coop-seg")
+    yield path
+    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
+
+
+def test_segment_is_private_and_removed_by_the_last_participant(seg):
+    with Arbiter(path=seg) as a:
+        st = os.stat(seg)
+        assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.getuid()
+        j = a.join_job()
+        w = a.worker(j)
+        assert w.acquire() in CPUS
+        w.leave()
+        a.leave_job(j)
+
+
+def test_threads_never_run_more_than_the_tokens(seg):
+    """8 threads, one token per CPU: at most len(CPUS) hold one at any time, and every
+    thread gets to run (rotation at the quantum)."""
+    done = []
+    lock = threading.Lock()
+    holding = [0, 0]  # now, max
+
+    with Arbiter(path=seg, quantum_s=0.002) as a:
+        j = a.join_job()
+
+        def body(i):
+            w = a.worker(j)
+            w.acquire()
+            t_end = time.monotonic() + 0.15
+            while time.monotonic() < t_end:
+                with lock:
+                    holding[0] += 1
+                    holding[1] = max(holding[1], holding[0])
+                time.sleep(0.001)
+                with lock:
+                    holding[0] -= 1
+                w.boundary()
+            w.leave()
+            done.append(i)
+
+        ts = [threading.Thread(target=body, args=(i,)) for i in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert sorted(done) == list(range(8))
+        assert holding[1] <= len(CPUS)
+        assert a.state.header["rotations"][0] > 0
+        a.leave_job(j)
+
+
+def test_killed_holder_is_reclaimed_within_a_second(seg):
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        ready = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a worker that takes the only token and never gives it back
+            try:
+                w = a.worker(j)
+                w.acquire()
+                os.write(ready[1], b"x")
+                time.sleep(60)
+            finally:
+                os._exit(0)
+        assert os.read(ready[0], 1) == b"x"
+        me = a.worker(j)
+        t0 = time.monotonic()
+        killer = threading.Timer(0.1, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        me.acquire()
+        waited = time.monotonic() - t0
+        os.waitpid(pid, 0)
+        assert waited < 1.1, waited
+        assert a.state.header["reclaimed"][0] == 1
+        me.leave()
+        a.leave_job(j)
+        os.close(ready[0]), os.close(ready[1])
+
+
+@pytest.mark.parametrize("content,mode", [(b"garbage" * 100, 0o600), (None, 0o644)])
+def test_foreign_or_open_segments_are_refused(tmp_path, content, mode):
+    path = str(tmp_path / "seg")
+    if content is None:
+        with Arbiter(path=path):
+            pass
+        with open(path, "wb") as fh:
+            fh.write(b"\0" * 64)
+    else:
+        with open(path, "wb") as fh:
+            fh.write(content)
+    os.chmod(path, mode)
+    with pytest.raises(UsageError) as err:
+        with Arbiter(path=path):
+            pass
+    assert path in str(err.value)
+    os.unlink(path)
+    if os.path.exists(path + ".lock"):
+        os.unlink(path + ".lock")
+
+
+def test_stale_segment_from_a_killed_run_is_recovered(seg):
+    """A participant SIGKILLed while registered leaves a segment behind; the next
+    attacher finds every participant dead and starts afresh."""
+    r, w_ = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        a = Arbiter(path=seg).__enter__()
+        j = a.join_job()
+        a.worker(j).acquire()
+        os.write(w_, b"x")
+        time.sleep(60)
+        os._exit(0)
+    assert os.read(r, 1) == b"x"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert os.path.exists(seg)
+    with Arbiter(path=seg) as a:
+        assert a.state.participants() == 0 and not a.state.check_invariants()
+        j = a.join_job()
+        wk = a.worker(j)
+        assert wk.acquire() in CPUS
+        wk.leave()
+        a.leave_job(j)
+    os.close(r), os.close(w_)
+
+
+def test_futex_wake_across_processes():
+    import mmap
+
+    import numpy as np
+
+    m = mmap.mmap(-1, 64)
+    words = np.frombuffer(m, np.int32, 2)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.05)
+        words[0] = 1
+        futex.wake(futex.address(words, 0))
+        os._exit(0)
+    t0 = time.monotonic()
+    assert futex.wait(futex.address(words, 0), 0, 5)
+    assert words[0] == 1 and time.monotonic() - t0 < 2
+    os.waitpid(pid, 0)
+    assert futex.wait(futex.address(words, 1), 0, 0.01) is False  # times out
