@@ -182,3 +182,22 @@ def test_run_jobs_are_ordinary_verified_scheduler_runs(scheduler, policy, seg):
 def test_run_workload_rejects_an_unknown_scheduler(capsys, tmp_path):
     assert main(["colocate", "--workload", "run", "-s", "nope", "-o", str(tmp_path / "x.h5")]) == 2
     assert "unknown scheduler" in capsys.readouterr().err
+
+
+def test_run_coop_is_stored_and_reported_apart(tmp_path):
+    from hybridsched.results.data import summarise
+    from hybridsched.store import read_runs
+
+    out = str(tmp_path / "c.h5")
+    base = ["run", "-s", "serial,dynamic,prolific,pipe-1to1", "-k", "3", "-L", "12", "--height", "4",
+            "--width", "16", "--reps", "1", "--out", out]
+    assert main(base + ["--coop"]) == 0
+    assert main(base + ["--resume"]) == 0
+    runs = read_runs(out)
+    got = sorted((str(r["scheduler"]), bool(r["coop"])) for r in runs)
+    assert got == [("dynamic", False), ("dynamic", True), ("pipe-1to1", False), ("pipe-1to1", True),
+                   ("prolific", False), ("prolific", True), ("serial", False)]
+    rows = [r for r in summarise(runs) if r.scheduler == "dynamic"]
+    assert sorted(r.coop for r in rows) == [False, True]
+    assert [r.paper_protocol for r in rows if r.coop] == [False]  # never judged as the paper
+    assert not os.path.exists(segment_path())  # the study's arbiter left with it

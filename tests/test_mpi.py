@@ -247,6 +247,22 @@ def test_killed_rank_ends_the_job(tmp_path):
         _remove_orphan_mpich_shm(before)
     assert p.returncode != 0 and time.monotonic() - t0 < 30
     assert len(_read_when_released(out)) == 1
+    # the killed rank is named, once (its watchdog), and the others say nothing of their own
+    named = [ln for ln in p.stderr.splitlines() if ln.startswith("hybridsched: MPI rank")]
+    assert len(named) == 1, p.stderr
+    assert named[0].startswith("hybridsched: MPI rank 0 of 2 on ") and "pid" in named[0], named
+    assert "SIGKILL" in named[0] or "killed by a signal" in named[0]
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_failing_rank_is_named_once_and_not_as_killed(tmp_path):
+    out = str(tmp_path / "raised.h5")
+    p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
+               timeout=60, HYBRIDSCHED_FAIL_RANK="1:1")
+    assert p.returncode != 0
+    assert "rank 1 of 2" in p.stderr and "failed: RuntimeError" in p.stderr
+    assert "hybridsched: MPI rank" not in p.stderr, p.stderr  # watchdogs stay quiet
 
 
 @pytest.mark.mpi

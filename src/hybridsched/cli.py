@@ -193,9 +193,13 @@ def _cmd_run_mpi(args, w) -> int:
     configs = spec.configurations()
     out = w.bcast(time.strftime("hybridsched-%Y%m%d-%H%M%S.h5") if args.out is None else args.out)
     lock = StudyLock(out)
+    from .mpi.watchdog import RankWatchdog
+
     try:
-        agree(w, check)
-        return _mpi_study(args, w, spec, configs, out, lock)
+        # a rank killed outright (SIGKILL, OOM) is named by its watchdog (mpi/watchdog.py)
+        with RankWatchdog(w.rank, w.size, w.host) as w.watchdog:
+            agree(w, check)
+            return _mpi_study(args, w, spec, configs, out, lock)
     finally:
         lock.release()
 

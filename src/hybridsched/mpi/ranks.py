@@ -223,6 +223,9 @@ def _exit_code(code: object) -> int:
 
 
 def _die(w: World, what: str, code: int) -> None:
+    watchdog = getattr(w, "watchdog", None)
+    if watchdog is not None:
+        watchdog.aborting()  # this line names the failure; the ranks killed next stay quiet
     sys.stdout.flush()
     print(f"hybridsched: rank {w.rank} of {w.size} on {w.host} failed: {what}; "
           "aborting the MPI job (completed runs stay in the output file)", file=sys.stderr)

@@ -1,0 +1,126 @@
+"""Naming a rank that dies without a word (SIGKILL, the OOM killer).
+
+A rank that is killed cannot print, and the launcher then tears the job down with only its
+own banner ("BAD TERMINATION ... EXIT CODE: 9"). So each rank forks a tiny watchdog that
+does nothing but wait on a pidfd for its rank to end. If the rank ends without having said
+it finished (a clean exit, a handled error or a deliberate MPI_Abort all say so first), the
+watchdog prints one line naming the rank, host, pid and — when the zombie is still there to
+read — the signal. The first watchdog on a node to see a death claims a marker file, so the
+ranks the launcher kills afterwards do not each print a line of their own.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import select
+import signal
+import time
+
+import numpy as np
+
+# How long the marker of a death stays, so that the watchdogs of the ranks the launcher
+# kills right after find it: longer only delays the watchdog's own exit.
+MARKER_HOLD_S = 2.0
+
+CLEAN, ABORTING = 1, 2
+
+
+def _marker(proxy: int) -> str:
+    return f"/dev/shm/hybridsched-mpi.{os.getuid()}.{proxy}"
+
+
+def _claim(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _how(pid: int) -> str:
+    """'was killed by signal 9 (SIGKILL)' when the zombie's wait status can still be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+        fields = raw[raw.rindex(b")") + 2:].split()
+        status = int(fields[49])  # field 52: exit_code, the wait status of a zombie
+    except (OSError, ValueError, IndexError):
+        return "died without finishing (killed by a signal, e.g. SIGKILL or the OOM killer)"
+    if status & 0x7F:
+        sig = status & 0x7F
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"was killed by signal {sig} ({name})"
+    return f"exited with status {status >> 8} without finishing"
+
+
+class RankWatchdog:
+    """A context manager around a rank's work: on a normal way out it tells the watchdog;
+    :meth:`aborting` before a deliberate MPI_Abort keeps every watchdog of the node quiet."""
+
+    def __init__(self, rank: int, size: int, host: str):
+        self.rank, self.size, self.host = rank, size, host
+        self._map = mmap.mmap(-1, 8)
+        self._flag = np.frombuffer(self._map, np.int32, 1)
+        self._proxy = os.getppid()  # the launcher's process on this node: one per job here
+        self.pid = 0
+
+    def __enter__(self) -> "RankWatchdog":
+        rank_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._watch(rank_pid)
+            finally:
+                os._exit(0)
+        self.pid = pid
+        return self
+
+    def _watch(self, rank_pid: int) -> None:
+        os.setsid()  # out of the rank's process group: a kill of the group does not take us
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            fd = os.pidfd_open(rank_pid)
+        except OSError:
+            return
+        select.select([fd], [], [])
+        flag = int(self._flag[0])
+        marker = _marker(self._proxy)
+        if flag == ABORTING:  # the rank named itself; keep the marker up for the others
+            time.sleep(MARKER_HOLD_S)
+            try:
+                os.unlink(marker)
+            except FileNotFoundError:
+                pass
+            return
+        if flag == CLEAN or not _claim(marker):
+            return
+        how = _how(rank_pid)
+        try:
+            os.write(2, (f"hybridsched: MPI rank {self.rank} of {self.size} on {self.host} "
+                         f"(pid {rank_pid}) {how}; the launcher stops the job (completed runs "
+                         "stay in the output file)\n").encode())
+        except OSError:
+            pass
+        time.sleep(MARKER_HOLD_S)
+        try:
+            os.unlink(marker)
+        except FileNotFoundError:
+            pass
+
+    def aborting(self) -> None:
+        """This rank is about to abort the job itself (and has said why)."""
+        _claim(_marker(self._proxy))
+        self._flag[0] = ABORTING
+
+    def __exit__(self, *exc) -> None:
+        if self._flag[0] != ABORTING:
+            self._flag[0] = CLEAN
+        try:
+            os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
