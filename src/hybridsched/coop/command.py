@@ -1,6 +1,7 @@
 """`hybridsched colocate`: co-located jobs under Linux, the coop arbiter or a partition."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -59,6 +60,7 @@ def cmd_colocate(args) -> int:
     check_writable(out)
     meta = machine_metadata()
     meta["N"] = n
+    meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     failed = 0
     with ColocateWriter(out, meta, spec.to_dict(), args.overwrite) as writer:
         def on_record(rec):
