@@ -93,7 +93,7 @@ class A1(UserModeBase):
         self._bprims: list = []
         self._btasks: list[Task] = []
         self._idle = 0
-        self._shared = Counts()  # blocks, wakeups, scans: updated under _lock
+        self._wakeups = self._scans = 0  # updated under _lock
 
     def event(self) -> Event1:
         return Event1(self)
@@ -109,88 +109,108 @@ class A1(UserModeBase):
         """Move up to ``want`` waiters of ``prim`` from the blocked queue to the ready
         queue, oldest first; return how many. ``list.index`` compares by identity first,
         so the scan runs at C speed, but it still examines every entry up to the last hit
-        (the whole queue when fewer than ``want`` wait)."""
+        (the whole queue when fewer than ``want`` wait). Many hits are cut out in one
+        pass (slices between the hits) rather than one ``del`` each, which would move the
+        rest of the queue once per hit."""
         bp = self._bprims
         hits = []
         k = -1
+        index = bp.index
         try:
             while len(hits) < want:
-                k = bp.index(prim, k + 1)
+                k = index(prim, k + 1)
                 hits.append(k)
         except ValueError:
             k = len(bp) - 1
-        self._shared.scans += k + 1
+        self._scans += k + 1
         if not hits:
             return 0
         bt = self._btasks
-        woken = [bt[j] for j in hits]
-        for j in reversed(hits):
-            del bp[j]
-            del bt[j]
-        self._ready.extend(woken)
-        self._shared.wakeups += len(woken)
+        self._ready.extend([bt[j] for j in hits])
+        if len(hits) <= 4:
+            for j in reversed(hits):
+                del bp[j]
+                del bt[j]
+        else:
+            np_, nt, prev = [], [], 0
+            for j in hits:
+                np_ += bp[prev:j]
+                nt += bt[prev:j]
+                prev = j + 1
+            np_ += bp[prev:]
+            nt += bt[prev:]
+            self._bprims, self._btasks = np_, nt
+        woken = len(hits)
+        self._wakeups += woken
         if self._idle:
-            self._cv.notify(len(woken))
-        return len(woken)
+            self._notify_locked(woken)
+        return woken
+
+    def _notify_locked(self, n: int) -> None:
+        """Wake up to ``n`` idle scheduler threads; ``_idle`` counts those asleep and not
+        yet notified (a notified one is taken off here), so later signals do not notify a
+        thread that is already on its way."""
+        k = min(n, self._idle)
+        self._idle -= k
+        self._cv.notify(k)
 
     # scheduler threads --------------------------------------------------------------------
     def _loop(self, i: int, c: Counts) -> None:
+        """Pop the shared ready deque without the lock (``popleft`` is atomic under the
+        GIL, and every push happens under the lock, so the sleeper's re-check under it
+        cannot miss one); take the lock to park the task, to check a wait and to sleep."""
         lock, ready, cv = self._lock, self._ready, self._cv
+        pop = ready.popleft
         n = len(self.cpus)
-        while True:
-            dead = False
-            with lock:
-                while not ready:
-                    if self._stop:
+        switches = blocks = 0
+        try:
+            while not self._stop:
+                try:
+                    task = pop()
+                except IndexError:
+                    dead = False
+                    with lock:
+                        while not ready and not self._stop:
+                            if self._idle + 1 == n and not self._spawning and self._live > 0:
+                                dead = True
+                                break
+                            self._idle += 1  # the notifier takes it off again
+                            cv.wait()
+                    if dead:
+                        self._deadlock()
                         return
-                    if self._idle + 1 == n and not self._spawning and self._live > 0:
-                        dead = True
-                        break
-                    self._idle += 1
-                    cv.wait()
-                    self._idle -= 1
-                if dead:
-                    pass
-                elif self._stop:
-                    return
-                else:
-                    task = ready.popleft()
-            if dead:
-                self._deadlock()
-                return
-            c.switches += 1
-            self._run(task)
-
-    def _run(self, task: Task) -> None:
-        gen, lock, sh = task.gen, self._lock, self._shared
-        while True:
-            try:
-                prim = gen.send(None)
-                take = prim._take
-            except StopIteration:
-                self._finished()
-                return
-            except BaseException as exc:  # noqa: BLE001 - the run's one line
-                self._task_raised(task, exc)
-                return
-            with lock:
-                if take(self):
-                    if not self._stop:
-                        continue
-                    return
-                self._bprims.append(prim)
-                self._btasks.append(task)
-                sh.blocks += 1
-            return
+                    continue
+                switches += 1
+                send = task.send
+                try:
+                    while True:
+                        prim = send(None)
+                        take = prim._take
+                        with lock:
+                            if not take(self):
+                                self._bprims.append(prim)
+                                self._btasks.append(task)
+                                blocks += 1
+                                break
+                        if self._stop:
+                            break
+                except StopIteration:
+                    self._finished()
+                except BaseException as exc:  # noqa: BLE001 - the run's one line
+                    self._task_raised(task, exc)
+        finally:
+            c.switches += switches
+            c.blocks += blocks
 
     def _submit_new(self, task: Task) -> None:
         with self._lock:
             self._ready.append(task)
             if self._idle:
-                self._cv.notify()
+                self._notify_locked(1)
 
     def _wake_all(self) -> None:
         with self._cv:
+            self._idle = 0
             self._cv.notify_all()
 
     def _check_idle(self) -> None:
@@ -200,10 +220,10 @@ class A1(UserModeBase):
         if dead:
             self._deadlock()
 
-    def __exit__(self, *exc) -> None:
-        super().__exit__(*exc)
-        self.counts.add(self._shared)
-        self._shared = Counts()
+    def _fold_counts(self) -> None:
+        self.counts.wakeups += self._wakeups
+        self.counts.scans += self._scans
+        self._wakeups = self._scans = 0
 
     @property
     def blocked_now(self) -> int:

@@ -241,8 +241,15 @@ class A2(UserModeBase):
         return Barrier2(self, parties)
 
     def _notify(self, n: int) -> None:
+        """Wake up to ``n`` sleeping scheduler threads. ``_n_idle`` counts the threads
+        asleep and not yet notified (a notified one is taken off at once, here, not when it
+        gets the GIL back), so the signals and spawns that follow a wake-up see 0 and do
+        not take the condition's lock again for a thread that is already on its way."""
         with self._idle_cv:
-            self._idle_cv.notify(n)
+            k = min(n, self._n_idle)
+            if k:
+                self._n_idle -= k
+                self._idle_cv.notify(k)
 
     def _submit_new(self, task: Task) -> None:
         # spawn is called by one thread at a time (the spawner); round-robin over the deques
@@ -255,25 +262,23 @@ class A2(UserModeBase):
 
     def _wake_all(self) -> None:
         with self._idle_cv:
+            self._n_idle = 0
             self._idle_cv.notify_all()
 
     def _park(self) -> bool:
         """Sleep until work may be there; True when this thread must exit."""
         dead = False
         with self._idle_cv:
-            self._n_idle += 1
-            try:
-                if self._stop:
-                    return True
-                if any(self._ready):  # re-check after announcing idleness: no lost wake-up
-                    return False
-                if self._n_idle == len(self._ready) and not self._spawning and self._live > 0:
-                    dead = True
-                else:
-                    self._idle_cv.wait()
-                    return False
-            finally:
-                self._n_idle -= 1
+            if self._stop:
+                return True
+            if any(self._ready):  # re-checked under the lock: a push after this notifies
+                return False
+            if self._n_idle + 1 == len(self._ready) and not self._spawning and self._live > 0:
+                dead = True
+            else:
+                self._n_idle += 1  # the notifier takes it off again
+                self._idle_cv.wait()
+                return False
         if dead:
             self._deadlock()
         return True
