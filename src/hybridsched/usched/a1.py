@@ -113,6 +113,21 @@ class A1(UserModeBase):
         pass (slices between the hits) rather than one ``del`` each, which would move the
         rest of the queue once per hit."""
         bp = self._bprims
+        if want == 1:  # one unit released: the first hit only, no lists built
+            try:
+                j = bp.index(prim)
+            except ValueError:
+                self._scans += len(bp)
+                return 0
+            self._scans += j + 1
+            bt = self._btasks
+            self._ready.append(bt[j])
+            del bp[j]
+            del bt[j]
+            self._wakeups += 1
+            if self._idle:
+                self._notify_locked(1)
+            return 1
         hits = []
         k = -1
         index = bp.index
