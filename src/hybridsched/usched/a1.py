@@ -211,6 +211,13 @@ class A1(UserModeBase):
                 try:
                     while True:
                         prim = send(None)
+                        if prim.__class__ is Event1 and prim.state:
+                            # a set event stays set: read without the lock (set() writes it
+                            # under the lock; an unset read falls through to the locked
+                            # check). No queue or scan is involved either way.
+                            if self._stop:
+                                break
+                            continue
                         take = prim._take
                         acquire()
                         try:

@@ -76,16 +76,22 @@ class Event2:
         w = self.waiters
         if not w:
             return
-        pop, woken = w.popleft, 0             # _drain(None), inlined: the common wake
+        try:                                  # _drain(None), inlined: one waiter is
+            t = w.popleft()                   # the common case
+        except IndexError:
+            return
+        t.wakes += 1
+        t.q.append(t)
+        woken = 1
         while w:
             try:
-                t = pop()
+                t = w.popleft()
             except IndexError:
                 break
             t.wakes += 1
             t.q.append(t)
             woken += 1
-        if woken and self._s._n_idle:
+        if self._s._n_idle:
             self._s._notify(woken)
 
     def _drain(self, me) -> bool:
@@ -322,7 +328,9 @@ class A2(UserModeBase):
                 send = task.send
                 try:
                     while True:  # resume until it parks (a fast-path wait goes straight on)
-                        if send(None)._wait(task):
+                        prim = send(None)
+                        # a SET event: Event2._wait's fast path, inlined (no call)
+                        if not (prim.__class__ is Event2 and prim.flag) and prim._wait(task):
                             blocks += 1
                             break
                         if self._stop:
