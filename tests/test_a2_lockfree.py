@@ -4,7 +4,8 @@ no unit lost or made up, whatever the interleaving.
 Three kinds of interleaving:
 
 - *every one, bounded*: the primitives' deques are replaced by a deque that calls a hook
-  before and after each operation (append, pop, popleft, extend, len/truth). These are
+  before and after each operation (append, pop, popleft, extend, len/truth; a list
+  with the same hooks for an event's waiters). These are
   exactly the points where another scheduler thread could interleave to any effect: the
   only shared state besides the deques is the event's flag, read or written right next to
   a deque operation. Each wait or signal runs in its own OS thread, one at a time, and a
@@ -69,6 +70,29 @@ class HookDeque(deque):
     def popleft(self):
         self._h()
         v = super().popleft()
+        self._h()
+        return v
+
+    def __len__(self):
+        self._h()
+        n = super().__len__()
+        self._h()
+        return n
+
+
+class HookList(list):
+    """The same for a list (an event's waiter queue)."""
+
+    _h = HookDeque._h
+
+    def append(self, x):
+        self._h()
+        super().append(x)
+        self._h()
+
+    def pop(self, *i):
+        self._h()
+        v = super().pop(*i)
         self._h()
         return v
 
@@ -255,13 +279,13 @@ def _check_sem(initial):
 
 def _hooked_ev():
     ev = Event2(FakeSched())
-    ev.waiters = HookDeque()
+    ev.waiters = HookList()
     return ev
 
 
 def _check_ev(ops):
     def check(ev, h):
-        queued = list(deque.__iter__(ev.waiters))
+        queued = list(list.__iter__(ev.waiters))
         _check_parked(h.ready, h.parked, queued)
         if any(k == "set" for k, _ in ops):
             assert ev.is_set() and queued == [], "a waiter is left on a set event"
