@@ -243,7 +243,7 @@ def test_a2_fast_paths_touch_no_queue():
                 yield ev        # SET: no lock, no queue
         sched.spawn(prog)
         sched.run()
-    assert ev.waiters == [] and len(sem.waiters) == 0
+    assert len(ev.waiters) == 0 and len(sem.waiters) == 0 and sem.count == 0
     assert sched.counts.blocks == sched.counts.wakeups == 0
     assert sched.counts.switches == 1  # resumed from a ready queue once, then never parked
 

@@ -1,6 +1,6 @@
 """The user-mode cooperative scheduler in three architectures (seed 002): A0 (OS threads
 and OS primitives), A1 (user-mode tasks, one blocked queue under one lock), A2 (per-thread
-ready queues, per-primitive blocked queues). Chosen by data: ``ARCHS[name](cpus)``."""
+ready queues, per-primitive blocked queues, lock-free event and semaphore paths). Chosen by data: ``ARCHS[name](cpus)``."""
 from __future__ import annotations
 
 from ..errors import UsageError
@@ -15,8 +15,9 @@ DESCRIPTIONS = {
     "A0": "one OS thread per user thread, threading primitives, the kernel schedules",
     "A1": "user-mode tasks on N pinned scheduler threads; one ready queue and one blocked "
           "queue behind one lock; signalling scans the blocked queue",
-    "A2": "per-scheduler-thread ready queues with stealing; a blocked queue and a lock in "
-          "each primitive; free/set/has-waiters states",
+    "A2": "per-scheduler-thread ready queues with stealing; a blocked queue in each "
+          "primitive, lock-free under the GIL (publish, then re-check); free/set/has-waiters "
+          "states",
 }
 
 

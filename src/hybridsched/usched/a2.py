@@ -5,21 +5,50 @@ Data structures:
 - ``_ready[i]``: one deque of ready user threads per scheduler thread (the seed's separate
   completion list per scheduler thread). A scheduler thread pops the head of its own deque;
   when it is empty it steals from the tail of the others'; only then does it sleep on the
-  idle condition (``_idle_cv``), which is touched only when some thread is idle. deque's
-  append/popleft/pop are atomic in CPython, so the ready deques need no lock of their own.
-- each primitive has its own lock and its own FIFO queue of blocked user threads, and more
-  states: an event is FREE, SET or HAS_WAITERS; a semaphore's count > 0 means free.
-  Waiting on a SET event takes no lock and touches no queue (fast path); setting a FREE
-  event or releasing a semaphore nobody waits on touches no queue; only HAS_WAITERS
-  primitives hand their queue over. No scheduler-wide lock is taken on any of these paths.
+  idle condition (``_idle_cv``), which is touched only when some thread is idle.
+- each primitive has its own FIFO queue of blocked user threads (``waiters``) and more
+  states: an event is FREE, SET or HAS_WAITERS; a semaphore is free while it has units,
+  HAS_WAITERS while its queue is non-empty. Waiting on a SET event or on a semaphore with
+  units, setting an event nobody waits on and releasing a semaphore nobody waits on touch
+  no waiter queue; only HAS_WAITERS primitives hand their queue over. No scheduler-wide
+  lock is taken on any of these paths.
 
-Wake-ups go to the deque of the scheduler thread that signalled (the woken thread likely
-needs data that thread just produced); an idle thread is notified so it can steal.
+No lock on the event and semaphore paths (the barrier keeps a lock of its own: it is waited
+on once per stage, not per step). They are built from operations that are atomic under
+CPython's GIL because each is ONE call into C: ``deque.append``, ``deque.popleft``,
+``deque.pop`` (the deque's ``len``/truth read), and plain attribute stores and loads.
+Python code between two such operations can be interleaved with another scheduler thread's
+at any bytecode, so every path is written as *publish, then re-check*:
+
+- a waiter publishes itself (``waiters.append(task)``) and only then re-reads the state
+  (event: the SET flag; semaphore: the units). A signaller publishes its state first (the
+  flag; a unit appended to ``units``) and only then reads ``waiters``. Under the GIL's
+  sequential consistency at least one of the two sees the other, so a wake-up cannot be lost.
+- whoever sees both (a waiter that finds the event SET after queueing itself, a signaller
+  or waiter that finds units and waiters together) *matches* them: it pops a waiter (and,
+  for a semaphore, a unit first) and makes it ready. Each pop is atomic, so every queued
+  task is taken out exactly once, by exactly one thread; a task that pops itself goes on
+  running (it did not block), a task popped by someone else stays parked and is resumed
+  from a ready queue. A matcher that took a unit but found no waiter puts the unit back and
+  re-checks, so a unit never stays hidden while a waiter waits.
+
+A semaphore's count is the length of its ``units`` deque (``deque.pop`` is CPython's one
+atomic "take one if any"; an integer's ``-= 1`` is three bytecodes and not atomic).
+Semaphore waiters are released in the order they queued (FIFO); a newcomer may take a unit
+released in the same instant ahead of a queued waiter (barging, as ``threading.Semaphore``).
+
+Wake-ups go back to the ready deque of the scheduler thread that last ran the woken task
+(``task.q``; a steal moves it), which spreads them over the scheduler threads the way the
+work was spread, and costs no thread-local lookup; an idle thread is notified so it can
+steal. Counts cost no lock either: switches and blocks are local integers of each
+scheduler thread's loop, folded in when it ends; a wake-up increments ``task.wakes`` on
+the task just popped from a waiter queue (only the popper can write it), summed at the end.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
+from itertools import repeat
 
 from .api import Counts
 from .common import Task, UserModeBase
@@ -28,60 +57,161 @@ FREE, SET, HAS_WAITERS = 0, 1, 2
 
 
 class Event2:
-    __slots__ = ("_s", "state", "waiters", "lock")
+    """FREE / SET / HAS_WAITERS. The waiter queue is a list (56 bytes, a deque is 760:
+    there are g^2 events in a tiles run): ``append`` and ``pop`` are each one atomic C
+    call; a drain pops from the end and wakes the batch reversed, in blocking order."""
+
+    __slots__ = ("_s", "flag", "waiters")
 
     def __init__(self, s: "A2"):
-        self._s, self.state, self.waiters, self.lock = s, FREE, [], threading.Lock()
+        self._s, self.flag, self.waiters = s, False, []
+
+    @property
+    def state(self) -> int:
+        return SET if self.flag else HAS_WAITERS if self.waiters else FREE
 
     def is_set(self) -> bool:
-        return self.state == SET
+        return self.flag
 
     def set(self) -> None:
-        if self.state == SET:
+        if self.flag:
             return
-        with self.lock:
-            old, self.state = self.state, SET
-            woken, self.waiters = self.waiters, []
-        if old == HAS_WAITERS:
-            self._s._make_ready(woken)
+        self.flag = True                      # publish, then look for waiters
+        w = self.waiters
+        if not w:
+            return
+        try:
+            t = w.pop()
+        except IndexError:
+            return
+        if not w:                             # one waiter: the common case
+            t.wakes += 1
+            t.q.append(t)
+            if self._s._n_idle:
+                self._s._notify(1)
+            return
+        self._wake_batch([t], None)
 
-    def _take(self, task: Task, c: Counts) -> bool:
-        if self.state == SET:  # fast path: no lock, no queue
+    def _wake_batch(self, batch: list, me) -> bool:
+        """Pop the rest of the queue onto ``batch`` and make them ready in blocking order;
+        True unless ``me`` was among them."""
+        w = self.waiters
+        pop = w.pop
+        while w:
+            try:
+                batch.append(pop())
+            except IndexError:
+                break
+        parked = True
+        woken = 0
+        for t in reversed(batch):
+            if t is me:
+                parked = False
+            else:
+                t.wakes += 1
+                t.q.append(t)
+                woken += 1
+        if woken and self._s._n_idle:
+            self._s._notify(woken)
+        return parked
+
+    def _wait(self, task: Task) -> bool:
+        """True: the task parked (it is in ``waiters`` or already made ready by a setter)."""
+        if self.flag:                         # SET: no lock, no queue
+            return False
+        self.waiters.append(task)             # publish, then re-check the flag
+        if not self.flag:
             return True
-        with self.lock:
-            if self.state == SET:
-                return True
-            self.waiters.append(task)
-            self.state = HAS_WAITERS
-        c.blocks += 1
-        return False
+        return self._wake_batch([], task)     # set() may have drained before our append
 
 
 class Semaphore2:
-    __slots__ = ("_s", "count", "waiters", "lock")
+    __slots__ = ("_s", "units", "waiters")
 
     def __init__(self, s: "A2", value: int):
-        self._s, self.count, self.waiters, self.lock = s, value, deque(), threading.Lock()
+        self._s, self.units, self.waiters = s, deque(repeat(None, value)), deque()
+
+    @property
+    def count(self) -> int:
+        return len(self.units)
+
+    @property
+    def state(self) -> int:
+        return HAS_WAITERS if self.waiters else FREE
 
     def release(self, n: int = 1) -> None:
-        woken = None
-        with self.lock:
-            w = self.waiters
-            if w:  # HAS_WAITERS: hand the units over, oldest waiter first
-                woken = [w.popleft()] if n == 1 else [w.popleft() for _ in range(min(n, len(w)))]
-                n -= len(woken)
-            self.count += n
-        if woken:
-            self._s._make_ready(woken)
+        w = self.waiters
+        if n == 1:
+            if w:                             # HAS_WAITERS: hand the unit to the oldest
+                try:
+                    t = w.popleft()
+                except IndexError:            # another thread took it meanwhile
+                    pass
+                else:
+                    t.wakes += 1
+                    t.q.append(t)
+                    if self._s._n_idle:
+                        self._s._notify(1)
+                    return
+            self.units.append(None)           # publish the unit, then re-check
+            if w:
+                self._match(None)
+            return
+        woken = 0
+        while n > 0 and w:
+            try:
+                t = w.popleft()
+            except IndexError:
+                break
+            t.wakes += 1
+            t.q.append(t)
+            woken += 1
+            n -= 1
+        if woken and self._s._n_idle:
+            self._s._notify(woken)
+        if n > 0:
+            self.units.extend(repeat(None, n))
+            if w:
+                self._match(None)
 
-    def _take(self, task: Task, c: Counts) -> bool:
-        with self.lock:
-            if self.count > 0:
-                self.count -= 1
-                return True
-            self.waiters.append(task)
-        c.blocks += 1
-        return False
+    def _match(self, me) -> bool:
+        """Pair units with queued waiters, oldest first, until one side is empty; True
+        unless ``me`` got a unit."""
+        u, w, s = self.units, self.waiters, self._s
+        parked = True
+        woken = 0
+        while u and w:
+            try:
+                u.pop()
+            except IndexError:                # taken by someone who re-checks himself
+                break
+            try:
+                t = w.popleft()
+            except IndexError:
+                u.append(None)                # nobody to give it to: back, and re-check
+                continue
+            if t is me:
+                parked = False
+            else:
+                t.wakes += 1
+                t.q.append(t)
+                woken += 1
+        if woken and s._n_idle:
+            s._notify(woken)
+        return parked
+
+    def _wait(self, task: Task) -> bool:
+        u = self.units
+        if u:                                 # units left: take one, no queue
+            try:
+                u.pop()
+                return False
+            except IndexError:
+                pass
+        self.waiters.append(task)             # publish, then re-check the units
+        if not u:
+            return True
+        return self._match(task)
 
 
 class Barrier2:
@@ -92,21 +222,20 @@ class Barrier2:
         self.waiters: list[Task] = []
         self.lock = threading.Lock()
 
-    def _take(self, task: Task, c: Counts) -> bool:
+    def _wait(self, task: Task) -> bool:
         with self.lock:
             self.arrived += 1
             if self.arrived < self.parties:
                 self.waiters.append(task)
-                woken = None
-            else:
-                self.arrived = 0
-                woken, self.waiters = self.waiters, []
-        if woken is None:
-            c.blocks += 1
-            return False
-        if woken:
-            self._s._make_ready(woken)
-        return True
+                return True
+            self.arrived = 0
+            woken, self.waiters = self.waiters, []
+        for t in woken:
+            t.wakes += 1
+            t.q.append(t)
+        if woken and self._s._n_idle:
+            self._s._notify(len(woken))
+        return False
 
 
 class A2(UserModeBase):
@@ -120,9 +249,6 @@ class A2(UserModeBase):
         self._idle_cv = threading.Condition(threading.Lock())
         self._n_idle = 0
         self._rr = 0
-        self._tls = threading.local()
-        self._ext = Counts()  # wake-ups signalled from outside the scheduler threads
-        self._ext_lock = threading.Lock()
 
     def event(self) -> Event2:
         return Event2(self)
@@ -133,91 +259,90 @@ class A2(UserModeBase):
     def barrier(self, parties: int) -> Barrier2:
         return Barrier2(self, parties)
 
-    def _make_ready(self, tasks: list[Task]) -> None:
-        i = getattr(self._tls, "i", None)
-        if i is None:  # signalled from a thread that is not ours (e.g. a test's main thread)
-            with self._ext_lock:
-                self._ext.wakeups += len(tasks)
-                for t in tasks:
-                    self._ready[self._rr % len(self._ready)].append(t)
-                    self._rr += 1
-        else:
-            self._ready[i].extend(tasks)
-            self._local_counts[i].wakeups += len(tasks)
-        if self._n_idle:
-            with self._idle_cv:
-                self._idle_cv.notify(len(tasks))
+    def _notify(self, n: int) -> None:
+        """Wake up to ``n`` sleeping scheduler threads. ``_n_idle`` counts the threads
+        asleep and not yet notified (a notified one is taken off at once, here, not when it
+        gets the GIL back), so the signals and spawns that follow a wake-up see 0 and do
+        not take the condition's lock again for a thread that is already on its way."""
+        with self._idle_cv:
+            k = min(n, self._n_idle)
+            if k:
+                self._n_idle -= k
+                self._idle_cv.notify(k)
 
     def _submit_new(self, task: Task) -> None:
-        with self._ext_lock:
-            self._ready[self._rr % len(self._ready)].append(task)
-            self._rr += 1
+        # spawn is called by one thread at a time (the spawner); round-robin over the deques
+        rr = self._rr
+        q = task.q = self._ready[rr]
+        self._rr = rr + 1 if rr + 1 < len(self._ready) else 0
+        q.append(task)
         if self._n_idle:
-            with self._idle_cv:
-                self._idle_cv.notify()
+            self._notify(1)
 
     def _wake_all(self) -> None:
         with self._idle_cv:
+            self._n_idle = 0
             self._idle_cv.notify_all()
 
     def _park(self) -> bool:
         """Sleep until work may be there; True when this thread must exit."""
         dead = False
         with self._idle_cv:
-            self._n_idle += 1
-            try:
-                if self._stop:
-                    return True
-                if any(self._ready):  # re-check after announcing idleness: no lost wake-up
-                    return False
-                if self._n_idle == len(self._ready) and not self._spawning and self._live > 0:
-                    dead = True
-                else:
-                    self._idle_cv.wait()
-                    return False
-            finally:
-                self._n_idle -= 1
+            if self._stop:
+                return True
+            if any(self._ready):  # re-checked under the lock: a push after this notifies
+                return False
+            if self._n_idle + 1 == len(self._ready) and not self._spawning and self._live > 0:
+                dead = True
+            else:
+                self._n_idle += 1  # the notifier takes it off again
+                self._idle_cv.wait()
+                return False
         if dead:
             self._deadlock()
         return True
 
     def _loop(self, i: int, c: Counts) -> None:
-        self._tls.i = i
         n = len(self._ready)
         mine = self._ready[i]
+        pop = mine.popleft
         others = [self._ready[(i + d) % n] for d in range(1, n)]
-        while not self._stop:
-            try:
-                task = mine.popleft()
-            except IndexError:
-                task = None
-                for q in others:  # steal the newest of another thread's queue
-                    try:
-                        task = q.pop()
-                        break
-                    except IndexError:
-                        pass
-                if task is None:
-                    if self._park():
-                        return
-                    continue
-            c.switches += 1
-            self._run(task, c)
-
-    def _run(self, task: Task, c: Counts) -> None:
-        gen = task.gen
-        while True:
-            try:
-                prim = gen.send(None)
-                take = prim._take
-            except StopIteration:
-                self._finished()
-                return
-            except BaseException as exc:  # noqa: BLE001 - the run's one line
-                self._task_raised(task, exc)
-                return
-            if not take(task, c) or self._stop:
-                return
+        switches = blocks = 0
+        try:
+            while not self._stop:
+                try:
+                    task = pop()
+                except IndexError:
+                    task = None
+                    for q in others:  # steal the newest of another thread's queue
+                        try:
+                            task = q.pop()
+                            break
+                        except IndexError:
+                            pass
+                    if task is None:
+                        if self._park():
+                            return
+                        continue
+                    task.q = mine  # stolen: its wake-ups come here from now on
+                switches += 1
+                send = task.send
+                try:
+                    while True:  # resume until it parks (a fast-path wait goes straight on)
+                        prim = send(None)
+                        # a SET event: Event2._wait's fast path, inlined (no call)
+                        if not (prim.__class__ is Event2 and prim.flag) and prim._wait(task):
+                            blocks += 1
+                            break
+                        if self._stop:
+                            break
+                except StopIteration:
+                    self._finished()
+                except BaseException as exc:  # noqa: BLE001 - the run's one line
+                    self._task_raised(task, exc)
+        finally:
+            c.switches += switches
+            c.blocks += blocks
 
     def _check_idle(self) -> None:
         with self._idle_cv:
@@ -226,7 +351,5 @@ class A2(UserModeBase):
         if dead:
             self._deadlock()
 
-    def __exit__(self, *exc) -> None:
-        super().__exit__(*exc)
-        self.counts.add(self._ext)
-        self._ext = Counts()
+    def _fold_counts(self) -> None:
+        self.counts.wakeups += sum(t.wakes for t in self._tasks)
