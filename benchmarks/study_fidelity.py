@@ -57,20 +57,12 @@ def aimd_lines(path: str, rows, n: int) -> list[str]:
         d = [r for r in rows if r.scheduler == "dynamic" and r.L == L and r.k == n and r.affinity]
         if not a:
             continue
-        out.append(f"- L = {L}, k = N = {n}: aimd σE {a[0].sigma_e:.3f} (T {a[0].t_mean * 1e3:.1f} ms) "
-                   f"vs dynamic σE {d[0].sigma_e:.3f}" if d else "")
+        out.append(f"- L = {L}, k = N = {n}: aimd σE {a[0].sigma_e:.3f} (T {a[0].t_mean * 1e3:.1f} ms)"
+                   + (f" vs dynamic σE {d[0].sigma_e:.3f}" if d else ""))
         sel = runs[(runs["scheduler"] == "aimd") & (runs["L"] == L) & (runs["k"] == n)
                    & runs["verified"] & (runs["rep"] == 0)]
         for rid in sel["run_id"][:1]:
-            _, _, *rest = read_detail(path, int(rid)) + ({},)
-            series = rest[-1] if isinstance(rest[-1], dict) else {}
-            win = series.get("aimd_window")
-            if win is None:
-                from hybridsched.store import open_study
-
-                with open_study(path) as h5:
-                    g = h5["detail"][f"{int(rid):06d}"]
-                    win = g["aimd_window"][()] if "aimd_window" in g else None
+            win = read_detail(path, int(rid)).series.get("aimd_window")
             if win is None or len(win) == 0:
                 out.append("  (no window trace stored)")
                 continue

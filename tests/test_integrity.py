@@ -417,3 +417,25 @@ def test_report_dir_parents_are_made_and_a_file_in_the_way_is_one_line(tmp_h5, t
     rc = cli.main(["report", tmp_h5, "--no-plots", "--out-dir", str(tmp_path / "f" / "rep")])
     cap = capsys.readouterr()
     assert rc == 2 and "Traceback" not in cap.err and len(cap.err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_full_disk_during_overwrite_says_the_old_study_is_intact(tmp_path):
+    d = tmp_path / "small"
+    _mount_tmpfs(d, "1m")
+    try:
+        out = str(d / "old.h5")
+        assert hs("run", *TINY, "--out", out).returncode == 0
+        before = open(out, "rb").read()
+        with open(d / "filler", "wb") as fh:  # leave less than the new study needs
+            try:
+                fh.write(b"\0" * (4 << 20))
+            except OSError:
+                pass
+        p = hs("run", "-s", "dynamic", "-k", "2", "-L", "3000", "--height", "1", "--width", "4",
+               "--reps", "50", "--chunk", "1", "--out", out, "--overwrite")
+        one_line_error(p, rc=1)
+        assert "still holds the old one, unchanged" in p.stderr and "0 runs are safe" not in p.stderr
+        assert open(out, "rb").read() == before
+    finally:
+        subprocess.run(["umount", "-l", str(d)])

@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError(f"{PROG}: a command is required (run, ge, report, fit, merge, plan, list); see --help")
+            raise UsageError(f"{PROG}: a command is required (run, report, fit, merge, plan, list, ge, colocate); see --help")
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)

@@ -82,6 +82,9 @@ def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
         raise ResourceError(f"{FAULT_ENV}={text!r}: expected W:N[:kill|raise|exit]") from None
     if mode not in ("kill", "raise", "exit"):
         raise ResourceError(f"{FAULT_ENV}={text!r}: mode must be kill, raise or exit")
+    if not (0 <= w < 2**31 and 1 <= n < 2**63) or len(parts) > 3:
+        raise ResourceError(f"{FAULT_ENV}={text!r}: W must be a worker (0 or more) and N a "
+                            "chunk number (1 or more)")
     return w, n, mode
 
 

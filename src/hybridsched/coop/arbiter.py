@@ -91,6 +91,7 @@ class Arbiter:
         self.state: State | None = None
         self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
         self._owner = os.getpid()
+        self._made_lock = False  # this attachment created the lock file (removed on refusal)
 
     # --- the lock ---------------------------------------------------------------------
 
@@ -98,11 +99,21 @@ class Arbiter:
         pid = os.getpid()
         got = self._local.get(pid)
         if got is None:  # a forked child needs its own open file: flock is per description
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            lock = self.path + ".lock"
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            try:
+                try:
+                    fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                    self._made_lock = True
+                except FileExistsError:
+                    fd = os.open(lock, flags)
+            except OSError as exc:  # a symlink, a directory, another user's file
+                raise UsageError(f"{lock}: cannot use it as the coop lock ({exc.strerror}): "
+                                 "refusing it") from None
             st = os.fstat(fd)
-            if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+            if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
                 os.close(fd)
-                raise UsageError(f"{self.path}.lock is not a regular file of ours: refusing it")
+                raise UsageError(f"{lock} is not a private regular file of this user: refusing it")
             got = (fd, threading.Lock())
             self._local = {pid: got}  # a parent's entry is useless (and unsafe) in a child
         return got
@@ -125,8 +136,13 @@ class Arbiter:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 self._attach()
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BaseException:
+                if self._made_lock:  # refused: leave nothing of ours behind
+                    os.unlink(self.path + ".lock")
+                os.close(fd)  # releases the flock
+                self._local = {}
+                raise
+            fcntl.flock(fd, fcntl.LOCK_UN)
         return self
 
     def _attach(self) -> None:
@@ -160,11 +176,21 @@ class Arbiter:
             os.close(fd)
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
         h = self.state.header[0]
-        if fresh or bytes(h["magic"]) != MAGIC:
-            if not fresh and bytes(h["magic"]) not in (b"", MAGIC):
-                raise UsageError(f"{self.path}: not a hybridsched coop segment: refusing it")
+        if fresh:
             self.state.initialise(self.cpus, self.quantum_ns)
             return
+        if bytes(h["magic"]) != MAGIC:
+            # a segment is created and initialised under the lock, so no one ever sees one
+            # half made: a file without the magic is not ours
+            del h
+            self.state = None
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # views still alive: the mapping goes with them
+            self._map = None
+            raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
+                             "coop run is active): refusing it")
         if int(h["version"]) != VERSION:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
@@ -181,11 +207,15 @@ class Arbiter:
     def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
         """A segment of another size: made for other CPUs (or tables). Reusable only when
         nobody is using it any more."""
+        if have < HEADER_DTYPE.itemsize:
+            raise UsageError(f"{self.path}: not a hybridsched coop segment ({have} bytes; remove "
+                             "it if no coop run is active): refusing it")
         if have >= HEADER_DTYPE.itemsize:
             buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
             h = np.frombuffer(buf, HEADER_DTYPE)[0]
-            if bytes(h["magic"]) not in (MAGIC, b""):
-                raise UsageError(f"{self.path}: not a hybridsched coop segment: refusing it")
+            if bytes(h["magic"]) != MAGIC:
+                raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
+                                 "coop run is active): refusing it")
             if bytes(h["magic"]) == MAGIC and int(h["version"]) == VERSION:
                 # read just enough of it to see whether its workers live
                 try:

@@ -293,7 +293,9 @@ def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]
         verified = good and kind.verify(spec, ctx, sh, j, sl)
         out.append(JobRecord(spec.workload, policy.name, spec.barrier, J, j, T, rep, spec.step_us,
                              spec.steps, times[j], makespan, float(mine["invol"].sum()) / T,
-                             float(mine["runq_ns"].sum()) / 1e9 / T, kind.spin_s(ctx, sh, j, sl, T),
+                             # threads that ended mid-run take their counts with them: >= 0
+                             max(0.0, float(mine["runq_ns"].sum()) / 1e9 / T),
+                             kind.spin_s(ctx, sh, j, sl, T),
                              float(mine["switches"].sum()) / T, verified, failed.get(j, ""),
                              spec.matrix if spec.workload == "blas" else 0,
                              spec.scheduler if spec.workload == "run" else ""))

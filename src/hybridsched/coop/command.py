@@ -56,7 +56,7 @@ def cmd_colocate(args) -> int:
                         args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix,
                         args.scheduler, args.height, args.width)
     spec.validate(n)
-    out = args.out or time.strftime("hybridsched-colocate-%Y%m%d-%H%M%S.h5")
+    out = args.out if args.out is not None else time.strftime("hybridsched-colocate-%Y%m%d-%H%M%S.h5")
     check_writable(out)
     meta = machine_metadata()
     meta["N"] = n

@@ -41,7 +41,7 @@ def cmd_ge(args) -> int:
 
     spec = GeSpec(args.arch, args.algo, args.n, args.threads, args.reps, args.seed)
     check_args(spec.archs, spec.algos, spec.n, spec.threads, spec.reps)
-    out = args.out or time.strftime("hybridsched-ge-%Y%m%d-%H%M%S.h5")
+    out = args.out if args.out is not None else time.strftime("hybridsched-ge-%Y%m%d-%H%M%S.h5")
     check_writable(out)
     if os.path.exists(out) and not args.overwrite:
         raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")

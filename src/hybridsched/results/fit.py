@@ -253,8 +253,10 @@ def load(path: str, scheduler: str | None = None, frames: int | None = None) -> 
     """Points from a CSV or a study file (chosen by content, not by extension)."""
     import os
 
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise UsageError(f"{path}: not a regular file (a directory, device or FIFO)")
     with open(path, "rb") as fh:
         magic = fh.read(8)
     if magic == b"\x89HDF\r\n\x1a\n":
@@ -418,8 +420,9 @@ def plot(res: dict, path: str) -> None:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        from ..store import replacing
+        from ..store import check_output, replacing
 
+        check_output(path, "--plot")  # a regular file or nothing: never a device or FIFO
         fmt = os.path.splitext(path)[1][1:].lower() or "png"
         try:
             with replacing(path) as fh:  # by rename: a planted symlink is not followed

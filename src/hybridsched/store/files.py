@@ -114,14 +114,18 @@ def remove_stale_temps(path: str) -> list[str]:
     return removed
 
 
-def publish(path: str, data, safe_runs: int) -> None:
+def publish(path: str, data, safe_runs: int, replacing_old: bool = False) -> None:
     """Write ``data`` (bytes-like) to ``path`` by rename; DiskFull if space runs out (the
-    previous content of ``path`` is then untouched)."""
+    previous content of ``path`` is then untouched). ``replacing_old``: the file at ``path``
+    is an older study being overwritten, not this one's earlier snapshot."""
     try:
         with replacing(path) as fh:
             fh.write(data)
     except OSError as exc:
         if exc.errno in _FULL:
+            if replacing_old:
+                raise DiskFull(f"disk full: the new study could not be written; {path} still "
+                               "holds the old one, unchanged (free space and run again)") from None
             where = (f"{safe_runs} runs are safe in {path}" if safe_runs or os.path.exists(path)
                      else f"nothing could be stored in {path}")
             raise DiskFull(f"disk full: {where} (free space, then continue with --resume)") from None

@@ -30,6 +30,8 @@ def check_ours(path: str) -> None:
     """Raise NotOurFile unless ``path`` is a readable hybridsched study of a known version."""
     if not os.path.exists(path):
         raise NotOurFile(f"{path}: no such file")
+    if not os.path.isfile(path):  # a FIFO would block the open forever
+        raise NotOurFile(f"{path}: not a regular file (a directory, device or FIFO)")
     try:
         with open_study(path) as h5:
             if h5.attrs.get("format") != FORMAT or "runs" not in h5:
@@ -140,7 +142,7 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
         return {}
     try:
         val = json.loads(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested past Python's stack: not ours
         raise BadStudy(f"{path}: attribute {key} is not JSON") from None
     if not isinstance(val, dict if key == "study" else list):
         raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if key == 'study' else 'list'}")
@@ -187,7 +189,10 @@ def _detail(h5: h5py.File, run_id: int) -> Detail:
         if arr.dtype.names is None or not set(dt.names) <= set(arr.dtype.names):
             raise ValueError(f"/detail/{name}: a table of another layout")
     text = g.attrs.get("extra")
-    extra = json.loads(text.decode() if isinstance(text, bytes) else text) if text is not None else {}
+    try:
+        extra = json.loads(text.decode() if isinstance(text, bytes) else text) if text is not None else {}
+    except RecursionError:
+        raise ValueError(f"/detail/{name}: extra is nested too deep") from None
     if not isinstance(extra, dict):
         raise ValueError(f"/detail/{name}: extra is not a JSON object")
     series = {k: g[k][()] for k in g if k not in ("workers", "trace") and isinstance(g[k], h5py.Dataset)}

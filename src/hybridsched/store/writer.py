@@ -166,7 +166,8 @@ class StudyWriter:
         self.h5.flush()
         n = int(self.runs.shape[0])
         with self._image.getbuffer() as image:
-            publish(self.path, image, self._published_runs)
+            publish(self.path, image, self._published_runs,
+                    replacing_old=not self._existed and os.path.lexists(self.path))
         self._published_runs, self._pending = n, 0
         self._existed = True
         self._published_at = time.monotonic()

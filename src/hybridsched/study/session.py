@@ -87,6 +87,11 @@ RESUME_MUST_MATCH = ("seed", "height", "width", "kernel")
 RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
 
 
+def _plain(v):
+    """A numpy scalar read from a file as the Python value it holds (for messages)."""
+    return v.item() if hasattr(v, "item") and not isinstance(v, (list, dict, str)) else v
+
+
 def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
                      machine: dict) -> list[str]:
     """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
@@ -94,10 +99,11 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
     new = spec.to_dict()
     for key in RESUME_MUST_MATCH:
         if key in stored_study and stored_study[key] != new[key]:
-            out.append(f"{key} {new[key]!r} differs from the stored {stored_study[key]!r}")
+            out.append(f"{key} {_plain(new[key])!r} differs from the stored {_plain(stored_study[key])!r}")
     for key in RESUME_MACHINE_MUST_MATCH:
         if key in stored_machine and key in machine and str(stored_machine[key]) != str(machine[key]):
-            out.append(f"machine {key} {machine[key]!r} differs from the stored {stored_machine[key]!r}")
+            out.append(f"machine {key} {_plain(machine[key])!r} differs from the stored "
+                       f"{_plain(stored_machine[key])!r}")
     return out
 
 
@@ -105,7 +111,12 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
     from ..store import read_attrs, stored_keys, study_spec
 
+    from ..store import has_table
+
     attrs = read_attrs(out)
+    others = [t for t in ("ge", "colocate") if has_table(out, t)]
+    if others:
+        raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
     stored = study_spec(out, attrs)
     study_spec(out, attrs, "study_history")  # record_resume extends it: refuse a bad one now
     machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
