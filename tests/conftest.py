@@ -67,6 +67,22 @@ def no_leaks(request):
 
 
 @pytest.fixture
+def no_thread_left():
+    """Fail a test that leaves a thread of its own running (the user-mode schedulers)."""
+    import threading
+
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 3
+    while True:
+        extra = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not extra or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert not extra, f"threads left behind: {[t.name for t in extra[:5]]}"
+
+
+@pytest.fixture
 def tmp_h5(tmp_path):
     return str(tmp_path / "study.h5")
 

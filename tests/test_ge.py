@@ -21,17 +21,7 @@ from hybridsched.ge.runner import run_once
 from hybridsched.usched import ARCHS
 
 
-@pytest.fixture(autouse=True)
-def no_thread_left():
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 3
-    while True:
-        extra = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-        if not extra or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert not extra, f"threads left behind: {[t.name for t in extra[:5]]}"
+pytestmark = pytest.mark.usefixtures("no_thread_left")  # conftest.py
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))

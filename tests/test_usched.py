@@ -20,17 +20,7 @@ ALL = list(ARCHS)
 USER_MODE = ["A1", "A2"]
 
 
-@pytest.fixture(autouse=True)
-def no_thread_left():
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 3
-    while True:
-        extra = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-        if not extra or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert not extra, f"threads left behind: {[t.name for t in extra[:5]]}"
+pytestmark = pytest.mark.usefixtures("no_thread_left")  # conftest.py
 
 
 # --- interleavings ---------------------------------------------------------------------------
