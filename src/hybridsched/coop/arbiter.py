@@ -26,8 +26,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import ResourceError, UsageError
-from . import futex
-from .state import HEADER_DTYPE, MAGIC, RUNNING, VERSION, WAITING, ArbiterError, State, nbytes, views
+from . import futex, rules
+from .state import BLOCKED, HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
@@ -84,6 +84,7 @@ class Arbiter:
             raise ResourceError("--coop needs Linux futexes on this architecture")
         if not quantum_s > 0:
             raise UsageError(f"the coop quantum must be positive, got {quantum_s}")
+        rules.prepare()  # before any worker forks: no child compiles under the lock
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)
         self.path = path or segment_path()
@@ -283,6 +284,21 @@ class Arbiter:
                 raise ResourceError(f"coop: {exc}") from None
         return Worker(self, slot)
 
+    def reclaim_due(self) -> None:
+        """Look for dead participants, unless another waiter did within the period: one
+        scan per period for the node, not one per waiting worker (each scan reads
+        /proc for every participant, CPU taken from the token holders)."""
+        h = self.state.header
+        if _now() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
+            return
+        with self.locked() as st:
+            now = _now()
+            if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
+                return
+            h["reclaim_ns"][0] = now
+            woken = st.reclaim(_alive, now)
+        self.post(woken)
+
     def post(self, slots: list[int]) -> None:
         for s in slots:
             futex.wake(futex.address(self.state.wake, s), 1)
@@ -349,19 +365,29 @@ class Worker:
             os.sched_setaffinity(0, self._affinity)
             self.cpu = -1
 
-    def _wait_token(self) -> int:
+    def wait_granted(self) -> int:
+        """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
+        this worker (the coop barrier) queues it for a token on its behalf."""
+        return self._wait_token(parked=True)
+
+    def _wait_token(self, parked: bool = False) -> int:
         a = self.arbiter
         st = a.state
         addr = futex.address(st.wake, self.slot)
         t0 = time.perf_counter()
         waited = False
-        while st.workers["state"][self.slot] != RUNNING:
+        ok = (WAITING, BLOCKED) if parked else (WAITING,)
+        words = st.workers["state"]
+        while True:
+            now_state = int(words[self.slot])  # read once: a grant may land between two reads
+            if now_state == RUNNING:
+                break
             waited = True
-            if st.workers["state"][self.slot] != WAITING:
-                raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed)")
+            if now_state not in ok:
+                raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "
+                                    f"now {STATE_NAMES.get(now_state, now_state)})")
             if not futex.wait(addr, 0, RECLAIM_POLL_S):
-                with a.locked() as locked:
-                    a.post(locked.reclaim(_alive, _now()))
+                a.reclaim_due()
         if waited:
             self.switches += 1
             self.waited_s += time.perf_counter() - t0

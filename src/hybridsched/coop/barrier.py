@@ -10,8 +10,15 @@ with the waiting policies real runtimes use:
 
 Under cooperative scheduling (a :class:`arbiter.Worker` given) a waiter spins only while
 every partner still missing holds a token — it is running and will arrive soon; otherwise
-it hands its token on and sleeps, and takes a token again once released. That is the rule
-that keeps spinning barriers from burning the CPU a missing partner needs.
+it hands its token on and *parks* in the barrier's own waiter list (nOS-V's per-primitive
+waiter lists): it sleeps on its arbiter wake word, and the last arrival queues every parked
+waiter for a token on its behalf, under the arbiter's lock. So opening the barrier wakes
+nobody who has no CPU to run on; a parked waiter is woken once, by the token. That is the
+rule that keeps spinning barriers from burning the CPU a missing partner needs, and keeps a
+release from preempting the partner that released it. A waiter parks and the opener
+collects the parked under the same lock, so a park and an open never miss each other; and
+the arrivals are re-read under that lock before parking, so two last arrivals that missed
+each other's store cannot both park.
 
 Arrival is one store per worker into its own slot (no atomic read-modify-write needed);
 the waiter that sees every slot at the epoch releases the others with one store and a
@@ -22,11 +29,12 @@ that long and never deadlocks.
 from __future__ import annotations
 
 import mmap
+from time import monotonic_ns as _now  # the arbiter's clock
 from time import perf_counter
 
 import numpy as np
 
-from . import futex
+from . import futex, rules
 
 POLICIES = ("block", "spin", "spin-block")
 
@@ -46,17 +54,20 @@ class TeamBarrier:
     def __init__(self, workers: int):
         self.n = workers
         # arrive: epoch each worker reached; release: the epoch everyone may leave (a futex
-        # word); slot: each worker's arbiter slot (-1 without coop)
-        size = 8 * workers + 64 + 4 * workers + 8 * workers
+        # word); slot: each worker's arbiter slot (-1 without coop); parked: the epoch a
+        # coop worker parked at (0: not parked), read and written under the arbiter's lock
+        size = 8 * workers + 64 + 4 * workers + 8 * workers + 8 * workers
         self._map = mmap.mmap(-1, max(size, 64))
         self.arrive = np.frombuffer(self._map, np.int64, workers, 0)
         self.release = np.frombuffer(self._map, np.int32, 1, 8 * workers)
         self.slot = np.frombuffer(self._map, np.int32, workers, 8 * workers + 64)
-        self.spin_s = np.frombuffer(self._map, np.float64, workers, 8 * workers + 64 + 4 * workers)
+        off = 8 * workers + 64 + 4 * workers
+        self.spin_s = np.frombuffer(self._map, np.float64, workers, off)
+        self.parked = np.frombuffer(self._map, np.int64, workers, off + 8 * workers)
         self.slot[:] = -1
 
     def close(self) -> None:
-        self.arrive = self.release = self.slot = self.spin_s = None
+        self.arrive = self.release = self.slot = self.spin_s = self.parked = None
         try:
             self._map.close()
         except BufferError:
@@ -65,16 +76,25 @@ class TeamBarrier:
     def _all_arrived(self, epoch: int) -> bool:
         return bool((self.arrive >= epoch).all())
 
-    def _open(self, epoch: int) -> None:
+    def _open(self, epoch: int, worker=None) -> None:
         self.release[0] = epoch
         futex.wake(futex.address(self.release, 0), 1 << 30)
+        if worker is not None:
+            a = worker.arbiter
+            with a.locked() as st:
+                woken = self._unpark(epoch, st)
+            a.post(woken)
+
+    def _unpark(self, epoch: int, st) -> list[int]:
+        """Queue every waiter parked at ``epoch`` for a token (caller holds the lock)."""
+        woken: list[int] = []
+        for t in np.flatnonzero(self.parked == epoch):
+            self.parked[t] = 0
+            woken += st.acquire(int(self.slot[t]), _now())
+        return woken
 
     def _missing_all_hold_tokens(self, epoch: int, state) -> bool:
-        missing = np.flatnonzero(self.arrive < epoch)
-        slots = self.slot[missing]
-        if (slots < 0).any():
-            return False
-        return bool((state.workers["state"][slots] == 1).all())  # RUNNING
+        return bool(rules.running_all(state.workers, self.slot[self.arrive < epoch]))
 
     def _sleep(self, epoch: int) -> None:
         addr = futex.address(self.release, 0)
@@ -90,10 +110,10 @@ class TeamBarrier:
         Time spent spinning (not sleeping) is added to ``spin_s[t]``."""
         self.arrive[t] = epoch
         if self._all_arrived(epoch):
-            self._open(epoch)
+            self._open(epoch, worker)
             return
         if worker is not None:
-            self.spin_s[t] += self._wait_coop(epoch, policy, worker)
+            self.spin_s[t] += self._wait_coop(t, epoch, policy, worker)
             return
         if policy == "block":
             self._sleep(epoch)
@@ -109,21 +129,35 @@ class TeamBarrier:
         self.spin_s[t] += perf_counter() - t0
         self._sleep(epoch)
 
-    def _wait_coop(self, epoch: int, policy: str, worker) -> float:
+    def _wait_coop(self, t: int, epoch: int, policy: str, worker) -> float:
         """The coop rule; returns the time spent spinning."""
         state = worker.arbiter.state
         t0 = perf_counter()
         deadline = t0 + SPIN_BLOCK_S if policy == "spin-block" else float("inf")
         while self.release[0] < epoch:
             if self._all_arrived(epoch):
-                self._open(epoch)
+                self._open(epoch, worker)
                 break
             if (policy != "block" and perf_counter() < deadline
                     and self._missing_all_hold_tokens(epoch, state)):
                 continue  # they are running: they will be here soon
             spun = perf_counter() - t0
-            worker.block()   # hand the CPU to someone who can use it
-            self._sleep(epoch)
-            worker.acquire()
+            self._park(t, epoch, worker)
             return spun
         return perf_counter() - t0
+
+    def _park(self, t: int, epoch: int, worker) -> None:
+        """Hand the token on and sleep until the opener has queued us and a token came."""
+        a = worker.arbiter
+        with a.locked() as st:
+            woken = st.release(worker.slot, _now())
+            if self.release[0] < epoch and not self._all_arrived(epoch):
+                self.parked[t] = epoch
+            else:  # opened meanwhile, or we are the last after all: queue up again now
+                if self.release[0] < epoch:
+                    self.release[0] = epoch
+                    futex.wake(futex.address(self.release, 0), 1 << 30)
+                    woken += self._unpark(epoch, st)
+                woken += st.acquire(worker.slot, _now())
+        a.post([w for w in woken if w != worker.slot])
+        worker.wait_granted()

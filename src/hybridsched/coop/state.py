@@ -22,17 +22,22 @@ from typing import Callable
 
 import numpy as np
 
+from . import rules
+from .rules import BLOCKED, FREE, RUNNING, WAITING  # worker states (the compiled rules own them)
+
 MAGIC = b"HSCOOP01"
-VERSION = 1
+# 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only) and
+# ``reclaim_ns`` (when the dead were last looked for)
+VERSION = 2
 
 # worker states
-FREE, RUNNING, WAITING, BLOCKED = 0, 1, 2, 3
 STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "blocked"}
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
     ("max_workers", "i4"), ("quantum_ns", "i8"), ("rr", "i4"), ("waiting", "i4"),
     ("seq", "i8"), ("grants", "i8"), ("rotations", "i8"), ("reclaimed", "i8"),
+    ("hi", "i4"), ("_pad", "i4"), ("reclaim_ns", "i8"),
 ])
 CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "i4"),
                       ("since_ns", "i8")])
@@ -127,15 +132,12 @@ class State:
         row["used"], row["pid"], row["job"], row["state"] = 1, pid, job, BLOCKED
         row["cpu"], row["last_cpu"], row["seq"], row["held_ns"] = -1, -1, 0, 0
         self.wake[w] = 0
+        if w >= self.header["hi"][0]:
+            self.header["hi"][0] = w + 1
         return w
 
     def leave_worker(self, w: int, now: int) -> list[int]:
-        woken = self.release(w, now) if self.workers["state"][w] == RUNNING else []
-        if self.workers["state"][w] == WAITING:
-            self.header["waiting"][0] -= 1
-        self.workers[w]["used"] = 0
-        self.workers[w]["state"] = FREE
-        return woken
+        return _one(rules.leave_worker(*self._args(), w, now))
 
     def leave_job(self, j: int) -> None:
         if (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any():
@@ -145,78 +147,38 @@ class State:
     def participants(self) -> int:
         return int(self.jobs["used"].sum())
 
-    # --- the rules --------------------------------------------------------------------
+    # --- the rules (bodies compiled in :mod:`rules`) -------------------------------
+
+    def _args(self):
+        return self.header, self.cpus, self.jobs, self.workers, self.wake, int(self.header["hi"][0])
 
     def acquire(self, w: int, now: int) -> list[int]:
         """Worker w wants to run: a free token (its last CPU if free) or the queue."""
         self._check(w)
-        if self.workers["state"][w] in (RUNNING, WAITING):
-            return []
-        free = np.flatnonzero(self.cpus["holder"] < 0)
-        if len(free):
-            last = self.workers["last_cpu"][w]
-            ci = last if last >= 0 and self.cpus["holder"][last] < 0 else int(free[0])
-            return [self._grant(w, int(ci), now, keep_quantum=False)]
-        self._enqueue(w)
-        return []
+        return _one(rules.acquire(self.header, self.cpus, self.workers, self.wake, w, now))
 
     def try_acquire(self, w: int, now: int) -> bool:
         """A free token for worker w if there is one and nobody queues for it (a BLAS call
         widening to the CPUs left idle); never queues."""
         self._check(w)
-        if self.workers["state"][w] == RUNNING:
-            return True
-        if self.header["waiting"][0] > 0 or self.workers["state"][w] == WAITING:
-            return False
-        free = np.flatnonzero(self.cpus["holder"] < 0)
-        if not len(free):
-            return False
-        self._grant(w, int(free[0]), now, keep_quantum=False)
-        return True
+        return bool(rules.try_acquire(self.header, self.cpus, self.workers, self.wake, w, now))
 
     def release(self, w: int, now: int) -> list[int]:
         """Worker w blocks: its token goes to its own job's first waiter (keeping the
         job's quantum), else to the next job with a waiter, else it is freed."""
         self._check(w)
-        ci = int(self.workers["cpu"][w])
-        if self.workers["state"][w] != RUNNING or ci < 0:
-            return []
-        self._drop(w, now, BLOCKED)
-        target = self._first_waiter(int(self.workers["job"][w]))
-        if target >= 0:
-            return [self._grant(target, ci, now, keep_quantum=True)]
-        j = self._next_job(exclude=-1)
-        if j >= 0:
-            return [self._grant(self._first_waiter(j), ci, now, keep_quantum=False)]
-        self.cpus["holder"][ci] = -1
-        self.cpus["job"][ci] = -1
-        return []
+        return _one(rules.release(*self._args(), w, now))
 
     def expired(self, w: int, now: int) -> bool:
         """Whether worker w's quantum has run out and someone waits: the lock-free test a
         worker makes at every chunk boundary before calling :meth:`boundary`."""
-        ci = self.workers["cpu"][w]
-        return (ci >= 0 and self.header["waiting"][0] > 0
-                and now - self.cpus["since_ns"][ci] >= self.header["quantum_ns"][0])
+        return bool(rules.expired(self.header, self.cpus, self.workers, w, now))
 
     def boundary(self, w: int, now: int) -> list[int]:
-        """A chunk boundary of worker w: rotate the token if the quantum has expired."""
+        """A chunk boundary of worker w: rotate the token if the quantum has expired (to
+        the next job in round-robin order, to its own job again only if no other waits)."""
         self._check(w)
-        ci = int(self.workers["cpu"][w])
-        if self.workers["state"][w] != RUNNING or ci < 0:
-            return []
-        if now - self.cpus["since_ns"][ci] < self.header["quantum_ns"][0]:
-            return []
-        job = int(self.workers["job"][w])
-        j = self._next_job(exclude=job)
-        target = self._first_waiter(j) if j >= 0 else self._first_waiter(job)
-        if target < 0:
-            self.cpus["since_ns"][ci] = now  # nobody waits: a fresh quantum, keep running
-            return []
-        self._drop(w, now, WAITING)
-        self._enqueue(w, already=True)
-        self.header["rotations"][0] += 1
-        return [self._grant(target, ci, now, keep_quantum=False)]
+        return _one(rules.boundary(*self._args(), w, now))
 
     def reclaim(self, alive: Callable[[int], bool], now: int) -> list[int]:
         """Free the slots (and pass on the tokens) of workers whose process is gone, and
@@ -259,54 +221,6 @@ class State:
         if not (0 <= w < len(self.workers)) or not self.workers["used"][w]:
             raise ArbiterError(f"worker slot {w} is not registered")
 
-    def _grant(self, w: int, ci: int, now: int, keep_quantum: bool) -> int:
-        if self.workers["state"][w] == WAITING:
-            self.header["waiting"][0] -= 1
-        c = self.cpus[ci]
-        c["holder"] = w
-        if not keep_quantum or c["job"] != self.workers["job"][w]:
-            c["since_ns"], c["job"] = now, self.workers["job"][w]
-        row = self.workers[w]
-        row["state"], row["cpu"], row["last_cpu"], row["acquired_ns"] = RUNNING, ci, ci, now
-        self.header["grants"][0] += 1
-        self.wake[w] = 1
-        return w
 
-    def _drop(self, w: int, now: int, state: int) -> None:
-        row = self.workers[w]
-        row["held_ns"] += now - row["acquired_ns"]
-        row["state"], row["cpu"] = state, -1
-        self.wake[w] = 0
-
-    def _enqueue(self, w: int, already: bool = False) -> None:
-        h = self.header[0]
-        h["seq"] += 1
-        self.workers[w]["seq"] = h["seq"]
-        self.workers[w]["state"] = WAITING
-        self.wake[w] = 0
-        h["waiting"] += 1
-
-    def _waiting_mask(self) -> np.ndarray:
-        return (self.workers["used"] == 1) & (self.workers["state"] == WAITING)
-
-    def _first_waiter(self, job: int) -> int:
-        m = self._waiting_mask() & (self.workers["job"] == job)
-        if not m.any():
-            return -1
-        idx = np.flatnonzero(m)
-        return int(idx[np.argmin(self.workers["seq"][idx])])
-
-    def _next_job(self, exclude: int) -> int:
-        """The next job after the round-robin cursor with a waiter (not ``exclude``);
-        advances the cursor past it. -1 when none waits."""
-        waiting_jobs = set(self.workers["job"][self._waiting_mask()].tolist()) - {exclude}
-        if not waiting_jobs:
-            return -1
-        n = len(self.jobs)
-        start = int(self.header["rr"][0])
-        for i in range(n):
-            j = (start + i) % n
-            if j in waiting_jobs:
-                self.header["rr"][0] = (j + 1) % n
-                return j
-        return -1
+def _one(w: int) -> list[int]:
+    return [] if w < 0 else [int(w)]
