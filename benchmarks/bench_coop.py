@@ -5,7 +5,8 @@
    (and partition), involuntary context switches per worker coop / linux;
 2. the same at J = 4, and step sizes 20 us .. 10 ms at J = 2: where the gain fades;
 3. `bsp` with a block barrier (coop within 5 % of Linux or better) and J = 1 (coop's cost);
-4. `run --coop` of prolific at k = 1.5 N and 16 N: sigma / N against pinned Linux.
+4. `blas`, J = 2 and 4: coop vs oversubscribed Linux vs partition;
+5. `run --coop` of prolific at k = 1.5 N and 16 N: sigma / N against pinned Linux.
 
 Each row is one `colocate` experiment (policies interleaved per repetition, best-of and
 mean reported); a timing counts only if every job verified (the barrier check).
@@ -25,9 +26,10 @@ from hybridsched.sysinfo import n_cpus
 N = n_cpus()
 
 
-def experiment(jobs, workers, barrier, step_us, steps, reps, policies=("linux", "coop", "partition")):
-    spec = ColocateSpec(jobs=jobs, workers=workers, policies=list(policies), barrier=barrier,
-                        step_us=step_us, steps=steps, reps=reps)
+def experiment(jobs, workers, barrier, step_us, steps, reps, policies=("linux", "coop", "partition"),
+               workload="bsp"):
+    spec = ColocateSpec(workload=workload, jobs=jobs, workers=workers, policies=list(policies),
+                        barrier=barrier, step_us=step_us, steps=steps, reps=reps)
     spec.validate(N)
     recs = run_colocate(spec, lambda r: None)
     out = {}
@@ -53,6 +55,21 @@ def line(label, res, ideal):
           f"{part['mean'] if part else math.nan:.3f} | **{gain:.2f}x** | "
           f"{lx['mean'] / ideal:.2f} | {co['invol']:.1f} / {lx['invol']:.1f} = {inv:.3f} | "
           f"{lx['spin']:.3f} / {co['spin']:.3f} |", flush=True)
+
+
+def blas(reps, calls):
+    """The seed's nested-BLAS case: J jobs, each calling numpy matrix products with its BLAS
+    pool at N threads (linux: oversubscribed J x N; partition: N/J CPUs each; coop: c tokens
+    before each call and the pool set to c through threadpoolctl)."""
+    print(f"\n## blas: J jobs x {calls} products of {ColocateSpec().matrix}^2, BLAS pool N = {N} "
+          f"threads per job, mean of {reps}\n")
+    print("| J | linux (s) | coop (s) | partition (s) | linux/coop | partition/coop |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for jobs in (2, 4):
+        res, _ = experiment(jobs, N, "block", 1, calls, reps, workload="blas")
+        lx, co, pa = res["linux"]["mean"], res["coop"]["mean"], res["partition"]["mean"]
+        print(f"| {jobs} | {lx:.3f} | {co:.3f} | {pa:.3f} | **{lx / co:.2f}x** | {pa / co:.2f}x |",
+              flush=True)
 
 
 def prolific(reps):
@@ -115,6 +132,7 @@ def main():
     line("bsp J=1 (k = N), block, 200 µs", res, ideal)
     res, ideal = experiment(1, N, "spin-block", 200, steps_for(200), a.reps, ("linux", "coop"))
     line("bsp J=1 (k = N), spin-block, 200 µs", res, ideal)
+    blas(a.reps, 20 if a.quick else 60)
     prolific(a.reps)
     print(f"\n(wall {time.time() - t0:.0f} s)")
 
