@@ -165,3 +165,72 @@ def test_futex_wake_across_processes():
     assert words[0] == 1 and time.monotonic() - t0 < 2
     os.waitpid(pid, 0)
     assert futex.wait(futex.address(words, 1), 0, 0.01) is False  # times out
+
+
+def test_a_token_holder_runs_sched_batch_and_leave_restores_its_policy(seg):
+    """Hand-offs without wake-up preemption: SCHED_BATCH while the thread holds tokens,
+    its own policy back once it leaves."""
+    got = {}
+
+    def body(a, j):
+        before = os.sched_getscheduler(0)
+        w = a.worker(j)
+        w.acquire()
+        got["holding"] = os.sched_getscheduler(0)
+        w.leave()
+        got["before"], got["after"] = before, os.sched_getscheduler(0)
+
+    with Arbiter(path=seg) as a:
+        j = a.join_job()
+        t = threading.Thread(target=body, args=(a, j))
+        t.start()
+        t.join()
+        a.leave_job(j)
+    assert got["holding"] == os.SCHED_BATCH
+    assert got["after"] == got["before"] == os.SCHED_OTHER
+
+
+def test_the_coop_barrier_queues_parked_waiters_without_waking_them(seg):
+    """One CPU, two workers of one job, block barrier: the last arrival queues the parked
+    partner for the token (it wakes once, when the token comes), every step completes in
+    order, and nobody is left parked."""
+    from hybridsched.coop.barrier import TeamBarrier
+    from hybridsched.coop.state import WAITING
+
+    steps = 30
+    bar = TeamBarrier(2)
+    order = []
+    seen_waiting = []
+    try:
+        with Arbiter(cpus=CPUS[:1], path=seg) as a:
+            j = a.join_job()
+            ws = [a.worker(j) for _ in range(2)]
+            for t in range(2):
+                bar.slot[t] = ws[t].slot
+
+            def body(t):
+                w = ws[t]
+                w.acquire()
+                for s in range(steps):
+                    order.append((s, t))
+                    other = ws[1 - t].slot
+                    before = w.switches
+                    bar.wait(t, s + 1, "block", w)
+                    if w.switches == before:  # we arrived last and opened: the partner
+                        # is parked; it must be queued for the token at once, not woken
+                        seen_waiting.append(int(a.state.workers["state"][other]))
+                w.leave()
+
+            ts = [threading.Thread(target=body, args=(t,)) for t in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(10)
+            assert not any(t.is_alive() for t in ts)
+            assert not bar.parked.any()
+            a.leave_job(j)
+    finally:
+        bar.close()
+    assert [s for s, _ in order] == sorted(s for s, _ in order)  # no one ran ahead a step
+    assert len(order) == 2 * steps
+    assert seen_waiting and set(seen_waiting) == {WAITING}  # queued by the opener itself
