@@ -184,6 +184,7 @@ class Arbiter:
         finally:
             os.close(fd)
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
+        self._wake0 = futex.address(self.state.wake, 0)  # numpy's .ctypes costs µs per use
         h = self.state.header[0]
         if fresh:
             self.state.initialise(self.cpus, self.quantum_ns)
@@ -309,7 +310,7 @@ class Arbiter:
 
     def post(self, slots: list[int]) -> None:
         for s in slots:
-            futex.wake(futex.address(self.state.wake, s), 1)
+            futex.wake(self._wake0 + 4 * s, 1)
 
 
 class Worker:
@@ -335,7 +336,7 @@ class Worker:
         with a.locked() as st:
             woken = st.acquire(self.slot, _now())
         a.post([w for w in woken if w != self.slot])
-        return self._wait_token()
+        return self._wait_token(queued=self.slot not in woken)
 
     def boundary(self) -> int:
         """A scheduling point: give the CPU away if the quantum is over and others wait."""
@@ -346,7 +347,7 @@ class Worker:
         with a.locked() as st:
             woken = st.boundary(self.slot, _now())
         a.post(woken)
-        return self._wait_token()
+        return self._wait_token(queued=bool(woken))  # rotated out: we queue
 
     def try_acquire(self) -> bool:
         """Take a free token if one is idle right now (never waits); does not pin."""
@@ -384,14 +385,16 @@ class Worker:
     def wait_granted(self) -> int:
         """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
         this worker (the coop barrier) queues it for a token on its behalf."""
-        return self._wait_token(parked=True)
+        return self._wait_token(parked=True, queued=True)
 
-    def _wait_token(self, parked: bool = False) -> int:
+    def _wait_token(self, parked: bool = False, queued: bool = False) -> int:
+        """``queued``: the caller gave its token up or queued for one, so getting one back
+        is a switch even when the grant lands before the first look."""
         a = self.arbiter
         st = a.state
-        addr = futex.address(st.wake, self.slot)
+        addr = a._wake0 + 4 * self.slot
         t0 = time.perf_counter()
-        waited = False
+        waited = queued
         ok = (WAITING, BLOCKED) if parked else (WAITING,)
         words = st.workers["state"]
         while True:

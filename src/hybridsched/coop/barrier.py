@@ -32,9 +32,33 @@ import mmap
 from time import monotonic_ns as _now  # the arbiter's clock
 from time import perf_counter
 
+import numba
 import numpy as np
 
 from . import futex, rules
+
+# Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
+# a spinning or parking waiter makes several per step); they hold the GIL like the rules.
+_jit = numba.njit(nogil=False, cache=True)
+
+
+@_jit
+def _all_at(arrive, epoch):
+    for e in arrive:
+        if e < epoch:
+            return False
+    return True
+
+
+@_jit
+def _take_parked(parked, slot, epoch):
+    """The arbiter slots of the waiters parked at ``epoch``, unparking them."""
+    out = []
+    for t in range(len(parked)):
+        if parked[t] == epoch:
+            parked[t] = 0
+            out.append(int(slot[t]))
+    return out
 
 POLICIES = ("block", "spin", "spin-block")
 
@@ -65,6 +89,9 @@ class TeamBarrier:
         self.spin_s = np.frombuffer(self._map, np.float64, workers, off)
         self.parked = np.frombuffer(self._map, np.int64, workers, off + 8 * workers)
         self.slot[:] = -1
+        self._release_addr = futex.address(self.release, 0)  # fixed: the mapping never moves
+        _all_at(self.arrive, 1)  # compiled here, before the workers fork
+        _take_parked(self.parked, self.slot, -1)
 
     def close(self) -> None:
         self.arrive = self.release = self.slot = self.spin_s = self.parked = None
@@ -74,11 +101,11 @@ class TeamBarrier:
             pass
 
     def _all_arrived(self, epoch: int) -> bool:
-        return bool((self.arrive >= epoch).all())
+        return _all_at(self.arrive, epoch)
 
     def _open(self, epoch: int, worker=None) -> None:
         self.release[0] = epoch
-        futex.wake(futex.address(self.release, 0), 1 << 30)
+        futex.wake(self._release_addr, 1 << 30)
         if worker is not None:
             a = worker.arbiter
             with a.locked() as st:
@@ -88,16 +115,15 @@ class TeamBarrier:
     def _unpark(self, epoch: int, st) -> list[int]:
         """Queue every waiter parked at ``epoch`` for a token (caller holds the lock)."""
         woken: list[int] = []
-        for t in np.flatnonzero(self.parked == epoch):
-            self.parked[t] = 0
-            woken += st.acquire(int(self.slot[t]), _now())
+        for slot in _take_parked(self.parked, self.slot, epoch):
+            woken += st.acquire(slot, _now())
         return woken
 
     def _missing_all_hold_tokens(self, epoch: int, state) -> bool:
         return bool(rules.running_all(state.workers, self.slot[self.arrive < epoch]))
 
     def _sleep(self, epoch: int) -> None:
-        addr = futex.address(self.release, 0)
+        addr = self._release_addr
         while self.release[0] < epoch:
             seen = int(self.release[0])
             if self._all_arrived(epoch):
@@ -156,7 +182,7 @@ class TeamBarrier:
             else:  # opened meanwhile, or we are the last after all: queue up again now
                 if self.release[0] < epoch:
                     self.release[0] = epoch
-                    futex.wake(futex.address(self.release, 0), 1 << 30)
+                    futex.wake(self._release_addr, 1 << 30)
                     woken += self._unpark(epoch, st)
                 woken += st.acquire(worker.slot, _now())
         a.post([w for w in woken if w != worker.slot])
