@@ -12,7 +12,7 @@ Gaussian elimination.
 3. per-stage times of A0/A1/A2 over thread counts for `rows` and `tiles`, the accelerations
    over A0 in the seed's form and the counts (blocks, wake-ups, switches, scans) behind them.
 
-    PYTHONPATH=src python benchmarks/bench_ge.py [--quick] [--reps R]
+    PYTHONPATH=src python benchmarks/bench_ge.py [--quick] [--reps R] [--rows-max T]
 """
 from __future__ import annotations
 
@@ -191,6 +191,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
     ap.add_argument("--reps", type=int, default=2, help="stage runs per (T, arch)")
+    ap.add_argument("--rows-max", type=int, default=0,
+                    help="also run rows at this many threads (n = T: one row each)")
     args = ap.parse_args()
     kernels.prepare()
     print(f"# bench_ge: {len(usable_cpus())} usable CPUs, load average "
@@ -213,6 +215,8 @@ def main() -> None:
     else:
         stages("stages", "rows", 1024, [32, 256, 1024], args.reps)
         stages("stages", "tiles", 712, [32, 256, 1024, 7936], args.reps)
+    if args.rows_max:
+        stages("largest rows", "rows", args.rows_max, [args.rows_max], args.reps)
 
 
 if __name__ == "__main__":
