@@ -153,3 +153,36 @@ def test_tokens_never_exceed_cpus_and_invariants_hold(ncpu, ops):
         running = int(((s.workers["used"] == 1) & (s.workers["state"] == RUNNING)).sum())
         assert running <= ncpu
         assert not s.check_invariants(), (op, i, s.check_invariants())
+
+
+def test_lazy_park_keeps_the_token_until_somebody_queues():
+    from hybridsched.coop.state import LAZY
+
+    s, js, ws = make(ncpu=1)
+    a, b, _ = ws[js[0]]
+    s.acquire(a, 0)
+    assert s.lazy_park(a) and s.workers["state"][a] == LAZY
+    assert s.cpus["holder"][0] == a and not s.check_invariants()
+    assert s.lazy_resume(a) and s.workers["state"][a] == RUNNING  # resumed with its token
+    assert s.lazy_park(a)
+    assert s.acquire(b, 5) == [b]                   # the queuer revokes the lazy token
+    assert s.workers["state"][a] == BLOCKED and s.cpus["holder"][0] == b
+    assert not s.lazy_resume(a)                     # revoked: must queue again
+    assert s.acquire(a, 6) == [] and s.workers["state"][a] == WAITING
+    assert not s.check_invariants()
+
+
+def test_lazy_park_is_refused_while_somebody_waits_and_a_dead_lazy_token_is_reclaimed():
+    from hybridsched.coop.state import LAZY
+
+    s, js, ws = make(ncpu=1)
+    a = ws[js[0]][0]
+    x = ws[js[1]][0]
+    s.acquire(a, 0)
+    s.acquire(x, 1)
+    assert not s.lazy_park(a) and s.workers["state"][a] == RUNNING
+    assert s.release(a, 2) == [x]
+    assert s.lazy_park(x) and s.workers["state"][x] == LAZY
+    dead = {int(s.workers["pid"][x])}
+    assert s.reclaim(lambda pid: pid not in dead, 3) == []  # nobody waits: the token is freed
+    assert s.cpus["holder"][0] == -1 and not s.check_invariants()

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from . import futex, rules
-from .state import BLOCKED, HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
+from .state import BLOCKED, HEADER_DTYPE, LAZY, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
@@ -395,7 +395,7 @@ class Worker:
         addr = a._wake0 + 4 * self.slot
         t0 = time.perf_counter()
         waited = queued
-        ok = (WAITING, BLOCKED) if parked else (WAITING,)
+        ok = (WAITING, BLOCKED, LAZY) if parked else (WAITING,)
         words = st.workers["state"]
         while True:
             now_state = int(words[self.slot])  # read once: a grant may land between two reads

@@ -12,13 +12,14 @@ Under cooperative scheduling (a :class:`arbiter.Worker` given) a waiter spins on
 every partner still missing holds a token — it is running and will arrive soon; otherwise
 it hands its token on and *parks* in the barrier's own waiter list (nOS-V's per-primitive
 waiter lists): it sleeps on its arbiter wake word, and the last arrival queues every parked
-waiter for a token on its behalf, under the arbiter's lock. So opening the barrier wakes
-nobody who has no CPU to run on; a parked waiter is woken once, by the token. That is the
-rule that keeps spinning barriers from burning the CPU a missing partner needs, and keeps a
-release from preempting the partner that released it. A waiter parks and the opener
-collects the parked under the same lock, so a park and an open never miss each other; and
-the arrivals are re-read under that lock before parking, so two last arrivals that missed
-each other's store cannot both park.
+waiter for a token on its behalf. So opening the barrier wakes nobody who has no CPU to run
+on; a parked waiter is woken once, by the token. That is the rule that keeps spinning
+barriers from burning the CPU a missing partner needs, and keeps a release from preempting
+the partner that released it. While nobody waits for a token a parker keeps its own (the
+arbiter's lazy park), so an uncontended barrier costs no lock at all. Park and open are
+lock-free against each other (publish, fence, re-check; see ``_park``), and a parker
+re-reads the arrivals after publishing, so two last arrivals that missed each other's store
+cannot both park.
 
 Arrival is one store per worker into its own slot (no atomic read-modify-write needed);
 the waiter that sees every slot at the epoch releases the others with one store and a
@@ -35,6 +36,7 @@ from time import perf_counter
 import numba
 import numpy as np
 
+from ..atomics import compare_exchange, exchange
 from . import futex, rules
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
@@ -52,13 +54,24 @@ def _all_at(arrive, epoch):
 
 @_jit
 def _take_parked(parked, slot, epoch):
-    """The arbiter slots of the waiters parked at ``epoch``, unparking them."""
+    """Claim every waiter parked at ``epoch`` (compare-exchange: each by exactly one
+    opener); their arbiter slots."""
     out = []
     for t in range(len(parked)):
-        if parked[t] == epoch:
-            parked[t] = 0
+        if parked[t] == epoch and compare_exchange(parked, t, epoch, 0):
             out.append(int(slot[t]))
     return out
+
+
+@_jit
+def _publish(words, i, value):
+    exchange(words, i, value)  # a store and a full fence
+
+
+@_jit
+def _claim(parked, t, epoch):
+    return compare_exchange(parked, t, epoch, 0)
+
 
 POLICIES = ("block", "spin", "spin-block")
 
@@ -79,7 +92,8 @@ class TeamBarrier:
         self.n = workers
         # arrive: epoch each worker reached; release: the epoch everyone may leave (a futex
         # word); slot: each worker's arbiter slot (-1 without coop); parked: the epoch a
-        # coop worker parked at (0: not parked), read and written under the arbiter's lock
+        # coop worker parked at (0: not parked; set by the parker, cleared by whoever
+        # claims it, both atomically)
         size = 8 * workers + 64 + 4 * workers + 8 * workers + 8 * workers
         self._map = mmap.mmap(-1, max(size, 64))
         self.arrive = np.frombuffer(self._map, np.int64, workers, 0)
@@ -92,6 +106,8 @@ class TeamBarrier:
         self._release_addr = futex.address(self.release, 0)  # fixed: the mapping never moves
         _all_at(self.arrive, 1)  # compiled here, before the workers fork
         _take_parked(self.parked, self.slot, -1)
+        _claim(self.parked, 0, -1)
+        _publish(self.release, 0, 0)
 
     def close(self) -> None:
         self.arrive = self.release = self.slot = self.spin_s = self.parked = None
@@ -104,20 +120,27 @@ class TeamBarrier:
         return _all_at(self.arrive, epoch)
 
     def _open(self, epoch: int, worker=None) -> None:
-        self.release[0] = epoch
+        _publish(self.release, 0, epoch)  # then claim the parked: see _park
         futex.wake(self._release_addr, 1 << 30)
         if worker is not None:
-            a = worker.arbiter
-            with a.locked() as st:
-                woken = self._unpark(epoch, st)
-            a.post(woken)
+            self._resume(worker.arbiter, _take_parked(self.parked, self.slot, epoch))
 
-    def _unpark(self, epoch: int, st) -> list[int]:
-        """Queue every waiter parked at ``epoch`` for a token (caller holds the lock)."""
-        woken: list[int] = []
-        for slot in _take_parked(self.parked, self.slot, epoch):
-            woken += st.acquire(slot, _now())
-        return woken
+    @staticmethod
+    def _resume(a, slots) -> None:
+        """Let claimed parked waiters run: with the token they kept (lazy), woken at once;
+        else queued for one under the lock."""
+        st = a.state
+        queue = []
+        for s in slots:
+            if st.lazy_resume(s):
+                st.wake[s] = 1
+                a.post([s])
+            else:
+                queue.append(s)
+        if queue:
+            with a.locked() as locked:
+                woken = [w for s in queue for w in locked.acquire(s, _now())]
+            a.post(woken)
 
     def _missing_all_hold_tokens(self, epoch: int, state) -> bool:
         return bool(rules.running_all(state.workers, self.slot[self.arrive < epoch]))
@@ -173,17 +196,24 @@ class TeamBarrier:
         return perf_counter() - t0
 
     def _park(self, t: int, epoch: int, worker) -> None:
-        """Hand the token on and sleep until the opener has queued us and a token came."""
+        """Give the token up (or keep it lazily if nobody waits), park, and sleep until an
+        opener has claimed us and we have a token again.
+
+        Lock-free against the opener: we publish ``parked[t]`` and then read ``release``
+        and the arrivals; an opener publishes ``release`` and then claims the parked. Both
+        are fenced, so at least one sees the other; the claim is a compare-exchange, so
+        exactly one of us (the opener, or we ourselves when it missed us) resumes us."""
         a = worker.arbiter
-        with a.locked() as st:
-            woken = st.release(worker.slot, _now())
-            if self.release[0] < epoch and not self._all_arrived(epoch):
-                self.parked[t] = epoch
-            else:  # opened meanwhile, or we are the last after all: queue up again now
-                if self.release[0] < epoch:
-                    self.release[0] = epoch
-                    futex.wake(self._release_addr, 1 << 30)
-                    woken += self._unpark(epoch, st)
-                woken += st.acquire(worker.slot, _now())
-        a.post([w for w in woken if w != worker.slot])
+        st = a.state
+        me = worker.slot
+        if not st.lazy_park(me):
+            with a.locked() as locked:
+                woken = locked.release(me, _now())  # nothing if we were revoked meanwhile
+            a.post(woken)
+        _publish(self.parked, t, epoch)
+        if self.release[0] >= epoch:
+            if _claim(self.parked, t, epoch):  # opened before the opener could see us
+                self._resume(a, [me])
+        elif self._all_arrived(epoch):  # the last arrival after all (it missed our store)
+            self._open(epoch, worker)       # claims us with the others
         worker.wait_granted()

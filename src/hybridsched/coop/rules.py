@@ -8,6 +8,15 @@ step; compiled it is a few microseconds. :class:`state.State` keeps the readable
 rules' documentation; these functions are its bodies. Each returns the slot it made
 runnable, or -1. The caller holds the arbiter's lock.
 
+The lazy park (:func:`lazy_park`, :func:`lazy_resume`, :func:`revoke_lazy`) is the one
+lock-free protocol: a worker that parks in a primitive while nobody waits for a token keeps
+its token (LAZY) instead of taking the lock twice to free and retake it; whoever queues
+later revokes it. Its correctness rests on two sequentially consistent atomics crossing: a
+parker sets LAZY (compare-exchange) and then reads ``waiting``; a queuer raises ``waiting``
+(fetch-add) and then reads the states. At least one sees the other, so a LAZY token is never
+left idle while somebody waits; LAZY -> RUNNING (the parker resumed) and LAZY -> BLOCKED
+(revoked) are compare-exchanges, so exactly one of them wins.
+
 Slots are used lowest-first (``join_worker`` takes the first free one), so the scans stop at
 the header's high-water mark ``hi`` instead of the whole table.
 """
@@ -15,7 +24,13 @@ from __future__ import annotations
 
 import numba
 
-FREE, RUNNING, WAITING, BLOCKED = 0, 1, 2, 3
+from ..atomics import compare_exchange, fetch_add
+from .layout import BLOCKED, FREE, HEADER_DTYPE, LAZY, RUNNING, WAITING, WORKER_DTYPE, word_index
+
+# where the lock-free paths find a worker's state and the header's waiting count in int32
+# views of the regions (compile-time constants)
+W_STRIDE, W_STATE = word_index(WORKER_DTYPE, "state")
+_, H_WAITING = word_index(HEADER_DTYPE, "waiting")
 
 # nogil=False on purpose: a rule runs for a microsecond under the arbiter's lock; releasing
 # the GIL around it only hands the GIL to another thread of the process, which then keeps
@@ -85,14 +100,14 @@ def drop(workers, wake, w, now, state):
 
 
 @_jit
-def enqueue(header, workers, wake, w):
+def enqueue(header, workers, wake, w, hw):
     h = header[0]
     h.seq += 1
     r = workers[w]
     r.seq = h.seq
     r.state = WAITING
     wake[w] = 0
-    h.waiting += 1
+    fetch_add(hw, H_WAITING, 1)  # a full fence before the caller looks for LAZY tokens
 
 
 @_jit
@@ -106,15 +121,16 @@ def free_cpu(cpus, prefer):
 
 
 @_jit
-def acquire(header, cpus, workers, wake, w, now):
+def acquire(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
+    """(woken, woken) — the second from a LAZY token revoked for the queue."""
     r = workers[w]
     if r.state == RUNNING or r.state == WAITING:
-        return -1
+        return -1, -1
     ci = free_cpu(cpus, r.last_cpu)
     if ci >= 0:
-        return grant(header, cpus, workers, wake, w, ci, now, False)
-    enqueue(header, workers, wake, w)
-    return -1
+        return grant(header, cpus, workers, wake, w, ci, now, False), -1
+    enqueue(header, workers, wake, w, hw)
+    return -1, revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws)
 
 
 @_jit
@@ -132,13 +148,10 @@ def try_acquire(header, cpus, workers, wake, w, now):
 
 
 @_jit
-def release(header, cpus, jobs, workers, wake, hi, w, now):
-    r = workers[w]
-    ci = r.cpu
-    if r.state != RUNNING or ci < 0:
-        return -1
-    drop(workers, wake, w, now, BLOCKED)
-    target = first_waiter(workers, hi, r.job)
+def pass_token(header, cpus, jobs, workers, wake, hi, ci, job, now):
+    """Token ``ci``, just given up by a worker of ``job``: to that job's first waiter
+    (keeping its quantum), else the next job with a waiter, else free."""
+    target = first_waiter(workers, hi, job)
     if target >= 0:
         return grant(header, cpus, workers, wake, target, ci, now, True)
     j = next_job(header, workers, len(jobs), hi, -1)
@@ -150,6 +163,53 @@ def release(header, cpus, jobs, workers, wake, hi, w, now):
 
 
 @_jit
+def release(header, cpus, jobs, workers, wake, hi, w, now):
+    r = workers[w]
+    ci = r.cpu
+    if r.state != RUNNING or ci < 0:
+        return -1
+    drop(workers, wake, w, now, BLOCKED)
+    return pass_token(header, cpus, jobs, workers, wake, hi, ci, r.job, now)
+
+
+@_jit
+def revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws):
+    """Take the token of one LAZY holder (if any) for the waiters; the slot woken or -1."""
+    if header[0].waiting <= 0:
+        return -1
+    for ci in range(len(cpus)):
+        h = cpus[ci].holder
+        if h >= 0 and compare_exchange(ws, h * W_STRIDE + W_STATE, LAZY, BLOCKED):
+            r = workers[h]
+            r.held_ns += now - r.acquired_ns
+            r.cpu = -1
+            wake[h] = 0
+            return pass_token(header, cpus, jobs, workers, wake, hi, ci, r.job, now)
+    return -1
+
+
+@_jit
+def lazy_park(header, workers, wake, w, ws):
+    """Park keeping the token if nobody waits (lock-free); False: take the locked path.
+    The worker may be left BLOCKED (revoked in between): it then holds nothing."""
+    if header[0].waiting > 0 or workers[w].state != RUNNING:
+        return False
+    wake[w] = 0  # before LAZY is visible: a resumer's wake word store comes after it
+    if not compare_exchange(ws, w * W_STRIDE + W_STATE, RUNNING, LAZY):
+        return False
+    if header[0].waiting > 0:  # somebody queued meanwhile: give it up properly
+        compare_exchange(ws, w * W_STRIDE + W_STATE, LAZY, RUNNING)  # fails if revoked
+        return False
+    return True
+
+
+@_jit
+def lazy_resume(w, ws):
+    """LAZY -> RUNNING (lock-free): True if the worker still had its token."""
+    return compare_exchange(ws, w * W_STRIDE + W_STATE, LAZY, RUNNING)
+
+
+@_jit
 def expired(header, cpus, workers, w, now):
     ci = workers[w].cpu
     h = header[0]
@@ -157,29 +217,33 @@ def expired(header, cpus, workers, w, now):
 
 
 @_jit
-def boundary(header, cpus, jobs, workers, wake, hi, w, now):
+def boundary(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
+    """(woken, woken) — the second from a LAZY token revoked for the rotated-out worker."""
     r = workers[w]
     ci = r.cpu
     if r.state != RUNNING or ci < 0:
-        return -1
+        return -1, -1
     h = header[0]
     if now - cpus[ci].since_ns < h.quantum_ns:
-        return -1
+        return -1, -1
     j = next_job(header, workers, len(jobs), hi, r.job)
     target = first_waiter(workers, hi, j) if j >= 0 else first_waiter(workers, hi, r.job)
     if target < 0:
         cpus[ci].since_ns = now  # nobody waits: a fresh quantum, keep running
-        return -1
+        return -1, -1
     drop(workers, wake, w, now, WAITING)
-    enqueue(header, workers, wake, w)
+    enqueue(header, workers, wake, w, hw)
     h.rotations += 1
-    return grant(header, cpus, workers, wake, target, ci, now, False)
+    return (grant(header, cpus, workers, wake, target, ci, now, False),
+            revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws))
 
 
 @_jit
-def leave_worker(header, cpus, jobs, workers, wake, hi, w, now):
+def leave_worker(header, cpus, jobs, workers, wake, hi, w, now, ws):
     woken = -1
     r = workers[w]
+    if compare_exchange(ws, w * W_STRIDE + W_STATE, LAZY, RUNNING):
+        pass  # a dead parker's token: released below like a running one's
     if r.state == RUNNING:
         woken = release(header, cpus, jobs, workers, wake, hi, w, now)
     if r.state == WAITING:
@@ -208,6 +272,8 @@ def prepare() -> None:
     j = st.join_job(1)
     a, b = st.join_worker(j, 1), st.join_worker(j, 1)
     st.acquire(a, 0)
+    st.lazy_park(a)
+    st.lazy_resume(a)
     st.acquire(b, 0)
     st.expired(a, 2)
     st.boundary(a, 2)

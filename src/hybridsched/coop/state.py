@@ -9,7 +9,9 @@ at scheduling points:
   next job in round-robin order that has a waiter; else the token is free;
 * ``boundary``: at a chunk boundary, once the quantum of the job on that CPU has run out
   and another worker waits, the token passes to the next job in round-robin order (to the
-  worker's own job again only if no other job waits), and the worker queues.
+  worker's own job again only if no other job waits), and the worker queues;
+* the lazy park: a worker that sleeps in a primitive while nobody waits keeps its token
+  (LAZY) without taking the lock; whoever queues next revokes it (as if it had released).
 
 The state lives in numpy structured arrays so the same code runs on a private copy (tests
 with fake clocks and fake processes) and on the shared segment (:mod:`arbiter`). Every
@@ -23,51 +25,8 @@ from typing import Callable
 import numpy as np
 
 from . import rules
-from .rules import BLOCKED, FREE, RUNNING, WAITING  # worker states (the compiled rules own them)
-
-MAGIC = b"HSCOOP01"
-# 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only) and
-# ``reclaim_ns`` (when the dead were last looked for)
-VERSION = 2
-
-# worker states
-STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "blocked"}
-
-HEADER_DTYPE = np.dtype([
-    ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
-    ("max_workers", "i4"), ("quantum_ns", "i8"), ("rr", "i4"), ("waiting", "i4"),
-    ("seq", "i8"), ("grants", "i8"), ("rotations", "i8"), ("reclaimed", "i8"),
-    ("hi", "i4"), ("_pad", "i4"), ("reclaim_ns", "i8"),
-])
-CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "i4"),
-                      ("since_ns", "i8")])
-JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")])
-WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
-                         ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
-                         ("acquired_ns", "i8")])
-
-
-def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:
-    """(name, dtype, count) of each region, in order; ``wake`` holds the futex words."""
-    return [("header", HEADER_DTYPE, 1), ("cpus", CPU_DTYPE, ncpu), ("jobs", JOB_DTYPE, max_jobs),
-            ("workers", WORKER_DTYPE, max_workers), ("wake", np.dtype(np.int32), max_workers)]
-
-
-def nbytes(ncpu: int, max_jobs: int, max_workers: int) -> int:
-    return sum(_aligned(dt.itemsize * n) for _, dt, n in layout(ncpu, max_jobs, max_workers))
-
-
-def _aligned(n: int) -> int:
-    return (n + 63) // 64 * 64  # every region on its own cache line
-
-
-def views(buf, ncpu: int, max_jobs: int, max_workers: int) -> dict[str, np.ndarray]:
-    """Numpy views of the regions of ``buf`` (a mapping or bytearray)."""
-    out, off = {}, 0
-    for name, dt, n in layout(ncpu, max_jobs, max_workers):
-        out[name] = np.frombuffer(buf, dt, n, off)
-        off += _aligned(dt.itemsize * n)
-    return out
+from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
+                     STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes, views)
 
 
 class ArbiterError(Exception):
@@ -83,6 +42,9 @@ class State:
         self.jobs = regions["jobs"]
         self.workers = regions["workers"]
         self.wake = regions["wake"]
+        # int32 views for the lock-free compare-exchange and fetch-add of the lazy park
+        self.hw = self.header.view(np.int32)
+        self.ws = self.workers.view(np.int32)
 
     @classmethod
     def private(cls, cpus: list[int], quantum_ns: int, max_jobs: int = 16,
@@ -137,7 +99,7 @@ class State:
         return w
 
     def leave_worker(self, w: int, now: int) -> list[int]:
-        return _one(rules.leave_worker(*self._args(), w, now))
+        return _one(rules.leave_worker(*self._args(), w, now, self.ws))
 
     def leave_job(self, j: int) -> None:
         if (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any():
@@ -155,7 +117,7 @@ class State:
     def acquire(self, w: int, now: int) -> list[int]:
         """Worker w wants to run: a free token (its last CPU if free) or the queue."""
         self._check(w)
-        return _one(rules.acquire(self.header, self.cpus, self.workers, self.wake, w, now))
+        return _some(rules.acquire(*self._args(), w, now, self.hw, self.ws))
 
     def try_acquire(self, w: int, now: int) -> bool:
         """A free token for worker w if there is one and nobody queues for it (a BLAS call
@@ -178,7 +140,20 @@ class State:
         """A chunk boundary of worker w: rotate the token if the quantum has expired (to
         the next job in round-robin order, to its own job again only if no other waits)."""
         self._check(w)
-        return _one(rules.boundary(*self._args(), w, now))
+        return _some(rules.boundary(*self._args(), w, now, self.hw, self.ws))
+
+    # --- the lazy park: lock-free, see :mod:`rules` -------------------------------------
+
+    def lazy_park(self, w: int) -> bool:
+        """Worker w is about to sleep in a primitive: keep its token (LAZY) if nobody
+        waits. No lock. False: release it under the lock as usual (w may already have
+        been revoked, BLOCKED, then)."""
+        return bool(rules.lazy_park(self.header, self.workers, self.wake, w, self.ws))
+
+    def lazy_resume(self, w: int) -> bool:
+        """A LAZY worker is wanted again: True if it still has its token (RUNNING now).
+        No lock. False: it was revoked and must queue under the lock."""
+        return bool(rules.lazy_resume(w, self.ws))
 
     def reclaim(self, alive: Callable[[int], bool], now: int) -> list[int]:
         """Free the slots (and pass on the tokens) of workers whose process is gone, and
@@ -200,7 +175,8 @@ class State:
 
     def check_invariants(self) -> list[str]:
         problems = []
-        running = np.flatnonzero((self.workers["used"] == 1) & (self.workers["state"] == RUNNING))
+        running = np.flatnonzero((self.workers["used"] == 1)
+                                 & np.isin(self.workers["state"], (RUNNING, LAZY)))
         held = np.flatnonzero(self.cpus["holder"] >= 0)
         if len(running) != len(held):
             problems.append(f"{len(running)} running workers but {len(held)} tokens held")
@@ -224,3 +200,7 @@ class State:
 
 def _one(w: int) -> list[int]:
     return [] if w < 0 else [int(w)]
+
+
+def _some(ws: tuple[int, int]) -> list[int]:
+    return [int(w) for w in ws if w >= 0]

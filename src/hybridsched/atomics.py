@@ -1,0 +1,63 @@
+"""Atomic operations on numpy integer arrays for nopython code (llvmlite intrinsics).
+
+Every operation is sequentially consistent (``seq_cst``): on x86 a ``lock``-prefixed
+instruction, so it also orders the plain loads and stores around it. That is what the
+lock-free paths that use them rely on (a store, then an atomic, then a load of another
+thread's word: of two threads doing so crosswise, at least one sees the other's store).
+Works on any integer array, including views of shared mappings (other processes see it).
+"""
+from __future__ import annotations
+
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+def _int_array(arr) -> bool:
+    return isinstance(arr, types.Array) and isinstance(arr.dtype, types.Integer)
+
+
+def _ptr(context, builder, sig, args):
+    ary = context.make_array(sig.args[0])(context, builder, args[0])
+    return cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
+
+
+@intrinsic
+def fetch_add(typingctx, arr, idx, delta):
+    """``old = arr[idx]; arr[idx] += delta; return old``, atomically."""
+    if not _int_array(arr):
+        return None
+    dt = arr.dtype
+
+    def codegen(context, builder, sig, args):
+        d = context.cast(builder, args[2], sig.args[2], dt)
+        return builder.atomic_rmw("add", _ptr(context, builder, sig, args), d, "seq_cst")
+    return dt(arr, types.intp, delta), codegen
+
+
+@intrinsic
+def exchange(typingctx, arr, idx, value):
+    """``old = arr[idx]; arr[idx] = value; return old``, atomically."""
+    if not _int_array(arr):
+        return None
+    dt = arr.dtype
+
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[2], sig.args[2], dt)
+        return builder.atomic_rmw("xchg", _ptr(context, builder, sig, args), v, "seq_cst")
+    return dt(arr, types.intp, value), codegen
+
+
+@intrinsic
+def compare_exchange(typingctx, arr, idx, expected, value):
+    """``if arr[idx] == expected: arr[idx] = value``, atomically; returns whether it did."""
+    if not _int_array(arr):
+        return None
+    dt = arr.dtype
+
+    def codegen(context, builder, sig, args):
+        e = context.cast(builder, args[2], sig.args[2], dt)
+        v = context.cast(builder, args[3], sig.args[3], dt)
+        res = builder.cmpxchg(_ptr(context, builder, sig, args), e, v, "seq_cst", "seq_cst")
+        return builder.extract_value(res, 1)
+    return types.boolean(arr, types.intp, expected, value), codegen
