@@ -121,8 +121,9 @@ class TeamBarrier:
 
     def _open(self, epoch: int, worker=None) -> None:
         _publish(self.release, 0, epoch)  # then claim the parked: see _park
-        futex.wake(self._release_addr, 1 << 30)
-        if worker is not None:
+        if worker is None:
+            futex.wake(self._release_addr, 1 << 30)
+        else:  # coop waiters never sleep on the release word: they park
             self._resume(worker.arbiter, _take_parked(self.parked, self.slot, epoch))
 
     @staticmethod
