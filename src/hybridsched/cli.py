@@ -362,9 +362,11 @@ def make_parser() -> argparse.ArgumentParser:
 
     from .coop.command import add_parser as add_colocate
     from .ge.command import add_parser as add_ge
+    from .results.trace_command import add_parser as add_trace
 
     add_ge(sub)
     add_colocate(sub)
+    add_trace(sub)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
