@@ -107,8 +107,8 @@ def cmd_run(args) -> int:
         return _cmd_run_mpi(args, w)
     from . import kernels
     from .progress import Progress, run_cost
-    from .results.report import markdown_summary, summarise
-    from .store import StudyLock, StudyWriter, check_output, read_runs
+    from .results.report import run_summary
+    from .store import StudyLock, StudyWriter, check_output
     from .study.session import record_resume, resume_check, run_configurations
     from .sysinfo import machine_metadata, n_cpus
 
@@ -154,7 +154,7 @@ def cmd_run(args) -> int:
                 progress.done(rec.config)
             for _ in run_configurations(todo, on_record, on_start=progress.start):
                 pass
-    print(markdown_summary(summarise(read_runs(out))))
+    print(run_summary(out))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0
 
@@ -225,11 +225,10 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
                           f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
                           file=sys.stderr)
                 failed = run_configurations(w, configs, on_record, args.split)
-            from .results.report import markdown_summary, summarise
-            from .store import read_runs
+            from .results.report import run_summary
 
             # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
-            print(markdown_summary(summarise(read_runs(out))))
+            print(run_summary(out))
             print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
                   f"written to {out}", file=sys.stderr)
     return 1 if failed else 0

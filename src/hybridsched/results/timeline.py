@@ -183,3 +183,33 @@ def gantt(rt: RunTrace, path: str) -> str:
         ax.set_xlabel("time since the run's start (ms)")
     fig.tight_layout()
     return save_png(fig, path)
+
+
+def report_gantts(study, rows, out_dir: str) -> list[str]:
+    """One Gantt per scheduler at k = N (the largest k ≤ N the study has), smallest L, first
+    verified repetition of its paper-protocol variant (else its first variant):
+    ``gantt_<scheduler>.png``. Runs without a stored trace are skipped."""
+    import os
+
+    from .data import k_at_n
+    from .plots import _safe
+
+    kn = k_at_n(rows, study.n)
+    if kn is None:
+        return []
+    runs = study.runs[study.runs["verified"] & (study.runs["k"] == kn)]
+    out = []
+    for name in dict.fromkeys(r.scheduler for r in rows if r.family != "serial"):
+        mine = runs[runs["scheduler"] == name]
+        if not len(mine):
+            continue
+        paper = mine[(mine["pipe_batch"] == 1) & (mine["inflight"] == 1) & ~mine["coop"]
+                     & mine["affinity"] & (mine["chunk"] == 0)]
+        mine = paper if len(paper) else mine
+        mine = mine[mine["L"] == mine["L"].min()]
+        try:
+            rt = load(study.path, select(mine))
+        except UsageError:
+            continue
+        out.append(gantt(rt, os.path.join(out_dir, f"gantt_{_safe(name)}.png")))
+    return out
