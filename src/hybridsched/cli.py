@@ -243,6 +243,8 @@ def cmd_fit(args) -> int:
     from .results import fit
 
     data = fit.load(args.file, args.scheduler, args.frames)
+    if args.cores:
+        data.cores = args.cores
     res = fit.fit(data, args.model)
     if args.plot:
         fit.plot(res, args.plot)
@@ -391,6 +393,9 @@ def make_parser() -> argparse.ArgumentParser:
     ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
                     "else the one measured at the most N)")
     ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L")
+    ft.add_argument("--cores", type=_positive("--cores"), help="physical cores per node: N "
+                    "beyond are warned about and marked (default: the study's recorded cores; "
+                    "none for a CSV)")
     ft.add_argument("--json", action="store_true", help="print the fit as one JSON object")
     ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG")
     ft.set_defaults(func=cmd_fit)

@@ -66,7 +66,7 @@ def load_line(study: Study) -> str:
 def markdown_summary(rows: list[Row]) -> str:
     """The flat table `hybridsched run` prints: T (ms) mean ± sd and min, sigma, sigma_E and
     alpha per row; ‡ marks rows timed while other processes took the CPUs."""
-    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) ± sd | min | σ | σE | α |",
+    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) | min | σ | σE | α |",
              "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         k = r.k if r.P == 1 else f"{r.P}×{r.k}"
@@ -122,7 +122,7 @@ def scheduler_tables(rows: list[Row]) -> str:
             continue  # T_serial is in the header and in every σ
         ks = sorted({r.k for r in vrows})
         vLs = [L for L in Ls if any(r.L == L for r in vrows)]
-        head = "| k |" + "".join(f" T (ms) L={L} ± sd | min | σ | σE | α | E_p | LI |" for L in vLs)
+        head = "| k |" + "".join(f" T (ms) L={L} | min | σ | σE | α | E_p | LI |" for L in vLs)
         align = "|---:|" + "---:|" * 7 * len(vLs)
         out += [f"### {variant_label(*v)} ({fam})", "", head, align]
         for k in ks:
@@ -161,7 +161,7 @@ def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
             top = min(best, key=lambda r: r.t_mean)
             tag = "k = N" if k == n else ("largest k" if k == kmax else "k ≤ N")
             lines += [f"**L = {L}, k = {k}** ({tag}; N = {n or '?'})", "",
-                      "| family | best | T_serial (ms) | T_1 (ms) | T_k (ms) ± sd | σ | σE | vs fastest |",
+                      "| family | best | T_serial (ms) | T_1 (ms) | T_k (ms) | σ | σE | vs fastest |",
                       "|---|---|---:|---:|---:|---:|---:|---|"]
             for r in best:
                 gap = r.t_mean / top.t_mean - 1.0
