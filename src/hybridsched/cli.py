@@ -6,6 +6,7 @@ Ctrl-C -> 130, SIGTERM -> 143. Everything below raises typed exceptions.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -110,7 +111,8 @@ def cmd_run(args) -> int:
     from .results.report import run_summary
     from .store import StudyLock, StudyWriter, check_output
     from .study.session import record_resume, resume_check, run_configurations
-    from .sysinfo import machine_metadata, n_cpus
+    from .hostcheck import shared_warning
+    from .sysinfo import machine_metadata, n_cpus, usable_cpus
 
     spec = build_spec(args)
     out = _out_name(args.out)
@@ -128,6 +130,8 @@ def cmd_run(args) -> int:
         meta = machine_metadata()
         meta["N"] = n_cpus()  # the N of k_eff = min(k, N) and of the presets
         meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        meta["check_load"] = json.dumps(shared_warning(usable_cpus()))  # one warning if shared
+        meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         configs = spec.configurations()
         done: set = set()
         if resume:
@@ -363,11 +367,13 @@ def make_parser() -> argparse.ArgumentParser:
 
     from .coop.command import add_parser as add_colocate
     from .ge.command import add_parser as add_ge
+    from .hostcheck import add_parser as add_check
     from .results.trace_command import add_parser as add_trace
 
     add_ge(sub)
     add_colocate(sub)
     add_trace(sub)
+    add_check(sub)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
@@ -435,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError(f"{PROG}: a command is required (run, report, fit, merge, plan, list, ge, colocate); see --help")
+            raise UsageError(f"{PROG}: a command is required (run, report, trace, fit, merge, plan, list, check, ge, colocate); see --help")
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)
