@@ -315,6 +315,17 @@ def cmd_report(args) -> int:
 
 # --- parser -----------------------------------------------------------------------------
 
+EXAMPLES = """examples:
+  hybridsched check                          is this machine quiet enough to time on?
+  hybridsched run --preset smoke -o s.h5     a study in seconds (every scheduler, tiny tensor)
+  hybridsched run -s dynamic,serial -k 1,2,4 -L 200 --reps 5 -o d.h5
+  hybridsched report s.h5                    tables on stdout; CSV and PNG in s_report/
+  hybridsched trace s.h5 -s prolific -k 2    Gantt PNG and Perfetto JSON in s_report/
+  hybridsched fit s.h5 --model usl --plot usl.png
+  mpiexec -n 2 hybridsched run -s dynamic -k 1,2 -o p2.h5 && hybridsched merge s.h5 p2.h5 -o all.h5
+  hybridsched plan --policy guided --tasks 20 --workers 3
+"""
+
 
 def make_parser() -> argparse.ArgumentParser:
     from .kernels import KERNELS
@@ -322,25 +333,28 @@ def make_parser() -> argparse.ArgumentParser:
     from .study.spec import PRESETS
 
     p = _Parser(prog=PROG, description="Fork-, pipe- and thread-based scheduler study on a "
-                "shared-memory row-sorting workload.")
+                "shared-memory row-sorting workload: every row of every frame of a uint8 "
+                "L x H x W tensor is sorted, and each scheduler hands the frames to k workers.",
+                epilog=EXAMPLES)
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
-                   "paper's 13, 'all' for every one (with the named variants)")
-    r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts")
+                   "paper's 13, 'all' for every one (with the named variants) (default: paper)")
+    r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts (default: 1,2,N,2N; N = usable CPUs)")
     r.add_argument("--frames", "-L", type=_int_list("--frames"), metavar="L[,L...]",
-                   help="frames per tensor (the paper's L)")
-    r.add_argument("--height", type=_positive("--height"), help="rows per frame (H)")
-    r.add_argument("--width", type=_positive("--width"), help="bytes per row (W)")
+                   help="frames per tensor (the paper's L) (default: 120)")
+    r.add_argument("--height", type=_positive("--height"), help="rows per frame (H) (default: 640)")
+    r.add_argument("--width", type=_positive("--width"), help="bytes per row (W) (default: 640)")
     r.add_argument("--chunk", type=_chunk_list, metavar="C[,C...]",
                    help="chunk size(s); default: each policy's own; 'auto' (pipe schedulers "
                    "only) searches the fastest chunk for each L and k, stored as chunk=-1")
-    r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration")
-    r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed")
-    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort)")
+    r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration (default: 3)")
+    r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed (default: 0)")
+    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort): "
+                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items()))
     r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
@@ -378,11 +392,16 @@ def make_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
 
-    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV")
-    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES))
-    pl.add_argument("--tasks", required=True, type=_positive("--tasks"))
-    pl.add_argument("--workers", required=True, type=_positive("--workers"))
-    pl.add_argument("--chunk", type=_positive("--chunk"), default=0)
+    from .policies import PLAN_HELP
+
+    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV (worker -1: "
+                        "first come first served)", epilog="policies:\n" + "\n".join(
+                            f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
+    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
+    pl.add_argument("--tasks", required=True, type=_positive("--tasks"), help="frames L")
+    pl.add_argument("--workers", required=True, type=_positive("--workers"), help="workers k")
+    pl.add_argument("--chunk", type=_positive("--chunk"), default=0,
+                    help="chunk size (default 0: the policy's own)")
     pl.set_defaults(func=cmd_plan)
 
     rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
@@ -398,17 +417,18 @@ def make_parser() -> argparse.ArgumentParser:
     ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl")
     ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
                     "else the one measured at the most N)")
-    ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L")
+    ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L "
+                    "(default: the L with the most runs)")
     ft.add_argument("--cores", type=_positive("--cores"), help="physical cores per node: N "
                     "beyond are warned about and marked (default: the study's recorded cores; "
                     "none for a CSV)")
     ft.add_argument("--json", action="store_true", help="print the fit as one JSON object")
-    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG")
+    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG (default: no plot)")
     ft.set_defaults(func=cmd_fit)
 
     mg = sub.add_parser("merge", help="combine study files (e.g. one per Slurm job) into one")
     mg.add_argument("files", nargs="+", metavar="FILE.h5")
-    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5")
+    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5", help="the merged study")
     mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     mg.set_defaults(func=cmd_merge)
 

@@ -12,8 +12,8 @@ def add_parser(sub) -> None:
                         "chrome://tracing JSON")
     tr.add_argument("file", metavar="FILE.h5")
     tr.add_argument("--run", type=_nonnegative_int("--run"), metavar="ID",
-                    help="the run_id (see summary.csv or /runs); else the first verified run "
-                    "matching the options below")
+                    help="the run_id (see /runs) (default: the first verified run, lowest rep, "
+                    "matching the options below)")
     tr.add_argument("-s", "--scheduler", help="scheduler of the run (default: any)")
     tr.add_argument("-k", type=_positive("-k"), help="workers k (default: any)")
     tr.add_argument("--frames", "-L", type=_positive("--frames"), help="L (default: any)")
