@@ -12,8 +12,25 @@ _MARKERS = "os^Dv<>ph*"  # one per P, cycled
 
 
 def plot(res: dict, path: str) -> None:
-    """Write the figure of ``res`` (fit.fit's dict) to ``path`` by rename; the format
+    """Write :func:`figure` of ``res`` (fit.fit's dict) to ``path`` by rename; the format
     follows the extension (png by default)."""
+    from ..store import check_output, replacing
+
+    fig = figure(res)
+    check_output(path, "--plot")  # a regular file or nothing: never a device or FIFO
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    try:
+        with replacing(path) as fh:  # by rename: a planted symlink is not followed
+            fig.savefig(fh, dpi=110, format=fmt)
+    except ValueError as exc:
+        raise UsageError(f"--plot {path}: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
+
+
+def figure(res: dict):
+    """Data, fitted curve, ideal line, N*, the cores (oversubscribed points ringed) and,
+    where several P share an N, a marker per P and a "P×k" label per point."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -64,14 +81,4 @@ def plot(res: dict, path: str) -> None:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
-    from ..store import check_output, replacing
-
-    check_output(path, "--plot")  # a regular file or nothing: never a device or FIFO
-    fmt = os.path.splitext(path)[1][1:].lower() or "png"
-    try:
-        with replacing(path) as fh:  # by rename: a planted symlink is not followed
-            fig.savefig(fh, dpi=110, format=fmt)
-    except ValueError as exc:
-        raise UsageError(f"--plot {path}: {exc}") from None
-    except OSError as exc:
-        raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
+    return fig

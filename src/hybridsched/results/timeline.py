@@ -120,14 +120,19 @@ MAX_HEIGHT_IN = 14.0
 
 
 def gantt(rt: RunTrace, path: str) -> str:
-    """Draw one run as a Gantt chart: a lane per worker, chunks as bars (alternating shades
-    so neighbours stay apart), the worker's lifetime as a pale band (so a late start or an
-    idle gap shows), the run's start and the last worker's end as vertical lines, and any
-    series (AIMD's window) as a step line on a second axis. Written by rename."""
+    """Write :func:`figure` of one run to ``path`` as PNG (by rename)."""
+    from .plots import save_png
+
+    return save_png(figure(rt), path)
+
+
+def figure(rt: RunTrace):
+    """One run as a Gantt chart: a lane per worker, chunks as bars (gid "chunks"; shades
+    alternate so neighbours stay apart), the worker's lifetime as a pale band (gid "alive":
+    a late start or an idle gap shows), the run's start and the last worker's end as
+    vertical lines, and any series (AIMD's window) as a step line on a second axis."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from .plots import save_png
 
     lanes = rt.lanes
     row_of = {w: i for i, w in enumerate(lanes)}
@@ -144,7 +149,7 @@ def gantt(rt: RunTrace, path: str) -> str:
         y = row_of.get(int(w["worker"]))
         if y is not None and math.isfinite(w["start"]) and math.isfinite(w["end"]) and w["end"] > w["start"]:
             ax.broken_barh([(w["start"] * ms, (w["end"] - w["start"]) * ms)], (y - 0.4, 0.8),
-                           facecolors="#e8e8e8", edgecolors="none")
+                           facecolors="#e8e8e8", edgecolors="none", gid="alive")
     tr = rt.detail.trace
     for w in lanes:
         mine = tr[tr["worker"] == w]
@@ -153,7 +158,8 @@ def gantt(rt: RunTrace, path: str) -> str:
         mine = mine[np.argsort(mine["start"], kind="stable")]
         bars = [(s * ms, max(e - s, 0.0) * ms) for s, e in zip(mine["start"], mine["end"])]
         shades = ["#3b75af" if i % 2 == 0 else "#87b0d8" for i in range(len(bars))]
-        ax.broken_barh(bars, (row_of[w] - 0.3, 0.6), facecolors=shades, edgecolors="none")
+        ax.broken_barh(bars, (row_of[w] - 0.3, 0.6), facecolors=shades, edgecolors="none",
+                       gid="chunks")
     end = rt.end_s
     ax.axvline(0.0, color="green", lw=1, label="run start")
     ax.axvline(end * ms, color="red", ls="--", lw=1, label=f"last worker ends ({end * ms:.2f} ms)")
@@ -182,7 +188,7 @@ def gantt(rt: RunTrace, path: str) -> str:
     else:
         ax.set_xlabel("time since the run's start (ms)")
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
 
 
 def report_gantts(study, rows, out_dir: str) -> list[str]:
