@@ -173,6 +173,12 @@ def test_trace_of_an_mpi_run(tmp_path, split, capsys):
     names = ",".join(["dynamic"] + _process_schedulers()[:1])
     p = mpirun(["run", "-s", names, "-k", "2", "-L", "20", *SMALL, "--split", split, "-o", out])
     assert p.returncode == 0, p.stderr
+    # progress under mpiexec: one line per run, in the single-node bar's words
+    assert "[1/2] P=2 dynamic k=2 L=20 rep 1/1: " in p.stderr
+    from hybridsched.store import read_attrs
+
+    attrs = read_attrs(out)  # the MPI library and launcher are recorded
+    assert attrs["machine.mpi_library"] and attrs["machine.mpi_launcher"].startswith("mpiexec")
     for name in names.split(","):
         row = timeline.select(read_runs(out), scheduler=name)
         rt = timeline.load(out, row)

@@ -212,6 +212,7 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
     from . import kernels
     from .mpi import abort_on_error
     from .mpi.runs import run_configurations
+    from .progress import describe
     from .store import StudyWriter
     from .sysinfo import machine_metadata
 
@@ -222,12 +223,14 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
         else:
             study = dict(spec.to_dict(), P=w.size, split=args.split)
             with StudyWriter(out, machine_metadata(), study, lock=lock) as writer:
+                done = iter(range(1, len(configs) + 1))
+
                 def on_record(rec):
                     writer.append(rec)  # flushed: a later abort keeps this run
-                    c = rec.config
-                    print(f"P={c.P} {c.scheduler} k={c.k} L={c.frames} rep={c.rep}: "
-                          f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
-                          file=sys.stderr)
+                    # one line per run (mpiexec pipes stderr: no bar), in the bar's words
+                    print(f"[{next(done)}/{len(configs)}] P={rec.config.P} "
+                          f"{describe(rec.config, spec.reps)}: {rec.time_s * 1e3:.2f} ms"
+                          f"{'' if rec.verified else ' UNVERIFIED'}", file=sys.stderr)
                 failed = run_configurations(w, configs, on_record, args.split)
             from .results.report import run_summary
 
