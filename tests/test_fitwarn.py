@@ -110,7 +110,7 @@ def test_csv_fit_prints_warnings_and_plots(tmp_path, capsys):
     png = tmp_path / "p.png"
     assert main(["fit", str(csv), "--cores", "2", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
-    assert out.count("WARNING:") >= 2 and "exceed the 2 physical cores" in out
+    assert out.count("WARNING:") >= 2 and "exceeds the 2 physical cores" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -67,9 +67,10 @@ def warnings(res: dict, cores: int | None = None) -> list[str]:
                    + "; measure more N")
     over = oversubscribed(res, cores)
     if over:
-        out.append(f"N = {', '.join(map(str, over))} exceed the {cores} physical cores: those "
-                   "points measure oversubscription (workers sharing cores), not scaling; "
-                   "the plot marks N = cores")
+        one = len(over) == 1
+        out.append(f"N = {', '.join(map(str, over))} exceed{'s' if one else ''} the {cores} "
+                   f"physical cores: {'that point measures' if one else 'those points measure'} "
+                   "oversubscription (workers sharing cores), not scaling; the plot marks them")
     for name, p in res["params"].items():
         b = bound_of(name, p)
         if b is not None:
