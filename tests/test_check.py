@@ -85,6 +85,7 @@ def test_shared_uses_the_reports_rule():
 
 
 def test_run_warns_once_on_a_shared_machine_and_stores_the_facts(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(hostcheck.NO_PROBE_ENV)
     monkeypatch.setattr(hostcheck, "load_now", lambda cpus, *a, **k: [0.4, 0.5, 0.3, 0.6])
     out = str(tmp_path / "s.h5")
     assert main(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "4", "--height", "4",
@@ -100,11 +101,23 @@ def test_run_warns_once_on_a_shared_machine_and_stores_the_facts(tmp_path, capsy
 
 
 def test_quiet_machine_gives_no_warning(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(hostcheck.NO_PROBE_ENV)
     monkeypatch.setattr(hostcheck, "load_now", lambda cpus, *a, **k: [0.0] * 4)
     out = str(tmp_path / "q.h5")
     assert main(["run", "-s", "serial", "-k", "1", "-L", "2", "--height", "2", "--width", "8",
                  "--reps", "1", "-o", out]) == 0
     assert "warning: other processes" not in capsys.readouterr().err
+
+
+def test_the_probe_hook_skips_sampling(monkeypatch, capsys):
+    def boom(*a, **k):
+        raise AssertionError("sampled")
+
+    monkeypatch.setattr(hostcheck, "load_now", boom)
+    assert hostcheck.shared_warning([0]) == []  # conftest set the hook
+    monkeypatch.setenv(hostcheck.NO_PROBE_ENV, "0")
+    with pytest.raises(AssertionError):
+        hostcheck.shared_warning([0])
 
 
 def _subparsers(p):

@@ -130,8 +130,6 @@ def cmd_run(args) -> int:
         meta = machine_metadata()
         meta["N"] = n_cpus()  # the N of k_eff = min(k, N) and of the presets
         meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        meta["check_load"] = json.dumps(shared_warning(usable_cpus()))  # one warning if shared
-        meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         configs = spec.configurations()
         done: set = set()
         if resume:
@@ -141,6 +139,9 @@ def cmd_run(args) -> int:
         if resume:
             print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
                   f"stored, {len(todo)} to go", file=sys.stderr)
+        # input is good: one warning if the machine looks shared, the load kept with the study
+        meta["check_load"] = json.dumps(shared_warning(usable_cpus()))
+        meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         kernels.prepare(spec.kernel)  # compile before any worker or fork exists
         failed = 0
         n = n_cpus()
