@@ -17,6 +17,22 @@ def _compiled():
     kernels.prepare()  # compile once, before any test forks
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_load_probe():
+    """`run` warns when the machine looks shared; on a shared test machine that would put a
+    load-dependent line on the stderr of every run a test checks. tests/test_check.py
+    unsets this to test the warning itself."""
+    from hybridsched.hostcheck import NO_PROBE_ENV
+
+    old = os.environ.get(NO_PROBE_ENV)
+    os.environ[NO_PROBE_ENV] = "1"
+    yield
+    if old is None:
+        os.environ.pop(NO_PROBE_ENV, None)
+    else:
+        os.environ[NO_PROBE_ENV] = old
+
+
 def _children() -> list[psutil.Process]:
     try:
         return psutil.Process().children(recursive=True)

@@ -340,10 +340,21 @@ def test_plan_covers_and_is_in_handout_order(policy, n, k, c):
     rows = pol.plan(policy, n, k, c)
     assert_exact_cover([(r.first, r.count) for r in rows], n)
     assert [r.first for r in rows] == sorted(r.first for r in rows)
-    if policy == "static":
+    if policy in ("static", "round-robin"):
         assert all(0 <= r.worker < k for r in rows)
     else:
         assert all(r.worker == -1 for r in rows)  # decided first come, first served
+
+
+def test_plan_round_robin_is_the_fork_and_pipe_1toN_deal():
+    """round-robin plans what prolific, collective and pipe-1toN hand out: frame i to worker
+    i mod k (chunks of c: chunk j to worker j mod k)."""
+    assert [(r.worker, r.first, r.count) for r in pol.plan("round-robin", 5, 2)] == \
+        [(0, 0, 1), (1, 1, 1), (0, 2, 1), (1, 3, 1), (0, 4, 1)]
+    chunks = pol.static_chunks(10, 3, 2)
+    want = sorted((w, f, c) for w, ch in enumerate(chunks) for f, c in ch)
+    assert sorted((r.worker, r.first, r.count) for r in pol.plan("round-robin", 10, 3, 2)) == want
+    assert [r.count for r in pol.plan("aimd", 10, 2)] == [pol.AIMD_CHUNK, pol.AIMD_CHUNK, 2]
 
 
 def test_plan_rejects_bad_arguments():

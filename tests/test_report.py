@@ -70,7 +70,11 @@ def test_table_figures_by_hand(synthetic, tmp_path):
     assert d4.epsilon == pytest.approx((0.6 / 1.1 - 0.5) / 0.5)
 
     text, files = build_report(study, str(tmp_path / "out"), plots=True)
-    assert "| 2 | 575.00 (2/3) | 1.913 | 0.957 |" in text
+    # the spread: mean ± sample sd (0.55, 0.6 -> 35.36 ms), min 550 ms; ‡: timed beside
+    # a neighbour (median foreign share 15.5 % > 5 %)
+    assert "| 2 | 575.00 ± 35.36 ‡ (2/3) | 550.00 | 1.913 | 0.957 |" in text
+    assert dyn.t_std == pytest.approx(0.05 / 2 ** 0.5) and dyn.t_min == pytest.approx(0.55)
+    assert "‡ other processes took more than 5 %" in text and "sample standard deviation" in text
     assert "T_serial (Eq. 4, `serial` runs): L = 100: 1100.00 ms (2 reps)" in text
     # 8 verified runs, one timed while others used 30 % of the CPUs (dynamic rep 1)
     # one run in eight disturbed is more than the one in ten a dedicated machine allows
@@ -122,7 +126,7 @@ def test_study_without_serial_says_so(tmp_path, capsys):
         w.append(_rec("dynamic", "thread", 2, 0.5))
     assert cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    assert "no verified `serial` runs" in out and "| 2 | 500.00 | — | — | — | 1.000 |" in out
+    assert "no verified `serial` runs" in out and "| 2 | 500.00 | 500.00 | — | — | — | 1.000 |" in out
     assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".png")]
 
 

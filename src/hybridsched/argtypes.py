@@ -6,8 +6,29 @@ import argparse
 from .errors import UsageError
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help: appended as "(default: X)" unless the help already
+    says it; flags read "(default: off)". Descriptions and epilogs keep their line breaks
+    (the examples)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return text + " (default: off)"
+        if action.default is None:
+            return text  # the help must say it itself (tests/test_help.py checks)
+        shown = ",".join(map(str, action.default)) if isinstance(action.default, list) else "%(default)s"
+        return text + f" (default: {shown})"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (no usage dump) and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")

@@ -6,6 +6,7 @@ Ctrl-C -> 130, SIGTERM -> 143. Everything below raises typed exceptions.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -107,10 +108,11 @@ def cmd_run(args) -> int:
         return _cmd_run_mpi(args, w)
     from . import kernels
     from .progress import Progress, run_cost
-    from .results.report import markdown_summary, summarise
-    from .store import StudyLock, StudyWriter, check_output, read_runs
+    from .results.report import run_summary
+    from .store import StudyLock, StudyWriter, check_output
     from .study.session import record_resume, resume_check, run_configurations
-    from .sysinfo import machine_metadata, n_cpus
+    from .hostcheck import shared_warning
+    from .sysinfo import machine_metadata, n_cpus, usable_cpus
 
     spec = build_spec(args)
     out = _out_name(args.out)
@@ -137,6 +139,9 @@ def cmd_run(args) -> int:
         if resume:
             print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
                   f"stored, {len(todo)} to go", file=sys.stderr)
+        # input is good: one warning if the machine looks shared, the load kept with the study
+        meta["check_load"] = json.dumps(shared_warning(usable_cpus()))
+        meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         kernels.prepare(spec.kernel)  # compile before any worker or fork exists
         failed = 0
         n = n_cpus()
@@ -154,7 +159,7 @@ def cmd_run(args) -> int:
                 progress.done(rec.config)
             for _ in run_configurations(todo, on_record, on_start=progress.start):
                 pass
-    print(markdown_summary(summarise(read_runs(out))))
+    print(run_summary(out))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0
 
@@ -208,6 +213,7 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
     from . import kernels
     from .mpi import abort_on_error
     from .mpi.runs import run_configurations
+    from .progress import describe
     from .store import StudyWriter
     from .sysinfo import machine_metadata
 
@@ -218,18 +224,19 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
         else:
             study = dict(spec.to_dict(), P=w.size, split=args.split)
             with StudyWriter(out, machine_metadata(), study, lock=lock) as writer:
+                done = iter(range(1, len(configs) + 1))
+
                 def on_record(rec):
                     writer.append(rec)  # flushed: a later abort keeps this run
-                    c = rec.config
-                    print(f"P={c.P} {c.scheduler} k={c.k} L={c.frames} rep={c.rep}: "
-                          f"{rec.time_s * 1e3:.2f} ms{'' if rec.verified else ' UNVERIFIED'}",
-                          file=sys.stderr)
+                    # one line per run (mpiexec pipes stderr: no bar), in the bar's words
+                    print(f"[{next(done)}/{len(configs)}] P={rec.config.P} "
+                          f"{describe(rec.config, spec.reps)}: {rec.time_s * 1e3:.2f} ms"
+                          f"{'' if rec.verified else ' UNVERIFIED'}", file=sys.stderr)
                 failed = run_configurations(w, configs, on_record, args.split)
-            from .results.report import markdown_summary, summarise
-            from .store import read_runs
+            from .results.report import run_summary
 
             # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
-            print(markdown_summary(summarise(read_runs(out))))
+            print(run_summary(out))
             print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
                   f"written to {out}", file=sys.stderr)
     return 1 if failed else 0
@@ -244,6 +251,8 @@ def cmd_fit(args) -> int:
     from .results import fit
 
     data = fit.load(args.file, args.scheduler, args.frames)
+    if args.cores:
+        data.cores = args.cores
     res = fit.fit(data, args.model)
     if args.plot:
         fit.plot(res, args.plot)
@@ -311,31 +320,36 @@ def cmd_report(args) -> int:
 # --- parser -----------------------------------------------------------------------------
 
 
+
 def make_parser() -> argparse.ArgumentParser:
+    from .helptext import EXAMPLES
     from .kernels import KERNELS
     from .policies import PLAN_POLICIES
     from .study.spec import PRESETS
 
     p = _Parser(prog=PROG, description="Fork-, pipe- and thread-based scheduler study on a "
-                "shared-memory row-sorting workload.")
+                "shared-memory row-sorting workload: every row of every frame of a uint8 "
+                "L x H x W tensor is sorted, and each scheduler hands the frames to k workers.",
+                epilog=EXAMPLES)
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
-                   "paper's 13, 'all' for every one (with the named variants)")
-    r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts")
+                   "paper's 13, 'all' for every one (with the named variants) (default: paper)")
+    r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts (default: 1,2,N,2N; N = usable CPUs)")
     r.add_argument("--frames", "-L", type=_int_list("--frames"), metavar="L[,L...]",
-                   help="frames per tensor (the paper's L)")
-    r.add_argument("--height", type=_positive("--height"), help="rows per frame (H)")
-    r.add_argument("--width", type=_positive("--width"), help="bytes per row (W)")
+                   help="frames per tensor (the paper's L) (default: 120)")
+    r.add_argument("--height", type=_positive("--height"), help="rows per frame (H) (default: 640)")
+    r.add_argument("--width", type=_positive("--width"), help="bytes per row (W) (default: 640)")
     r.add_argument("--chunk", type=_chunk_list, metavar="C[,C...]",
                    help="chunk size(s); default: each policy's own; 'auto' (pipe schedulers "
                    "only) searches the fastest chunk for each L and k, stored as chunk=-1")
-    r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration")
-    r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed")
-    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort)")
+    r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration (default: 3)")
+    r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed (default: 0)")
+    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort): "
+                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items()))
     r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
@@ -362,18 +376,27 @@ def make_parser() -> argparse.ArgumentParser:
 
     from .coop.command import add_parser as add_colocate
     from .ge.command import add_parser as add_ge
+    from .hostcheck import add_parser as add_check
+    from .results.trace_command import add_parser as add_trace
 
     add_ge(sub)
     add_colocate(sub)
+    add_trace(sub)
+    add_check(sub)
 
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
 
-    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV")
-    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES))
-    pl.add_argument("--tasks", required=True, type=_positive("--tasks"))
-    pl.add_argument("--workers", required=True, type=_positive("--workers"))
-    pl.add_argument("--chunk", type=_positive("--chunk"), default=0)
+    from .policies import PLAN_HELP
+
+    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV (worker -1: "
+                        "first come first served)", epilog="policies:\n" + "\n".join(
+                            f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
+    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
+    pl.add_argument("--tasks", required=True, type=_positive("--tasks"), help="frames L")
+    pl.add_argument("--workers", required=True, type=_positive("--workers"), help="workers k")
+    pl.add_argument("--chunk", type=_positive("--chunk"), default=0,
+                    help="chunk size (default 0: the policy's own)")
     pl.set_defaults(func=cmd_plan)
 
     rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
@@ -389,14 +412,18 @@ def make_parser() -> argparse.ArgumentParser:
     ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl")
     ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
                     "else the one measured at the most N)")
-    ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L")
+    ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L "
+                    "(default: the L with the most runs)")
+    ft.add_argument("--cores", type=_positive("--cores"), help="physical cores per node: N "
+                    "beyond are warned about and marked (default: the study's recorded cores; "
+                    "none for a CSV)")
     ft.add_argument("--json", action="store_true", help="print the fit as one JSON object")
-    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG")
+    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG (default: no plot)")
     ft.set_defaults(func=cmd_fit)
 
     mg = sub.add_parser("merge", help="combine study files (e.g. one per Slurm job) into one")
     mg.add_argument("files", nargs="+", metavar="FILE.h5")
-    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5")
+    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5", help="the merged study")
     mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
     mg.set_defaults(func=cmd_merge)
 
@@ -429,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError(f"{PROG}: a command is required (run, report, fit, merge, plan, list, ge, colocate); see --help")
+            raise UsageError(f"{PROG}: a command is required (run, report, trace, fit, merge, plan, list, check, ge, colocate); see --help")
         return args.func(args)
     except UsageError as exc:
         msg = str(exc)

@@ -194,6 +194,19 @@ PLANS: dict[str, tuple[Callable[[int, int, int], list[PlanRow]], Callable[[int],
     "dynamic": (_plan_fcfs(dynamic_size), lambda n: 1),
     "guided": (_plan_fcfs(guided_size), lambda n: 1),
     "chunk": (_plan_fcfs(dynamic_size), paper_chunk),
+    # prolific, collective and pipe-1toN: chunk j (default one frame) to worker j mod k
+    "round-robin": (_plan_static, lambda n: 1),
+    # AIMD's chunks of 4, first come first served (its window gates when, never which)
+    "aimd": (_plan_fcfs(dynamic_size), lambda n: AIMD_CHUNK),
+}
+# which schedulers each plan stands for (the others' hand-outs depend on timing)
+PLAN_HELP = {
+    "static": "static threads (blocks; --chunk c: chunk j to thread j mod k)",
+    "dynamic": "dynamic threads, pipe-1to1 and pipe-MtoM (chunks of 1, first come first served)",
+    "guided": "guided threads (chunks shrink with what remains)",
+    "chunk": "the chunk scheduler (fixed chunks of L/100)",
+    "round-robin": "prolific, collective and pipe-1toN (frame i to worker i mod k)",
+    "aimd": "aimd (chunks of 4; its window decides only when a chunk is taken)",
 }
 PLAN_POLICIES = tuple(PLANS)
 

@@ -95,7 +95,29 @@ def machine_metadata() -> dict[str, str | int]:
         meta["mpi4py"] = mpi4py.__version__
     except ImportError:
         pass
+    meta.update(mpi_metadata())
+    from .hostcheck import facts, metadata
+
+    # the static facts of `hybridsched check`; the load is sampled once by `run` itself
+    meta.update(metadata(facts(sample_load=False)))
     return meta
+
+
+def mpi_metadata() -> dict[str, str]:
+    """The MPI library (once MPI is initialised: never initialised here) and the launcher
+    the environment names; {} for a plain P = 1 run."""
+    out: dict[str, str] = {}
+    from .mpi import detect_launch
+
+    launch = detect_launch()
+    if launch is not None:
+        out["mpi_launcher"] = launch.how
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized():
+        lib = mpi.Get_library_version().strip().splitlines()
+        out["mpi_library"] = lib[0][:200] if lib else "unknown"
+        out["mpi_vendor"] = "{} {}".format(mpi.get_vendor()[0], ".".join(map(str, mpi.get_vendor()[1])))
+    return out
 
 
 def _busy_seconds(cpus: set[int]) -> float:

@@ -45,7 +45,7 @@ from ..errors import HybridschedError, UsageError
 from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
 from ..study.runner import warn_unverified
 from ..study.session import Resources
-from ..sysinfo import usable_cpus
+from ..sysinfo import ForeignLoad, usable_cpus
 from ..workload import Slab, over_frames
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 
@@ -125,6 +125,7 @@ class _RankResult:
         self.chunk_used = 0
         self.workers = np.zeros(0, WORKER_DTYPE)
         self.trace = np.zeros(0, TRACE_DTYPE)
+        self.foreign = float("nan")  # share of this rank's CPUs other processes used
 
 
 def _add_execution(res: _RankResult, ex, p0: float, k_offset: int) -> None:
@@ -247,6 +248,11 @@ def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: 
         "rank_chunks": [r.chunks for r in results],
         "rank_bad_rows": [r.bad_rows for r in results],
     }
+    shares = [round(r.foreign, 4) for r in results if r.foreign == r.foreign]
+    if shares:  # the most disturbed rank: the run's time is the slowest rank's
+        extra["rank_foreign_cpu"] = [round(r.foreign, 4) if r.foreign == r.foreign else None
+                                     for r in results]
+        extra["foreign_cpu"] = max(shares)
     if split == "dynamic":
         extra["rank_gen_s"] = [r.gen_s for r in results]
         extra["compute_time_s"] = (float("nan") if errors else
@@ -282,11 +288,13 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
             maybe_fail(w.rank, i)
             slab = shared.slab(cfg)
             started = time.time()
+            probe = ForeignLoad(cpus)  # outside the timed region, as on one node
             with _seat(cfg, shared.arbiter) as seat:
                 if split == "static":
                     res = _run_static(w, cfg, slab, monitor, cpus, seat)
                 else:
                     res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat)
+            res.foreign = probe.share()
             total_bad = w.allreduce_sum(res.bad_rows)
             results = w.gather(res)
             ok = None

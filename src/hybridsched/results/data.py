@@ -33,7 +33,7 @@ class Row:
     alpha: float
     alpha_flagged: bool
     t_min: float = math.nan
-    t_std: float = math.nan
+    t_std: float = math.nan          # sample standard deviation (n - 1); NaN at one repetition
     e_p: float = math.nan            # §3.1 mean P/P_max over the repetitions
     epsilon: float = math.nan        # Eq. 10 at k_eff = min(k, N)
     epsilon_flagged: bool = False
@@ -49,6 +49,12 @@ class Row:
     pipe_batch: int = 1              # pipe records per producer write (1 = the paper's protocol)
     inflight: int = 1                # pipe-MtoM chunks in flight per worker (1 = the paper's)
     coop: bool = False               # ran on the cooperative arbiter's tokens (--coop)
+    imbalance: float = math.nan      # mean over repetitions of timeline.load_imbalance
+
+    @property
+    def disturbed(self) -> bool:
+        """Other processes took more than SHARED_MACHINE of the CPUs (median over its runs)."""
+        return not math.isnan(self.foreign_cpu) and self.foreign_cpu > SHARED_MACHINE
 
     @property
     def variant(self) -> tuple[str, bool, int, int, int, int]:
@@ -71,17 +77,20 @@ class Study:
     n: int                                   # N: usable CPUs when the study ran
     util: dict[int, tuple[float, float]] = field(default_factory=dict)  # run_id -> (U_thread, U_N)
     foreign: dict[int, float] = field(default_factory=dict)  # run_id -> share of CPUs used by others
+    imbalance: dict[int, float] = field(default_factory=dict)  # run_id -> load imbalance of busy time
 
 
 def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
     from ..store import iter_details, machine_n, read_attrs, read_runs
+    from .timeline import load_imbalance
 
     runs = read_runs(path)
     attrs = read_attrs(path)
     n = machine_n(path, attrs)
     util: dict[int, tuple[float, float]] = {}
     foreign: dict[int, float] = {}
+    imbalance: dict[int, float] = {}
     if utilisation and len(runs):
         # a run without readable detail (a version-1 file that filled its disk) still
         # counts in the tables; only its utilisation and foreign-load figures are missing
@@ -91,12 +100,14 @@ def load_study(path: str, utilisation: bool = True) -> Study:
             val = d.extra.get("foreign_cpu")
             if isinstance(val, (int, float)) and math.isfinite(val):
                 foreign[rid] = float(val)
+            if len(d.workers) and not math.isnan(li := load_imbalance(d.workers)):
+                imbalance[rid] = li
             if n <= 0 or len(d.workers) == 0:
                 continue
             ut = metrics.worker_utilisations(d.workers)
             util[rid] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
                          metrics.many_core_utilisation(d.workers, n))
-    return Study(path, runs, attrs, n, util, foreign)
+    return Study(path, runs, attrs, n, util, foreign, imbalance)
 
 
 # A timed run is disturbed when other processes used more than this share of our CPUs during
@@ -129,7 +140,8 @@ def _nanmean(vals: list[float]) -> float:
 
 def summarise(runs: np.ndarray, n: int | None = None,
               util: dict[int, tuple[float, float]] | None = None,
-              foreign: dict[int, float] | None = None) -> list[Row]:
+              foreign: dict[int, float] | None = None,
+              imbalance: dict[int, float] | None = None) -> list[Row]:
     """One row per (scheduler, L, k, chunk, affinity, P, pipe variant) over its verified runs; unverified or
     failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
     Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
@@ -160,7 +172,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
         units = P * k  # Eq. 19-20: P nodes x k workers; P = 1 is the single-node table
         a = metrics.serial_fraction(sigma, units)
         row = Row(s, fam[s], L, k, c, aff, len(times), t, sigma, metrics.efficiency(sigma, units),
-                  a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times)),
+                  a.value, a.diagnostic, t_min=float(np.min(times)), t_std=float(np.std(times, ddof=1)) if len(times) > 1 else math.nan,
                   e_p=metrics.mean_performance_efficiency(times), failed=failed,
                   chunk_used="/".join(str(u) for u in sorted(used)), P=P, pipe_batch=pb,
                   inflight=inf, coop=coop)
@@ -177,6 +189,8 @@ def summarise(runs: np.ndarray, n: int | None = None,
         if foreign:
             vals = [foreign[i] for i in ids if i in foreign]
             row.foreign_cpu = float(np.median(vals)) if vals else math.nan
+        if imbalance:
+            row.imbalance = _nanmean([imbalance[i] for i in ids if i in imbalance])
         rows.append(row)
     order = {name: i for i, name in enumerate(_name_order(rows))}
     rows.sort(key=lambda r: (r.L, order[r.scheduler], r.P, not r.affinity, r.chunk,
@@ -189,6 +203,21 @@ def _name_order(rows: list[Row]) -> list[str]:
 
     names = {r.scheduler for r in rows}
     return [n for n in ALL_NAMES if n in names] + sorted(names - set(ALL_NAMES))
+
+
+def t_text(r: Row) -> str:
+    """T as mean ± standard deviation in ms (the spread over verified repetitions)."""
+    if not r.reps:
+        return "—"
+    sd = "" if r.reps < 2 or math.isnan(r.t_std) else f" ± {r.t_std * 1e3:.2f}"
+    return f"{r.t_mean * 1e3:.2f}{sd}"
+
+
+DISTURBED_MARK = "‡"
+
+
+def disturbed_mark(r: Row) -> str:
+    return f" {DISTURBED_MARK}" if r.disturbed else ""
 
 
 def fmt(x: float, spec: str) -> str:

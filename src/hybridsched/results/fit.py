@@ -42,6 +42,7 @@ class Data:
     P: np.ndarray | None = None
     k: np.ndarray | None = None
     notes: list[str] = field(default_factory=list)
+    cores: int | None = None          # physical cores (per node): N beyond them oversubscribe
 
 
 # --- the models (Eqs. 6/19 and 9 are metrics.amdahl_speedup / gustafson_speedup) -------
@@ -243,6 +244,10 @@ def fit(d: Data, model: str) -> dict:
         res["data"]["k"] = [int(x) for x in d.k]
     if d.notes:
         res["notes"] = d.notes
+    from .fitcheck import warnings
+
+    res["cores"] = d.cores
+    res["warnings"] = warnings(res, d.cores)
     return res
 
 
@@ -293,9 +298,10 @@ def load_csv(path: str) -> Data:
 def load_study(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
     """Speedup per (P, k) of one scheduler against T_serial (serial runs at P = 1, k = 1),
     from verified runs only, at one tensor size L."""
-    from ..store import read_runs
+    from ..store import read_attrs, read_runs
 
     runs = read_runs(path)
+    cores = _physical_cores(read_attrs(path))
     ok = runs[runs["verified"]]
     serial = ok[(ok["scheduler"] == "serial") & (ok["P"] == 1) & (ok["k"] == 1)]
     others = ok[ok["scheduler"] != "serial"]
@@ -342,17 +348,35 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     P = np.array([p for p, _ in keys])
     k = np.array([kk for _, kk in keys])
     sigma = np.array([t1 / float(np.mean(groups[key])) for key in keys])
-    return Data(P * k, sigma, "speedup", f"{path} [{scheduler}, L={L}]", P, k, notes)
+    return Data(P * k, sigma, "speedup", f"{path} [{scheduler}, L={L}]", P, k, notes, cores)
+
+
+def _physical_cores(attrs: dict) -> int | None:
+    """Physical cores the study could use: the recorded physical count, capped by the usable
+    CPUs N (a cpuset smaller than the machine); None where neither is recorded."""
+    vals = []
+    for key in ("machine.cpu_count_physical", "machine.N"):
+        try:
+            v = int(attrs.get(key, 0) or 0)
+        except (TypeError, ValueError):
+            v = 0
+        if v > 0:
+            vals.append(v)
+    return min(vals) if vals else None
 
 
 # --- output -----------------------------------------------------------------------------
 
 
 def _fmt_param(name: str, p: dict) -> str:
+    from .fitcheck import bound_of, value_text
+
     lo, hi = p["ci"]
+    if bound_of(name, p) is not None:  # an interval around a wall the optimiser hit says nothing
+        return f"  {name:<8} {value_text(name, p)}"
     ci = "" if math.isnan(lo) else f"  {int(CONFIDENCE * 100)}% CI [{lo:.4g}, {hi:.4g}]"
     se = "" if math.isnan(p["stderr"]) else f" ± {p['stderr']:.3g}"
-    return f"  {name:<8} {p['value']:.6g}{se}{ci}"
+    return f"  {name:<8} {value_text(name, p)}{se}{ci}"
 
 
 def text(res: dict) -> str:
@@ -367,8 +391,10 @@ def text(res: dict) -> str:
     if res["model"] == "usl":
         lin = res["linear"]
         if lin:
-            lines.append(f"  Eq. 23 regression: alpha {lin['alpha']['value']:.6g}, "
-                         f"beta {lin['beta']['value']:.6g}, R² {lin['r2']:.5f}")
+            ci = lambda q: ("" if math.isnan(q["ci"][0]) else  # noqa: E731
+                            f" [{q['ci'][0]:.4g}, {q['ci'][1]:.4g}]")
+            lines.append(f"  Eq. 23 regression: alpha {lin['alpha']['value']:.6g}{ci(lin['alpha'])}, "
+                         f"beta {lin['beta']['value']:.6g}{ci(lin['beta'])}, R² {lin['r2']:.5f}")
         pk = res["peak_N"]
         lines.append("  peak N*  none (beta indistinguishable from 0: no retrograde region)"
                      if pk is None else
@@ -382,6 +408,7 @@ def text(res: dict) -> str:
             pk = f" (P={p['P']}, k={p['k']})" if "P" in p else ""
             a = "—" if math.isnan(p["alpha"]) else f"{p['alpha']:.4f}"
             lines.append(f"    N={p['N']}{pk}: {res['kind']} {p['y']:.4g}, alpha {a}")
+    lines += [f"  WARNING: {w}" for w in res.get("warnings", [])]
     return "\n".join(lines)
 
 
@@ -394,45 +421,10 @@ def predict(res: dict, n) -> np.ndarray:
 
 
 def plot(res: dict, path: str) -> None:
-    """Write a PNG of the data and the fitted curve (with the ideal line)."""
-    import matplotlib
+    """Write a PNG of the data and the fitted curve (fitplot.py draws it)."""
+    from .fitplot import plot as draw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = np.array(res["data"]["N"], float)
-    y = np.array(res["data"][res["kind"]], float)
-    top = float(n.max()) * 1.25
-    if res.get("peak_N") and res["peak_N"] < 4 * n.max():
-        top = max(top, res["peak_N"] * 1.3)
-    xs = np.linspace(1.0, top, 400)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    try:
-        ax.plot(xs, res["lambda"] * xs, ":", color="grey", label="ideal (linear)")
-        ax.plot(xs, predict(res, xs), "-", label=f"{res['model']} fit")
-        ax.plot(n, y, "o", label="measured")
-        if res.get("peak_N"):
-            ax.axvline(res["peak_N"], ls="--", lw=0.8, color="red", label=f"N* = {res['peak_N']:.3g}")
-        ax.set_xlabel("N = P × k")
-        ax.set_ylabel(res["kind"])
-        extra = f", β={res['beta']:.3g}" if res["model"] == "usl" else ""
-        ax.set_title(f"{res['model']}: α={res['alpha']:.3g}{extra}, R²={res['r2']:.4f}", fontsize=10)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        from ..store import check_output, replacing
-
-        check_output(path, "--plot")  # a regular file or nothing: never a device or FIFO
-        fmt = os.path.splitext(path)[1][1:].lower() or "png"
-        try:
-            with replacing(path) as fh:  # by rename: a planted symlink is not followed
-                fig.savefig(fh, dpi=110, format=fmt)
-        except ValueError as exc:
-            raise UsageError(f"--plot {path}: {exc}") from None
-        except OSError as exc:
-            raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+    draw(res, path)
 
 
 def jsonable(obj):

@@ -18,7 +18,7 @@ def _figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(8.4, 4.4))  # wider: the legend sits beside the axes
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot(1, 1, 1)
 
@@ -31,15 +31,19 @@ def _finish(fig, ax, ks: list[int], sigmas: list[float], n: int, title: str, pat
         if n and n < hi:
             ax.axhline(n, ls=":", color="black", lw=1, label=f"N = {n} cores")
             # far into oversubscription (the scaled preset goes to 16 N) the ideal line
-            # would squash the measured curves: cap the y range near N, log2 on k
+            # would squash the measured curves: cap the y range near N
             ax.set_ylim(0, max(max(sigmas, default=1.0), n) * 1.3)
-            if hi > 4 * n:
-                ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (workers)")
+        # k doubles in every preset: log2 spaces the points evenly; ticks at the k run
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(set(ks)))
+        ax.set_xticklabels([str(k) for k in sorted(set(ks))], fontsize=8)
+        ax.minorticks_off()
+    ax.set_xlabel("k (workers), log2 axis")
     ax.set_ylabel("speedup σ(k) = T_serial / T_k")
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    # off the data: to the right of the axes, however many curves there are
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return save_png(fig, path)
 
@@ -57,9 +61,12 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
-def _curve(rows: list[Row]) -> tuple[list[int], list[float]]:
-    pts = sorted((r.k, r.sigma) for r in rows if not math.isnan(r.sigma))
-    return [k for k, _ in pts], [s for _, s in pts]
+def _curve(rows: list[Row]) -> tuple[list[int], list[float], list[float]]:
+    """k, σ and σ's spread: σ·sd(T)/mean(T), the first-order error of T_serial/T (0 where a
+    row has one repetition)."""
+    pts = sorted((r.k, r.sigma, r.sigma * r.t_std / r.t_mean if r.reps > 1 and r.t_std == r.t_std
+                  else 0.0) for r in rows if not math.isnan(r.sigma))
+    return [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts]
 
 
 def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
@@ -75,9 +82,9 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
         fig, ax = _figure()
         allk = []
         for L in sorted({r.L for r in vrows}):
-            ks, s = _curve([r for r in vrows if r.L == L])
+            ks, s, err = _curve([r for r in vrows if r.L == L])
             if ks:
-                ax.plot(ks, s, marker="o", label=f"L = {L}")
+                ax.errorbar(ks, s, yerr=err, marker="o", capsize=3, label=f"L = {L}")
                 allk += ks
         if not allk:
             continue
@@ -94,12 +101,12 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
             fig, ax = _figure()
             allk = []
             for v in variants(frows):
-                ks, s = _curve([r for r in frows if r.variant == v])
+                ks, s, err = _curve([r for r in frows if r.variant == v])
                 if ks:
                     lab = (v[0] + ("" if v[1] else " no-aff") + (f" c={v[2]}" if v[2] else "")
                            + (f" b={v[4]}" if v[4] != 1 else "") + (f" d={v[5]}" if v[5] != 1 else "")
                            + (" coop" if v[6] else ""))
-                    ax.plot(ks, s, marker="o", ms=3, label=lab)
+                    ax.errorbar(ks, s, yerr=err, marker="o", ms=3, capsize=2, label=lab)
                     allk += ks
             if allk:
                 sig = [r.sigma for r in frows if not math.isnan(r.sigma)]

@@ -12,9 +12,9 @@ from dataclasses import asdict, fields
 import numpy as np
 
 from . import claims, metrics
-from .data import (Row, Study, alpha_text, chunk_text, dedicated, families, fmt, k_at_n,
-                   best_per_family, variant_label, variants, _table_key, SHARED_MACHINE,
-                   summarise, load_study)
+from .data import (DISTURBED_MARK, Row, Study, alpha_text, chunk_text, dedicated, disturbed_mark,
+                   families, fmt, k_at_n, best_per_family, t_text, variant_label, variants,
+                   _table_key, SHARED_MACHINE, summarise, load_study)
 
 
 # T_serial and the median k = 1 time of the thread schedulers measure the same work on one
@@ -64,21 +64,37 @@ def load_line(study: Study) -> str:
 
 
 def markdown_summary(rows: list[Row]) -> str:
-    """The flat table `hybridsched run` prints: T (ms), sigma, sigma_E and alpha per row."""
-    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) | σ | σE | α |",
-             "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|"]
+    """The flat table `hybridsched run` prints: T (ms) mean ± sd and min, sigma, sigma_E and
+    alpha per row; ‡ marks rows timed while other processes took the CPUs."""
+    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) | min | σ | σE | α |",
+             "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         k = r.k if r.P == 1 else f"{r.P}×{r.k}"
         chunk = r.chunk or "def" if r.chunk >= 0 else f"auto→{r.chunk_used or '?'}"
         lines.append(f"| {r.scheduler} | {r.L} | {k} | {chunk} | "
-                     f"{'on' if r.affinity else 'off'} | {r.reps} | {fmt(r.t_mean * 1e3, '.2f')} | "
+                     f"{'on' if r.affinity else 'off'} | {r.reps} | {t_text(r)}{disturbed_mark(r)} | "
+                     f"{fmt(r.t_min * 1e3, '.2f')} | "
                      f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
                      f"{alpha_text(r.alpha, r.alpha_flagged)} |")
     return "\n".join(lines + _notes(rows))
 
 
+def run_summary(path: str) -> str:
+    """What `run` prints at the end: the flat table of the study at ``path`` (with spread
+    and disturbed rows marked) and the command to run next."""
+    study = load_study(path)
+    rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
+    return markdown_summary(rows) + f"\n\nNext: hybridsched report {path}"
+
+
 def _notes(rows: list[Row]) -> list[str]:
     notes = []
+    if any(r.disturbed for r in rows):
+        notes.append(f"{DISTURBED_MARK} other processes took more than {SHARED_MACHINE * 100:.0f} % "
+                     "of the CPUs (median over the row's runs): those timings include other work.")
+    if any(r.reps >= 2 for r in rows):
+        notes.append("± is the sample standard deviation over the verified repetitions; min the "
+                     "fastest of them.")
     if any(math.isnan(r.sigma) and r.reps for r in rows):
         notes.append("σ needs the study's single-node (P = 1) serial runs for the same L; — where "
                      "there are none (an MPI study can `hybridsched merge` one in).")
@@ -95,7 +111,7 @@ def _notes(rows: list[Row]) -> list[str]:
 
 def scheduler_tables(rows: list[Row]) -> str:
     """Per scheduler variant one table in the paper's form: rows k; per L the columns
-    T (ms), σ, σE, α and E_p."""
+    T (ms) mean ± sd, min, σ, σE, α, E_p and the load imbalance LI of busy time."""
     Ls = sorted({r.L for r in rows})
     index = {(r.variant, r.L, r.k): r for r in rows}
     out = []
@@ -106,19 +122,21 @@ def scheduler_tables(rows: list[Row]) -> str:
             continue  # T_serial is in the header and in every σ
         ks = sorted({r.k for r in vrows})
         vLs = [L for L in Ls if any(r.L == L for r in vrows)]
-        head = "| k |" + "".join(f" T (ms) L={L} | σ | σE | α | E_p |" for L in vLs)
-        align = "|---:|" + "---:|---:|---:|---:|---:|" * len(vLs)
+        head = "| k |" + "".join(f" T (ms) L={L} | min | σ | σE | α | E_p | LI |" for L in vLs)
+        align = "|---:|" + "---:|" * 7 * len(vLs)
         out += [f"### {variant_label(*v)} ({fam})", "", head, align]
         for k in ks:
             cells = [f"| {k} |"]
             for L in vLs:
                 r = index.get((v, L, k))
                 if r is None:
-                    cells.append(" | | | | |")
+                    cells.append(" | | | | | | |")
                     continue
-                t = fmt(r.t_mean * 1e3, ".2f") + (f" ({r.reps}/{r.reps + r.failed})" if r.failed else "")
-                cells.append(f" {t} | {fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
-                             f"{alpha_text(r.alpha, r.alpha_flagged)} | {fmt(r.e_p, '.3f')} |")
+                t = (t_text(r) + disturbed_mark(r)
+                     + (f" ({r.reps}/{r.reps + r.failed})" if r.failed else ""))
+                cells.append(f" {t} | {fmt(r.t_min * 1e3, '.2f')} | {fmt(r.sigma, '.3f')} | "
+                             f"{fmt(r.sigma_e, '.3f')} | {alpha_text(r.alpha, r.alpha_flagged)} | "
+                             f"{fmt(r.e_p, '.3f')} | {fmt(r.imbalance, '.3f')} |")
             out.append("".join(cells))
         out.append("")
     return "\n".join(out)
@@ -154,7 +172,7 @@ def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
                        + (f" ({chunk_text(r.chunk)})" if r.chunk else ""))
                 t1 = k1.get((r.variant, L), math.nan)
                 lines.append(f"| {r.family} | {lab} | {fmt(ser.get(L, math.nan) * 1e3, '.2f')} | "
-                             f"{fmt(t1 * 1e3, '.2f')} | {fmt(r.t_mean * 1e3, '.2f')} | "
+                             f"{fmt(t1 * 1e3, '.2f')} | {t_text(r)}{disturbed_mark(r)} | "
                              f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | {verdict} |")
                 recs.append(dict(L=L, k=k, family=r.family, scheduler=r.scheduler,
                                  affinity=r.affinity, chunk=r.chunk, t_serial_s=ser.get(L, math.nan),
@@ -194,7 +212,7 @@ def default_out_dir(path: str) -> str:
 def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:
     """The whole report as Markdown, and the files written (CSV always, PNG unless
     ``plots`` is false) under ``out_dir`` (None: write nothing)."""
-    rows = summarise(study.runs, study.n, study.util, study.foreign)
+    rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
     a = study.attrs
     ok = int(study.runs["verified"].sum())
     head = [f"# Study {os.path.basename(study.path)}", "",
@@ -203,8 +221,11 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
             load_line(study), "",
             f"Runs: {len(study.runs)} stored, {ok} verified. T is the mean over verified "
-            "repetitions; σ = T_serial/T (Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the "
-            "nominal k (Eq. 8), E_p mean P/P_max over repetitions (§3.1).", ""]
+            "repetitions (± their sample standard deviation, min the fastest); σ = T_serial/T "
+            "(Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the nominal k (Eq. 8), E_p mean "
+            "P/P_max over repetitions (§3.1), LI the load imbalance of the workers' busy time "
+            "(max − mean)/max × k/(k − 1), LB4OMP's percent imbalance (0 balanced, 1 one "
+            "worker did everything).", ""]
     ser = [r for r in rows if r.scheduler == "serial" and r.reps]
     if ser:
         head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
@@ -237,6 +258,9 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             from . import plots as plotting
 
             files += plotting.speedup_plots(rows, out_dir, study.n)
+            from .timeline import report_gantts
+
+            files += report_gantts(study, rows, out_dir)
     from .sections import side_sections  # the file's `ge` and `colocate` tables, if any
 
     side_md, side_files = side_sections(study.path, out_dir, plots, study.n)
