@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
+
 from .errors import UsageError
 
 Chunk = tuple[int, int]  # (first frame, count)
@@ -119,6 +121,24 @@ def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[
             raise ValueError("chunk size must be at least 1")
         yield first, count
         first += count
+
+
+def fcfs_bounds(n: int, size: Callable[[int], int]) -> np.ndarray:
+    """The hand-out of :func:`fcfs_chunks` as chunk boundaries: int64[m + 1] with chunk i
+    = frames ``b[i] .. b[i+1]-1``. Claims from one counter are serialised, so claim i
+    always gets chunk i whatever the timing: compiled dispatch claims i by fetch-and-add."""
+    out = [0]
+    for first, count in fcfs_chunks(n, size):
+        out.append(first + count)
+    return np.array(out, np.int64)
+
+
+def fixed_bounds(n: int, c: int) -> np.ndarray:
+    """:func:`fcfs_bounds` for :func:`dynamic_size` (a fixed chunk c), built without a
+    Python loop: 200000 one-frame chunks take ~1 ms instead of ~100 ms in the timed run."""
+    if c < 1:
+        raise ValueError("chunk size must be at least 1")
+    return np.minimum(np.arange(0, n + c, c, dtype=np.int64), n) if n > 0 else np.zeros(1, np.int64)
 
 
 # --- chunk stealing ---------------------------------------------------------------------
