@@ -126,7 +126,7 @@ def nogil_tickets(work: np.ndarray, k: int) -> int:
     atomic ticket, the trace in arrays) on bare threads: no worker table, no rusage, no
     trace table; what the backend's own bookkeeping costs on top of it."""
     n = work.shape[0]
-    run = compiled.CompiledTickets(pol.fixed_bounds(n, 1)).runner(kernels.quicksort_frames, work)
+    run = compiled.CompiledTickets(pol.fixed_bounds(n, 1), k).runner(kernels.quicksort_frames, work)
 
     def body(w):
         _pinned(w)

@@ -95,7 +95,7 @@ def test_fixed_bounds_is_fcfs_bounds_of_dynamic_size(n, c):
 def test_compiled_loop_on_threads_runs_every_chunk_of_the_hand_out_once(name, n, workers, chunk):
     info = registry.get(name)
     c = info.resolve_chunk(chunk, n)
-    tickets = compiled.CompiledTickets(info.sequence(n, workers, c))
+    tickets = compiled.CompiledTickets(info.sequence(n, workers, c), workers)
     data = np.zeros(n, np.int64)
     run_w = tickets.runner(mark, data)
     ts = [threading.Thread(target=run_w, args=(w,)) for w in range(workers)]
@@ -265,3 +265,13 @@ def test_stop_ends_every_later_claim():
     tickets.runner(mark, data)(0)
     assert data.sum() == 0 and len(tickets.trace()) == 0
     check_coverage(compiled.CompiledTickets(pol.fixed_bounds(0, 1)).trace(), 0)
+
+
+def test_a_worker_that_draws_every_chunk_grows_its_records():
+    # sized for 8 workers' even shares, one worker runs all 1000 chunks
+    tickets = compiled.CompiledTickets(pol.fixed_bounds(1000, 1), 8)
+    data = np.zeros(1000, np.int64)
+    tickets.runner(mark, data)(3)
+    trace = tickets.trace()
+    assert (data == 1).all() and len(trace) == 1000
+    assert (trace["worker"] == 3).all() and trace["first"].tolist() == list(range(1000))

@@ -5,8 +5,8 @@ guided: claims from one counter are serialised, so claim i always gets chunk i),
 registry entry's ``sequence`` gives the chunk boundaries, built by the same pure functions
 of :mod:`policies` the Python dispensers call. Each worker thread then runs
 :func:`claim_loop`: an atomic fetch-and-add draws ticket i, the numba kernel runs on
-frames ``bounds[i] .. bounds[i+1]-1``, and two CLOCK_MONOTONIC reads go into arrays
-indexed by the ticket. Nothing per chunk touches the interpreter, so k workers never
+frames ``bounds[i] .. bounds[i+1]-1``, and two CLOCK_MONOTONIC reads go into the worker's
+own record table. Nothing per chunk touches the interpreter, so k workers never
 queue for the GIL between chunks (the Python loop's cost on fine-grained tasks).
 
 Which loop runs is decided from data: the entry's ``sequence``, whether the kernel is a
@@ -75,22 +75,33 @@ def monotonic_ns(typingctx):
 # kernel is its own type), so the loop compiles once per kernel and array type per
 # process (~0.5 s), in prepare() or before the timed region of the first run.
 @numba.njit(nogil=True)
-def claim_loop(kernel, data, bounds, ctl, who, t_start, t_end, w):
-    """Worker w's whole run: claim ticket i, run chunk i, record it; until the tickets
-    are past the hand-out (done, or stopped). A kernel's exception ends the loop and
-    propagates to the calling thread."""
+def claim_loop(kernel, data, bounds, ctl, capacity):
+    """One worker's whole run: claim ticket i, run chunk i, record (i, start ns, end ns);
+    until the tickets are past the hand-out (done, or stopped). Returns the records in
+    claim order. A kernel's exception ends the loop and propagates to the calling thread.
+
+    The records are the worker's own, grown by doubling from ``capacity``: a table shared
+    by ticket would put the rows of k workers in the same cache lines, three more
+    contended lines per chunk besides the ticket's."""
     m = bounds.shape[0] - 1
+    rec = np.empty((max(capacity, 1), 3), np.int64)
+    n = 0
     while True:
         i = fetch_add(ctl, 0, 1)
         if i >= m:
-            return
+            return rec[:n]
         first = bounds[i]
         t0 = monotonic_ns()
         kernel(data, first, bounds[i + 1] - first)
         t1 = monotonic_ns()
-        t_start[i] = t0
-        t_end[i] = t1
-        who[i] = w
+        if n == rec.shape[0]:
+            grown = np.empty((2 * n, 3), np.int64)
+            grown[:n] = rec
+            rec = grown
+        rec[n, 0] = i
+        rec[n, 1] = t0
+        rec[n, 2] = t1
+        n += 1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -98,20 +109,23 @@ def _bump(ctl, delta):
     return fetch_add(ctl, 0, delta)
 
 
-class CompiledTickets(Dispenser):
-    """The shared state of a compiled run: chunk boundaries, the ticket counter and the
-    per-ticket record (worker, start and end in ns; -1 = never run)."""
+# Slack over a worker's even share of the chunks before its record table first grows: a
+# few rows of memory per worker against one copy of the table when a worker draws more.
+_SPARE_ROWS = 64
 
-    def __init__(self, bounds: np.ndarray):
+
+class CompiledTickets(Dispenser):
+    """The shared state of a compiled run: the chunk boundaries and the ticket counter;
+    each worker's loop returns its own (ticket, start ns, end ns) records."""
+
+    def __init__(self, bounds: np.ndarray, workers: int = 1):
         super().__init__()
         self.bounds = np.ascontiguousarray(bounds, np.int64)
-        m = len(self.bounds) - 1
         # [0] is the ticket; the rest pads it to a 64-byte line of its own, so no other
         # write invalidates the line every claim contends for
         self.ctl = np.zeros(8, np.int64)
-        self.who = np.full(m, -1, np.int32)
-        self.t_start = np.zeros(m, np.int64)
-        self.t_end = np.zeros(m, np.int64)
+        self.records: list[np.ndarray | None] = [None] * workers
+        self._capacity = (len(self.bounds) - 1) // max(workers, 1) + _SPARE_ROWS
 
     def claim(self, w):
         """A Python-side claim of the same ticket sequence (not used by the compiled loop)."""
@@ -127,20 +141,25 @@ class CompiledTickets(Dispenser):
 
     def runner(self, kernel, data):
         """``run(w)``: worker w's compiled loop over ``data`` (releases the GIL)."""
-        args = (data, self.bounds, self.ctl, self.who, self.t_start, self.t_end)
-        return lambda w: claim_loop(kernel, *args, w)
+        bounds, ctl, cap, records = self.bounds, self.ctl, self._capacity, self.records
+
+        def run(w: int) -> None:
+            records[w] = claim_loop(kernel, data, bounds, ctl, cap)
+        return run
 
     def trace(self) -> np.ndarray:
         """The chunk trace as the Python loop's trace_table builds it: rows by worker in
         claim order, then stably ordered by start time; times in perf_counter seconds."""
-        ran = np.flatnonzero(self.who >= 0)
-        order = ran[np.argsort(self.who[ran], kind="stable")]
-        out = np.zeros(len(order), TRACE_DTYPE)
-        out["worker"] = self.who[order]
-        out["first"] = self.bounds[order]
-        out["count"] = self.bounds[order + 1] - self.bounds[order]
-        out["start"] = self.t_start[order] / _NS
-        out["end"] = self.t_end[order] / _NS
+        mine = [r for r in self.records if r is not None]
+        rows = np.concatenate(mine) if mine else np.zeros((0, 3), np.int64)
+        out = np.zeros(len(rows), TRACE_DTYPE)
+        out["worker"] = np.repeat([w for w, r in enumerate(self.records) if r is not None],
+                                  [len(r) for r in mine]) if mine else 0
+        tickets = rows[:, 0]
+        out["first"] = self.bounds[tickets]
+        out["count"] = self.bounds[tickets + 1] - self.bounds[tickets]
+        out["start"] = rows[:, 1] / _NS
+        out["end"] = rows[:, 2] / _NS
         return out[np.argsort(out["start"], kind="stable")]
 
     def notes(self):
@@ -172,5 +191,4 @@ def use_compiled(job, kernel) -> bool:
 def compile_for(kernel, data: np.ndarray) -> None:
     """Compile the loop for ``kernel`` on arrays of ``data``'s type (an empty hand-out:
     nothing runs). Call before forking and before a timed region."""
-    empty = CompiledTickets(np.zeros(1, np.int64))
-    empty.runner(kernel, data)(0)
+    CompiledTickets(np.zeros(1, np.int64)).runner(kernel, data)(0)

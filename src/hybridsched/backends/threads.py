@@ -150,7 +150,7 @@ def execute(job: Job) -> Execution:
 
     t_begin = perf_counter()
     if native:
-        disp = compiled.CompiledTickets(job.info.sequence(job.frames, workers, job.chunk))
+        disp = compiled.CompiledTickets(job.info.sequence(job.frames, workers, job.chunk), workers)
         run_compiled = disp.runner(kernel, work)
         chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.why_not)
     else:
