@@ -4,6 +4,7 @@ naming the worker when a numba kernel raises, stops on Ctrl-C, and leaves Python
 feedback and preassigned policies and --dispatch python on the Python loop."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -15,10 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched import kernels, registry
+from hybridsched import cli, kernels, registry
 from hybridsched import policies as pol
 from hybridsched.backends import compiled, threads
 from hybridsched.errors import UsageError
+from hybridsched.store import read_detail, read_runs
 from hybridsched.study.runner import timed_run
 from hybridsched.study.spec import StudySpec
 from hybridsched.workload import Slab
@@ -275,3 +277,49 @@ def test_a_worker_that_draws_every_chunk_grows_its_records():
     trace = tickets.trace()
     assert (data == 1).all() and len(trace) == 1000
     assert (trace["worker"] == 3).all() and trace["first"].tolist() == list(range(1000))
+
+
+def test_bounds_of_refuses_a_hand_out_with_gaps_or_empty_chunks():
+    assert pol.bounds_of([(0, 2), (2, 3)]).tolist() == [0, 2, 5]
+    with pytest.raises(ValueError):
+        pol.bounds_of([(0, 2), (3, 1)])
+    with pytest.raises(ValueError):
+        pol.bounds_of([(0, 0)])
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+TINY_RUN = ["-k", "2", "--frames", "12", "--height", "2", "--width", "8", "--reps", "1"]
+
+
+@pytest.mark.parametrize("override", [
+    ["--dispatch", "fast"],
+    ["--dispatch", "compiled", "-s", "dynamic,static"],
+    ["--dispatch", "compiled", "-s", "guided", "--kernel", "numpy"],
+    ["--dispatch", "compiled", "-s", "chunk", "--coop"],
+], ids=["unknown", "static", "python-kernel", "coop"])
+def test_cli_dispatch_bad_input(tmp_path, monkeypatch, capsys, override):
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", *TINY_RUN, "--out", str(tmp_path / "x.h5"), *override]
+    if "-s" not in override:
+        argv += ["-s", "dynamic"]
+    rc = cli.main(argv)
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == "" and "Traceback" not in cap.err
+    assert len(cap.err.strip().splitlines()) == 1 and cap.err.startswith("hybridsched")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("mode", ["auto", "python", "compiled"])
+def test_cli_dispatch_is_in_the_notes(tmp_path, capsys, mode):
+    out = str(tmp_path / "d.h5")
+    schedulers = "dynamic,guided,chunk" + (",static,adaptive" if mode != "compiled" else "")
+    rc = cli.main(["run", *TINY_RUN, "-s", schedulers, "--dispatch", mode, "--out", out])
+    capsys.readouterr()
+    assert rc == 0
+    runs = read_runs(out)
+    assert runs["verified"].all()
+    for r in runs:
+        compiled_ran = registry.get(str(r["scheduler"])).sequence is not None and mode != "python"
+        assert (str(r["notes"]) == compiled.NOTE) == compiled_ran, (r["scheduler"], r["notes"])
+        assert read_detail(out, int(r["run_id"]))[1]["count"].sum() == 12

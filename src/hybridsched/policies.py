@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -123,14 +123,22 @@ def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[
         first += count
 
 
-def fcfs_bounds(n: int, size: Callable[[int], int]) -> np.ndarray:
-    """The hand-out of :func:`fcfs_chunks` as chunk boundaries: int64[m + 1] with chunk i
-    = frames ``b[i] .. b[i+1]-1``. Claims from one counter are serialised, so claim i
-    always gets chunk i whatever the timing: compiled dispatch claims i by fetch-and-add."""
+def bounds_of(chunks: Iterable[Chunk]) -> np.ndarray:
+    """A hand-out of consecutive chunks (first = the previous chunk's end, from 0) as chunk
+    boundaries: int64[m + 1], chunk i = frames ``b[i] .. b[i+1]-1``. Any policy whose i-th
+    claim from one counter always gets the same chunk (claims are serialised, so only i
+    matters, not the timing) can be run from these by a fetch-and-add on i."""
     out = [0]
-    for first, count in fcfs_chunks(n, size):
+    for first, count in chunks:
+        if first != out[-1] or count < 1:
+            raise ValueError(f"chunk ({first}, {count}) does not continue at frame {out[-1]}")
         out.append(first + count)
     return np.array(out, np.int64)
+
+
+def fcfs_bounds(n: int, size: Callable[[int], int]) -> np.ndarray:
+    """The hand-out of :func:`fcfs_chunks` as chunk boundaries (:func:`bounds_of`)."""
+    return bounds_of(fcfs_chunks(n, size))
 
 
 def fixed_bounds(n: int, c: int) -> np.ndarray:
