@@ -1,5 +1,7 @@
 """Thread backend: k worker threads in this process claim chunks from a dispenser and run
-the nogil kernel on the shared slab. One scheduling loop serves all seven thread schedulers.
+the nogil kernel on the shared slab. One Python scheduling loop serves every thread
+scheduler; a fixed first-come-first-served hand-out with a numba kernel runs the same claims
+in the compiled loop of :mod:`.compiled` instead (same team, worker table and trace).
 """
 from __future__ import annotations
 
