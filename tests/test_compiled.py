@@ -323,3 +323,14 @@ def test_cli_dispatch_is_in_the_notes(tmp_path, capsys, mode):
         compiled_ran = registry.get(str(r["scheduler"])).sequence is not None and mode != "python"
         assert (str(r["notes"]) == compiled.NOTE) == compiled_ran, (r["scheduler"], r["notes"])
         assert read_detail(out, int(r["run_id"]))[1]["count"].sum() == 12
+
+
+def test_a_kernel_numba_cannot_compile_for_the_data_fails_the_run(monkeypatch):
+    @numba.njit("void(float64[::1], int64, int64)", nogil=True)
+    def floats_only(a, first, count):
+        a[first] = 0.0
+
+    monkeypatch.setitem(kernels.KERNELS, "floats", (floats_only, "test kernel"))
+    rec, _ = run(config("dynamic", Shape("sig", 10, 1, 4, 2), kernel="floats"))
+    assert not rec.verified and "cannot run on array(uint8, 3d, C)" in rec.error
+    assert "\n" not in rec.error

@@ -190,5 +190,12 @@ def use_compiled(job, kernel) -> bool:
 
 def compile_for(kernel, data: np.ndarray) -> None:
     """Compile the loop for ``kernel`` on arrays of ``data``'s type (an empty hand-out:
-    nothing runs). Call before forking and before a timed region."""
-    CompiledTickets(np.zeros(1, np.int64)).runner(kernel, data)(0)
+    nothing runs). Call before forking and before a timed region. A kernel that numba
+    cannot compile as ``kernel(data, first, count)`` fails the run, as its first call in
+    the Python loop would."""
+    try:
+        CompiledTickets(np.zeros(1, np.int64)).runner(kernel, data)(0)
+    except numba.core.errors.NumbaError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DispatchError(f"the numba kernel {getattr(kernel, '__name__', kernel)} cannot run "
+                            f"on {numba.typeof(data)}: {first}") from exc
