@@ -8,9 +8,10 @@
 2. fine    -- 20000 frames of 32x64 (~40 us each) at k = N: the schedulers, the per-chunk
               dispatch cost, and references run the same way on the same slab: a plain
               lock-and-counter loop, the thread backend's previous worker loop (with
-              today's kernel), ThreadPoolExecutor.map, numba prange, and a GIL-free
-              compiled ticket loop, the headroom left to the Python hot path (target:
-              dynamic >= 0.95).
+              today's kernel), ThreadPoolExecutor.map, numba prange, and the compiled
+              ticket loop on bare threads (target: dynamic >= 0.95). The schedulers run
+              with the default --dispatch auto, so dynamic/guided/chunk are compiled;
+              benchmarks/bench_dispatch.py sets the Python and compiled loops side by side.
 3. kernel  -- serial per-row time of each kernel against C++ std::sort on the same rows
               (benchmarks/stdsort.cpp, built with g++ -O3 into a temp dir; target <= 1.25x).
 4. smoke   -- wall time of `hybridsched run --preset smoke` in a subprocess, warm and with an

@@ -2,7 +2,7 @@
 
 Other ways to run the kernel on k threads (a plain lock-and-counter loop, the thread
 backend's previous hot path, ThreadPoolExecutor.map, numba prange, a GIL-free compiled
-ticket loop), each ``f(work, k) -> chunks``, and single-thread replicas of the worker loops
+ticket loop of backends/compiled.py on bare threads), each ``f(work, k) -> chunks``, and single-thread replicas of the worker loops
 for the hot-path CPU measurement, each ``f(work, n)``.
 """
 from __future__ import annotations
@@ -16,12 +16,9 @@ from functools import partial
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from hybridsched import dispatch, kernels
+from hybridsched.backends import compiled
 from hybridsched import policies as pol
 from hybridsched.sysinfo import pin_current
 
@@ -121,68 +118,19 @@ def numba_prange(work: np.ndarray, k: int) -> int:
     return work.shape[0]
 
 
-# --- a GIL-free dynamic loop: the headroom left to the thread backend's Python hot path ----
-
-
-@intrinsic
-def _fetch_add(typingctx, arr, idx, delta):
-    """Atomic ``old = arr[idx]; arr[idx] += delta; return old`` on an int64 array."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
-        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
-    return types.int64(arr, types.intp, types.int64), codegen
-
-
-@intrinsic
-def _monotonic(typingctx):
-    """clock_gettime(CLOCK_MONOTONIC) in seconds: the clock behind time.perf_counter."""
-    def codegen(context, builder, sig, args):
-        i32, i64, f64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
-        ts_t = ir.LiteralStructType([i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, ts_t.as_pointer()]),
-                                            "clock_gettime")
-        ts = cgutils.alloca_once(builder, ts_t)
-        builder.call(fn, [ir.Constant(i32, 1), ts])  # CLOCK_MONOTONIC
-        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
-        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
-        return builder.fadd(builder.sitofp(sec, f64), builder.fmul(builder.sitofp(nsec, f64), ir.Constant(f64, 1e-9)))
-    return types.float64(), codegen
-
-
-_dynamic_size = numba.njit(pol.dynamic_size, nogil=True)
-
-
-@numba.njit(nogil=True)
-def _ticket_loop(work, tickets, n, k, c, w, trace_w, trace_f, trace_c, trace_s, trace_e):
-    while True:
-        j = _fetch_add(tickets, 0, 1)
-        first = j * c
-        if first >= n:
-            return
-        count = _dynamic_size(n - first, k, c)
-        t0 = _monotonic()
-        kernels.quicksort_frames(work, first, count)
-        t1 = _monotonic()
-        trace_w[j], trace_f[j], trace_c[j], trace_s[j], trace_e[j] = w, first, count, t0, t1
+# --- the package's GIL-free loop without the backend around it ---------------------------
 
 
 def nogil_tickets(work: np.ndarray, k: int) -> int:
-    """dynamic (chunk 1) with the whole claim-run-record loop compiled and GIL-free: an
-    atomic ticket counter, chunk sizes from policies.dynamic_size compiled by numba, the
-    same per-chunk trace in arrays. Not in the package: it measures what the Python loop
-    of the thread backend leaves on the table."""
+    """dynamic (chunk 1) in the thread backend's compiled loop (backends/compiled.py: an
+    atomic ticket, the trace in arrays) on bare threads: no worker table, no rusage, no
+    trace table; what the backend's own bookkeeping costs on top of it."""
     n = work.shape[0]
-    tickets = np.zeros(1, np.int64)
-    trace = [np.zeros(n, np.int32)] + [np.zeros(n, np.int64) for _ in range(2)] + \
-        [np.zeros(n) for _ in range(2)]
+    run = compiled.CompiledTickets(pol.fixed_bounds(n, 1), k).runner(kernels.quicksort_frames, work)
 
     def body(w):
         _pinned(w)
-        _ticket_loop(work, tickets, n, k, 1, w, *trace)
+        run(w)
 
     _threads(k, body)
     return n
@@ -193,7 +141,7 @@ REFERENCES = {
     "previous hot path": previous_hot_path,
     "ThreadPoolExecutor.map": executor_map,
     "numba prange": numba_prange,
-    "GIL-free ticket loop (prototype)": nogil_tickets,
+    "compiled ticket loop, bare threads": nogil_tickets,
 }
 
 

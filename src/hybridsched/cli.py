@@ -76,6 +76,8 @@ def build_spec(args):
         spec.inflight = args.inflight
     if getattr(args, "coop", False):
         spec.coop = True
+    if getattr(args, "dispatch", None) is not None:
+        spec.dispatch = args.dispatch
     spec.validate()
     return spec
 
@@ -368,6 +370,10 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--coop", action="store_true",
                    help="workers run on the node's cooperative arbiter: one token per CPU, "
                    "switching only at chunk boundaries and when blocking (SCHED_COOP)")
+    r.add_argument("--dispatch", choices=["auto", "python", "compiled"],
+                   help="thread workers' chunk loop: auto (default) compiles it, GIL-free, for "
+                   "dynamic/guided/chunk with a numba kernel; python always runs the Python "
+                   "loop; compiled refuses what cannot be compiled")
     r.add_argument("--split", choices=["static", "dynamic"], default="static",
                    help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
                    "self-scheduled guided chunks through an MPI RMA counter (dynamic); "

@@ -284,6 +284,11 @@ def prepare(kernel: str | None = None) -> None:
     generate_frames(tiny, 0, 0)
     orig = tiny.copy()
     names = [kernel] if kernel else list(KERNELS)
+    from .backends import compiled
+
     for name in names:
-        get_kernel(name)(tiny, 0, 1)
+        fn = get_kernel(name)
+        fn(tiny, 0, 1)
+        if numba.extending.is_jitted(fn):
+            compiled.compile_for(fn, tiny)  # the thread backend's compiled loop for it
     count_bad_rows(orig, tiny, 0, 1)

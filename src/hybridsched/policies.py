@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
 
 from .errors import UsageError
 
@@ -119,6 +121,32 @@ def fcfs_chunks(n: int, size: Callable[[int], int], start: int = 0) -> Iterator[
             raise ValueError("chunk size must be at least 1")
         yield first, count
         first += count
+
+
+def bounds_of(chunks: Iterable[Chunk]) -> np.ndarray:
+    """A hand-out of consecutive chunks (first = the previous chunk's end, from 0) as chunk
+    boundaries: int64[m + 1], chunk i = frames ``b[i] .. b[i+1]-1``. Any policy whose i-th
+    claim from one counter always gets the same chunk (claims are serialised, so only i
+    matters, not the timing) can be run from these by a fetch-and-add on i."""
+    out = [0]
+    for first, count in chunks:
+        if first != out[-1] or count < 1:
+            raise ValueError(f"chunk ({first}, {count}) does not continue at frame {out[-1]}")
+        out.append(first + count)
+    return np.array(out, np.int64)
+
+
+def fcfs_bounds(n: int, size: Callable[[int], int]) -> np.ndarray:
+    """The hand-out of :func:`fcfs_chunks` as chunk boundaries (:func:`bounds_of`)."""
+    return bounds_of(fcfs_chunks(n, size))
+
+
+def fixed_bounds(n: int, c: int) -> np.ndarray:
+    """:func:`fcfs_bounds` for :func:`dynamic_size` (a fixed chunk c), built without a
+    Python loop: 200000 one-frame chunks take ~1 ms instead of ~100 ms in the timed run."""
+    if c < 1:
+        raise ValueError("chunk size must be at least 1")
+    return np.minimum(np.arange(0, n + c, c, dtype=np.int64), n) if n > 0 else np.zeros(1, np.int64)
 
 
 # --- chunk stealing ---------------------------------------------------------------------

@@ -43,10 +43,14 @@ class RunConfig:
     pipe_batch: int = 1     # pipe records per producer write (paper: one chunk per message)
     inflight: int = 1       # pipe-MtoM chunks in flight per worker (paper: one, next on done)
     coop: bool = False      # workers run on the node's cooperative arbiter's tokens (--coop)
+    # How thread workers loop over their chunks (auto | python | compiled, --dispatch). Not
+    # part of the run's identity: it never changes the hand-out, only what runs it; which
+    # loop ran is in the run's notes (backends/compiled.py).
+    dispatch: str = field(default="auto", metadata={"key": False})
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return tuple(getattr(self, f.name) for f in fields(self) if f.metadata.get("key", True))
 
 
 @dataclass

@@ -67,6 +67,19 @@ def _aimd(n, workers, c, monitor):
     return dispatch.AimdGate(n, workers, workers, monitor, c)
 
 
+# --- hand-outs as fixed sequences: (frames, workers, chunk) -> chunk boundaries -----------
+# Only for first-come-first-served policies whose chunk i depends on i alone (claims are
+# serialised by one counter): the thread backend may then run them in compiled code
+# (backends/compiled.py) with exactly the hand-out of the dispenser above.
+
+def _fixed_sequence(n, workers, c):
+    return pol.fixed_bounds(n, c)
+
+
+def _guided_sequence(n, workers, c):
+    return pol.fcfs_bounds(n, partial(pol.guided_size, k=workers, c=c))
+
+
 def _adaptive(reading: str):
     return lambda n, workers, c, monitor: dispatch.Adaptive(n, workers, reading)
 
@@ -82,6 +95,10 @@ class SchedulerInfo:
     default_chunk: Callable[[int], int] = _one   # frames -> chunk when --chunk is absent
     pool: Callable[[int, int], int] = _all_k     # (k, N) -> workers started
     dispenser: Callable | None = None            # threads: (frames, workers, chunk, monitor)
+    # threads: (frames, workers, chunk) -> int64 chunk boundaries when the dispenser's
+    # hand-out is a fixed first-come-first-served sequence (compiled dispatch); None when
+    # it is preassigned or fed back from timings
+    sequence: Callable | None = None
     forker: str = ""            # forks: "parent" (prolific) | "mitosis" (collective)
     topology: str = ""          # pipes: "shared" | "dealt" | "feedback"
     needs_monitor: bool = False  # the AIMD utilisation monitor (started once per study)
@@ -115,13 +132,13 @@ _ALL = [
                   default_chunk=_blocks, dispenser=_static),
     SchedulerInfo("dynamic", "thread", "threads",
                   "OpenMP dynamic: threads take the next chunk (default 1) from an atomic ticket counter",
-                  dispenser=_fixed),
+                  dispenser=_fixed, sequence=_fixed_sequence),
     SchedulerInfo("guided", "thread", "threads",
                   "OpenMP guided: chunk = max(min_chunk, ceil(remaining / k)), first come first served",
-                  dispenser=_guided),
+                  dispenser=_guided, sequence=_guided_sequence),
     SchedulerInfo("chunk", "thread", "threads",
                   "fixed chunks from the ticket counter (default L/100, the paper's 10 and 100)",
-                  default_chunk=pol.paper_chunk, dispenser=_fixed),
+                  default_chunk=pol.paper_chunk, dispenser=_fixed, sequence=_fixed_sequence),
     SchedulerInfo("chunk-steal", "thread", "threads",
                   "static chunks in per-thread queues; idle threads steal round-robin",
                   default_chunk=pol.paper_chunk, dispenser=_steal),
@@ -182,7 +199,7 @@ def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=Non
     info = get(cfg.scheduler)
     job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
               cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
-              inflight=cfg.inflight)
+              inflight=cfg.inflight, dispatch=cfg.dispatch)
     if cpus is not None:
         job.cpus = cpus
     return job

@@ -29,6 +29,7 @@ class Job:
     original: np.ndarray | None = None
     pipe_batch: int = 1           # RunConfig.pipe_batch
     inflight: int = 1             # RunConfig.inflight
+    dispatch: str = "auto"        # RunConfig.dispatch: threads' chunk loop (backends/compiled.py)
     # --coop: the node's core arbiter (coop.arbiter.Arbiter) and this run's job in it;
     # workers then hold a token to run instead of a fixed CPU
     coop: object | None = None

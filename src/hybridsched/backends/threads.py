@@ -1,5 +1,7 @@
 """Thread backend: k worker threads in this process claim chunks from a dispenser and run
-the nogil kernel on the shared slab. One scheduling loop serves all seven thread schedulers.
+the nogil kernel on the shared slab. One Python scheduling loop serves every thread
+scheduler; a fixed first-come-first-served hand-out with a numba kernel runs the same claims
+in the compiled loop of :mod:`.compiled` instead (same team, worker table and trace).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from ..errors import HybridschedError, ResourceError
 from ..kernels import direct_entry, get_kernel
 from ..records import Execution
 from ..sysinfo import pin_current
+from . import compiled
 from .base import Job, thread_usage, trace_table, worker_table
 
 
@@ -104,37 +107,22 @@ class ThreadTeam:
         self.join()
 
 
-def execute(job: Job) -> Execution:
-    kernel = get_kernel(job.kernel)
-    work = job.work
-    workers = pool_size(job)
-    stats = worker_table(workers)
-    traces: list[list[tuple[int, int, float, float]]] = [[] for _ in range(workers)]
-    pid = os.getpid()
-
-    t_begin = perf_counter()
-    disp = make_dispenser(job, workers)
+def _python_chunks(job: Job, disp: dispatch.Dispenser, run, traces):
+    """``chunks(w, wk)``: worker w's claim-run-record loop in Python, over any dispenser."""
     claim, done, feedback = disp.claim, disp.done, disp.feedback
-    run = direct_entry(kernel, work)
+    work = job.work
 
-    def worker(w: int) -> None:
-        cpu = job.cpu_of(w)
-        if cpu >= 0:
-            pin_current(cpu)
-        wk = job.coop_worker()
+    def chunks(w: int, wk) -> None:
         boundary = wk.boundary if wk is not None else None  # a scheduling point per chunk
-        u0 = thread_usage()
         record = traces[w].append
         clock = perf_counter
-        start = clock()
-        if wk is not None:
-            wk.acquire()
         # The hot path. Everything between two kernel calls holds the GIL; a worker that
         # finds it taken sleeps and is woken late, so at k=2 on 45-us frames each chunk
         # cost 2.5-3.5x its GIL-held time in wall time (measured). Hence: nothing per chunk
         # but claim, two clock reads and one append (busy/frames are summed from the trace
         # after the join), the kernel's compiled entry point, lock-free tickets for
         # dynamic/chunk: 1.46 -> 0.81 us of CPU per chunk (`bench_core.py --only hotpath`).
+        # Fixed sequences with a numba kernel skip all of it (backends/compiled.py).
         while True:
             chunk = claim(w)
             if chunk is None:
@@ -148,7 +136,40 @@ def execute(job: Job) -> Execution:
                 done(w, count, t1 - t0)
             if boundary is not None:
                 boundary()
-        end = clock()
+    return chunks
+
+
+def execute(job: Job) -> Execution:
+    kernel = get_kernel(job.kernel)
+    work = job.work
+    workers = pool_size(job)
+    stats = worker_table(workers)
+    traces: list[list[tuple[int, int, float, float]]] = [[] for _ in range(workers)]
+    pid = os.getpid()
+    native = compiled.use_compiled(job, kernel)
+    if native:
+        compiled.compile_for(kernel, work)  # untimed; a no-op once compiled
+
+    t_begin = perf_counter()
+    if native:
+        disp = compiled.CompiledTickets(job.info.sequence(job.frames, workers, job.chunk), workers)
+        run_compiled = disp.runner(kernel, work)
+        chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.why_not)
+    else:
+        disp = make_dispenser(job, workers)
+        chunks = _python_chunks(job, disp, direct_entry(kernel, work), traces)
+
+    def worker(w: int) -> None:
+        cpu = job.cpu_of(w)
+        if cpu >= 0:
+            pin_current(cpu)
+        wk = job.coop_worker()
+        u0 = thread_usage()
+        start = perf_counter()
+        if wk is not None:
+            wk.acquire()
+        chunks(w, wk)
+        end = perf_counter()
         if wk is not None:
             wk.leave()  # no chunk left: the worker blocks for good, its token moves on
         u1 = thread_usage()
@@ -162,7 +183,7 @@ def execute(job: Job) -> Execution:
         w, exc = team.errors[0]
         raise WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}") from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
-    trace = trace_table(traces)
+    trace = disp.trace() if native else trace_table(traces)
     for w in range(workers):
         mine = trace[trace["worker"] == w]
         stats[w]["busy"] = float((mine["end"] - mine["start"]).sum())

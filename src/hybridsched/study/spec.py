@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+import numba
+
 from .. import kernels, registry as schedulers
 from ..errors import UsageError
 from ..policies import AUTO_CHUNK
@@ -43,6 +45,9 @@ class StudySpec:
     inflight: int = 1
     # Run on the cooperative arbiter's tokens instead of fixed pinning (--coop; issue 10).
     coop: bool = False
+    # Thread workers' chunk loop (--dispatch): auto = compiled where the hand-out is a fixed
+    # sequence and the kernel numba, python = always the Python loop (backends/compiled.py)
+    dispatch: str = "auto"
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -64,6 +69,7 @@ class StudySpec:
                              f"(one atomic write of PIPE_BUF bytes), got {self.pipe_batch}")
         if not 1 <= self.inflight <= MAX_INFLIGHT:
             raise UsageError(f"--inflight must be from 1 to {MAX_INFLIGHT}, got {self.inflight}")
+        self._check_dispatch()
         if min(self.chunks) < 0:
             if min(self.chunks) != AUTO_CHUNK:
                 raise UsageError("--chunk must be at least 1")
@@ -83,6 +89,26 @@ class StudySpec:
                              "is surely a typo (check --reps, -k, --frames, --chunk)")
         if max(self.ks) > MAX_WORKERS:
             raise UsageError(f"-k {max(self.ks)} is more than {MAX_WORKERS} workers per node")
+
+    def _check_dispatch(self) -> None:
+        from ..backends import compiled
+
+        if self.dispatch not in compiled.DISPATCH_MODES:
+            raise UsageError(f"--dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, "
+                             f"got {self.dispatch!r}")
+        if self.dispatch != compiled.COMPILED:
+            return
+        threads = [schedulers.get(s) for s in self.schedulers if schedulers.get(s).backend == "threads"]
+        cannot = [i.name for i in threads if i.sequence is None]
+        if cannot:
+            able = [i.name for i in schedulers.SCHEDULERS.values() if i.sequence is not None]
+            raise UsageError(f"--dispatch compiled: {', '.join(cannot)} cannot run compiled (only "
+                             f"fixed first-come-first-served hand-outs: {', '.join(able)}); "
+                             "use --dispatch auto")
+        if threads and not numba.extending.is_jitted(kernels.get_kernel(self.kernel)):
+            raise UsageError(f"--dispatch compiled: kernel {self.kernel!r} is not a numba function")
+        if self.coop and threads:
+            raise UsageError("--dispatch compiled: --coop needs a scheduling point between chunks")
 
     def configurations(self) -> list[RunConfig]:
         out: list[RunConfig] = []
@@ -119,7 +145,8 @@ class StudySpec:
         opts = schedulers.get(c.scheduler).options
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
-                       coop=self.coop and not schedulers.get(c.scheduler).baseline)
+                       coop=self.coop and not schedulers.get(c.scheduler).baseline,
+                       dispatch=self.dispatch)
 
     def to_dict(self) -> dict:
         d = asdict(self)

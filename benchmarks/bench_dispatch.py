@@ -1,0 +1,180 @@
+"""Compiled dispatch (issue 12 item 5):  python benchmarks/bench_dispatch.py [--quick]
+
+1. 50us  -- 20000 frames of 32x64 (~50 us each) at k = N: dynamic (chunk 1), guided and
+            chunk through the Python loop and the compiled loop, against serial, with numba
+            prange and a plain Python lock-and-counter loop as peers (targets: compiled
+            dynamic, guided, chunk sigma_E >= 0.97).
+2. 7us   -- 200000 frames of 4x64 (~7 us each), the same variants (target: compiled
+            dynamic sigma_E >= 0.95).
+3. cost  -- the per-chunk dispatch cost: an empty numba kernel over one-byte frames (always
+            sorted, so the run still verifies), one frame per chunk, at k = 1 and k = N:
+            worker time per chunk T k / chunks in ns, and chunks claimed per second.
+
+Schedulers are timed by hybridsched.study.runner.timed_run on a workload.Slab with the trace
+recorded, exactly as a study times them; --dispatch python|compiled is RunConfig.dispatch.
+Variants run interleaved, rep by rep, so a load change on a shared machine hits all of them
+alike. sigma_E = T_serial / T / k (Eqs. 4-5); "mean" is the mean over the reps (the
+issue's figure), "best" the fastest rep. On a busy machine the figures mean nothing: the
+tables say so when serial got less than 90 % of its CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from hybridsched import kernels
+from hybridsched.records import RunConfig
+from hybridsched.study.runner import timed_run
+from hybridsched.sysinfo import n_cpus
+from hybridsched.workload import Slab
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_refs  # noqa: E402
+from bench_core import Series, VerifyError, run_reference  # noqa: E402
+
+N = n_cpus()
+POLICIES = ("dynamic", "guided", "chunk")
+DISPATCH = ("python", "compiled")
+PEERS = ("numba prange", "plain lock+counter")
+COARSE_TARGETS = {f"{p} compiled": 0.97 for p in POLICIES}
+FINE_TARGETS = {"dynamic compiled": 0.95}
+BUSY_SHARE = 0.9  # serial's CPU share below which the machine is busy
+
+
+@numba.njit(nogil=True, cache=True)
+def empty(t, first, count):
+    """Does nothing: the run's time is the dispatch alone."""
+
+
+def run_variant(slab: Slab, scheduler: str, k: int, series: Series, dispatch: str = "auto",
+                kernel: str = "quicksort", label: str | None = None) -> None:
+    L, H, W = slab.shape
+    cfg = RunConfig(scheduler, k, L, H, W, affinity=bench_refs.PIN, kernel=kernel, dispatch=dispatch)
+    rec = timed_run(slab, cfg)
+    if not rec.verified:
+        raise VerifyError(f"{scheduler} {dispatch}: run not verified ({rec.error or rec.bad_rows})")
+    want = "dispatch=compiled" in rec.notes
+    if scheduler != "serial" and want != (dispatch == "compiled"):
+        raise VerifyError(f"{scheduler}: asked for {dispatch} dispatch, notes say {rec.notes!r}")
+    cpu = float((rec.workers["user"] + rec.workers["system"]).sum())
+    series.add(label or scheduler, k, rec.time_s, len(rec.trace), cpu)
+
+
+def section_grain(title: str, shape: tuple[int, int, int], reps: int, how: str, seed: int,
+                  targets: dict[str, float]) -> list[tuple[str, bool]]:
+    series = Series()
+    with Slab(*shape, seed) as slab:
+        for _ in range(reps):
+            run_variant(slab, "serial", 1, series)
+            for p in POLICIES:
+                for d in DISPATCH:
+                    run_variant(slab, p, N, series, d, label=f"{p} {d}")
+            for peer in PEERS:
+                run_reference(slab, peer, N, series)
+    L, H, W = shape
+    per_task = series.t("serial", "mean") / L * 1e6
+    print(f"\n## {title}: {L} frames of {H}x{W} (~{per_task:.1f} µs each), k = N = {N}\n")
+    print("| variant | chunks | T mean (ms) | T best (ms) | σE mean | σE best | CPU share | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    verdicts = []
+    for name in series.times:
+        goal = targets.get(name)
+        cell = ""
+        if goal is not None:
+            ok = series.sigma_e(name, how) >= goal
+            cell = f"≥ {goal}: {'PASS' if ok else 'FAIL'}"
+            verdicts.append((f"{title}: {name} σE({how}) {series.sigma_e(name, how):.3f} >= {goal}", ok))
+        print(f"| {name} | {series.chunks[name]} | {series.t(name, 'mean') * 1e3:.1f} | "
+              f"{series.t(name, 'best') * 1e3:.1f} | {series.sigma_e(name, 'mean'):.3f} | "
+              f"{series.sigma_e(name, 'best'):.3f} | {series.best_share(name):.2f} | {cell} |")
+    return _busy(series, verdicts, reps)
+
+
+def _busy(series: Series, verdicts, reps: int):
+    print(f"\n(reps per variant: {reps}; CPU share = worker CPU time / (T k) in the fastest rep)")
+    share = max(series.shares["serial"]) if "serial" in series.shares else 1.0
+    if share < BUSY_SHARE:
+        what = f"serial got at most {share:.0%} of its CPU"
+        print(f"\n**WARNING: {what}: the machine is busy; re-run on a quiet machine.**")
+        verdicts = [(f"{text} [machine busy: {what}]", ok) for text, ok in verdicts]
+    return verdicts
+
+
+def section_cost(frames: int, reps: int) -> list[tuple[str, bool]]:
+    kernels.KERNELS["empty"] = (empty, "benchmark: no work")
+    series = Series()
+    ks = sorted({1, N})
+    with Slab(frames, 1, 1, 0) as slab:  # one-byte frames: sorted already, so verified
+        for _ in range(reps):
+            for k in ks:
+                for d in DISPATCH:
+                    run_variant(slab, "dynamic", k, series, d, kernel="empty", label=f"dynamic {d} k={k}")
+    print(f"\n## dispatch cost: empty kernel, {frames} one-frame chunks\n")
+    print("| variant | ns/chunk mean (T k / chunks) | ns/chunk best | chunks/s mean (all workers) |")
+    print("|---|---|---|---|")
+    for name in series.times:
+        k, c = series.k[name], series.chunks[name]
+        per = [t * k / c * 1e9 for t in series.times[name]]
+        rate = statistics.fmean(c / t for t in series.times[name])
+        print(f"| {name} | {statistics.fmean(per):.0f} | {min(per):.0f} | {rate:,.0f} |")
+    print(f"\n(reps per variant: {reps}; the trace of every chunk is recorded, as in a study)")
+    return []
+
+
+SECTIONS = ("50us", "7us", "cost")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="2 reps and a quarter of the frames (under a minute or two; noisier)")
+    ap.add_argument("--reps", type=int, help="reps per variant (default 5, quick 2)")
+    ap.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    ap.add_argument("--estimator", choices=("mean", "best"), default="mean",
+                    help="which statistic the PASS/FAIL lines use (default: mean of the reps)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=True,
+                    help="pin worker w to CPU w mod N, as the study does by default")
+    args = ap.parse_args(argv)
+    bench_refs.PIN = args.affinity
+    reps = args.reps or (2 if args.quick else 5)
+    scale = 4 if args.quick else 1
+    sections = args.only or list(SECTIONS)
+    how = args.estimator
+
+    print(f"# hybridsched dispatch benchmark ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
+    print(f"N = {N} usable CPUs, load average {os.getloadavg()[0]:.2f} at start, numba "
+          f"{numba.__version__}, numpy {np.__version__}, Python {sys.version.split()[0]}; "
+          f"PASS/FAIL on the {how} of {reps} reps{' (--quick)' if args.quick else ''}")
+    kernels.prepare("quicksort")
+    tiny = np.zeros((2, 2, 2), np.uint8)
+    bench_refs.prange_frames(tiny)  # compile outside the timing
+    t0 = time.perf_counter()
+    verdicts: list[tuple[str, bool]] = []
+    if "50us" in sections:
+        verdicts += section_grain("50 µs tasks", (20000 // scale, 32, 64), reps, how, args.seed,
+                                  COARSE_TARGETS)
+    if "7us" in sections:
+        verdicts += section_grain("7 µs tasks", (200000 // scale, 4, 64), reps, how, args.seed,
+                                  FINE_TARGETS)
+    if "cost" in sections:
+        verdicts += section_cost(1_000_000 // scale, reps)
+    print("\n## targets\n")
+    for text, ok in verdicts:
+        print(f"- {'PASS' if ok else 'FAIL'}: {text}")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end; {time.perf_counter() - t0:.0f} s in all")
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())
