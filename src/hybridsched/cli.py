@@ -65,8 +65,9 @@ def build_spec(args):
         spec.reps = args.reps
     if args.seed is not None:
         spec.seed = args.seed
-    if args.kernel is not None:
-        spec.kernel = args.kernel
+    from .workloads.options import apply
+
+    apply(args, spec)  # --kernel, --input, --verify, --workload
     if args.affinity is not None:
         spec.affinity = [args.affinity]
     if args.pipe_batch is not None:
@@ -152,7 +153,8 @@ def cmd_run(args) -> int:
                 writer.append(rec)
                 failed += not rec.verified
                 progress.done(rec.config)
-            for _ in run_configurations(todo, on_record, on_start=progress.start):
+            for _ in run_configurations(todo, on_record, on_start=progress.start,
+                                        input_path=spec.input):
                 pass
     print(markdown_summary(summarise(read_runs(out))))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
@@ -165,6 +167,7 @@ def _cmd_run_mpi(args, w) -> int:
     Input is checked on rank 0 and its verdict broadcast, so bad input stops every rank
     with one line (exit 2); a rank that fails later aborts the whole job (mpi.ranks).
     """
+    from . import kernels
     from .mpi import agree
     from .mpi.runs import check_split
     from .store import StudyLock, check_output
@@ -179,6 +182,9 @@ def _cmd_run_mpi(args, w) -> int:
         check_output(out)
         check_test_hooks()
         check_split(configs, w.size, args.split)
+        if spec.workload != "uniform" or spec.input or spec.verify or spec.kernel not in kernels.KERNELS:
+            raise UsageError("--workload, --input, --verify and --kernel MODULE:FUNCTION are "
+                             "not supported under mpiexec yet; run them at P = 1")
         lock.acquire()  # held by rank 0 until the study is written
         if os.path.lexists(out) and not args.overwrite:
             raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
@@ -312,7 +318,6 @@ def cmd_report(args) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    from .kernels import KERNELS
     from .policies import PLAN_POLICIES
     from .study.spec import PRESETS
 
@@ -335,7 +340,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "only) searches the fastest chunk for each L and k, stored as chunk=-1")
     r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration")
     r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed")
-    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort)")
+    from .workloads.options import add_arguments
+
+    add_arguments(r)  # --kernel, --input, --verify, --workload
     r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")

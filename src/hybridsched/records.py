@@ -43,6 +43,11 @@ class RunConfig:
     pipe_batch: int = 1     # pipe records per producer write (paper: one chunk per message)
     inflight: int = 1       # pipe-MtoM chunks in flight per worker (paper: one, next on done)
     coop: bool = False      # workers run on the node's cooperative arbiter's tokens (--coop)
+    # What the tasks are (issue 12; the defaults are the paper's tensor and its sort check):
+    workload: str = "uniform"   # workloads.WORKLOADS name
+    workload_params: str = ""   # its parameters as sorted JSON ("" = none)
+    verify: str = ""            # "" = the workload's own check, "none", or package.module:function
+    input_hash: str = ""        # --input: sha256 of the .npy file ("" = generated from seed)
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""

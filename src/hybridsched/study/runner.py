@@ -43,6 +43,8 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     """
     info = schedulers.get(config.scheduler)
     job = schedulers.job_for(config, slab.work, monitor, cpus, original=slab.original)
+    if slab.kernel is not None:  # the workspace's own kernel (irregular, Mandelbrot, user's)
+        job.kernel = slab.kernel
     chunk = job.chunk
     slab.fresh_copy()
     started = time.time()
@@ -63,9 +65,9 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
         if job.coop is not None:
             arbiter.leave_job(job.coop_job)
     foreign = probe.share()
-    bad = slab.bad_rows()
+    bad = slab.bad_rows()  # NOT_CHECKED (-1): --verify none, accepted by choice
     workers, trace, series = relative(ex)
-    return RunRecord(config, info.family, ex.seconds, bad == 0, bad_rows=bad,
+    return RunRecord(config, info.family, ex.seconds, bad <= 0, bad_rows=bad,
                      chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
                      lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
                      workers=workers, trace=trace, series=series,
@@ -84,6 +86,7 @@ def warn_unverified(record: RunRecord, stream=None) -> None:
                   "verified, stored with lost_workers set", file=stream)
         return
     what = (f"FAILED: {record.error}" if record.error else
-            f"UNVERIFIED: {record.bad_rows} rows not sorted or not a permutation of the input")
+            f"UNVERIFIED: {record.bad_rows} rows not sorted or not a permutation of the input"
+            if c.verify == "" else f"UNVERIFIED: --verify {c.verify} rejected the result")
     print(f"hybridsched: {what} [{c.scheduler} k={c.k} L={c.frames} rep={c.rep}]; "
           "stored with verified=false and excluded from every table", file=stream)

@@ -46,11 +46,20 @@ class StudySpec:
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
+    # What the tasks are (issue 12): --workload NAME[:params], --input FILE.npy (its
+    # sha256 in input_hash), --verify ("" = the workload's own check, "none", or a function)
+    workload: str = "uniform"
+    workload_params: dict = field(default_factory=dict)
+    input: str = ""
+    input_hash: str = ""
+    verify: str = ""
 
     def validate(self) -> None:
+        from .. import workloads
+
         for s in self.schedulers:
             schedulers.get(s)
-        kernels.get_kernel(self.kernel)
+        workloads.validate_spec(self)
         if not self.schedulers:
             raise UsageError("no scheduler given")
         if not self.ks or min(self.ks) < 1:
@@ -75,7 +84,8 @@ class StudySpec:
         if not self.frames:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
-            check_sizes(L, self.height, self.width)
+            if not self.input:  # an --input array is already in memory (mapped)
+                check_sizes(L, self.height, self.width)
         runs = (len(self.frames) * len(self.schedulers) * len(self.affinity) * len(self.chunks)
                 * len(self.ks) * self.reps)
         if runs > MAX_RUNS:
@@ -117,9 +127,13 @@ class StudySpec:
 
     def _with_options(self, c: RunConfig) -> RunConfig:
         opts = schedulers.get(c.scheduler).options
+        from ..workloads import params_json
+
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
-                       coop=self.coop and not schedulers.get(c.scheduler).baseline)
+                       coop=self.coop and not schedulers.get(c.scheduler).baseline,
+                       workload=self.workload, workload_params=params_json(self.workload_params),
+                       verify=self.verify, input_hash=self.input_hash)
 
     def to_dict(self) -> dict:
         d = asdict(self)
