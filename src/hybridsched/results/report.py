@@ -237,6 +237,11 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             from . import plots as plotting
 
             files += plotting.speedup_plots(rows, out_dir, study.n)
+    from .tasks import task_section  # what the tasks were and their measured costs
+
+    task_md, task_files = task_section(study, out_dir, plots)
+    body += task_md
+    files += task_files
     from .sections import side_sections  # the file's `ge` and `colocate` tables, if any
 
     side_md, side_files = side_sections(study.path, out_dir, plots, study.n)
