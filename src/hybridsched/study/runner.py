@@ -61,6 +61,12 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     except HybridschedError as exc:
         return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
                          error=str(exc), started_at=started)
+    except Exception as exc:
+        if slab.kernel is None:
+            raise  # a built-in kernel does not raise: this is a bug, not a failed run
+        # a workspace's or user's kernel raised on the calling thread (serial): a failed run
+        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
+                         error=f"kernel raised {type(exc).__name__}: {exc}", started_at=started)
     finally:
         if job.coop is not None:
             arbiter.leave_job(job.coop_job)
