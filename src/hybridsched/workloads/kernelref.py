@@ -50,9 +50,9 @@ def _arity(fn, what: str) -> int:
         params = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):
         raise UsageError(f"{what}: cannot read the signature of {fn!r}") from None
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
-        return 3  # f(*args): called as a chunk kernel
-    return sum(p.default is p.empty for p in params)
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return -1  # f(*args): takes anything
+    return sum(p.default is p.empty and p.kind != p.VAR_KEYWORD for p in params)
 
 
 def import_ref(ref: str, what: str) -> Callable:
@@ -130,6 +130,7 @@ def resolve(kernel, ndim: int = 3, what: str = "kernel", per_task: bool | None =
     nogil = bool(numba_f and fn.targetoptions.get("nogil"))
     if per_task is None:
         n = _arity(fn, what)
+        n = 3 if n == -1 else n  # f(*args): called as a chunk kernel
         if n not in (1, 3):
             raise UsageError(f"{what} {name}: takes {n} arguments; a kernel takes (task) or "
                              "(data, first, count)")
@@ -177,7 +178,7 @@ def resolve_verifier(ref) -> Callable | None:
         raise UsageError(f"verify: expected a function, 'none' or package.module:function, "
                          f"got {type(ref).__name__}")
     n = _arity(fn, "--verify")
-    if n != 2 and n != 3:
+    if n not in (2, -1):
         raise UsageError(f"--verify {ref!r}: takes {n} arguments; a verifier takes "
                          "(original, result)")
     return fn

@@ -9,6 +9,7 @@ dtype and shape (``--input``, Mandelbrot, the Python API).
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -26,8 +27,14 @@ def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
     """A user verifier ``verify(original, result) -> bool`` as a checker over the whole
     array: 0 bad tasks when it says True, all of them otherwise (it cannot say which)."""
     def check(orig, work, first, count):
-        ok = verify(orig[first:first + count], work[first:first + count])
-        return 0 if bool(ok) else count
+        try:
+            ok = bool(verify(orig[first:first + count], work[first:first + count]))
+        except Exception as exc:  # a verifier that fails rejects the run, not the study
+            name = getattr(verify, "__qualname__", repr(verify))
+            print(f"hybridsched: verifier {name} raised {type(exc).__name__}: {exc}; "
+                  "the run counts as unverified", file=sys.stderr)
+            ok = False
+        return 0 if ok else count
     return check
 
 
