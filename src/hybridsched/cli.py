@@ -167,7 +167,6 @@ def _cmd_run_mpi(args, w) -> int:
     Input is checked on rank 0 and its verdict broadcast, so bad input stops every rank
     with one line (exit 2); a rank that fails later aborts the whole job (mpi.ranks).
     """
-    from . import kernels
     from .mpi import agree
     from .mpi.runs import check_split
     from .store import StudyLock, check_output
@@ -182,9 +181,6 @@ def _cmd_run_mpi(args, w) -> int:
         check_output(out)
         check_test_hooks()
         check_split(configs, w.size, args.split)
-        if spec.workload != "uniform" or spec.input or spec.verify or spec.kernel not in kernels.KERNELS:
-            raise UsageError("--workload, --input, --verify and --kernel MODULE:FUNCTION are "
-                             "not supported under mpiexec yet; run them at P = 1")
         lock.acquire()  # held by rank 0 until the study is written
         if os.path.lexists(out) and not args.overwrite:
             raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
