@@ -221,3 +221,17 @@ def test_readme_example_runs(tmp_path, monkeypatch, no_leaks):
     assert m, "README has no API example marked <!-- api-example -->"
     monkeypatch.chdir(tmp_path)
     exec(compile(m.group(1), "README.md", "exec"), {"__name__": "readme_example"})
+
+
+@pytest.mark.parametrize("shape, dtype, want", [(7, "i4", (7,)), ([3, 2], np.uint8, (3, 2)),
+                                                ((0, 4), "f8", (0, 4))])
+def test_shared_array_shapes(shape, dtype, want, no_leaks):
+    with hybridsched.shared_array(shape, dtype) as a:
+        assert a.shape == want and a.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("shape, dtype", [((-1, 2), "f8"), ((2,), object), ("x", "f8")])
+def test_shared_array_refuses(shape, dtype):
+    with pytest.raises(UsageError, match="shared_array"):
+        with hybridsched.shared_array(shape, dtype):
+            pass

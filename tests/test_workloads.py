@@ -179,3 +179,12 @@ def test_old_studies_read_as_uniform():
         runs = read_runs(os.path.join(here, f))
         assert (runs["workload"] == "uniform").all() and (runs["verify"] == "").all()
         assert (runs["input_hash"] == "").all()
+
+
+def test_merge_refuses_studies_of_different_workloads(tmp_path, capsys, no_leaks):
+    a, b = str(tmp_path / "a.h5"), str(tmp_path / "b.h5")
+    base = ["-s", "serial", "-k", "1", "-L", "4", "--height", "2", "--width", "8", "--reps", "1"]
+    assert run_cli([*base, "-o", a], capsys)[0] == 0
+    assert run_cli([*base, "--workload", "ramp", "-o", b], capsys)[0] == 0
+    assert cli.main(["merge", a, b, "-o", str(tmp_path / "m.h5")]) == 2
+    assert "ramp" in capsys.readouterr().err

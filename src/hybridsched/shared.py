@@ -28,7 +28,6 @@ def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
 def segment_array(shape, dtype, role: str = "user") -> tuple[Segment, np.ndarray]:
     """A new segment and a ``dtype[shape]`` view of it (zero-filled); the caller closes it."""
     dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
     seg = Segment((max(_nbytes(shape, dtype), 1),), role)
     n = _nbytes(shape, dtype)
     arr = seg.array[:n].view(dtype).reshape(shape)
@@ -42,8 +41,15 @@ def shared_array(shape, dtype=np.float64) -> Iterator[np.ndarray]:
     Fork and pipe workers write into it directly, so ``parallel_for`` needs no copy. The
     segment's name is removed from /dev/shm on leaving the block; keep no view beyond it.
     """
+    try:
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"shared_array: bad shape or dtype ({exc})") from None
+    if dtype.hasobject:
+        raise UsageError("shared_array: object arrays cannot be shared between processes")
     sweep_orphans()
-    seg, arr = segment_array(shape if isinstance(shape, tuple) else (shape,), dtype, "user")
+    seg, arr = segment_array(shape, dtype, "user")
     _ours[id(seg._map)] = seg
     try:
         yield arr

@@ -11,7 +11,6 @@ from ..backends import get_backend
 from ..errors import HybridschedError
 from ..records import RunConfig, RunRecord, relative
 from ..sysinfo import ForeignLoad
-from ..workload import Slab
 
 
 @contextmanager
@@ -33,9 +32,10 @@ def gc_paused():
             gc.enable()
 
 
-def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | None = None,
+def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = None,
               arbiter=None) -> RunRecord:
-    """Run one configuration on ``slab`` and verify it.
+    """Run one configuration on ``slab`` (a workload.Slab or any workspace of
+    :mod:`workloads.space`: work, original, fresh_copy, bad_rows, kernel) and verify it.
 
     A scheduler failure (a lost worker, say) is returned as a record with ``error`` set
     and ``verified=False`` rather than raised, so a sweep can go on with the next
