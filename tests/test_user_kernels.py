@@ -37,6 +37,9 @@ MODULE = textwrap.dedent("""
     def halved(original, result):
         return bool(np.allclose(result, original / 2))
 
+    def py_invert(task):
+        task[:] = 255 - task
+
     def boom(data, first, count):
         raise ValueError("boom in kernel")
 
@@ -89,6 +92,31 @@ def test_user_kernel_on_every_backend(mod, tmp_path, capsys, no_leaks):
     runs = read_runs(out)
     assert len(runs) == 7 and runs["verified"].all() and (runs["bad_rows"] == 0).all()
     assert (runs["kernel"] == f"{mod}:invert").all() and (runs["verify"] == f"{mod}:inverted").all()
+
+
+def test_python_kernel_is_warned_about_on_threads(mod, tmp_path, capsys, no_leaks):
+    out = str(tmp_path / "p.h5")
+    rc, _, err = run(capsys, "-s", "dynamic,prolific", *SMALL, "--kernel", f"{mod}:py_invert",
+                     "--verify", f"{mod}:inverted", "-o", out)
+    assert rc == 0, err
+    warn = [line for line in err.splitlines() if "hold the GIL" in line]
+    assert len(warn) == 1 and "(dynamic)" in warn[0] and "plain Python" in warn[0]
+    assert read_runs(out)["verified"].all()
+
+
+def test_input_file_changed_during_the_study_is_refused(tmp_path, monkeypatch, no_leaks):
+    from hybridsched import workloads
+    from hybridsched.errors import UsageError
+    from hybridsched.records import RunConfig
+
+    src = tmp_path / "c.npy"
+    np.save(src, np.zeros((4, 2, 8), np.uint8))
+    cfg = RunConfig("serial", 1, 4, 2, 8, input_hash=workloads.file_hash(str(src)))
+    with workloads.build(cfg, str(src)) as space:
+        assert space.frames == 4
+    np.save(src, np.ones((4, 2, 8), np.uint8))
+    with pytest.raises(UsageError, match="changed"):
+        workloads.build(cfg, str(src))
 
 
 def test_verifier_rejecting_is_an_unverified_run(mod, tmp_path, capsys, no_leaks):

@@ -197,12 +197,15 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     rows = summarise(study.runs, study.n, study.util, study.foreign)
     a = study.attrs
     ok = int(study.runs["verified"].sum())
+    by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
     head = [f"# Study {os.path.basename(study.path)}", "",
             f"Machine: {a.get('machine.cpu_model', '?')}, N = {study.n or '?'} usable CPUs, "
             f"host {a.get('machine.hostname', '?')}; load average at start "
             f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
             load_line(study), "",
-            f"Runs: {len(study.runs)} stored, {ok} verified. T is the mean over verified "
+            f"Runs: {len(study.runs)} stored, {ok} verified"
+            + (f" ({by_choice} of them unverified by choice, --verify none)" if by_choice else "")
+            + ". T is the mean over verified "
             "repetitions; σ = T_serial/T (Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the "
             "nominal k (Eq. 8), E_p mean P/P_max over repetitions (§3.1).", ""]
     ser = [r for r in rows if r.scheduler == "serial" and r.reps]

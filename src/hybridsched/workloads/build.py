@@ -4,6 +4,7 @@ fork. Also the checks a study spec gets before its first run."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from .. import kernels as K
 from ..errors import UsageError
 from ..records import RunConfig
 from ..workload import Slab, check_sizes
-from . import get, input_dims, load_input
+from . import file_hash, get, input_dims, load_input
 from . import kernelref, mandelbrot, sorts
 from .space import ArraySpace, bool_checker
 
@@ -36,6 +37,8 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
     params = json.loads(cfg.workload_params) if cfg.workload_params else dict(info.params)
     plain = cfg.kernel in K.KERNELS
     if cfg.input_hash or input_path:
+        if file_hash(input_path) != cfg.input_hash:
+            raise UsageError(f"--input {input_path}: the file changed since the study started")
         arr = load_input(input_path)
         if input_dims(arr.shape) != (cfg.frames, cfg.height, cfg.width):
             raise UsageError(f"--input {input_path}: shape {arr.shape} changed since the "
@@ -118,6 +121,15 @@ def validate_spec(spec) -> None:
             raise UsageError(f"--workload {info.name} runs its own kernel"
                              + (" (quicksort or counting)" if info.sort else "")
                              + f"; --kernel {spec.kernel} does not apply")
+    if kern is not None and not kern.nogil:
+        from .. import registry
+
+        threads = [s for s in spec.schedulers if registry.get(s).family == "thread"]
+        if threads:
+            what = "a plain Python function" if not kern.numba else "compiled without nogil=True"
+            print(f"hybridsched: warning: --kernel {spec.kernel} is {what}: the thread "
+                  f"schedulers ({', '.join(threads)}) hold the GIL while it runs",
+                  file=sys.stderr)
     if spec.verify == "" and (kern is not None and not kern.sort):
         raise UsageError(f"--kernel {spec.kernel}: a kernel of your own needs --verify "
                          "package.module:function (or --verify none to run unverified)")
