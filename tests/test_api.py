@@ -172,13 +172,23 @@ def test_rejecting_verifier_and_raising_kernel_fail_the_run(no_leaks):
     (lambda: hybridsched.parallel_for(nb_task, [1, 2, 3]), "numpy array"),
     (lambda: hybridsched.parallel_for(lambda a, b: None, fresh()), "takes 2 arguments"),
     (lambda: hybridsched.parallel_for(nb_task, fresh(), scheduler="nosuch"), "unknown scheduler"),
-    (lambda: hybridsched.parallel_for(nb_task, fresh(), k=0), "at least 1"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), k=0), "from 1 to"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), k=10**6), "from 1 to"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), chunk=-1), "chunk must be"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), scheduler="pipe-1to1", chunk=-3), "auto"),
     (lambda: hybridsched.parallel_for("nosuchmod:f", fresh()), "cannot import"),
     (lambda: hybridsched.parallel_for(nb_task, fresh(), verify=3), "verify"),
 ])
 def test_bad_calls_are_one_usage_error(bad, match):
     with pytest.raises(UsageError, match=match):
         bad()
+
+
+def test_pipe_chunk_auto_searches_and_stays_correct(no_leaks):
+    data = fresh(60)
+    orig = data.copy()
+    res = hybridsched.parallel_for(nb_task, data, scheduler="pipe-1to1", k=2, chunk=-1, verify=check)
+    assert res.verified and res.record.chunk_used >= 1 and np.array_equal(data, expected(orig))
 
 
 def test_read_only_array_refused():

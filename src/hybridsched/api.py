@@ -134,9 +134,16 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
         raise UsageError("data: expected a numpy array with at least one task (first axis)")
     if not data.flags.writeable:
         raise UsageError("data: the array is read-only; the kernel works in place")
+    from .policies import AUTO_CHUNK
+    from .study.spec import MAX_WORKERS
+
     k = n_cpus() if k is None else int(k)
-    if k < 1:
-        raise UsageError(f"k must be at least 1, got {k}")
+    if not 1 <= k <= MAX_WORKERS:
+        raise UsageError(f"k must be from 1 to {MAX_WORKERS}, got {k}")
+    chunk = int(chunk)
+    if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
+        raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
+                         f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
     kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
     kernelref.gil_warning(kern, info.family)
     checker, mode = _checker_for(verify, kern, data)
