@@ -198,13 +198,19 @@ def test_input_uint8_default_sort_check_and_verify_none(tmp_path, capsys, no_lea
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--input", "{d}/missing.npy"], "not a readable"),
+    (["--input", "{d}/missing.npy"], "No such file"),
+    (["--input", "{d}/fifo.npy"], "not a regular file"),
+    (["--input", "{d}"], "not a regular file"),
+    (["--input", "{d}/junk.npy"], "not a readable"),
     (["--input", "{d}/f.npy"], "sort kernels need uint8"),
     (["--input", "{d}/u.npy", "-L", "3"], "--frames must be"),
     (["--input", "{d}/u.npy", "--height", "3"], "leave out"),
     (["--input", "{d}/u.npy", "--workload", "ramp"], "use one of the two"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, extra, match):
+    import os
+    os.mkfifo(tmp_path / "fifo.npy")
+    (tmp_path / "junk.npy").write_text("not numpy")
     np.save(tmp_path / "f.npy", np.zeros((4, 2)))
     np.save(tmp_path / "u.npy", np.zeros((4, 2, 2), np.uint8))
     args = ["-s", "serial", "--reps", "1", "-o", str(tmp_path / "x.h5")]

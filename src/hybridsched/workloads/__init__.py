@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,8 +98,20 @@ def params_json(params: dict) -> str:
     return json.dumps(params, sort_keys=True) if params else ""
 
 
+def _regular(path: str) -> None:
+    """Refuse anything but a regular file: opening a FIFO would block, a device read
+    forever."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"--input {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"--input {path}: not a regular file")
+
+
 def file_hash(path: str) -> str:
     """sha256 of a file's bytes, as stored with the runs of an ``--input`` study."""
+    _regular(path)
     h = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
@@ -110,6 +124,7 @@ def file_hash(path: str) -> str:
 
 def load_input(path: str) -> np.ndarray:
     """The --input array, memory-mapped read-only; one UsageError line if it is not one."""
+    _regular(path)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
