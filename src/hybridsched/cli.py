@@ -138,7 +138,9 @@ def cmd_run(args) -> int:
         if resume:
             print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
                   f"stored, {len(todo)} to go", file=sys.stderr)
-        kernels.prepare(spec.kernel)  # compile before any worker or fork exists
+        # compile before any worker or fork exists (a user's or a workload's kernel is
+        # compiled with its workspace, workloads.build)
+        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else None)
         failed = 0
         n = n_cpus()
         with Progress(todo, n, spec.reps, done_already=len(skipped),

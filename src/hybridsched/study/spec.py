@@ -117,7 +117,7 @@ class StudySpec:
                     out += [RunConfig(s, self.tuned_k, L, self.height, self.width,
                                       self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
                                       self.seed) for rep in range(self.reps)]
-        out = [self._with_options(c) for c in out]
+        out = [self._with_tasks(self._with_options(c)) for c in out]
         seen: set[tuple] = set()
         out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
         # one tensor shape after the other (stable), so each slab is generated once
@@ -127,12 +127,15 @@ class StudySpec:
 
     def _with_options(self, c: RunConfig) -> RunConfig:
         opts = schedulers.get(c.scheduler).options
-        from ..workloads import params_json
-
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
-                       coop=self.coop and not schedulers.get(c.scheduler).baseline,
-                       workload=self.workload, workload_params=params_json(self.workload_params),
+                       coop=self.coop and not schedulers.get(c.scheduler).baseline)
+
+    def _with_tasks(self, c: RunConfig) -> RunConfig:
+        """What every run's tasks are: the same for the whole study."""
+        from ..workloads import params_json
+
+        return replace(c, workload=self.workload, workload_params=params_json(self.workload_params),
                        verify=self.verify, input_hash=self.input_hash)
 
     def to_dict(self) -> dict:
