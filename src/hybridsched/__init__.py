@@ -1,4 +1,23 @@
 """hybridsched: fork-, pipe- and thread-based schedulers over a shared-memory row-sorting
-workload, measured one node at a time or across P nodes with MPI."""
+workload, measured one node at a time or across P nodes with MPI.
+
+The Python API (loaded on first use, so ``import hybridsched`` stays light):
+``parallel_for`` runs a kernel over the tasks of an array under any scheduler,
+``shared_array`` allocates an array that forked workers write into directly, and
+``write_study`` stores results for ``hybridsched report``.
+"""
 
 __version__ = "0.1.0"
+
+_API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "api",
+        "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref"}
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -66,8 +66,9 @@ def build_spec(args):
         spec.reps = args.reps
     if args.seed is not None:
         spec.seed = args.seed
-    if args.kernel is not None:
-        spec.kernel = args.kernel
+    from .workloads.options import apply
+
+    apply(args, spec)  # --kernel, --input, --verify, --workload
     if args.affinity is not None:
         spec.affinity = [args.affinity]
     if args.pipe_batch is not None:
@@ -144,7 +145,9 @@ def cmd_run(args) -> int:
         # input is good: one warning if the machine looks shared, the load kept with the study
         meta["check_load"] = json.dumps(shared_warning(usable_cpus()))
         meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
-        kernels.prepare(spec.kernel)  # compile before any worker or fork exists
+        # compile before any worker or fork exists (a user's or a workload's kernel is
+        # compiled with its workspace, workloads.build)
+        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else None)
         failed = 0
         n = n_cpus()
         with Progress(todo, n, spec.reps, done_already=len(skipped),
@@ -159,7 +162,8 @@ def cmd_run(args) -> int:
                 writer.append(rec)
                 failed += not rec.verified
                 progress.done(rec.config)
-            for _ in run_configurations(todo, on_record, on_start=progress.start):
+            for _ in run_configurations(todo, on_record, on_start=progress.start,
+                                        input_path=spec.input):
                 pass
     print(run_summary(out))
     print(f"\n{len(todo)} runs ({failed} failed or unverified) written to {out}", file=sys.stderr)
@@ -325,7 +329,6 @@ def cmd_report(args) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     from .helptext import EXAMPLES
-    from .kernels import KERNELS
     from .policies import PLAN_POLICIES
     from .study.spec import PRESETS
 
@@ -350,8 +353,9 @@ def make_parser() -> argparse.ArgumentParser:
                    "only) searches the fastest chunk for each L and k, stored as chunk=-1")
     r.add_argument("--reps", type=_positive("--reps"), help="repetitions per configuration (default: 3)")
     r.add_argument("--seed", type=_nonnegative_int("--seed"), help="tensor seed (default: 0)")
-    r.add_argument("--kernel", choices=list(KERNELS), help="per-frame kernel (default quicksort): "
-                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items()))
+    from .workloads.options import add_arguments
+
+    add_arguments(r)  # --kernel, --input, --verify, --workload
     r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")

@@ -184,9 +184,13 @@ KERNELS: dict[str, tuple[Kernel, str]] = {
 }
 
 
-def get_kernel(name: str) -> Kernel:
+def get_kernel(name) -> Kernel:
+    """A built-in kernel by name; a chunk kernel callable (a workspace's or the user's,
+    see :mod:`workloads.kernelref`) is returned as it is."""
     from .errors import UsageError
 
+    if callable(name):
+        return name
     try:
         return KERNELS[name][0]
     except KeyError:

@@ -47,6 +47,11 @@ class RunConfig:
     # part of the run's identity: it never changes the hand-out, only what runs it; which
     # loop ran is in the run's notes (backends/compiled.py).
     dispatch: str = field(default="auto", metadata={"key": False})
+    # What the tasks are (issue 12; the defaults are the paper's tensor and its sort check):
+    workload: str = "uniform"   # workloads.WORKLOADS name
+    workload_params: str = ""   # its parameters as sorted JSON ("" = none)
+    verify: str = ""            # "" = the workload's own check, "none", or package.module:function
+    input_hash: str = ""        # --input: sha256 of the .npy file ("" = generated from seed)
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""

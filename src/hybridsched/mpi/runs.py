@@ -60,6 +60,12 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
         raise UsageError("--chunk auto is not supported under mpiexec (the search would run "
                          "inside the timed region on each rank); search on one node and pass "
                          "the chunk it reports")
+    if any(c.input_hash or c.verify or c.kernel not in kernels.KERNELS for c in configs):
+        raise UsageError("--input, --verify and --kernel MODULE:FUNCTION are not supported "
+                         "under mpiexec yet; run them at P = 1")
+    if split != "static" and any(c.workload != "uniform" for c in configs):
+        raise UsageError("--workload under mpiexec needs --split static (each rank builds "
+                         "its block's tasks)")
     small = [c.frames for c in configs if c.frames < P]
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
@@ -166,6 +172,8 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     res = _RankResult(w.rank, w.host)
     job, backend = _job(cfg, slab.work, monitor, cpus, seat)
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
+    if slab.kernel is not None:  # a workload's kernel, built for this rank's block
+        job.kernel = slab.kernel
     slab.fresh_copy()
     if monitor is not None and job.info.needs_monitor:
         monitor.reset()  # this run's utilisation history only (monitor.py)
@@ -315,8 +323,11 @@ def _slab(w, cfg: RunConfig, split: str) -> Slab:
     if split == "dynamic":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:
+        from ..workloads import build
+
         first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
-        slab = Slab(count, cfg.height, cfg.width, cfg.seed, frame0=first)
+        # only this rank's tasks, global ids frame0.. (a Slab for the paper's workload)
+        slab = build(cfg, frames=count, frame0=first)
     # When one rank aborts, mpiexec SIGKILLs the others while they wait in a collective, so
     # no exit path of theirs runs: drop the /dev/shm names now and the kernel frees the
     # memory with the last mapping (backends inherit mappings across fork, never open names).

@@ -38,12 +38,16 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
     for p in inputs:
         check_ours(p)
         runs = read_runs(p)
+        # the workload, its parameters and an --input file's hash name the tasks too
         for t in set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
-                         runs["kernel"].tolist())):
+                         runs["kernel"].tolist(), runs["workload"].tolist(),
+                         runs["workload_params"].tolist(), runs["input_hash"].tolist())):
             tensors.setdefault(t, p)
     if len(tensors) > 1:
         # one T_serial per L: runs on other frames, seeds or kernels are not comparable
-        shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" for (s, h, w, kern), p in tensors.items())
+        shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" + (f", {wl} {wp}".rstrip() if wl != "uniform" else "")
+                          + (f", {ih[:15]}" if ih else "")
+                          for (s, h, w, kern, wl, wp, ih), p in tensors.items())
         raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
     check_output(out, "-o")
     if any(_same(p, out) for p in inputs if os.path.exists(out)):

@@ -13,8 +13,8 @@ import numpy as np
 
 from . import claims, metrics
 from .data import (DISTURBED_MARK, Row, Study, alpha_text, chunk_text, dedicated, disturbed_mark,
-                   families, fmt, k_at_n, best_per_family, t_text, variant_label, variants,
-                   _table_key, SHARED_MACHINE, summarise, load_study)
+                   fmt, k_at_n, best_per_family, t_text, variant_label, variants,
+                   SHARED_MACHINE, summarise, load_study)
 
 
 # T_serial and the median k = 1 time of the thread schedulers measure the same work on one
@@ -215,12 +215,15 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
     a = study.attrs
     ok = int(study.runs["verified"].sum())
+    by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
     head = [f"# Study {os.path.basename(study.path)}", "",
             f"Machine: {a.get('machine.cpu_model', '?')}, N = {study.n or '?'} usable CPUs, "
             f"host {a.get('machine.hostname', '?')}; load average at start "
             f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
             load_line(study), "",
-            f"Runs: {len(study.runs)} stored, {ok} verified. T is the mean over verified "
+            f"Runs: {len(study.runs)} stored, {ok} verified"
+            + (f" ({by_choice} of them unverified by choice, --verify none)" if by_choice else "")
+            + ". T is the mean over verified "
             "repetitions (± their sample standard deviation, min the fastest); σ = T_serial/T "
             "(Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the nominal k (Eq. 8), E_p mean "
             "P/P_max over repetitions (§3.1), LI the load imbalance of the workers' busy time "
@@ -261,6 +264,11 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             from .timeline import report_gantts
 
             files += report_gantts(study, rows, out_dir)
+    from .tasks import task_section  # what the tasks were and their measured costs
+
+    task_md, task_files = task_section(study, out_dir, plots)
+    body += task_md
+    files += task_files
     from .sections import side_sections  # the file's `ge` and `colocate` tables, if any
 
     side_md, side_files = side_sections(study.path, out_dir, plots, study.n)

@@ -28,18 +28,23 @@ _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731  fixed-length UTF-8 f
 
 RUN_DTYPE = np.dtype([
     ("run_id", "i8"),
-    ("scheduler", _S(24)), ("family", _S(8)), ("kernel", _S(16)),
+    ("scheduler", _S(24)), ("family", _S(8)), ("kernel", _S(120)),
     ("P", "i4"), ("k", "i4"), ("L", "i8"), ("H", "i4"), ("W", "i4"),
     ("chunk", "i8"), ("chunk_used", "i8"), ("affinity", "?"), ("rep", "i4"), ("seed", "i8"),
     ("time_s", "f8"), ("verified", "?"), ("bad_rows", "i8"),
     ("workers", "i4"), ("lost_workers", "i4"), ("started_at", "f8"),
     ("error", _S(240)), ("notes", _S(240)),
     ("pipe_batch", "i4"), ("inflight", "i4"), ("coop", "?"),
+    # issue 12: what the tasks were ("" verify = the workload's own check; bad_rows -1 =
+    # not checked, by --verify none); kernel widened from 16 bytes for module:function
+    ("workload", _S(16)), ("workload_params", _S(240)), ("verify", _S(120)),
+    ("input_hash", _S(80)),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
 # pipe variants were added later; files written before them ran the defaults stated here).
-RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False}
+RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "workload": b"uniform",
+                "workload_params": b"", "verify": b"", "input_hash": b""}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -66,6 +71,10 @@ def _clip(s: str, n: int) -> bytes:
     return b.decode("utf-8", "ignore").encode("utf-8")
 
 
+# String fields that name what ran: never clipped (record_row refuses instead).
+_IDENTITY = ("kernel", "workload", "workload_params", "verify", "input_hash")
+
+
 def record_row(run_id: int, r: RunRecord) -> np.ndarray:
     """The /runs row of one run, built completely (and range-checked) before the table grows:
     a value that does not fit its field raises here, never after a resize."""
@@ -74,7 +83,8 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
-              c.coop)
+              c.coop, c.workload.encode(), c.workload_params.encode(), c.verify.encode(),
+              c.input_hash.encode())
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind
@@ -84,6 +94,9 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
                 raise HybridschedError(f"run {run_id}: {name} = {v} does not fit the study "
                                        f"file's {RUN_DTYPE[name]} field")
         elif kind == "S" and len(v) > RUN_DTYPE[name].itemsize:
+            if name in _IDENTITY:  # clipped, the run could not be told from another
+                raise HybridschedError(f"run {run_id}: {name} {v.decode()[:40]!r}... is longer "
+                                       f"than the study file's {RUN_DTYPE[name].itemsize} bytes")
             v = _clip(v.decode(), RUN_DTYPE[name].itemsize)
         row[name] = v
     return row

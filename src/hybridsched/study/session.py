@@ -17,8 +17,10 @@ from .runner import timed_run, warn_unverified
 from .spec import StudySpec
 
 
-def _local_slab(cfg: RunConfig) -> Slab:
-    return Slab(cfg.frames, cfg.height, cfg.width, cfg.seed)
+def _local_slab(cfg: RunConfig, input_path: str = ""):
+    from ..workloads import build
+
+    return build(cfg, input_path)
 
 
 class Resources:
@@ -51,7 +53,8 @@ class Resources:
         self._stack.close()
 
     def slab(self, cfg: RunConfig) -> Slab:
-        want = (cfg.frames, cfg.height, cfg.width, cfg.seed)
+        want = (cfg.frames, cfg.height, cfg.width, cfg.seed, cfg.workload, cfg.workload_params,
+                cfg.kernel, cfg.verify, cfg.input_hash)
         if want != self._shape:
             if self._slab is not None:
                 self._slab.close()
@@ -63,11 +66,13 @@ class Resources:
 
 def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
                        cpus: list[int] | None = None,
-                       on_start: Callable[[RunConfig], None] | None = None) -> Iterator[RunRecord]:
+                       on_start: Callable[[RunConfig], None] | None = None,
+                       input_path: str = "") -> Iterator[RunRecord]:
     """Run configurations in order on this node, one slab per tensor shape and seed.
-    ``on_start(cfg)`` is called just before each timed run (progress display)."""
+    ``on_start(cfg)`` is called just before each timed run (progress display);
+    ``input_path``: the --input file the configurations' tensor is read from."""
     configs = list(configs)
-    with Resources(configs) as res:
+    with Resources(configs, lambda cfg: _local_slab(cfg, input_path)) as res:
         for cfg in configs:
             slab = res.slab(cfg)
             if on_start is not None:
@@ -83,7 +88,10 @@ def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRec
 # kernel) or another machine (cores, CPU model) cannot be compared with the stored runs, so
 # --resume refuses them. Everything else (schedulers, k, L, chunks, reps, affinity) may grow:
 # the resumed run adds the configurations not stored yet.
-RESUME_MUST_MATCH = ("seed", "height", "width", "kernel")
+RESUME_MUST_MATCH = ("seed", "height", "width", "kernel", "workload", "workload_params",
+                     "input_hash", "verify")
+# what a study stored before a field existed ran (the spec's defaults)
+_STUDY_DEFAULTS = {"workload": "uniform", "workload_params": {}, "input_hash": "", "verify": ""}
 RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
 
 
@@ -97,6 +105,7 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
     """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
     out = []
     new = spec.to_dict()
+    stored_study = {**_STUDY_DEFAULTS, **stored_study}
     for key in RESUME_MUST_MATCH:
         if key in stored_study and stored_study[key] != new[key]:
             out.append(f"{key} {_plain(new[key])!r} differs from the stored {_plain(stored_study[key])!r}")

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-import numba
-
-from .. import kernels, registry as schedulers
+from .. import registry as schedulers
 from ..errors import UsageError
 from ..policies import AUTO_CHUNK
 from ..records import RunConfig
@@ -51,11 +49,20 @@ class StudySpec:
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
+    # What the tasks are (issue 12): --workload NAME[:params], --input FILE.npy (its
+    # sha256 in input_hash), --verify ("" = the workload's own check, "none", or a function)
+    workload: str = "uniform"
+    workload_params: dict = field(default_factory=dict)
+    input: str = ""
+    input_hash: str = ""
+    verify: str = ""
 
     def validate(self) -> None:
+        from .. import workloads
+
         for s in self.schedulers:
             schedulers.get(s)
-        kernels.get_kernel(self.kernel)
+        workloads.validate_spec(self)
         if not self.schedulers:
             raise UsageError("no scheduler given")
         if not self.ks or min(self.ks) < 1:
@@ -81,7 +88,8 @@ class StudySpec:
         if not self.frames:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
-            check_sizes(L, self.height, self.width)
+            if not self.input:  # an --input array is already in memory (mapped)
+                check_sizes(L, self.height, self.width)
         runs = (len(self.frames) * len(self.schedulers) * len(self.affinity) * len(self.chunks)
                 * len(self.ks) * self.reps)
         if runs > MAX_RUNS:
@@ -105,7 +113,9 @@ class StudySpec:
             raise UsageError(f"--dispatch compiled: {', '.join(cannot)} cannot run compiled (only "
                              f"fixed first-come-first-served hand-outs: {', '.join(able)}); "
                              "use --dispatch auto")
-        if threads and not numba.extending.is_jitted(kernels.get_kernel(self.kernel)):
+        from ..workloads import kernelref
+
+        if threads and not kernelref.resolve(self.kernel).numba:
             raise UsageError(f"--dispatch compiled: kernel {self.kernel!r} is not a numba function")
         if self.coop and threads:
             raise UsageError("--dispatch compiled: --coop needs a scheduling point between chunks")
@@ -133,7 +143,7 @@ class StudySpec:
                     out += [RunConfig(s, self.tuned_k, L, self.height, self.width,
                                       self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
                                       self.seed) for rep in range(self.reps)]
-        out = [self._with_options(c) for c in out]
+        out = [self._with_tasks(self._with_options(c)) for c in out]
         seen: set[tuple] = set()
         out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
         # one tensor shape after the other (stable), so each slab is generated once
@@ -147,6 +157,13 @@ class StudySpec:
                        inflight=self.inflight if "inflight" in opts else 1,
                        coop=self.coop and not schedulers.get(c.scheduler).baseline,
                        dispatch=self.dispatch)
+
+    def _with_tasks(self, c: RunConfig) -> RunConfig:
+        """What every run's tasks are: the same for the whole study."""
+        from ..workloads import params_json
+
+        return replace(c, workload=self.workload, workload_params=params_json(self.workload_params),
+                       verify=self.verify, input_hash=self.input_hash)
 
     def to_dict(self) -> dict:
         d = asdict(self)

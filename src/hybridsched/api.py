@@ -1,0 +1,210 @@
+"""The public Python API: run your kernel over the tasks of your array under any scheduler.
+
+    import numpy as np, numba, hybridsched
+
+    @numba.njit(nogil=True)
+    def square(task):            # one task: a view of data[i]
+        task[:] = task * task
+
+    data = np.arange(12.0).reshape(6, 2)
+    res = hybridsched.parallel_for(square, data, scheduler="guided", k=2)
+    res.time_s, res.verified, res.workers, res.trace
+
+The run is the same timed run as the CLI's (:func:`study.runner.timed_run`): the same
+backends, the same per-worker table and chunk trace, the same record, which
+:func:`write_study` stores in a study file that ``hybridsched report`` reads.
+"""
+from __future__ import annotations
+
+import hashlib
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import registry
+from .errors import HybridschedError, UsageError
+from .records import RunConfig, RunRecord
+from .shared import is_shared, segment_array
+from .sysinfo import n_cpus
+from .workloads import kernelref
+from .workloads.build import _sort_checker, _sortable
+from .workloads.space import NOT_CHECKED, bool_checker
+
+
+class RunFailed(HybridschedError):
+    """The run failed (a kernel raised, a worker died); ``result`` holds its record."""
+
+    def __init__(self, message: str, result: "Result"):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class Result:
+    """One timed run: seconds, whether the result was verified (None: no verifier), the
+    per-worker table (records.WORKER_DTYPE) and the chunk trace (records.TRACE_DTYPE),
+    times relative to the run's start, and the full record the CLI would store."""
+
+    time_s: float
+    verified: bool | None
+    workers: np.ndarray
+    trace: np.ndarray
+    record: RunRecord
+
+    @property
+    def error(self) -> str:
+        return self.record.error
+
+    def save(self, path: str, overwrite: bool = False) -> str:
+        """Write this run to a new study file (see :func:`write_study`)."""
+        return write_study(path, [self], overwrite=overwrite)
+
+
+class _Space:
+    """The workspace of one API run: the caller's array itself (threads; or any backend
+    when it is in shared memory), else a segment copy written back after the run."""
+
+    kernel = None
+
+    def __init__(self, data: np.ndarray, in_place: bool, keep_original: bool, checker):
+        self._stack = ExitStack()
+        self._checker = checker
+        if in_place:
+            self.work = data
+        else:
+            seg, self.work = segment_array(data.shape, data.dtype, "api")
+            self._stack.callback(seg.close)
+            np.copyto(self.work, data)
+        # a private copy is enough: only this process reads it (verify, pipe-MtoM restore)
+        orig = np.array(data, copy=True) if keep_original else None
+        if orig is not None:
+            orig.flags.writeable = False
+        self.original = orig
+        self.frames = int(data.shape[0])
+
+    def fresh_copy(self) -> None:
+        pass  # the caller's input is the run's input; there is only one run
+
+    def bad_rows(self) -> int:
+        if self._checker is None:
+            return NOT_CHECKED
+        return int(self._checker(self.original, self.work, 0, self.frames))
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
+    """(checker, stored verify mode)."""
+    if verify is None:
+        if kern.sort:
+            if not _sortable(data):
+                raise UsageError(f"kernel {kern.name} sorts uint8[L, H, W] rows; got "
+                                 f"{data.dtype}{list(data.shape)}")
+            return _sort_checker, ""
+        return None, "none"
+    fn = kernelref.resolve_verifier(verify)
+    if fn is None:
+        return None, "none"
+    name = verify if isinstance(verify, str) else \
+        f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+    return bool_checker(fn), name[:120]
+
+
+def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | None = None,
+                 chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
+                 per_task: bool | None = None, rep: int = 0, check: bool = True) -> Result:
+    """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
+    with ``k`` workers (default: the usable CPUs) and return the timed :class:`Result`.
+
+    ``kernel``: ``f(task)`` or ``f(data, first, count)``, numba (``nogil=True`` keeps
+    thread workers parallel) or plain Python (warned: threads then hold the GIL), a
+    built-in name (``"quicksort"``) or ``"package.module:function"``. ``chunk``: 0 = the
+    scheduler's default. ``verify(original, result) -> bool``: None = the sort check for
+    the sort kernels and no check otherwise; ``"none"`` = no check. Fork and pipe
+    schedulers copy ``data`` into shared memory and back, unless it comes from
+    :func:`hybridsched.shared_array` (no copy); ``copy=False`` refuses to copy instead.
+    ``check``: raise :class:`RunFailed` when the run fails or does not verify.
+    """
+    from .study.runner import timed_run
+
+    info = registry.get(scheduler)
+    if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
+        raise UsageError("data: expected a numpy array with at least one task (first axis)")
+    if not data.flags.writeable:
+        raise UsageError("data: the array is read-only; the kernel works in place")
+    from .policies import AUTO_CHUNK
+    from .study.spec import MAX_WORKERS
+
+    k = n_cpus() if k is None else int(k)
+    if not 1 <= k <= MAX_WORKERS:
+        raise UsageError(f"k must be from 1 to {MAX_WORKERS}, got {k}")
+    chunk = int(chunk)
+    if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
+        raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
+                         f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
+    kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
+    kernelref.gil_warning(kern, info.family)
+    checker, mode = _checker_for(verify, kern, data)
+    forked = info.family in ("process", "pipe")
+    in_place = not forked or is_shared(data)
+    if not in_place and not copy:
+        raise UsageError(f"{scheduler} runs in forked workers, which cannot write into an "
+                         "ordinary array: allocate it with hybridsched.shared_array() or "
+                         "allow copy=True")
+    L = int(data.shape[0])
+    H = int(data.shape[1]) if data.ndim > 1 else 1
+    W = int(np.prod(data.shape[2:], dtype=np.int64)) if data.ndim > 2 else 1
+    digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
+    cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
+                    kern.name[:120], 0, workload="user", verify=mode, input_hash=digest)
+    with ExitStack() as stack:
+        space = _Space(data, in_place, checker is not None or info.topology == "feedback"
+                       or chunk < 0, checker)
+        stack.callback(space.close)
+        space.kernel = kern.fn
+        kernelref.compile_for(kern, space.work)  # before any fork: children never compile
+        monitor = None
+        if info.needs_monitor:
+            from .monitor import UtilisationMonitor
+
+            monitor = stack.enter_context(UtilisationMonitor())
+        rec = timed_run(space, cfg, monitor)
+        if not in_place:
+            np.copyto(data, space.work)
+    verified = None if mode == "none" and not rec.error else rec.verified
+    result = Result(rec.time_s, verified, rec.workers, rec.trace, rec)
+    if check and (rec.error or verified is False):
+        what = rec.error or f"verify {mode or 'sort check'} rejected the result"
+        raise RunFailed(f"{scheduler} k={k}: {what}", result)
+    return result
+
+
+def write_study(path: str, results, overwrite: bool = False) -> str:
+    """Store API results in a new study file (``hybridsched report`` reads it); refuses an
+    existing file unless ``overwrite``."""
+    import json
+    import os
+    import time
+
+    from .store import StudyLock, StudyWriter, check_output
+    from .sysinfo import machine_metadata
+
+    results = list(results)
+    check_output(path)
+    with StudyLock(path) as lock:
+        if os.path.lexists(path) and not overwrite:
+            raise UsageError(f"{path}: file exists (pass overwrite=True to replace it)")
+        meta = machine_metadata()
+        meta["N"] = n_cpus()
+        meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        study = {"api": True, "created_by": "hybridsched.parallel_for",
+                 "schedulers": sorted({r.record.config.scheduler for r in results}),
+                 "kernel": sorted({r.record.config.kernel for r in results}),
+                 "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        json.dumps(study)
+        with StudyWriter(path, meta, study, lock=lock) as writer:
+            for r in results:
+                writer.append(r.record)
+    return path

@@ -1,0 +1,139 @@
+"""Irregular sort workloads: the same uint8[L, H, W] tensor as ``uniform``, with a cost
+per frame derived from (seed, global frame id) alone.
+
+Frame g sorts its first ``rows(g)`` rows over their first ``width(g)`` bytes; the rest of
+the frame is left as it is (and verified unchanged). The rule is a pure function of g, so
+an MPI rank or a single claimed chunk reproduces any task's cost on its own, as the
+tensor's bytes already are (:func:`kernels.generate_frames`).
+
+- ``ramp``: rows grow linearly from ``min`` x H (first frame) to H (last frame).
+- ``skewed``: a share ``heavy`` of frames (chosen by hash) sorts all H rows, the others
+  ``min`` x H rows: a few very costly tasks.
+- ``heavytail``: rows = ``min`` x H x U^(-1/alpha), U uniform (0, 1]: Pareto(alpha) cost,
+  clipped at H.
+- ``varying``: all rows over a width uniform in [``min`` x W, W]: frames of different
+  sizes (the paper's "varying resolutions", §6.6).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .. import kernels as K
+
+RULES = {"uniform": 0, "ramp": 1, "skewed": 2, "heavytail": 3, "varying": 4}
+
+_jit = numba.njit(nogil=True, cache=True)
+_U = np.uint64
+
+
+@_jit
+def _unit(seed, g):
+    """A uniform float in (0, 1] from (seed, g): splitmix64, independent of the bytes'
+    stream (a different key constant)."""
+    x = K._splitmix(_U(seed) * K._GOLDEN + K._splitmix(_U(g) + _U(0x632BE59BD9B4E019)))
+    return (float(x >> _U(11)) + 1.0) / 9007199254740992.0
+
+
+@_jit
+def task_shape(rule, g, seed, total, H, W, a, b):
+    """(rows, width) sorted in global frame ``g`` of ``total`` under ``rule``; a = min share,
+    b = the rule's second parameter (skewed: heavy share; heavytail: alpha)."""
+    rows, width = H, W
+    if rule == 1:
+        frac = g / (total - 1) if total > 1 else 1.0
+        rows = int(round(H * (a + (1.0 - a) * frac)))
+    elif rule == 2:
+        rows = H if _unit(seed, g) <= b else int(round(H * a))
+    elif rule == 3:
+        rows = int(round(H * a * _unit(seed, g) ** (-1.0 / b)))
+    elif rule == 4:
+        width = int(round(W * (a + (1.0 - a) * _unit(seed, g))))
+    return max(1, min(H, rows)), max(1, min(W, width))
+
+
+@_jit
+def _count_row(row, hist):
+    hist[:] = 0
+    for j in range(row.shape[0]):
+        hist[row[j]] += 1
+    j = 0
+    for v in range(256):
+        for _ in range(hist[v]):
+            row[j] = v
+            j += 1
+
+
+def make_kernel(rule: str, seed: int, frame0: int, total: int, height: int, width: int,
+                a: float, b: float, counting: bool = False):
+    """The chunk kernel of an irregular sort workload for the frames of one node (local
+    frame f is global frame frame0 + f)."""
+    r, s, f0, L, H, W, a, b = RULES[rule], seed, frame0, total, height, width, float(a), float(b)
+    introsort, count_row = K._introsort, _count_row
+
+    # cache=False: the parameters are compile-time constants of this closure; it compiles
+    # once per study shape (well under a second), before any fork
+    if counting:
+        @numba.njit(nogil=True, cache=False)
+        def kernel(t, first, count):
+            hist = np.zeros(256, np.int64)
+            for f in range(first, first + count):
+                rows, w = task_shape(r, f0 + f, s, L, H, W, a, b)
+                for i in range(rows):
+                    count_row(t[f, i, :w], hist)
+    else:
+        @numba.njit(nogil=True, cache=False)
+        def kernel(t, first, count):
+            stack_lo = np.empty(K._STACK, np.uint64)
+            stack_hi = np.empty(K._STACK, np.uint64)
+            stack_d = np.empty(K._STACK, np.int64)
+            for f in range(first, first + count):
+                rows, w = task_shape(r, f0 + f, s, L, H, W, a, b)
+                for i in range(rows):
+                    introsort(t[f, i, :w], stack_lo, stack_hi, stack_d)
+    return kernel
+
+
+@_jit
+def count_bad(orig, work, first, count, rule, seed, frame0, total, a, b):
+    """Rows of local frames first.. that are wrong: the active part not sorted or not a
+    permutation of the original's, or any byte outside it changed."""
+    H, W = work.shape[1], work.shape[2]
+    hist = np.zeros(256, np.int64)
+    bad = 0
+    for f in range(first, first + count):
+        rows, w = task_shape(rule, frame0 + f, seed, total, H, W, a, b)
+        for i in range(H):
+            x, y = orig[f, i], work[f, i]
+            ok = True
+            active = w if i < rows else 0
+            for j in range(active, W):
+                if x[j] != y[j]:
+                    ok = False
+                    break
+            if ok and active:
+                for j in range(1, active):
+                    if y[j - 1] > y[j]:
+                        ok = False
+                        break
+                if ok:
+                    hist[:] = 0
+                    for j in range(active):
+                        hist[x[j]] += 1
+                        hist[y[j]] -= 1
+                    for v in range(256):
+                        if hist[v] != 0:
+                            ok = False
+                            break
+            if not ok:
+                bad += 1
+    return bad
+
+
+def shapes(rule: str, seed: int, frame0: int, count: int, total: int, height: int, width: int,
+           a: float, b: float) -> np.ndarray:
+    """(rows, width) of global frames frame0 .. frame0+count-1 (for tests and reports)."""
+    out = np.zeros((count, 2), np.int64)
+    for j in range(count):
+        out[j] = task_shape(RULES[rule], frame0 + j, seed, total, height, width, float(a), float(b))
+    return out

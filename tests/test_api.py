@@ -1,0 +1,247 @@
+"""The public API (issue 12 items 1-2): parallel_for with a user numba kernel and a Python
+kernel on every backend, correct results and a complete trace; a non-shared array on a
+fork or pipe backend is copied back or refused, never silently wrong; shared_array runs in
+place; verifiers, failures and study files; the README example runs."""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+
+import hybridsched
+from hybridsched import registry
+from hybridsched.api import RunFailed, write_study
+from hybridsched.errors import UsageError
+from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE
+from hybridsched.sysinfo import n_cpus
+from hybridsched.store import read_detail, read_runs
+from hybridsched.workloads.kernelref import GILWarning
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@numba.njit(nogil=True, cache=True)
+def nb_task(task):
+    for i in range(task.shape[0]):
+        task[i] = task[i] * 2.0 + 1.0
+
+
+@numba.njit(nogil=True, cache=True)
+def nb_chunk(data, first, count):
+    for t in range(first, first + count):
+        for i in range(data.shape[1]):
+            data[t, i] = data[t, i] * 2.0 + 1.0
+
+
+def py_task(task):
+    task *= 2.0
+    task += 1.0
+
+
+def expected(orig):
+    return orig * 2.0 + 1.0
+
+
+def check(orig, result):
+    return bool(np.array_equal(result, expected(orig)))
+
+
+def fresh(n=37, w=3):
+    return np.arange(n * w, dtype=np.float64).reshape(n, w)
+
+
+def assert_trace_complete(res, n):
+    """Every task ran exactly once, each chunk by a worker of the table."""
+    t = res.trace
+    assert t.dtype == TRACE_DTYPE and res.workers.dtype == WORKER_DTYPE
+    covered = np.zeros(n, np.int64)
+    for row in t:
+        covered[row["first"]:row["first"] + row["count"]] += 1
+    assert (covered == 1).all(), covered
+    assert set(t["worker"]) <= set(res.workers["worker"])
+    assert res.workers["frames"].sum() == n
+    assert (t["end"] >= t["start"]).all()
+
+
+SCHEDULERS = registry.names()
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("kernel", [nb_task, nb_chunk, py_task], ids=["numba-task", "numba-chunk", "python"])
+def test_every_backend_correct_and_traced(scheduler, kernel, no_leaks):
+    data = fresh()
+    orig = data.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GILWarning)
+        res = hybridsched.parallel_for(kernel, data, scheduler=scheduler, k=2, verify=check)
+    assert np.array_equal(data, expected(orig))  # written back into the caller's array
+    assert res.verified is True and res.time_s > 0 and not res.error
+    assert_trace_complete(res, len(data))
+    assert len(res.workers) == (1 if scheduler == "serial" else
+                                registry.get(scheduler).workers(2, n_cpus()))
+
+
+def test_python_kernel_warns_on_threads_only():
+    with pytest.warns(GILWarning, match="hold the GIL"):
+        hybridsched.parallel_for(py_task, fresh(), scheduler="dynamic", k=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GILWarning)
+        hybridsched.parallel_for(py_task, fresh(), scheduler="prolific", k=2)
+        hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2)
+
+
+def test_numba_kernel_without_nogil_warns():
+    f = numba.njit(lambda task: None)
+    with pytest.warns(GILWarning, match="nogil"):
+        hybridsched.parallel_for(numba.njit(lambda d, a, n: None), fresh(), scheduler="guided", k=2)
+    hybridsched.parallel_for(f, fresh(), scheduler="serial")
+
+
+@pytest.mark.parametrize("scheduler", ["prolific", "collective", "pipe-1to1", "pipe-1toN", "pipe-MtoM"])
+def test_private_array_on_forks_is_copied_back_or_refused(scheduler, no_leaks):
+    data = fresh()
+    orig = data.copy()
+    assert not hybridsched.is_shared(data)
+    with pytest.raises(UsageError, match="shared_array"):
+        hybridsched.parallel_for(nb_task, data, scheduler=scheduler, k=2, copy=False)
+    assert np.array_equal(data, orig)  # refused: nothing ran
+    hybridsched.parallel_for(nb_task, data, scheduler=scheduler, k=2)
+    assert np.array_equal(data, expected(orig))  # copied into a segment and back
+
+
+@pytest.mark.parametrize("scheduler", ["prolific", "pipe-MtoM", "dynamic"])
+def test_shared_array_runs_in_place(scheduler, no_leaks):
+    with hybridsched.shared_array((25, 4), np.float32) as a:
+        assert a.dtype == np.float32 and a.shape == (25, 4) and not a.any()
+        assert hybridsched.is_shared(a) and hybridsched.is_shared(a[5:])
+        a[:] = np.arange(100, dtype=np.float32).reshape(25, 4)
+        orig = a.copy()
+        res = hybridsched.parallel_for(nb_task, a, scheduler=scheduler, k=2, copy=False,
+                                       verify=lambda o, r: bool(np.array_equal(r, o * 2 + 1)))
+        assert res.verified and np.array_equal(a, orig * 2 + 1)
+    assert not hybridsched.is_shared(orig)
+
+
+def test_one_dimensional_tasks_are_written_in_place():
+    data = np.arange(11.0)
+    hybridsched.parallel_for(nb_task, data, scheduler="prolific", k=2)
+    assert np.array_equal(data, np.arange(11.0) * 2 + 1)
+
+
+def test_builtin_sort_kernel_default_check(no_leaks):
+    from hybridsched import kernels
+
+    t = np.zeros((9, 3, 40), np.uint8)
+    kernels.generate_frames(t, 5, 0)
+    res = hybridsched.parallel_for("quicksort", t, scheduler="pipe-1to1", k=2)
+    assert res.verified is True and res.record.bad_rows == 0
+    assert (np.diff(t.astype(int), axis=-1) >= 0).all()
+    with pytest.raises(UsageError, match="uint8"):
+        hybridsched.parallel_for("counting", fresh(), scheduler="dynamic", k=2)
+
+
+def test_no_verifier_means_unverified_not_failed():
+    res = hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2)
+    assert res.verified is None and res.record.config.verify == "none"
+    assert res.record.bad_rows == -1
+
+
+def test_rejecting_verifier_and_raising_kernel_fail_the_run(no_leaks):
+    with pytest.raises(RunFailed, match="rejected") as e:
+        hybridsched.parallel_for(nb_task, fresh(), scheduler="guided", k=2, verify=lambda o, r: False)
+    assert e.value.result.verified is False
+    res = hybridsched.parallel_for(nb_task, fresh(), scheduler="guided", k=2,
+                                   verify=lambda o, r: False, check=False)
+    assert res.verified is False
+
+    def boom(data, first, count):
+        raise ValueError("boom in kernel")
+    for s in ("serial", "dynamic", "prolific", "pipe-1toN"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", GILWarning)
+            with pytest.raises(RunFailed, match="boom in kernel"):
+                hybridsched.parallel_for(boom, fresh(), scheduler=s, k=2)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda: hybridsched.parallel_for(nb_task, np.zeros((0, 2))), "at least one task"),
+    (lambda: hybridsched.parallel_for(nb_task, [1, 2, 3]), "numpy array"),
+    (lambda: hybridsched.parallel_for(lambda a, b: None, fresh()), "takes 2 arguments"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), scheduler="nosuch"), "unknown scheduler"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), k=0), "from 1 to"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), k=10**6), "from 1 to"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), chunk=-1), "chunk must be"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), scheduler="pipe-1to1", chunk=-3), "auto"),
+    (lambda: hybridsched.parallel_for("nosuchmod:f", fresh()), "cannot import"),
+    (lambda: hybridsched.parallel_for(nb_task, fresh(), verify=3), "verify"),
+])
+def test_bad_calls_are_one_usage_error(bad, match):
+    with pytest.raises(UsageError, match=match):
+        bad()
+
+
+def test_pipe_chunk_auto_searches_and_stays_correct(no_leaks):
+    data = fresh(60)
+    orig = data.copy()
+    res = hybridsched.parallel_for(nb_task, data, scheduler="pipe-1to1", k=2, chunk=-1, verify=check)
+    assert res.verified and res.record.chunk_used >= 1 and np.array_equal(data, expected(orig))
+
+
+def test_read_only_array_refused():
+    data = fresh()
+    data.flags.writeable = False
+    with pytest.raises(UsageError, match="read-only"):
+        hybridsched.parallel_for(nb_task, data)
+
+
+def test_kernel_that_does_not_compile_is_one_usage_error():
+    @numba.njit(nogil=True)
+    def wrong(data, first, count):
+        data.no_such_attribute()
+    with pytest.raises(UsageError, match="does not compile"):
+        hybridsched.parallel_for(wrong, fresh(), scheduler="dynamic", k=2)
+
+
+def test_results_write_a_study_the_report_reads(tmp_path, no_leaks):
+    from hybridsched.results.report import build_report, load_study
+
+    results = [hybridsched.parallel_for(nb_task, fresh(), scheduler=s, k=2, verify=check, rep=0)
+               for s in ("serial", "dynamic", "prolific")]
+    out = str(tmp_path / "api.h5")
+    write_study(out, results)
+    runs = read_runs(out)
+    assert list(runs["scheduler"]) == ["serial", "dynamic", "prolific"]
+    assert (runs["workload"] == "user").all() and runs["verified"].all()
+    assert runs["kernel"][0].endswith("nb_task") and runs["input_hash"][0].startswith("sha256:")
+    d = read_detail(out, int(runs["run_id"][1]))
+    assert np.array_equal(d.trace["count"], results[1].trace["count"])
+    with pytest.raises(UsageError, match="exists"):
+        results[0].save(out)
+    text, _ = build_report(load_study(out), None, plots=False)
+    assert "## Tasks" in text and "workload `user`" in text
+
+
+def test_readme_example_runs(tmp_path, monkeypatch, no_leaks):
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- api-example -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README has no API example marked <!-- api-example -->"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(m.group(1), "README.md", "exec"), {"__name__": "readme_example"})
+
+
+@pytest.mark.parametrize("shape, dtype, want", [(7, "i4", (7,)), ([3, 2], np.uint8, (3, 2)),
+                                                ((0, 4), "f8", (0, 4))])
+def test_shared_array_shapes(shape, dtype, want, no_leaks):
+    with hybridsched.shared_array(shape, dtype) as a:
+        assert a.shape == want and a.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("shape, dtype", [((-1, 2), "f8"), ((2,), object), ("x", "f8")])
+def test_shared_array_refuses(shape, dtype):
+    with pytest.raises(UsageError, match="shared_array"):
+        with hybridsched.shared_array(shape, dtype):
+            pass
