@@ -33,7 +33,9 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
             if not name:
                 continue
             if name == "all":
-                out += schedulers.names()
+                out += schedulers.names(everything=False)
+            elif name == "techniques":
+                out += schedulers.names("thread", technique=True)
             elif name == "paper":
                 out += schedulers.paper_names()
             else:
@@ -324,7 +326,9 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
-                   "paper's 13, 'all' for every one (with the named variants)")
+                   "paper's 13, 'all' for every one (with the named variants and the LB4OMP "
+                   "techniques on threads), 'techniques' for those techniques and auto; "
+                   "pipe-MtoM:<technique> by name")
     r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts")
     r.add_argument("--frames", "-L", type=_int_list("--frames"), metavar="L[,L...]",
                    help="frames per tensor (the paper's L)")

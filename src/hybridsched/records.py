@@ -62,6 +62,7 @@ class Execution:
     lost_workers: int = 0
     notes: str = ""
     series: dict = field(default_factory=dict)  # name -> structured array with a "t" column
+    technique: str = ""                      # what `auto` chose for this execution
 
     @property
     def seconds(self) -> float:
@@ -87,6 +88,7 @@ class RunRecord:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
     extra: dict = field(default_factory=dict)  # backend-specific scalars (e.g. per-rank times)
     series: dict = field(default_factory=dict)  # name -> time series, "t" relative to the start
+    technique: str = ""                      # the technique `auto` chose ("" otherwise)
 
 
 def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -44,6 +44,7 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     info = schedulers.get(config.scheduler)
     job = schedulers.job_for(config, slab.work, monitor, cpus, original=slab.original)
     chunk = job.chunk
+    schedulers.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
     slab.fresh_copy()
     started = time.time()
     if config.coop:
@@ -65,11 +66,14 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     foreign = probe.share()
     bad = slab.bad_rows()
     workers, trace, series = relative(ex)
+    extra = dict(job.extra)
+    if foreign == foreign:
+        extra["foreign_cpu"] = round(foreign, 4)
     return RunRecord(config, info.family, ex.seconds, bad == 0, bad_rows=bad,
                      chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
                      lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
-                     workers=workers, trace=trace, series=series,
-                     extra={"foreign_cpu": round(foreign, 4)} if foreign == foreign else {})
+                     workers=workers, trace=trace, series=series, extra=extra,
+                     technique=ex.technique)
 
 
 def warn_unverified(record: RunRecord, stream=None) -> None:
