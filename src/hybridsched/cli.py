@@ -280,10 +280,34 @@ def cmd_list(args) -> int:
     return 0
 
 
+def add_technique_options(p) -> None:
+    """LB4OMP's environment parameters as options (its defaults when absent)."""
+    p.add_argument("--fiss-stages", type=_nonnegative_int("--fiss-stages"), default=None,
+                   help="fiss: stages (KMP_FISS_STAGES; default k - 1)")
+    p.add_argument("--viss-param", type=_positive("--viss-param"), default=None,
+                   help="viss: divisor of N/k for the first chunk (KMP_VISS_PARAM; default k)")
+    p.add_argument("--pls-swr", type=_fraction("--pls-swr"), default=None,
+                   help="pls: static workload ratio 0..1 (KMP_PLS_SWR; default 0.5)")
+
+
+def _fraction(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {text!r}") from None
+        if not 0.0 <= v <= 1.0:
+            raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
+        return v
+    return parse
+
+
 def cmd_plan(args) -> int:
     from .policies import plan
 
-    rows = plan(args.policy, args.tasks, args.workers, args.chunk)
+    params = {k: v for k, v in (("fiss_stages", args.fiss_stages), ("viss_param", args.viss_param),
+                                ("pls_swr", args.pls_swr)) if v is not None}
+    rows = plan(args.policy, args.tasks, args.workers, args.chunk, params or None)
     out = ["worker,first,count"] + [f"{r.worker},{r.first},{r.count}" for r in rows]
     print("\n".join(out))
     return 0
@@ -378,6 +402,7 @@ def make_parser() -> argparse.ArgumentParser:
     pl.add_argument("--tasks", required=True, type=_positive("--tasks"))
     pl.add_argument("--workers", required=True, type=_positive("--workers"))
     pl.add_argument("--chunk", type=_positive("--chunk"), default=0)
+    add_technique_options(pl)
     pl.set_defaults(func=cmd_plan)
 
     rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
