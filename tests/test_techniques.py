@@ -264,3 +264,33 @@ def test_auto_records_its_choice_in_the_study(tmp_path):
     runs = read_runs(str(out))
     techs = [str(t) for t in runs["technique"][runs["scheduler"] == "auto"]]
     assert techs == list(auto.PORTFOLIO[:3])
+
+
+# --- MPI --split <technique> -------------------------------------------------------------
+
+@pytest.mark.parametrize("split", ["fac2", "trapezoidal", "fiss", "pls"])
+@pytest.mark.parametrize("L,P,k", [(1, 1, 1), (10, 2, 1), (97, 3, 4), (1000, 8, 24)])
+def test_split_chunks_are_the_techniques_sequence(split, L, P, k):
+    from hybridsched.mpi.runs import dynamic_chunks, inter_node_min_chunk
+
+    chunks = dynamic_chunks(L, P, k, split)
+    assert chunks == tq.sequence(split, L, P, inter_node_min_chunk(k))
+    assert sum(c for _, c in chunks) == L
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("split", ["fac2", "trapezoidal"])
+def test_mpiexec_split_by_technique(tmp_path, split):
+    from test_mpi import MPIEXEC, SMALL, _check_cover, _has_mpi4py, mpirun
+    from hybridsched.store import read_runs
+
+    if MPIEXEC is None or not _has_mpi4py():
+        pytest.skip("needs mpi4py and mpiexec")
+    out = str(tmp_path / f"{split}.h5")
+    p = mpirun(["run", "-s", "dynamic,fac2", "-k", "1", "-L", "30", *SMALL, "--split", split,
+                "-o", out])
+    assert p.returncode == 0, p.stderr
+    runs = read_runs(out)
+    assert runs["verified"].all() and all(n.startswith(f"split={split}") for n in runs["notes"])
+    for extra in _check_cover(out, 30):
+        assert extra["split"] == split and sum(extra["rank_frames"]) == 30

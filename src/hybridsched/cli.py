@@ -382,9 +382,12 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--coop", action="store_true",
                    help="workers run on the node's cooperative arbiter: one token per CPU, "
                    "switching only at chunk boundaries and when blocking (SCHED_COOP)")
-    r.add_argument("--split", choices=["static", "dynamic"], default="static",
-                   help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
-                   "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
+    from .techniques.deterministic import RULES
+
+    r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",
+                   help="under mpiexec: frames to ranks in contiguous blocks (static), by "
+                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), or "
+                   "by an LB4OMP technique's chunks through that counter (e.g. fac2); "
                    "no effect at P = 1")
     r.set_defaults(func=cmd_run)
 

@@ -12,6 +12,11 @@ Two ways to split the L frames between ranks (``split``):
     chunk indices from an RMA ticket counter on rank 0 (rank 0 computes too) and run
     each claimed chunk with the local
     scheduler and k workers (hierarchical: guided between nodes, the chosen policy inside).
+``<technique>`` (``fac2``, ``trapezoidal``, ... any of ``techniques.RULES``)
+    As ``dynamic``, with the LB4OMP technique's chunk sequence over the P ranks instead
+    of guided's (minimum chunk k): distributed chunk calculation as in DLS4LB, each rank
+    computing chunk i from the shared step counter i alone -- the rule's size of step i,
+    at the prefix sum of the sizes before it -- with no master.
     A rank has a slab sized for L but touches only the frames it claims. It materialises
     a claimed chunk by generating it into its work copy *inside* the timed region: that
     stands for the data movement a real dynamic split pays. The generation time (first
@@ -47,9 +52,11 @@ from ..study.runner import warn_unverified
 from ..study.session import Resources
 from ..sysinfo import usable_cpus
 from ..workload import Slab, over_frames
+from ..techniques.deterministic import RULES
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 
-SPLITS = ("static", "dynamic")
+SPLIT_TECHNIQUES = tuple(RULES)  # deterministic: chunk i a function of (L, P, k, i) alone
+SPLITS = ("static", "dynamic") + SPLIT_TECHNIQUES
 
 
 def check_split(configs: list[RunConfig], P: int, split: str) -> None:
@@ -81,9 +88,14 @@ def inter_node_min_chunk(k: int) -> int:
 DYNAMIC_DIVISOR_PER_RANK = 2
 
 
-def dynamic_chunks(L: int, P: int, k: int) -> list[tuple[int, int]]:
-    """The guided chunk sequence over P ranks that the ticket counter indexes."""
+def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple[int, int]]:
+    """The chunk sequence over P ranks that the ticket counter indexes: guided's, or an
+    LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
     c = inter_node_min_chunk(k)
+    if split in SPLIT_TECHNIQUES:
+        from .. import techniques
+
+        return techniques.sequence(split, L, P, c)
     d = DYNAMIC_DIVISOR_PER_RANK * P
     return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
 
@@ -187,9 +199,10 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     return res
 
 
-def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None) -> _RankResult:
+def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None,
+                 split: str = "dynamic") -> _RankResult:
     res = _RankResult(w.rank, w.host)
-    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k)
+    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k, split)
     work = slab.work
     gen_threads = max(1, min(cfg.k, len(cpus)))
     mine: list[tuple[int, int]] = []
@@ -247,7 +260,7 @@ def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: 
         "rank_chunks": [r.chunks for r in results],
         "rank_bad_rows": [r.bad_rows for r in results],
     }
-    if split == "dynamic":
+    if split != "static":
         extra["rank_gen_s"] = [r.gen_s for r in results]
         extra["compute_time_s"] = (float("nan") if errors else
                                    max(r.time_s - r.gen_s for r in results))
@@ -274,7 +287,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
         shared = stack.enter_context(Resources(configs, lambda cfg: _slab(w, cfg, split)))
         monitor = shared.monitor
         counter = None
-        if split == "dynamic":
+        if split != "static":
             from .rma import TicketCounter
 
             counter = stack.enter_context(TicketCounter(w))
@@ -286,7 +299,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
                 if split == "static":
                     res = _run_static(w, cfg, slab, monitor, cpus, seat)
                 else:
-                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat)
+                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat, split)
             total_bad = w.allreduce_sum(res.bad_rows)
             results = w.gather(res)
             ok = None
@@ -304,7 +317,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
 
 
 def _slab(w, cfg: RunConfig, split: str) -> Slab:
-    if split == "dynamic":
+    if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:
         first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
