@@ -77,6 +77,9 @@ def build_spec(args):
         spec.inflight = args.inflight
     if getattr(args, "coop", False):
         spec.coop = True
+    spec.params = {k: v for k, v in (("fiss_stages", getattr(args, "fiss_stages", None)),
+                                     ("viss_param", getattr(args, "viss_param", None)),
+                                     ("pls_swr", getattr(args, "pls_swr", None))) if v is not None}
     spec.validate()
     return spec
 
@@ -382,6 +385,7 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--coop", action="store_true",
                    help="workers run on the node's cooperative arbiter: one token per CPU, "
                    "switching only at chunk boundaries and when blocking (SCHED_COOP)")
+    add_technique_options(r)
     from .techniques.deterministic import RULES
 
     r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",

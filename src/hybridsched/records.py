@@ -43,6 +43,17 @@ class RunConfig:
     pipe_batch: int = 1     # pipe records per producer write (paper: one chunk per message)
     inflight: int = 1       # pipe-MtoM chunks in flight per worker (paper: one, next on done)
     coop: bool = False      # workers run on the node's cooperative arbiter's tokens (--coop)
+    # LB4OMP technique parameters, "name=value" joined by "," in sorted order ("" = its
+    # defaults); only the techniques that read a parameter get it (registry options)
+    params: str = ""
+
+    def param_dict(self) -> dict:
+        """``params`` as {name: number}."""
+        out = {}
+        for item in filter(None, self.params.split(",")):
+            name, _, value = item.partition("=")
+            out[name] = float(value) if "." in value else int(value)
+        return out
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""

@@ -199,6 +199,12 @@ _ALL = [
                   topology="feedback", chunk_search=True, options=("inflight",)),
 ]
 
+# The technique parameters (RunConfig.params names) each technique reads; auto reads
+# pls's for the pls in its portfolio.
+_TECH_OPTIONS = {"fiss": ("fiss_stages",), "viss": ("viss_param",), "pls": ("pls_swr",),
+                 "auto": ("pls_swr",)}
+
+
 def _portfolio() -> list[SchedulerInfo]:
     """Each LB4OMP technique on the thread backend under its bare name and as
     ``pipe-MtoM:<name>`` (the producer sizes each chunk it sends), plus ``auto`` on both.
@@ -214,13 +220,14 @@ def _portfolio() -> list[SchedulerInfo]:
         make = _auto if name == "auto" else _technique(name)
         prep = _profiled if name in tq.NEEDS_PROFILE else None
         chunk = _blocks if name in ("rnd", "auto") else _one
+        reads = _TECH_OPTIONS.get(name, ())
         out.append(SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
                                  default_chunk=chunk, dispenser=make, paper=False,
-                                 technique=name, prepare=prep))
+                                 technique=name, prepare=prep, options=reads))
         out.append(SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
                                  f"pipe-MtoM, the producer sizing chunks by {name}",
                                  default_chunk=chunk, dispenser=make, topology="feedback",
-                                 options=("inflight",), paper=False, technique=name,
+                                 options=("inflight",) + reads, paper=False, technique=name,
                                  prepare=prep, in_all=False))
     return out
 
@@ -267,7 +274,7 @@ def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=Non
     info = get(cfg.scheduler)
     job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
               cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
-              inflight=cfg.inflight, params=dict(getattr(cfg, "params", None) or {}))
+              inflight=cfg.inflight, params=cfg.param_dict())
     if cpus is not None:
         job.cpus = cpus
     return job

@@ -67,6 +67,11 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
         raise UsageError("--chunk auto is not supported under mpiexec (the search would run "
                          "inside the timed region on each rank); search on one node and pass "
                          "the chunk it reports")
+    profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).prepare})
+    if profiled and split != "static":
+        raise UsageError(f"{', '.join(profiled)} need a profiling run of the loop, which a "
+                         f"--split {split} chunk would pay inside the timed region; use "
+                         "--split static")
     small = [c.frames for c in configs if c.frames < P]
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
@@ -135,6 +140,7 @@ class _RankResult:
         self.notes = ""
         self.lost = 0
         self.chunk_used = 0
+        self.technique = ""  # what auto chose (its last local execution)
         self.workers = np.zeros(0, WORKER_DTYPE)
         self.trace = np.zeros(0, TRACE_DTYPE)
 
@@ -161,6 +167,7 @@ def _add_execution(res: _RankResult, ex, p0: float, k_offset: int) -> None:
     res.trace = np.concatenate([res.trace, t])
     res.lost += ex.lost_workers
     res.chunk_used = ex.chunk_used or res.chunk_used
+    res.technique = ex.technique or res.technique
     if ex.notes:
         res.notes = ex.notes
 
@@ -177,6 +184,7 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     res = _RankResult(w.rank, w.host)
     job, backend = _job(cfg, slab.work, monitor, cpus, seat)
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
+    schedulers.prepare(job)  # untimed: a technique's profiling run
     slab.fresh_copy()
     if monitor is not None and job.info.needs_monitor:
         monitor.reset()  # this run's utilisation history only (monitor.py)
@@ -271,7 +279,8 @@ def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: 
     return RunRecord(cfg, family, time_s, not errors and total_bad == 0, bad_rows=total_bad,
                      chunk_used=max(r.chunk_used for r in results), workers_used=len(workers),
                      lost_workers=sum(r.lost for r in results), error="; ".join(errors),
-                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra)
+                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra,
+                     technique=results[0].technique if results else "")
 
 
 def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],

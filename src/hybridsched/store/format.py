@@ -35,12 +35,12 @@ RUN_DTYPE = np.dtype([
     ("workers", "i4"), ("lost_workers", "i4"), ("started_at", "f8"),
     ("error", _S(240)), ("notes", _S(240)),
     ("pipe_batch", "i4"), ("inflight", "i4"), ("coop", "?"),
-    ("technique", _S(24)),
+    ("technique", _S(24)), ("params", _S(64)),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
 # pipe variants were added later; files written before them ran the defaults stated here).
-RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "technique": b""}
+RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "technique": b"", "params": b""}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -75,7 +75,7 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
-              c.coop, _clip(r.technique, 24))
+              c.coop, _clip(r.technique, 24), _clip(c.params, 64))
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind

@@ -230,5 +230,5 @@ def stored_keys(path: str) -> set[tuple]:
     return {RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
                       int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
                       int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
-                      int(r["inflight"]), bool(r["coop"])).key() for r in runs}
+                      int(r["inflight"]), bool(r["coop"]), str(r["params"])).key() for r in runs}
 

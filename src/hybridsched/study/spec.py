@@ -43,6 +43,9 @@ class StudySpec:
     inflight: int = 1
     # Run on the cooperative arbiter's tokens instead of fixed pinning (--coop; issue 10).
     coop: bool = False
+    # LB4OMP technique parameters {name: value} (--fiss-stages, --viss-param, --pls-swr);
+    # each technique gets the ones its registry entry reads, as RunConfig.params
+    params: dict = field(default_factory=dict)
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -117,9 +120,11 @@ class StudySpec:
 
     def _with_options(self, c: RunConfig) -> RunConfig:
         opts = schedulers.get(c.scheduler).options
+        mine = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k in opts)
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
-                       coop=self.coop and not schedulers.get(c.scheduler).baseline)
+                       coop=self.coop and not schedulers.get(c.scheduler).baseline,
+                       params=mine)
 
     def to_dict(self) -> dict:
         d = asdict(self)
