@@ -254,16 +254,31 @@ def test_auto_dispenser_times_each_execution_with_its_clock():
     assert all(t > 0 for _, t in b.history)
 
 
-def test_auto_records_its_choice_in_the_study(tmp_path):
+def test_auto_records_its_choice_and_the_report_shows_it(tmp_path, capsys):
     from hybridsched.store import read_runs
 
     auto.reset_state()
     out = tmp_path / "a.h5"
-    assert cli.main(["run", "-s", "auto", "-k", "2", "--frames", "6", "--height", "2",
-                     "--width", "4", "--reps", "3", "--out", str(out)]) == 0
+    assert cli.main(["run", "-s", "serial,fac2,auto", "-k", "2", "--frames", "6", "--height",
+                     "2", "--width", "4", "--reps", "3", "--out", str(out)]) == 0
     runs = read_runs(str(out))
     techs = [str(t) for t in runs["technique"][runs["scheduler"] == "auto"]]
     assert techs == list(auto.PORTFOLIO[:3])
+    assert set(str(t) for t in runs["technique"][runs["scheduler"] != "auto"]) == {""}
+    capsys.readouterr()
+    assert cli.main(["report", str(out), "--no-plots", "--out-dir", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "## auto: the technique chosen at each repetition" in text
+    assert ", ".join(auto.PORTFOLIO[:3]) in text
+    assert "### Workload uniform, k = 2" in text and "Best at L = 6: **" in text
+
+
+def test_percent_imbalance_is_the_papers_formula():
+    from hybridsched.results.portfolio import percent_imbalance
+
+    assert percent_imbalance([1.0, 1.0]) == 0.0
+    assert percent_imbalance([1.0, 3.0]) == pytest.approx(50.0)  # max 3 / mean 2 - 1
+    assert math.isnan(percent_imbalance([]))
 
 
 # --- MPI --split <technique> -------------------------------------------------------------
