@@ -74,6 +74,15 @@ def test_fac2a_halves_with_a_ceiling_per_batch(n, p, c):
         assert s[p] == max(c, math.ceil(b0 / 2))
 
 
+@settings(max_examples=200, deadline=None)
+@given(**GRID)
+def test_trapezoidal_ends_within_llvms_step_count(n, p, c):
+    from hybridsched.techniques.deterministic import Trapezoidal, hand_out
+
+    r = Trapezoidal(n, p, c)
+    assert len(hand_out(r)) <= r.steps  # the fallback past the last step is never needed
+
+
 def test_trapezoidal_matches_llvm_integer_arithmetic():
     # N=1000, P=4: F = 125, L = 1, 16 steps, delta = (125 - 1) // 15 = 8
     assert sizes("trapezoidal", 1000, 4, 1)[:4] == [125, 117, 109, 101]

@@ -244,8 +244,9 @@ def get(name: str) -> SchedulerInfo:
     try:
         return SCHEDULERS[name]
     except KeyError:
-        raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(ALL_NAMES)}, "
-                         "paper or all") from None
+        shown = [n for n in ALL_NAMES if SCHEDULERS[n].in_all]
+        raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(shown)}, "
+                         "pipe-MtoM:<technique>, techniques, paper or all") from None
 
 
 def names(family: str | None = None, paper_only: bool = False, technique: bool | None = None,

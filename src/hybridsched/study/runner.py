@@ -44,9 +44,13 @@ def timed_run(slab: Slab, config: RunConfig, monitor=None, cpus: list[int] | Non
     info = schedulers.get(config.scheduler)
     job = schedulers.job_for(config, slab.work, monitor, cpus, original=slab.original)
     chunk = job.chunk
-    schedulers.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
-    slab.fresh_copy()
     started = time.time()
+    try:
+        schedulers.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
+    except HybridschedError as exc:
+        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
+                         error=f"profiling run: {exc}", started_at=started)
+    slab.fresh_copy()
     if config.coop:
         if arbiter is None:
             raise ValueError("a --coop run needs the study's arbiter")
