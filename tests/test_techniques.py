@@ -318,3 +318,44 @@ def test_mpiexec_split_by_technique(tmp_path, split):
     assert runs["verified"].all() and all(n.startswith(f"split={split}") for n in runs["notes"])
     for extra in _check_cover(out, 30):
         assert extra["split"] == split and sum(extra["rank_frames"]) == 30
+
+
+# --- a lost pipe worker, technique parameters through a study ---------------------------
+
+@pytest.mark.parametrize("name", ["fac2", "static_steal", "awf_b", "auto"])
+def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks):
+    """A dead worker's unacknowledged chunks, and what the technique still held for it
+    (static_steal's range), go to the survivors; every frame runs once."""
+    from schedcheck import Shape, config
+
+    from hybridsched.backends.procs import FAULT_ENV
+    from hybridsched.study.runner import timed_run
+    from hybridsched.workload import Slab
+
+    monkeypatch.setenv(FAULT_ENV, "1:1:kill")  # at its first chunk: auto may pick static
+    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 40, 16, 64, 3))
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        rec = timed_run(slab, cfg)
+    assert rec.verified and rec.lost_workers == 1, rec.error
+    covered = [0] * 40
+    for r in rec.trace:
+        for f in range(int(r["first"]), int(r["first"]) + int(r["count"])):
+            covered[f] += 1
+    assert covered == [1] * 40
+
+
+def test_technique_parameters_are_stored_resumed_and_reported_apart(tmp_path, capsys):
+    from hybridsched.store import read_runs
+
+    out = str(tmp_path / "p.h5")
+    base = ["run", "-s", "serial,fiss,fac2", "-k", "2", "--frames", "12", "--height", "2",
+            "--width", "4", "--reps", "1", "--out", out, "--fiss-stages", "2"]
+    assert cli.main(base) == 0
+    assert cli.main(base + ["--resume"]) == 0  # nothing left to run
+    runs = read_runs(out)
+    assert len(runs) == 3
+    got = {str(r["scheduler"]): str(r["params"]) for r in runs}
+    assert got == {"serial": "", "fiss": "fiss_stages=2", "fac2": ""}
+    capsys.readouterr()
+    assert cli.main(["report", out, "--no-plots", "--out-dir", str(tmp_path / "r")]) == 0
+    assert "| fiss (fiss_stages=2) |" in capsys.readouterr().out
