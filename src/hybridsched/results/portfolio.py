@@ -101,7 +101,8 @@ def portfolio_section(study: Study) -> list[str]:
         any_rows = True
         lam = imbalances(study, runs[runs["k"] == k])
         out += [f"### Workload {wl}, k = {k}", "",
-                "| scheduler | L | chunk | T (ms) | σE | imbalance (%) |", "|---|---|---|---|---|---|"]
+                "| scheduler | L | chunk | T (ms) | σE | imbalance (%) |",
+                "|---|---|---|---|---|---|"]
         for r in sorted(at, key=lambda r: (r.L, r.t_mean)):
             out.append(f"| {r.scheduler} | {r.L} | {r.chunk or 'default'} | {r.t_mean * 1e3:.2f} | "
                        f"{fmt(r.sigma_e, '.3f')} | {fmt(lam.get(_row_key(r), math.nan), '.1f')} |")
