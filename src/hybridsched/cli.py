@@ -278,7 +278,7 @@ def cmd_list(args) -> int:
     width = max(len(n) for n in SCHEDULERS)
     for n in names():
         info = SCHEDULERS[n]
-        tag = "" if info.paper else "(variant) "
+        tag = "" if info.paper else "(LB4OMP) " if info.technique else "(variant) "
         print(f"{n:<{width}}  {info.family:<7} {tag}{info.description}")
     return 0
 
