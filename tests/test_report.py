@@ -143,7 +143,9 @@ def real_study(tmp_path_factory):
     """Every scheduler, k in {1, 2, 3}, two L, pipes also at a second chunk at k = 2,
     fork schedulers also unpinned: a miniature of the scaled preset (a few seconds)."""
     path = str(tmp_path_factory.mktemp("real") / "real.h5")
-    spec = StudySpec(schedulers=schedulers.names(), ks=[1, 2, 3], frames=[16, 32], height=32,
+    # the paper's schedulers and variants; the LB4OMP techniques have test_techniques.py
+    spec = StudySpec(schedulers=schedulers.names(technique=False), ks=[1, 2, 3], frames=[16, 32],
+                     height=32,
                      width=32, reps=2, unpinned_families=["process"], tuned_k=2,
                      tuned_chunks={16: 4, 32: 8})
     spec.validate()
@@ -162,7 +164,7 @@ def test_report_on_real_study(real_study, tmp_path, capsys):
     text = capsys.readouterr().out
     per = text.split("## Per scheduler")[1].split("## Best scheduler per family")[0]
     tables = {t.split("\n")[0]: t for t in per.split("### ")[1:]}
-    for name in schedulers.names():
+    for name in schedulers.names(technique=False):
         if name == "serial":
             continue
         head = [h for h in tables if h.startswith(f"{name} — affinity on, default chunk")]
@@ -171,14 +173,14 @@ def test_report_on_real_study(real_study, tmp_path, capsys):
         for k in spec.ks:
             assert f"\n| {k} |" in body, f"{name}: no row k={k}"
         assert "T (ms) L=16" in body and "T (ms) L=32" in body
-    for name in schedulers.names("process"):
+    for name in schedulers.names("process", technique=False):
         assert any(h.startswith(f"{name} — affinity off") for h in tables)
-    for name in schedulers.names("pipe"):
+    for name in schedulers.names("pipe", technique=False):
         assert any(h.startswith(f"{name} — affinity on, chunk 4") for h in tables)
         assert (f"- {name} tuned chunk faster than chunk 1 at k = 2 = N (the paper's 24), L = 16 "
                 "(the paper's 1000): ours chunk 4 ") in text  # claim 3 figures
     files = set(os.listdir(out_dir))
-    for name in schedulers.names():
+    for name in schedulers.names(technique=False):
         if name != "serial":
             assert f"speedup_{name}.png" in files
     for fam in ("thread", "process", "pipe"):
@@ -186,7 +188,7 @@ def test_report_on_real_study(real_study, tmp_path, capsys):
     with open(out_dir / "summary.csv") as fh:
         rows = list(csv.DictReader(fh))
     got = {(r["scheduler"], int(r["k"]), int(r["L"])) for r in rows}
-    for name in schedulers.names():
+    for name in schedulers.names(technique=False):
         for L in spec.frames:
             for k in ([1] if name == "serial" else spec.ks):
                 assert (name, k, L) in got

@@ -34,7 +34,9 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
             if not name:
                 continue
             if name == "all":
-                out += schedulers.names()
+                out += schedulers.names(everything=False)
+            elif name == "techniques":
+                out += schedulers.names("thread", technique=True)
             elif name == "paper":
                 out += schedulers.paper_names()
             else:
@@ -79,6 +81,9 @@ def build_spec(args):
         spec.coop = True
     if getattr(args, "dispatch", None) is not None:
         spec.dispatch = args.dispatch
+    spec.params = {k: v for k, v in (("fiss_stages", getattr(args, "fiss_stages", None)),
+                                     ("viss_param", getattr(args, "viss_param", None)),
+                                     ("pls_swr", getattr(args, "pls_swr", None))) if v is not None}
     spec.validate()
     return spec
 
@@ -288,15 +293,39 @@ def cmd_list(args) -> int:
     width = max(len(n) for n in SCHEDULERS)
     for n in names():
         info = SCHEDULERS[n]
-        tag = "" if info.paper else "(variant) "
+        tag = "" if info.paper else "(LB4OMP) " if info.technique else "(variant) "
         print(f"{n:<{width}}  {info.family:<7} {tag}{info.description}")
     return 0
+
+
+def add_technique_options(p) -> None:
+    """LB4OMP's environment parameters as options (its defaults when absent)."""
+    p.add_argument("--fiss-stages", type=_nonnegative_int("--fiss-stages"), default=None,
+                   help="fiss: stages (KMP_FISS_STAGES; default k - 1)")
+    p.add_argument("--viss-param", type=_positive("--viss-param"), default=None,
+                   help="viss: divisor of N/k for the first chunk (KMP_VISS_PARAM; default k)")
+    p.add_argument("--pls-swr", type=_fraction("--pls-swr"), default=None,
+                   help="pls: static workload ratio 0..1 (KMP_PLS_SWR; default 0.5)")
+
+
+def _fraction(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {text!r}") from None
+        if not 0.0 <= v <= 1.0:
+            raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
+        return v
+    return parse
 
 
 def cmd_plan(args) -> int:
     from .policies import plan
 
-    rows = plan(args.policy, args.tasks, args.workers, args.chunk)
+    params = {k: v for k, v in (("fiss_stages", args.fiss_stages), ("viss_param", args.viss_param),
+                                ("pls_swr", args.pls_swr)) if v is not None}
+    rows = plan(args.policy, args.tasks, args.workers, args.chunk, params or None)
     out = ["worker,first,count"] + [f"{r.worker},{r.first},{r.count}" for r in rows]
     print("\n".join(out))
     return 0
@@ -342,7 +371,9 @@ def make_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
-                   "paper's 13, 'all' for every one (with the named variants) (default: paper)")
+                   "paper's 13, 'all' for every one (with the named variants and the LB4OMP "
+                   "techniques on threads), 'techniques' for those techniques and auto; "
+                   "pipe-MtoM:<technique> by name (default: paper)")
     r.add_argument("-k", type=_int_list("-k"), metavar="K[,K...]", help="worker counts (default: 1,2,N,2N; N = usable CPUs)")
     r.add_argument("--frames", "-L", type=_int_list("--frames"), metavar="L[,L...]",
                    help="frames per tensor (the paper's L) (default: 120)")
@@ -378,9 +409,13 @@ def make_parser() -> argparse.ArgumentParser:
                    help="thread workers' chunk loop: auto (default) compiles it, GIL-free, for "
                    "dynamic/guided/chunk with a numba kernel; python always runs the Python "
                    "loop; compiled refuses what cannot be compiled")
-    r.add_argument("--split", choices=["static", "dynamic"], default="static",
-                   help="under mpiexec: frames to ranks in contiguous blocks (static) or by "
-                   "self-scheduled guided chunks through an MPI RMA counter (dynamic); "
+    add_technique_options(r)
+    from .techniques.deterministic import RULES
+
+    r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",
+                   help="under mpiexec: frames to ranks in contiguous blocks (static), by "
+                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), or "
+                   "by an LB4OMP technique's chunks through that counter (e.g. fac2); "
                    "no effect at P = 1")
     r.set_defaults(func=cmd_run)
 
@@ -407,6 +442,7 @@ def make_parser() -> argparse.ArgumentParser:
     pl.add_argument("--workers", required=True, type=_positive("--workers"), help="workers k")
     pl.add_argument("--chunk", type=_positive("--chunk"), default=0,
                     help="chunk size (default 0: the policy's own)")
+    add_technique_options(pl)
     pl.set_defaults(func=cmd_plan)
 
     rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")

@@ -46,6 +46,10 @@ class Dispenser:
         """Named time series worth storing with the run (e.g. AIMD's window)."""
         return {}
 
+    def technique(self) -> str:
+        """The technique this execution ran when the scheduler chose one (auto), else ''."""
+        return ""
+
 
 class Preassigned(Dispenser):
     """Static: each worker walks its own precomputed list; no synchronisation at all."""

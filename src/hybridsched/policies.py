@@ -216,8 +216,23 @@ def _plan_fcfs(size: Callable[[int, int, int], int]):
     return plan
 
 
-# policy -> (hand-out, default chunk for n tasks); static's default 0 means blocks
-PLANS: dict[str, tuple[Callable[[int, int, int], list[PlanRow]], Callable[[int], int]]] = {
+def _plan_technique(name: str):
+    """An LB4OMP deterministic technique's hand-out (techniques/deterministic.py);
+    static_steal: its initial per-worker ranges (stealing is decided at run time)."""
+    def plan(n: int, k: int, c: int, params: dict | None = None) -> list[PlanRow]:
+        from . import techniques as tq
+
+        if name == "static_steal":
+            size, ranges = tq.steal_blocks(n, k, c)
+            return [PlanRow(w, i * size, min(size, n - i * size))
+                    for w, (lo, hi) in enumerate(ranges) for i in range(lo, hi)]
+        return [PlanRow(-1, f, cnt) for f, cnt in tq.sequence(name, n, k, c, params)]
+    return plan
+
+
+# policy -> (hand-out, default chunk for n tasks); static's default 0 means blocks, rnd's
+# 0 means chunks up to n - 1 (LB4OMP without a chunk)
+PLANS: dict[str, tuple[Callable[..., list[PlanRow]], Callable[[int], int]]] = {
     "static": (_plan_static, lambda n: 0),
     "dynamic": (_plan_fcfs(dynamic_size), lambda n: 1),
     "guided": (_plan_fcfs(guided_size), lambda n: 1),
@@ -236,10 +251,14 @@ PLAN_HELP = {
     "round-robin": "prolific, collective and pipe-1toN (frame i to worker i mod k)",
     "aimd": "aimd (chunks of 4; its window decides only when a chunk is taken)",
 }
+TECHNIQUE_PLANS = ("trapezoidal", "fac2", "fac2a", "fac2b", "tfss", "fiss", "viss", "mfsc",
+                   "pls", "rnd", "static_steal")
+PLANS.update({t: (_plan_technique(t), (lambda n: 0) if t == "rnd" else (lambda n: 1))
+              for t in TECHNIQUE_PLANS})
 PLAN_POLICIES = tuple(PLANS)
 
 
-def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
+def plan(policy: str, n: int, k: int, chunk: int = 0, params: dict | None = None) -> list[PlanRow]:
     """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
     if policy not in PLANS:
         raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
@@ -251,6 +270,10 @@ def plan(policy: str, n: int, k: int, chunk: int = 0) -> list[PlanRow]:
         # static builds one row per worker: a bound on k bounds the plan's memory too
         raise UsageError(f"--workers {k} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
     hand_out, default = PLANS[policy]
+    if policy in TECHNIQUE_PLANS:
+        return hand_out(n, k, chunk or default(n), params)
+    if params and any(v is not None for v in params.values()):
+        raise UsageError(f"--policy {policy} takes no technique parameters")
     return hand_out(n, k, chunk or default(n))
 
 

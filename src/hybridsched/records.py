@@ -52,6 +52,17 @@ class RunConfig:
     workload_params: str = ""   # its parameters as sorted JSON ("" = none)
     verify: str = ""            # "" = the workload's own check, "none", or package.module:function
     input_hash: str = ""        # --input: sha256 of the .npy file ("" = generated from seed)
+    # LB4OMP technique parameters, "name=value" joined by "," in sorted order ("" = its
+    # defaults); only the techniques that read a parameter get it (registry options)
+    params: str = ""
+
+    def param_dict(self) -> dict:
+        """``params`` as {name: number}."""
+        out = {}
+        for item in filter(None, self.params.split(",")):
+            name, _, value = item.partition("=")
+            out[name] = float(value) if "." in value else int(value)
+        return out
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""
@@ -71,6 +82,7 @@ class Execution:
     lost_workers: int = 0
     notes: str = ""
     series: dict = field(default_factory=dict)  # name -> structured array with a "t" column
+    technique: str = ""                      # what `auto` chose for this execution
 
     @property
     def seconds(self) -> float:
@@ -96,6 +108,7 @@ class RunRecord:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
     extra: dict = field(default_factory=dict)  # backend-specific scalars (e.g. per-rank times)
     series: dict = field(default_factory=dict)  # name -> time series, "t" relative to the start
+    technique: str = ""                      # the technique `auto` chose ("" otherwise)
 
 
 def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -46,23 +46,23 @@ def _whole(frames: int) -> int:
 
 # --- thread dispensers: (frames, workers, chunk, monitor) -> Dispenser -------------------
 
-def _static(n, workers, c, monitor):
+def _static(n, workers, c, monitor, job=None):
     return dispatch.Preassigned(pol.static_assignment(n, workers, c))
 
 
-def _fixed(n, workers, c, monitor):
+def _fixed(n, workers, c, monitor, job=None):
     return dispatch.fixed_chunks(n, workers, c)
 
 
-def _guided(n, workers, c, monitor):
+def _guided(n, workers, c, monitor, job=None):
     return dispatch.SharedCounter(n, partial(pol.guided_size, k=workers, c=c))
 
 
-def _steal(n, workers, c, monitor):
+def _steal(n, workers, c, monitor, job=None):
     return dispatch.StealQueues(pol.static_chunks(n, workers, c))
 
 
-def _aimd(n, workers, c, monitor):
+def _aimd(n, workers, c, monitor, job=None):
     # window initialised to the pool size min(k, N) (§4), limited to it
     return dispatch.AimdGate(n, workers, workers, monitor, c)
 
@@ -81,7 +81,50 @@ def _guided_sequence(n, workers, c):
 
 
 def _adaptive(reading: str):
-    return lambda n, workers, c, monitor: dispatch.Adaptive(n, workers, reading)
+    return lambda n, workers, c, monitor, job=None: dispatch.Adaptive(n, workers, reading)
+
+
+# --- the LB4OMP portfolio (techniques/): one shared-counter dispenser per technique -------
+
+def _technique(name: str):
+    """The dispenser factory of a technique, for the threads and the pipe-MtoM producer."""
+    def make(n, workers, c, monitor, job=None):
+        from . import techniques as tq
+        from .techniques import dispense
+
+        params = dict(job.params) if job is not None else {}
+        profile = params.pop("profile", None)
+        if name == "static_steal":
+            return dispense.StaticSteal(n, workers, c)
+        if name in tq.FIXED:
+            return dispense.RuleCounter(tq.rule(name, n, workers, c, params, profile))
+        from .techniques.adaptive import LEARNERS
+
+        if name == "awf" and job is not None:
+            params["awf_history"] = dispense.awf_history(dispense.loop_key(job), workers)
+        return dispense.LearnerCounter(LEARNERS[name](n, workers, c, profile, params))
+    return make
+
+
+def _auto(n, workers, c, monitor, job=None):
+    from .techniques import auto, dispense
+
+    key = dispense.loop_key(job) if job is not None else ("auto", n, workers, c)
+
+    def make(name: str):
+        # every portfolio entry's thread dispenser: the pipe producer claims from it too
+        info = get(name)
+        return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
+    return auto.AutoDispenser(auto.bandit_for(key), make, n)
+
+
+def _profiled(job) -> None:
+    """Before the timed run: the loop's profile (μ, σ, h, worker speeds) from an untimed
+    dynamic,1 run on the same workers (LB4OMP's `profiling` schedule), cached per loop
+    and stored with the run (``extra['profile']``)."""
+    from .techniques import profiling
+
+    profiling.attach(job)
 
 
 @dataclass(frozen=True)
@@ -105,6 +148,9 @@ class SchedulerInfo:
     chunk_search: bool = False  # --chunk auto is meaningful (the pipe backend searches it)
     options: tuple[str, ...] = ()  # RunConfig option fields it reads (pipe_batch, inflight)
     paper: bool = True          # one of the paper's schedulers; False = a named variant
+    technique: str = ""         # the LB4OMP technique it runs (techniques/), "" for none
+    prepare: Callable | None = None  # (job) -> None before the timed run (a profile)
+    in_all: bool = True         # part of `-s all` (the pipe-MtoM:<technique> combinations are not)
 
     @property
     def baseline(self) -> bool:
@@ -170,6 +216,41 @@ _ALL = [
                   topology="feedback", chunk_search=True, options=("inflight",)),
 ]
 
+# The technique parameters (RunConfig.params names) each technique reads; auto reads
+# pls's for the pls in its portfolio.
+_TECH_OPTIONS = {"fiss": ("fiss_stages",), "viss": ("viss_param",), "pls": ("pls_swr",),
+                 "auto": ("pls_swr",)}
+
+
+def _portfolio() -> list[SchedulerInfo]:
+    """Each LB4OMP technique on the thread backend under its bare name and as
+    ``pipe-MtoM:<name>`` (the producer sizes each chunk it sends), plus ``auto`` on both.
+    A name per (technique, backend) pair rather than an option: the study's scheduler
+    column then says what ran, reports group by it, and no run option has to mean
+    something for only one scheduler."""
+    from . import techniques as tq
+
+    out = []
+    for name in tq.NAMES + ("auto",):
+        desc = tq.DESCRIPTIONS.get(name, "picks a technique per repetition of the loop "
+                                   "(UCB1 bandit over 14 techniques, techniques/auto.py)")
+        make = _auto if name == "auto" else _technique(name)
+        prep = _profiled if name in tq.NEEDS_PROFILE else None
+        chunk = _blocks if name in ("rnd", "auto") else _one
+        reads = _TECH_OPTIONS.get(name, ())
+        out.append(SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
+                                 default_chunk=chunk, dispenser=make, paper=False,
+                                 technique=name, prepare=prep, options=reads))
+        out.append(SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
+                                 f"pipe-MtoM, the producer sizing chunks by {name}",
+                                 default_chunk=chunk, dispenser=make, topology="feedback",
+                                 options=("inflight",) + reads, paper=False, technique=name,
+                                 prepare=prep, in_all=False))
+    return out
+
+
+_ALL += _portfolio()
+
 SCHEDULERS: dict[str, SchedulerInfo] = {s.name: s for s in _ALL}
 
 # The contract's order (DESIGN.md §6): table and report order; entries not listed follow.
@@ -180,14 +261,26 @@ def get(name: str) -> SchedulerInfo:
     try:
         return SCHEDULERS[name]
     except KeyError:
-        raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(ALL_NAMES)}, "
-                         "paper or all") from None
+        shown = [n for n in ALL_NAMES if SCHEDULERS[n].in_all]
+        raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(shown)}, "
+                         "pipe-MtoM:<technique>, techniques, paper or all") from None
 
 
-def names(family: str | None = None, paper_only: bool = False) -> list[str]:
-    """Scheduler names in registry order (optionally of one family, or the paper's only)."""
+def names(family: str | None = None, paper_only: bool = False, technique: bool | None = None,
+          everything: bool = True) -> list[str]:
+    """Scheduler names in registry order (optionally of one family, or the paper's only;
+    ``technique`` True/False: only/no LB4OMP technique entries; ``everything`` False: only
+    the entries of `-s all`)."""
     return [n for n, s in SCHEDULERS.items()
-            if (family is None or s.family == family) and (s.paper or not paper_only)]
+            if (family is None or s.family == family) and (s.paper or not paper_only)
+            and (technique is None or bool(s.technique) == technique)
+            and (everything or s.in_all)]
+
+
+def prepare(job) -> None:
+    """Run the entry's untimed preparation (a technique's profile) for ``job``."""
+    if job.info.prepare is not None:
+        job.info.prepare(job)
 
 
 def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=None):
@@ -199,7 +292,7 @@ def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=Non
     info = get(cfg.scheduler)
     job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
               cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
-              inflight=cfg.inflight, dispatch=cfg.dispatch)
+              inflight=cfg.inflight, dispatch=cfg.dispatch, params=cfg.param_dict())
     if cpus is not None:
         job.cpus = cpus
     return job

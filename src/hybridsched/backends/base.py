@@ -34,6 +34,10 @@ class Job:
     # workers then hold a token to run instead of a fixed CPU
     coop: object | None = None
     coop_job: int = -1
+    # a technique's parameters (techniques.PARAM_DEFAULTS keys; "profile": its Profile)
+    params: dict = field(default_factory=dict)
+    # what the run's record should store besides the measurements (e.g. the profile)
+    extra: dict = field(default_factory=dict)
 
     def coop_worker(self):
         """This worker's arbiter handle (registered, no token yet), or None without --coop."""

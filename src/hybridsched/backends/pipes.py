@@ -79,6 +79,51 @@ def _restore(job: Job, first: int, count: int) -> bool:
     return True
 
 
+class _Source:
+    """The chunks pipe-MtoM sends: a precomputed list (the paper's fixed chunk), or a
+    technique's dispenser that sizes each chunk when the producer sends it to worker w
+    (registry entry ``pipe-MtoM:<technique>``). Chunks of a lost worker are re-sent first."""
+
+    def __init__(self, chunks=None, disp=None, k: int = 1):
+        self.queue = deque(chunks or ())
+        self.disp = disp
+        self.spent: set[int] = set() if disp is not None else set(range(k))
+        self.k = k
+        self.sent: dict[tuple[int, int], float] = {}
+
+    def more(self, w: int) -> bool:
+        """Whether worker w may still get a chunk."""
+        return bool(self.queue) or w not in self.spent
+
+    def __bool__(self) -> bool:
+        return bool(self.queue) or len(self.spent) < self.k
+
+    def take(self, w: int):
+        if self.queue:
+            return self.queue.popleft()
+        if w in self.spent:
+            return None
+        chunk = self.disp.claim(w)
+        if chunk is None:
+            self.spent.add(w)
+        elif self.disp.feedback:
+            self.sent[chunk] = perf_counter()
+        return chunk
+
+    def acked(self, w: int, chunk) -> None:
+        t0 = self.sent.pop(chunk, None)
+        if t0 is not None:
+            self.disp.done(w, chunk[1], perf_counter() - t0)
+
+    def lost(self, w: int, held) -> None:
+        """Re-send a dead worker's chunks, and what its own share of the dispenser held."""
+        self.queue.extendleft(reversed(held))
+        if self.disp is not None and w not in self.spent:
+            while (c := self.disp.claim(w)) is not None:
+                self.queue.append(c)
+            self.spent.add(w)
+
+
 def _run(job: Job, c: int) -> Execution:
     kernel = get_kernel(job.kernel)
     work, k, s = job.work, job.k, job.scheduler
@@ -90,10 +135,14 @@ def _run(job: Job, c: int) -> Execution:
     if topology == "dealt":
         dealt = pol.static_chunks(job.frames, k, c)
         cap = max(len(d) for d in dealt)
+    elif job.info.dispenser is not None:  # a technique sizes each chunk as it is sent
+        disp = job.info.dispenser(job.frames, k, job.chunk, job.monitor, job=job)
+        chunks = _Source(disp=disp, k=k)
+        cap = job.frames + depth * k  # every chunk is at least one frame
     else:
-        chunks = _chunks(job, c)
+        chunks = _Source(_chunks(job, c), k=k)
         # one worker may run every chunk; MtoM also re-runs the chunks lost workers held
-        cap = len(chunks) + (depth * k if mtom else 0)
+        cap = len(chunks.queue) + (depth * k if mtom else 0)
     with ProcessTeam(s, k, cap) as team:
         if shared:
             r, w_ = team.pipe()
@@ -153,14 +202,19 @@ def _run(job: Job, c: int) -> Execution:
         if mtom:
             lost, notes = _serve_mtom(team, job, chunks, task_w, done_r, depth)
         else:
-            data = [_pack(chunks)] if shared else [_pack(d) for d in dealt]
+            data = [_pack(chunks.queue)] if shared else [_pack(d) for d in dealt]
             writes, most = _serve_stream(team, task_w, data, max(1, job.pipe_batch) * REC.size)
             lost, notes = 0, f"producer writes={writes} (at most {most} records each)"
         stats = team.stats.copy()
         trace = team.trace()
     ends = stats["end"][stats["end"] > 0]
     t_end = float(ends.max()) if len(ends) else perf_counter()
-    return Execution(t_begin, t_end, stats, trace, chunk_used=c, lost_workers=lost, notes=notes)
+    disp = getattr(chunks, "disp", None) if topology != "dealt" else None
+    if disp is not None:
+        inner = disp.notes()
+        notes = notes + (f"; {inner}" if inner else "")
+    return Execution(t_begin, t_end, stats, trace, chunk_used=c, lost_workers=lost, notes=notes,
+                     technique=disp.technique() if disp is not None else "")
 
 
 def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes], batch: int) -> None:
@@ -215,7 +269,7 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
                 depth: int):
     """Many-to-many: up to ``depth`` chunks in flight per worker, the next one sent on
     each done record. A dead worker's unacknowledged chunks are restored and re-sent."""
-    queue = deque(chunks)
+    queue = chunks  # a _Source
     k = team.k
     held: list[deque] = [deque() for _ in range(k)]  # sent, not yet acknowledged, in order
     peak = [0]  # the most chunks any worker held unacknowledged
@@ -232,8 +286,10 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
         src[pfd] = ("exit", w)
 
     def feed(w: int) -> None:
-        while queue and len(held[w]) < depth:
-            chunk = queue.popleft()
+        while queue.more(w) and len(held[w]) < depth:
+            chunk = queue.take(w)
+            if chunk is None:
+                break
             held[w].append(chunk)
             peak[0] = max(peak[0], len(held[w]))
             try:
@@ -261,7 +317,7 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
                     del src[fd]
                     continue
                 if REC.unpack(msg)[1] >= 0:
-                    held[w].popleft()  # acknowledgements come in sending order
+                    queue.acked(w, held[w].popleft())  # acknowledgements come in sending order
                 feed(w)
                 if not queue:
                     feed_all()
@@ -284,8 +340,8 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
                 restored = all([_restore(job, *c) for c in held[w]])
                 what += ("; re-sent chunks " + ",".join(f"{f}+{n}" for f, n in held[w])
                          + ("" if restored else " (not restored)"))
-                queue.extendleft(reversed(held[w]))
-                held[w].clear()
+            queue.lost(w, list(held[w]))
+            held[w].clear()
             lost.append(what)
             if queue and not alive:
                 raise team.fail(w, "; no worker left to take its chunks")

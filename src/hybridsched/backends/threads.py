@@ -28,7 +28,7 @@ def make_dispenser(job: Job, workers: int) -> dispatch.Dispenser:
     """The scheduler's shared hand-out state, built by its registry entry."""
     if job.info.dispenser is None:
         raise KeyError(f"no thread dispenser for scheduler {job.scheduler!r}")
-    return job.info.dispenser(job.frames, workers, job.chunk, job.monitor)
+    return job.info.dispenser(job.frames, workers, job.chunk, job.monitor, job=job)
 
 
 class WorkerFailed(HybridschedError):
@@ -189,4 +189,4 @@ def execute(job: Job) -> Execution:
         stats[w]["busy"] = float((mine["end"] - mine["start"]).sum())
         stats[w]["frames"], stats[w]["chunks"] = int(mine["count"].sum()), len(mine)
     return Execution(t_begin, t_end, stats, trace, chunk_used=job.chunk, notes=disp.notes(),
-                     series=disp.series())
+                     series=disp.series(), technique=disp.technique())

@@ -12,6 +12,11 @@ Two ways to split the L frames between ranks (``split``):
     chunk indices from an RMA ticket counter on rank 0 (rank 0 computes too) and run
     each claimed chunk with the local
     scheduler and k workers (hierarchical: guided between nodes, the chosen policy inside).
+``<technique>`` (``fac2``, ``trapezoidal``, ... any of ``techniques.RULES``)
+    As ``dynamic``, with the LB4OMP technique's chunk sequence over the P ranks instead
+    of guided's (minimum chunk k): distributed chunk calculation as in DLS4LB, each rank
+    computing chunk i from the shared step counter i alone -- the rule's size of step i,
+    at the prefix sum of the sizes before it -- with no master.
     A rank has a slab sized for L but touches only the frames it claims. It materialises
     a claimed chunk by generating it into its work copy *inside* the timed region: that
     stands for the data movement a real dynamic split pays. The generation time (first
@@ -47,9 +52,11 @@ from ..study.runner import warn_unverified
 from ..study.session import Resources
 from ..sysinfo import ForeignLoad, usable_cpus
 from ..workload import Slab, over_frames
+from ..techniques.deterministic import RULES
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 
-SPLITS = ("static", "dynamic")
+SPLIT_TECHNIQUES = tuple(RULES)  # deterministic: chunk i a function of (L, P, k, i) alone
+SPLITS = ("static", "dynamic") + SPLIT_TECHNIQUES
 
 
 def check_split(configs: list[RunConfig], P: int, split: str) -> None:
@@ -66,6 +73,11 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     if split != "static" and any(c.workload != "uniform" for c in configs):
         raise UsageError("--workload under mpiexec needs --split static (each rank builds "
                          "its block's tasks)")
+    profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).prepare})
+    if profiled and split != "static":
+        raise UsageError(f"{', '.join(profiled)} need a profiling run of the loop, which a "
+                         f"--split {split} chunk would pay inside the timed region; use "
+                         "--split static")
     small = [c.frames for c in configs if c.frames < P]
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
@@ -87,9 +99,14 @@ def inter_node_min_chunk(k: int) -> int:
 DYNAMIC_DIVISOR_PER_RANK = 2
 
 
-def dynamic_chunks(L: int, P: int, k: int) -> list[tuple[int, int]]:
-    """The guided chunk sequence over P ranks that the ticket counter indexes."""
+def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple[int, int]]:
+    """The chunk sequence over P ranks that the ticket counter indexes: guided's, or an
+    LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
     c = inter_node_min_chunk(k)
+    if split in SPLIT_TECHNIQUES:
+        from .. import techniques
+
+        return techniques.sequence(split, L, P, c)
     d = DYNAMIC_DIVISOR_PER_RANK * P
     return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
 
@@ -129,6 +146,7 @@ class _RankResult:
         self.notes = ""
         self.lost = 0
         self.chunk_used = 0
+        self.technique = ""  # what auto chose (its last local execution)
         self.workers = np.zeros(0, WORKER_DTYPE)
         self.trace = np.zeros(0, TRACE_DTYPE)
         self.foreign = float("nan")  # share of this rank's CPUs other processes used
@@ -156,6 +174,7 @@ def _add_execution(res: _RankResult, ex, p0: float, k_offset: int) -> None:
     res.trace = np.concatenate([res.trace, t])
     res.lost += ex.lost_workers
     res.chunk_used = ex.chunk_used or res.chunk_used
+    res.technique = ex.technique or res.technique
     if ex.notes:
         res.notes = ex.notes
 
@@ -174,6 +193,7 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
     if slab.kernel is not None:  # a workload's kernel, built for this rank's block
         job.kernel = slab.kernel
+    schedulers.prepare(job)  # untimed: a technique's profiling run
     slab.fresh_copy()
     if monitor is not None and job.info.needs_monitor:
         monitor.reset()  # this run's utilisation history only (monitor.py)
@@ -196,9 +216,10 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     return res
 
 
-def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None) -> _RankResult:
+def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None,
+                 split: str = "dynamic") -> _RankResult:
     res = _RankResult(w.rank, w.host)
-    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k)
+    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k, split)
     work = slab.work
     gen_threads = max(1, min(cfg.k, len(cpus)))
     mine: list[tuple[int, int]] = []
@@ -261,7 +282,7 @@ def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: 
         extra["rank_foreign_cpu"] = [round(r.foreign, 4) if r.foreign == r.foreign else None
                                      for r in results]
         extra["foreign_cpu"] = max(shares)
-    if split == "dynamic":
+    if split != "static":
         extra["rank_gen_s"] = [r.gen_s for r in results]
         extra["compute_time_s"] = (float("nan") if errors else
                                    max(r.time_s - r.gen_s for r in results))
@@ -272,7 +293,8 @@ def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: 
     return RunRecord(cfg, family, time_s, not errors and total_bad == 0, bad_rows=total_bad,
                      chunk_used=max(r.chunk_used for r in results), workers_used=len(workers),
                      lost_workers=sum(r.lost for r in results), error="; ".join(errors),
-                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra)
+                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra,
+                     technique=results[0].technique if results else "")
 
 
 def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
@@ -288,7 +310,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
         shared = stack.enter_context(Resources(configs, lambda cfg: _slab(w, cfg, split)))
         monitor = shared.monitor
         counter = None
-        if split == "dynamic":
+        if split != "static":
             from .rma import TicketCounter
 
             counter = stack.enter_context(TicketCounter(w))
@@ -301,7 +323,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
                 if split == "static":
                     res = _run_static(w, cfg, slab, monitor, cpus, seat)
                 else:
-                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat)
+                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat, split)
             res.foreign = probe.share()
             total_bad = w.allreduce_sum(res.bad_rows)
             results = w.gather(res)
@@ -320,7 +342,7 @@ def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[Run
 
 
 def _slab(w, cfg: RunConfig, split: str) -> Slab:
-    if split == "dynamic":
+    if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:
         from ..workloads import build

@@ -149,7 +149,10 @@ def summarise(runs: np.ndarray, n: int | None = None,
     groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
     for r in runs:
-        key = (str(r["scheduler"]), int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]),
+        # a technique run with its parameters set is its own row, named with them
+        label = str(r["scheduler"]) + (f" ({r['params']})" if "params" in r.dtype.names
+                                       and str(r["params"]) else "")
+        key = (label, int(r["L"]), int(r["k"]), int(r["chunk"]), bool(r["affinity"]),
                int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]),
                bool(r["coop"]) if "coop" in r.dtype.names else False)
         g = groups.setdefault(key, [[], [], 0, set()])

@@ -246,6 +246,10 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             "## The paper's claims", "", claims.claims_markdown(rows, study.n, study.attrs,
                                                              foreign=list(study.foreign.values()))]
     body += _notes(rows)
+    from .portfolio import auto_section, has_techniques, portfolio_section
+
+    if has_techniques(study):  # the LB4OMP portfolio's sections (issue 13)
+        body += [""] + portfolio_section(study) + auto_section(study)
     if out_dir is not None:
         from ..store import our_directory
 

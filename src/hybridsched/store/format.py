@@ -39,12 +39,14 @@ RUN_DTYPE = np.dtype([
     # not checked, by --verify none); kernel widened from 16 bytes for module:function
     ("workload", _S(16)), ("workload_params", _S(240)), ("verify", _S(120)),
     ("input_hash", _S(80)),
+    ("technique", _S(24)), ("params", _S(64)),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
 # pipe variants were added later; files written before them ran the defaults stated here).
 RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "workload": b"uniform",
-                "workload_params": b"", "verify": b"", "input_hash": b""}
+                "workload_params": b"", "verify": b"", "input_hash": b"", "technique": b"",
+                "params": b""}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -72,7 +74,7 @@ def _clip(s: str, n: int) -> bytes:
 
 
 # String fields that name what ran: never clipped (record_row refuses instead).
-_IDENTITY = ("kernel", "workload", "workload_params", "verify", "input_hash")
+_IDENTITY = ("kernel", "workload", "workload_params", "verify", "input_hash", "params")
 
 
 def record_row(run_id: int, r: RunRecord) -> np.ndarray:
@@ -84,7 +86,7 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
               c.coop, c.workload.encode(), c.workload_params.encode(), c.verify.encode(),
-              c.input_hash.encode())
+              c.input_hash.encode(), _clip(r.technique, 24), c.params.encode())
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind

@@ -232,6 +232,6 @@ def stored_keys(path: str) -> set[tuple]:
                       int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
                       int(r["inflight"]), bool(r["coop"]), workload=str(r["workload"]),
                       workload_params=str(r["workload_params"]), verify=str(r["verify"]),
-                      input_hash=str(r["input_hash"])).key()
+                      input_hash=str(r["input_hash"]), params=str(r["params"])).key()
             for r in runs}
 

@@ -46,8 +46,13 @@ def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = No
     if slab.kernel is not None:  # the workspace's own kernel (irregular, Mandelbrot, user's)
         job.kernel = slab.kernel
     chunk = job.chunk
-    slab.fresh_copy()
     started = time.time()
+    try:
+        schedulers.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
+    except HybridschedError as exc:
+        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
+                         error=f"profiling run: {exc}", started_at=started)
+    slab.fresh_copy()
     if config.coop:
         if arbiter is None:
             raise ValueError("a --coop run needs the study's arbiter")
@@ -73,11 +78,14 @@ def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = No
     foreign = probe.share()
     bad = slab.bad_rows()  # NOT_CHECKED (-1): --verify none, accepted by choice
     workers, trace, series = relative(ex)
+    extra = dict(job.extra)
+    if foreign == foreign:
+        extra["foreign_cpu"] = round(foreign, 4)
     return RunRecord(config, info.family, ex.seconds, bad <= 0, bad_rows=bad,
                      chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
                      lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
-                     workers=workers, trace=trace, series=series,
-                     extra={"foreign_cpu": round(foreign, 4)} if foreign == foreign else {})
+                     workers=workers, trace=trace, series=series, extra=extra,
+                     technique=ex.technique)
 
 
 def warn_unverified(record: RunRecord, stream=None) -> None:

@@ -46,6 +46,9 @@ class StudySpec:
     # Thread workers' chunk loop (--dispatch): auto = compiled where the hand-out is a fixed
     # sequence and the kernel numba, python = always the Python loop (backends/compiled.py)
     dispatch: str = "auto"
+    # LB4OMP technique parameters {name: value} (--fiss-stages, --viss-param, --pls-swr);
+    # each technique gets the ones its registry entry reads, as RunConfig.params
+    params: dict = field(default_factory=dict)
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -153,10 +156,11 @@ class StudySpec:
 
     def _with_options(self, c: RunConfig) -> RunConfig:
         opts = schedulers.get(c.scheduler).options
+        mine = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k in opts)
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
                        coop=self.coop and not schedulers.get(c.scheduler).baseline,
-                       dispatch=self.dispatch)
+                       dispatch=self.dispatch, params=mine)
 
     def _with_tasks(self, c: RunConfig) -> RunConfig:
         """What every run's tasks are: the same for the whole study."""

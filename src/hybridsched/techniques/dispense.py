@@ -1,0 +1,148 @@
+"""Thread-safe dispensers for the techniques: a single shared counter sized by the
+technique (first come, first served), per-worker ranges for static_steal. The same
+objects serve the thread backend's workers and the pipe-MtoM producer (which claims on a
+worker's behalf when it sends that worker its next chunk).
+
+State that outlives one execution (AWF's weights, the profile) is kept per loop, keyed by
+:func:`loop_key`: the same configuration repeated is the same loop.
+"""
+from __future__ import annotations
+
+import threading
+from time import perf_counter
+from typing import Callable
+
+from ..dispatch import Dispenser
+from .adaptive import AwfHistory, Learner
+from .deterministic import Rule, steal_blocks
+
+_histories: dict[tuple, AwfHistory] = {}
+
+
+def loop_key(job) -> tuple:
+    """What makes two executions the same loop: scheduler, shape, k, kernel, chunk,
+    placement and the run options."""
+    return (job.scheduler, tuple(job.work.shape), job.k, job.kernel, job.chunk, job.affinity,
+            tuple(job.cpus), job.pipe_batch, job.inflight)
+
+
+def awf_history(key: tuple, p: int) -> AwfHistory:
+    """The AWF weights of one loop, created at its first execution."""
+    h = _histories.get(key)
+    if h is None or h.p != p:
+        h = _histories[key] = AwfHistory(p)
+    return h
+
+
+def reset_state() -> None:
+    """Forget every loop's learned state (tests; a new study in the same process)."""
+    _histories.clear()
+
+
+class RuleCounter(Dispenser):
+    """A fixed technique: one lock around (next frame, request index); chunk i sized by
+    the rule."""
+
+    def __init__(self, rule: Rule):
+        super().__init__()
+        self.rule, self.n = rule, rule.n
+        self.next = 0
+        self.i = 0
+        self._lock = threading.Lock()
+
+    def remaining(self) -> int:
+        return 0 if self.stopped else self.n - self.next
+
+    def claim(self, w):
+        with self._lock:
+            first = self.next
+            if first >= self.n or self.stopped:
+                return None
+            count = min(self.rule.size(self.i, self.n - first), self.n - first)
+            self.i += 1
+            self.next = first + count
+        return first, count
+
+
+class LearnerCounter(Dispenser):
+    """An adaptive technique: the shared counter, sized by a learner fed with each
+    request's time and each chunk's measured time."""
+
+    feedback = True
+
+    def __init__(self, learner: Learner, clock: Callable[[], float] = perf_counter):
+        super().__init__()
+        self.learner, self.n, self.clock = learner, learner.n, clock
+        self.next = 0
+        self._lock = threading.Lock()
+
+    def remaining(self) -> int:
+        return 0 if self.stopped else self.n - self.next
+
+    def claim(self, w):
+        with self._lock:
+            now = self.clock()
+            first = self.next
+            if first >= self.n or self.stopped:
+                self.learner.finish(w, now)
+                return None
+            count = min(max(1, self.learner.size(w, self.n - first, now)), self.n - first)
+            self.next = first + count
+        return first, count
+
+    def done(self, w, count, seconds):
+        with self._lock:
+            self.learner.done(w, count, seconds)
+
+
+class StaticSteal(Dispenser):
+    """LB4OMP/LLVM static_steal: worker w owns chunk indices [lo, hi) and takes them from
+    the front; an idle worker steals from the back of the next victim with at least two
+    chunks left a quarter of them (one of two or three), runs the first and keeps the rest
+    as its own range. One lock for all ranges: under the GIL nothing finer would run
+    concurrently."""
+
+    def __init__(self, n: int, p: int, chunk: int):
+        super().__init__()
+        self.n, self.p = n, p
+        self.c, ranges = steal_blocks(n, p, chunk)
+        self.lo = [a for a, _ in ranges]
+        self.hi = [b for _, b in ranges]
+        self.victim = [(w + 1) % p for w in range(p)]
+        self.steals = 0
+        self._lock = threading.Lock()
+
+    def remaining(self) -> int:
+        return 0 if self.stopped else sum(max(0, h - l) for l, h in zip(self.lo, self.hi))
+
+    def _chunk(self, idx: int):
+        first = idx * self.c
+        return first, min(self.c, self.n - first)
+
+    def claim(self, w):
+        with self._lock:
+            if self.stopped:
+                return None
+            if self.lo[w] < self.hi[w]:
+                idx = self.lo[w]
+                self.lo[w] += 1
+                return self._chunk(idx)
+            for _ in range(self.p - 1):
+                v = self.victim[w]
+                if v == w:
+                    v = self.victim[w] = (v + 1) % self.p
+                left = self.hi[v] - self.lo[v]
+                if left < 2:
+                    self.victim[w] = (v + 1) % self.p
+                    continue
+                take = left >> 2 if left > 3 else 1
+                top = self.hi[v]
+                self.hi[v] -= take
+                self.lo[w], self.hi[w] = self.hi[v] + 1, top
+                self.steals += 1
+                return self._chunk(self.hi[v])
+            # the last chunk of a victim with one left is not stolen (LB4OMP): it is its own
+            return None
+
+    def notes(self):
+        return f"steals={self.steals}"

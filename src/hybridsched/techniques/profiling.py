@@ -1,0 +1,41 @@
+"""The profiling run of fac, faca, fsc, tap, bold and wf: LB4OMP's ``profiling`` schedule
+(chunk 1, one time per iteration) made by the package itself, untimed, before the first
+timed run of a loop; cached per loop, stored with every run that used it."""
+from __future__ import annotations
+
+import numpy as np
+
+from .dispense import loop_key
+from .profiled import Profile, profile_of
+
+_profiles: dict[tuple, Profile] = {}
+
+
+def attach(job) -> None:
+    """Give ``job`` its loop's profile (``job.params['profile']``, ``job.extra['profile']``)."""
+    key = ("profile",) + loop_key(job)[1:]
+    pr = _profiles.get(key)
+    if pr is None:
+        pr = _profiles[key] = run_profile(job)
+    job.params["profile"] = pr
+    job.extra["profile"] = pr.to_dict()
+
+
+def run_profile(job) -> Profile:
+    """One dynamic,1 run of the job's kernel on its workers over its tensor; the tensor
+    is put back from ``job.original`` when there is one (the timed run starts from a
+    fresh copy anyway)."""
+    from dataclasses import replace
+
+    from .. import registry
+    from ..backends.threads import execute
+
+    dyn = replace(job, info=registry.get("dynamic"), chunk=1, params={}, extra={})
+    ex = execute(dyn)
+    if job.original is not None:
+        np.copyto(job.work, job.original)
+    return profile_of(ex.trace, len(ex.workers))
+
+
+def reset_state() -> None:
+    _profiles.clear()

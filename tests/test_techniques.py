@@ -1,0 +1,361 @@
+"""The LB4OMP portfolio (techniques/): each deterministic technique against its formula
+and LB4OMP's rounding, the adaptive ones driven by fake chunk timings, every technique on
+the thread backend and on pipe-MtoM on odd shapes, and auto converging on the technique
+that is fastest by construction."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from schedcheck import ODD_SHAPES, run_and_check
+
+from hybridsched import cli, policies, registry, techniques as tq
+from hybridsched.techniques import adaptive, auto, dispense
+from hybridsched.techniques.profiled import Profile
+
+PROFILE = Profile(mu=1e-4, sigma=4e-5, h=1e-6, speeds=(1.0, 1.0, 1.0, 1.0))
+GRID = dict(n=st.integers(1, 3000), p=st.integers(1, 17), c=st.integers(1, 40))
+NON_INCREASING = ("trapezoidal", "fac2", "fac2a", "fac2b", "tfss", "fac", "faca", "tap")
+NON_DECREASING = ("fiss", "viss")
+
+
+def sizes(name, n, p, c, **params):
+    return [cnt for _, cnt in tq.sequence(name, n, p, c, params or None, PROFILE)]
+
+
+@pytest.mark.parametrize("name", tq.FIXED)
+@settings(max_examples=60, deadline=None)
+@given(**GRID)
+def test_every_frame_handed_out_once(name, n, p, c):
+    seq = tq.sequence(name, n, p, c, None, PROFILE)
+    assert [f for f, _ in seq] == [0] + list(__import__("itertools").accumulate(x for _, x in seq))[:-1]
+    assert sum(x for _, x in seq) == n and all(x >= 1 for _, x in seq)
+    b = tq.bounds(name, n, p, c, None, PROFILE)
+    assert b[0] == 0 and b[-1] == n and len(b) == len(seq) + 1
+
+
+@pytest.mark.parametrize("name", NON_INCREASING)
+@settings(max_examples=60, deadline=None)
+@given(**GRID)
+def test_decreasing_techniques_never_grow(name, n, p, c):
+    s = sizes(name, n, p, c)[:-1]  # the last chunk is cut at N
+    assert all(a >= b for a, b in zip(s, s[1:]))
+
+
+@pytest.mark.parametrize("name", NON_DECREASING)
+@settings(max_examples=60, deadline=None)
+@given(**GRID)
+def test_increasing_techniques_never_shrink(name, n, p, c):
+    s = sizes(name, n, p, c)[:-1]
+    assert all(a <= b for a, b in zip(s, s[1:]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(**GRID)
+def test_fac2_formula(n, p, c):
+    want, left, i = [], n, 0
+    while left > 0:
+        x = min(left, max(c, math.ceil(0.5 ** (i // p + 1) * n / p)))
+        want.append(x)
+        left -= x
+        i += 1
+    assert sizes("fac2", n, p, c) == want == sizes("fac2b", n, p, c)
+
+
+@settings(max_examples=80, deadline=None)
+@given(**GRID)
+def test_fac2a_halves_with_a_ceiling_per_batch(n, p, c):
+    s = sizes("fac2a", n, p, c)
+    b0 = min(n, math.ceil(n / (2 * p)))
+    assert s[0] == min(n, max(c, b0))
+    if len(s) > p + 1:
+        assert s[p] == max(c, math.ceil(b0 / 2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(**GRID)
+def test_trapezoidal_ends_within_llvms_step_count(n, p, c):
+    from hybridsched.techniques.deterministic import Trapezoidal, hand_out
+
+    r = Trapezoidal(n, p, c)
+    assert len(hand_out(r)) <= r.steps  # the fallback past the last step is never needed
+
+
+def test_trapezoidal_matches_llvm_integer_arithmetic():
+    # N=1000, P=4: F = 125, L = 1, 16 steps, delta = (125 - 1) // 15 = 8
+    assert sizes("trapezoidal", 1000, 4, 1)[:4] == [125, 117, 109, 101]
+
+
+@settings(max_examples=80, deadline=None)
+@given(**GRID)
+def test_fiss_mfsc_pls_viss_formulas(n, p, c):
+    s_ = p - 1
+    c0 = max(c, math.floor(n / ((s_ + 2) * p)))
+    assert sizes("fiss", n, p, c)[0] == min(n, max(1, c0))
+    t = (n + p - 1) // p
+    m = max(c, int(0.55 + t * math.log(2) / math.log(t)) if t > 1 else 1)
+    assert set(sizes("mfsc", n, p, c)[:-1]) <= {m}
+    assert sizes("pls", n, p, c)[0] == min(n, max(c, math.ceil(n * 0.5 / p)))
+    assert sizes("pls", n, p, c, pls_swr=0.25)[0] == min(n, max(c, math.ceil(n * 0.25 / p)))
+    assert sizes("viss", n, p, c)[0] == min(n, max(1, n // (p * p)))
+    assert sizes("viss", n, p, c, viss_param=1)[0] == min(n, max(1, n // p))
+
+
+def test_fiss_stages_option_changes_the_step():
+    a, b = sizes("fiss", 1000, 4, 1), sizes("fiss", 1000, 4, 1, fiss_stages=2)
+    assert a != b and b[0] == 1000 // (4 * 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(**GRID)
+def test_by_index_rules_ignore_the_remaining_count(n, p, c):
+    for name in tq.BY_INDEX:
+        r = tq.rule(name, n, p, c, None, PROFILE)
+        assert [r.size(i, n) for i in range(8)] == [r.size(i, 1) for i in range(8)]
+
+
+def test_rnd_is_a_pure_function_of_the_step_and_seed():
+    a, b = sizes("rnd", 500, 4, 9), sizes("rnd", 500, 4, 9)
+    assert a == b and max(a[:-1]) <= 9 and len(set(a)) > 1
+    assert sizes("rnd", 500, 4, 9, seed=1) != a
+
+
+@settings(max_examples=60, deadline=None)
+@given(**GRID)
+def test_static_steal_ranges_cover_all_chunks(n, p, c):
+    size, ranges = tq.steal_blocks(n, p, c)
+    assert ranges[0][0] == 0 and ranges[-1][1] == -(-n // size)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_static_steal_idle_workers_steal_everything():
+    d = dispense.StaticSteal(100, 4, 3)
+    got = []
+    while (c := d.claim(1)) is not None:  # worker 1 first: its own range, then steals
+        got.append(c)
+    for w in (0, 2, 3):  # a victim's last chunk is its owner's (LB4OMP never steals it)
+        while (c := d.claim(w)) is not None:
+            got.append(c)
+    assert sorted(f for f, _ in got) == list(range(0, 100, 3)) and d.steals > 0
+    assert len(got) > 30 and sum(c for _, c in got) == 100
+
+
+def test_plan_prints_every_deterministic_technique(capsys):
+    for name in policies.TECHNIQUE_PLANS:
+        assert cli.main(["plan", "--policy", name, "--tasks", "37", "--workers", "3"]) == 0
+        rows = capsys.readouterr().out.split()[1:]
+        assert sum(int(r.split(",")[2]) for r in rows) == 37
+
+
+def test_plan_rejects_parameters_of_other_policies(capsys):
+    assert cli.main(["plan", "--policy", "guided", "--tasks", "9", "--workers", "2",
+                     "--fiss-stages", "2"]) == 2
+    assert "takes no technique parameters" in capsys.readouterr().err
+
+
+# --- adaptive techniques on fake timings ---------------------------------------------------
+
+def simulate(learner, speeds, n):
+    """Event simulation: worker w runs a frame in speeds[w] s; returns frames per chunk
+    per worker and checks every frame is handed out once."""
+    p = len(speeds)
+    free = [0.0] * p
+    nxt, chunks = 0, [[] for _ in range(p)]
+    active = set(range(p))
+    while active:
+        w = min(active, key=lambda v: free[v])
+        now = free[w]
+        if nxt >= n:
+            learner.finish(w, now)
+            active.discard(w)
+            continue
+        c = min(max(1, learner.size(w, n - nxt, now)), n - nxt)
+        nxt += c
+        free[w] = now + c * speeds[w]
+        learner.done(w, c, c * speeds[w])
+        chunks[w].append(c)
+    assert nxt == n
+    return chunks
+
+
+@pytest.mark.parametrize("name", ["awf_b", "awf_c", "awf_d", "awf_e"])
+def test_a_slow_worker_gets_a_smaller_weight(name):
+    lr = adaptive.LEARNERS[name](40000, 2, 1)
+    fast, slow = simulate(lr, [1e-4, 2e-4], 40000)
+    assert len(slow) > 1 and lr.weights[1] < 0.75 < 1.25 < lr.weights[0]
+
+
+@pytest.mark.parametrize("name", ["af", "af_a"])
+def test_a_slow_worker_gets_smaller_chunks(name):
+    lr = adaptive.LEARNERS[name](4000, 2, 1)
+    fast, slow = simulate(lr, [1e-4, 4e-4], 4000)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(slow[1:]) < mean(fast[1:])
+
+
+def test_awf_learns_weights_across_executions():
+    hist = adaptive.AwfHistory(2)
+    for _ in range(3):
+        lr = adaptive.Awf(2000, 2, 1, None, {"awf_history": hist})
+        simulate(lr, [1e-4, 3e-4], 2000)
+    assert hist.weights[1] < hist.weights[0] and math.isclose(sum(hist.weights), 2)
+
+
+def test_wf_takes_its_weights_from_the_profile():
+    lr = adaptive.Wf(1000, 2, 1, Profile(1e-4, 0, speeds=(1.5, 0.5)))
+    assert lr.weights[0] == 3 * lr.weights[1]
+
+
+@pytest.mark.parametrize("sigma", [0.0, 2e-5, 3e-4])
+def test_bold_hands_out_every_frame(sigma):
+    simulate(adaptive.Bold(3000, 3, 1, Profile(1e-4, sigma)), [1e-4, 1e-4, 2e-4], 3000)
+
+
+# --- every technique on threads and pipe-MtoM ---------------------------------------------
+
+THREAD_NAMES = registry.names("thread", technique=True)
+PIPE_SHAPES = [ODD_SHAPES[0], ODD_SHAPES[4], ODD_SHAPES[-1]]
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES, ids=str)
+@pytest.mark.parametrize("name", THREAD_NAMES)
+def test_thread_backend(name, shape):
+    run_and_check(name, shape)
+
+
+@pytest.mark.parametrize("shape", PIPE_SHAPES, ids=str)
+@pytest.mark.parametrize("name", THREAD_NAMES)
+def test_pipe_mtom(name, shape, no_leaks):
+    run_and_check(f"pipe-MtoM:{name}", shape)
+
+
+def test_techniques_are_not_paper_schedulers():
+    assert not set(registry.paper_names()) & set(THREAD_NAMES)
+    assert "pipe-MtoM:fac2" not in registry.names(everything=False)
+    assert len(auto.PORTFOLIO) >= 12
+
+
+# --- auto ------------------------------------------------------------------------------------
+
+def test_bandit_converges_to_the_fastest_by_construction():
+    base = {a: 1.0 + 0.04 * i for i, a in enumerate(reversed(auto.PORTFOLIO))}
+    fastest = auto.PORTFOLIO[-1]
+    b = auto.Bandit()
+    for r in range(300):
+        a = b.choose()
+        noise = 1.0 + 0.02 * math.sin(r * 1.7)  # deterministic jitter
+        b.record(a, base[a] * noise)
+    last = [a for a, _ in b.history[-100:]]
+    assert b.leader() == fastest and last.count(fastest) >= 80
+
+
+def test_auto_dispenser_times_each_execution_with_its_clock():
+    clock = iter(float(x) for x in range(1000))
+    b = auto.Bandit(arms=("x", "y"))
+    for _ in range(4):
+        d = auto.AutoDispenser(b, lambda name: registry.get("dynamic").dispenser(10, 2, 5, None),
+                               10, clock=lambda: next(clock))
+        while (c := d.claim(0)) is not None:
+            d.done(0, c[1], 0.0)
+    assert [a for a, _ in b.history] == ["x", "y", "x", "x"] or len(b.history) == 4
+    assert all(t > 0 for _, t in b.history)
+
+
+def test_auto_records_its_choice_and_the_report_shows_it(tmp_path, capsys):
+    from hybridsched.store import read_runs
+
+    auto.reset_state()
+    out = tmp_path / "a.h5"
+    assert cli.main(["run", "-s", "serial,fac2,auto", "-k", "2", "--frames", "6", "--height",
+                     "2", "--width", "4", "--reps", "3", "--out", str(out)]) == 0
+    runs = read_runs(str(out))
+    techs = [str(t) for t in runs["technique"][runs["scheduler"] == "auto"]]
+    assert techs == list(auto.PORTFOLIO[:3])
+    assert set(str(t) for t in runs["technique"][runs["scheduler"] != "auto"]) == {""}
+    capsys.readouterr()
+    assert cli.main(["report", str(out), "--no-plots", "--out-dir", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert "## auto: the technique chosen at each repetition" in text
+    assert ", ".join(auto.PORTFOLIO[:3]) in text
+    assert "### Workload uniform, k = 2" in text and "Best at L = 6: **" in text
+
+
+def test_percent_imbalance_is_the_papers_formula():
+    from hybridsched.results.portfolio import percent_imbalance
+
+    assert percent_imbalance([1.0, 1.0]) == 0.0
+    assert percent_imbalance([1.0, 3.0]) == pytest.approx(50.0)  # max 3 / mean 2 - 1
+    assert math.isnan(percent_imbalance([]))
+
+
+# --- MPI --split <technique> -------------------------------------------------------------
+
+@pytest.mark.parametrize("split", ["fac2", "trapezoidal", "fiss", "pls"])
+@pytest.mark.parametrize("L,P,k", [(1, 1, 1), (10, 2, 1), (97, 3, 4), (1000, 8, 24)])
+def test_split_chunks_are_the_techniques_sequence(split, L, P, k):
+    from hybridsched.mpi.runs import dynamic_chunks, inter_node_min_chunk
+
+    chunks = dynamic_chunks(L, P, k, split)
+    assert chunks == tq.sequence(split, L, P, inter_node_min_chunk(k))
+    assert sum(c for _, c in chunks) == L
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("split", ["fac2", "trapezoidal"])
+def test_mpiexec_split_by_technique(tmp_path, split):
+    from test_mpi import MPIEXEC, SMALL, _check_cover, _has_mpi4py, mpirun
+    from hybridsched.store import read_runs
+
+    if MPIEXEC is None or not _has_mpi4py():
+        pytest.skip("needs mpi4py and mpiexec")
+    out = str(tmp_path / f"{split}.h5")
+    p = mpirun(["run", "-s", "dynamic,fac2", "-k", "1", "-L", "30", *SMALL, "--split", split,
+                "-o", out])
+    assert p.returncode == 0, p.stderr
+    runs = read_runs(out)
+    assert runs["verified"].all() and all(n.startswith(f"split={split}") for n in runs["notes"])
+    for extra in _check_cover(out, 30):
+        assert extra["split"] == split and sum(extra["rank_frames"]) == 30
+
+
+# --- a lost pipe worker, technique parameters through a study ---------------------------
+
+@pytest.mark.parametrize("name", ["fac2", "static_steal", "awf_b", "auto"])
+def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks):
+    """A dead worker's unacknowledged chunks, and what the technique still held for it
+    (static_steal's range), go to the survivors; every frame runs once."""
+    from schedcheck import Shape, config
+
+    from hybridsched.backends.procs import FAULT_ENV
+    from hybridsched.study.runner import timed_run
+    from hybridsched.workload import Slab
+
+    monkeypatch.setenv(FAULT_ENV, "1:1:kill")  # at its first chunk: auto may pick static
+    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 40, 16, 64, 3))
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        rec = timed_run(slab, cfg)
+    assert rec.verified and rec.lost_workers == 1, rec.error
+    covered = [0] * 40
+    for r in rec.trace:
+        for f in range(int(r["first"]), int(r["first"]) + int(r["count"])):
+            covered[f] += 1
+    assert covered == [1] * 40
+
+
+def test_technique_parameters_are_stored_resumed_and_reported_apart(tmp_path, capsys):
+    from hybridsched.store import read_runs
+
+    out = str(tmp_path / "p.h5")
+    base = ["run", "-s", "serial,fiss,fac2", "-k", "2", "--frames", "12", "--height", "2",
+            "--width", "4", "--reps", "1", "--out", out, "--fiss-stages", "2"]
+    assert cli.main(base) == 0
+    assert cli.main(base + ["--resume"]) == 0  # nothing left to run
+    runs = read_runs(out)
+    assert len(runs) == 3
+    got = {str(r["scheduler"]): str(r["params"]) for r in runs}
+    assert got == {"serial": "", "fiss": "fiss_stages=2", "fac2": ""}
+    capsys.readouterr()
+    assert cli.main(["report", out, "--no-plots", "--out-dir", str(tmp_path / "r")]) == 0
+    assert "| fiss (fiss_stages=2) |" in capsys.readouterr().out
