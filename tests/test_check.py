@@ -143,4 +143,4 @@ def test_help_shows_every_default(capsys):
         main(["run", "--help"])
     run_help = capsys.readouterr().out
     assert "(default: 3)" in run_help and "counting: numba counting sort" in run_help
-    assert "--split {static,dynamic}" in run_help and "(default: static)" in run_help
+    assert "--split {static,dynamic," in run_help and "(default: static)" in run_help

@@ -15,18 +15,20 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
     from . import WORKLOADS
 
     r.add_argument("--kernel", metavar="NAME|MODULE:FUNCTION",
-                   help=f"chunk kernel: {', '.join(KERNELS)} (default quicksort), or your own "
-                   "package.module:function, fn(data, first, count) or fn(task), imported and "
-                   "compiled before any fork")
+                   help="chunk kernel (default: quicksort): "
+                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items())
+                   + "; or your own package.module:function, fn(data, first, count) or "
+                   "fn(task), imported and compiled before any fork")
     r.add_argument("--input", metavar="FILE.npy",
                    help="the tasks from a .npy array (first axis) instead of the generator; "
-                   "its sha256 is stored with every run")
+                   "its sha256 is stored with every run (default: none, the generator)")
     r.add_argument("--verify", metavar="MODULE:FUNCTION|none",
                    help="verifier fn(original, result) -> bool, or none to store runs as "
                    "unverified by choice (default: the workload's own check)")
     r.add_argument("--workload", metavar="NAME[:KEY=V,...]",
-                   help=f"tasks and their cost: {', '.join(WORKLOADS)} (default uniform); "
-                   "parameters after a colon, e.g. heavytail:alpha=1.2")
+                   help="tasks and their cost (default: uniform): "
+                   + "; ".join(f"{n}: {w.description}" for n, w in WORKLOADS.items())
+                   + "; parameters after a colon, e.g. heavytail:alpha=1.2")
 
 
 def apply(args, spec) -> None:
