@@ -153,6 +153,22 @@ def test_compiled_and_python_hand_out_the_same_chunks(scheduler):
     assert got["compiled"] == got["python"]
 
 
+@pytest.mark.parametrize("scheduler,params", [("fiss", "fiss_stages=3"), ("pls", "pls_swr=0.8"),
+                                              ("viss", "viss_param=5")])
+def test_a_technique_with_parameters_hands_out_the_same_chunks_compiled(scheduler, params):
+    """The compiled bounds are built with the run's technique parameters, not the defaults."""
+    shape = Shape("params", 211, 1, 8, 3, chunk=0)
+    got = {}
+    for mode in ("compiled", "python"):
+        rec, ok = run(replace(config(scheduler, shape), dispatch=mode, params=params))
+        assert ok and rec.verified and not rec.error
+        got[mode] = sorted(zip(rec.trace["first"].tolist(), rec.trace["count"].tolist()))
+    default, _ = run(replace(config(scheduler, shape), dispatch="python"))
+    assert got["compiled"] == got["python"]
+    assert got["python"] != sorted(zip(default.trace["first"].tolist(),
+                                       default.trace["count"].tolist()))  # the parameter acts
+
+
 def test_auto_is_compiled_for_sequenced_policies_with_a_numba_kernel():
     for name in SEQUENCED:
         rec = run_and_check(name, Shape("auto", 20, 1, 4, 2))

@@ -72,12 +72,22 @@ def _aimd(n, workers, c, monitor, job=None):
 # serialised by one counter): the thread backend may then run them in compiled code
 # (backends/compiled.py) with exactly the hand-out of the dispenser above.
 
-def _fixed_sequence(n, workers, c):
+def _fixed_sequence(n, workers, c, params=None):
     return pol.fixed_bounds(n, c)
 
 
-def _guided_sequence(n, workers, c):
+def _guided_sequence(n, workers, c, params=None):
     return pol.fcfs_bounds(n, partial(pol.guided_size, k=workers, c=c))
+
+
+def _technique_sequence(name: str):
+    """A rule technique's hand-out (techniques.bounds: the rule applied in claim order, as
+    its RuleCounter does; sized from i or from what remains, it is fixed either way)."""
+    def seq(n, workers, c, params=None):
+        from . import techniques as tq
+
+        return tq.bounds(name, n, workers, c, params)
+    return seq
 
 
 def _adaptive(reading: str):
@@ -138,7 +148,7 @@ class SchedulerInfo:
     default_chunk: Callable[[int], int] = _one   # frames -> chunk when --chunk is absent
     pool: Callable[[int, int], int] = _all_k     # (k, N) -> workers started
     dispenser: Callable | None = None            # threads: (frames, workers, chunk, monitor)
-    # threads: (frames, workers, chunk) -> int64 chunk boundaries when the dispenser's
+    # threads: (frames, workers, chunk, params) -> int64 chunk boundaries when the dispenser's
     # hand-out is a fixed first-come-first-served sequence (compiled dispatch); None when
     # it is preassigned or fed back from timings
     sequence: Callable | None = None
@@ -238,9 +248,10 @@ def _portfolio() -> list[SchedulerInfo]:
         prep = _profiled if name in tq.NEEDS_PROFILE else None
         chunk = _blocks if name in ("rnd", "auto") else _one
         reads = _TECH_OPTIONS.get(name, ())
+        seq = _technique_sequence(name) if name in tq.RULES else None
         out.append(SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
                                  default_chunk=chunk, dispenser=make, paper=False,
-                                 technique=name, prepare=prep, options=reads))
+                                 technique=name, prepare=prep, options=reads, sequence=seq))
         out.append(SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
                                  f"pipe-MtoM, the producer sizing chunks by {name}",
                                  default_chunk=chunk, dispenser=make, topology="feedback",

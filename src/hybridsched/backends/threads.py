@@ -152,7 +152,8 @@ def execute(job: Job) -> Execution:
 
     t_begin = perf_counter()
     if native:
-        disp = compiled.CompiledTickets(job.info.sequence(job.frames, workers, job.chunk), workers)
+        bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None)
+        disp = compiled.CompiledTickets(bounds, workers)
         run_compiled = disp.runner(kernel, work)
         chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.why_not)
     else:
