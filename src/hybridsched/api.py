@@ -114,7 +114,8 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
 
 def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | None = None,
                  chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
-                 per_task: bool | None = None, rep: int = 0, check: bool = True) -> Result:
+                 per_task: bool | None = None, rep: int = 0, check: bool = True,
+                 dispatch: str = "auto") -> Result:
     """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
     with ``k`` workers (default: the usable CPUs) and return the timed :class:`Result`.
 
@@ -126,6 +127,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     schedulers copy ``data`` into shared memory and back, unless it comes from
     :func:`hybridsched.shared_array` (no copy); ``copy=False`` refuses to copy instead.
     ``check``: raise :class:`RunFailed` when the run fails or does not verify.
+    ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
     """
     from .study.runner import timed_run
 
@@ -134,6 +136,13 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
         raise UsageError("data: expected a numpy array with at least one task (first axis)")
     if not data.flags.writeable:
         raise UsageError("data: the array is read-only; the kernel works in place")
+    if data.dtype.hasobject:
+        raise UsageError("data: object arrays hold references, which neither a kernel in "
+                         "compiled code nor a forked worker can share: use a numeric dtype")
+    from .backends import compiled
+
+    if dispatch not in compiled.DISPATCH_MODES:
+        raise UsageError(f"dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, got {dispatch!r}")
     from .policies import AUTO_CHUNK
     from .study.spec import MAX_WORKERS
 
@@ -158,7 +167,8 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     W = int(np.prod(data.shape[2:], dtype=np.int64)) if data.ndim > 2 else 1
     digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
-                    kern.name[:120], 0, workload="user", verify=mode, input_hash=digest)
+                    kern.name[:120], 0, workload="user", verify=mode, input_hash=digest,
+                    dispatch=dispatch)
     with ExitStack() as stack:
         space = _Space(data, in_place, checker is not None or info.topology == "feedback"
                        or chunk < 0, checker)
@@ -176,7 +186,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     verified = None if mode == "none" and not rec.error else rec.verified
     result = Result(rec.time_s, verified, rec.workers, rec.trace, rec)
     if check and (rec.error or verified is False):
-        what = rec.error or f"verify {mode or 'sort check'} rejected the result"
+        what = rec.error or f"the result did not verify ({mode or 'sort check'})"
         raise RunFailed(f"{scheduler} k={k}: {what}", result)
     return result
 

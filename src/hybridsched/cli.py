@@ -362,8 +362,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "first come first served)", epilog="policies:\n" + "\n".join(
                             f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
     pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
-    pl.add_argument("--tasks", required=True, type=_positive("--tasks"), help="frames L")
-    pl.add_argument("--workers", required=True, type=_positive("--workers"), help="workers k")
+    pl.add_argument("--tasks", "-L", required=True, type=_positive("--tasks"), help="frames L")
+    pl.add_argument("--workers", "-k", required=True, type=_positive("--workers"), help="workers k")
     pl.add_argument("--chunk", type=_positive("--chunk"), default=0,
                     help="chunk size (default 0: the policy's own)")
     add_technique_options(pl)
@@ -379,7 +379,8 @@ def make_parser() -> argparse.ArgumentParser:
     ft = sub.add_parser("fit", help="fit Amdahl, Gustafson or USL to speedups over N = P x k")
     ft.add_argument("file", metavar="FILE.h5|FILE.csv",
                     help="a study, or a CSV with columns N and speedup or throughput")
-    ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl")
+    ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl",
+                    help="the scalability model (default: usl)")
     ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
                     "else the one measured at the most N)")
     ft.add_argument("--frames", "-L", type=_positive("--frames"), help="study: which L "

@@ -255,6 +255,15 @@ TECHNIQUE_PLANS = ("trapezoidal", "fac2", "fac2a", "fac2b", "tfss", "fiss", "vis
                    "pls", "rnd", "static_steal")
 PLANS.update({t: (_plan_technique(t), (lambda n: 0) if t == "rnd" else (lambda n: 1))
               for t in TECHNIQUE_PLANS})
+
+
+def _technique_help() -> dict[str, str]:
+    from .techniques import DESCRIPTIONS
+
+    return {t: f"LB4OMP {DESCRIPTIONS[t]}" for t in TECHNIQUE_PLANS}
+
+
+PLAN_HELP.update(_technique_help())
 PLAN_POLICIES = tuple(PLANS)
 
 

@@ -182,7 +182,9 @@ def execute(job: Job) -> Execution:
         team.join()
     if team.errors:
         w, exc = team.errors[0]
-        raise WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}") from exc
+        failed = WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}")
+        failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
+        raise failed from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     trace = disp.trace() if native else trace_table(traces)
     for w in range(workers):

@@ -1,12 +1,14 @@
 """How far a scalability fit (fit.py) can be trusted: the warnings ``hybridsched fit`` prints.
 
-Four cases, each a plain sentence in ``res["warnings"]``:
+Six cases, each a plain sentence in ``res["warnings"]``:
 
 - the points leave fewer than MIN_DOF degrees of freedom (points − fitted parameters);
 - some N exceed the physical cores: those points measure oversubscription, not scaling;
 - a parameter sits at a bound of its domain (alpha at 0 or 1, beta or lambda at 0): the
   optimiser stopped at the wall, and its interval means nothing (printed "0 (at bound)");
-- the Eq. 23 regression and the nonlinear fit disagree beyond their intervals.
+- the Eq. 23 regression and the nonlinear fit disagree beyond their intervals;
+- R² below 0 (the curve fits worse than the points' mean: the fit failed);
+- a fitted value (nonlinear or Eq. 23) outside its parameter's domain (alpha beyond [0, 1]).
 """
 from __future__ import annotations
 
@@ -77,6 +79,18 @@ def warnings(res: dict, cores: int | None = None) -> list[str]:
             p["at_bound"] = True
             out.append(f"{name} sits at its bound {b:g}: the data push it out of the model's "
                        "domain, so its value and interval say only that")
+    r2 = res.get("r2")
+    if r2 is not None and r2 == r2 and r2 < 0:
+        out.append(f"R² = {r2:.3g} < 0: the fitted curve describes the points worse than their "
+                   "mean does; the fit failed and its parameters mean nothing")
+    for label, ps in (("the nonlinear fit's", res["params"]),
+                      ("the Eq. 23 regression's", res.get("linear") or {})):
+        for name, p in ps.items():
+            lo, hi = BOUNDS.get(name, (-math.inf, math.inf))
+            v = p.get("value", math.nan) if isinstance(p, dict) else math.nan
+            if v == v and not lo <= v <= hi:
+                out.append(f"{label} {name} = {v:.4g} lies outside its domain [{lo:g}, {hi:g}]: "
+                           "the model does not describe these points")
     lin = res.get("linear") or {}
     if res["model"] == "usl" and lin:
         for name in ("alpha", "beta"):

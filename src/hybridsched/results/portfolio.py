@@ -153,13 +153,15 @@ def auto_section(study: Study) -> list[str]:
         tail = rs[int(len(rs) * (1 - SETTLED_SHARE)):] or rs
         settled, times = Counter(str(r["technique"]) for r in tail).most_common(1)[0]
         t = float(np.median([float(r["time_s"]) for r in tail if str(r["technique"]) == settled]))
-        if times == 1 and len(tail) > 1:  # every choice different: still exploring
+        exploring = times == 1 and len(tail) > 1  # every choice different: no settled time
+        if exploring:
             settled = "not yet (exploring)"
         same = [f for f in fixed
                 if f.L == key[1] and f.k == key[2] and f.reps and f.family != "serial"]
         best = min(same, key=lambda f: f.t_mean) if same else None
-        gap = f"{(t / best.t_mean - 1) * 100:+.1f} %" if best else "—"
+        gap = f"{(t / best.t_mean - 1) * 100:+.1f} %" if best and not exploring else "—"
         fixed_t = f"{best.scheduler} {best.t_mean * 1e3:.2f}" if best else "—"
+        t_text = "—" if exploring else f"{t * 1e3:.2f}"
         out.append(f"| {key[0]} | {key[1]} | {key[2]} | {len(rs)} | {_runs_text(choices)} | "
-                   f"{settled} | {t * 1e3:.2f} | {fixed_t} | {gap} |")
+                   f"{settled} | {t_text} | {fixed_t} | {gap} |")
     return out + [""]

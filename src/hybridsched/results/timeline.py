@@ -72,8 +72,12 @@ def select(runs: np.ndarray, run_id: int | None = None, scheduler: str | None = 
             m &= runs[name] == val
     cand = runs[m]
     if len(cand) == 0:
+        asked = " ".join(f"{o} {v}" for o, v in (("-s", scheduler), ("-k", k), ("-L", L),
+                                                 ("--rep", rep)) if v is not None)
         have = ", ".join(sorted({str(s) for s in runs["scheduler"]}))
-        raise UsageError(f"no run matches (schedulers in the study: {have})")
+        raise UsageError(f"no run matches {asked or 'the selection'} (schedulers in the study: "
+                         f"{have}; k {sorted({int(x) for x in runs['k']})}, L "
+                         f"{sorted({int(x) for x in runs['L']})})")
     ok = cand[cand["verified"]]
     cand = ok if len(ok) else cand
     order = np.lexsort((cand["run_id"], cand["rep"]))
@@ -84,7 +88,8 @@ def load(path: str, row: np.ndarray) -> RunTrace:
     """The RunTrace of one /runs row of ``path``."""
     d = read_detail(path, int(row["run_id"]))
     if len(d.trace) == 0 and len(d.workers) == 0:
-        raise UsageError(f"{path}: run {int(row['run_id'])} has no stored trace")
+        why = "" if row["verified"] else f" (it failed: {str(row['error'])[:120] or 'unverified'})"
+        raise UsageError(f"{path}: run {int(row['run_id'])} has no stored trace{why}")
     return RunTrace(int(row["run_id"]), str(row["scheduler"]), str(row["family"]), int(row["P"]),
                     int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d)
 

@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     tr.add_argument("--perfetto", metavar="OUT.json",
                     help="Chrome Trace Event JSON for ui.perfetto.dev or chrome://tracing "
                     "(default as for --png, .json)")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="replace an existing --png/--perfetto file (default: refuse; the "
+                    "default files in <stem>_report/ are always replaced, as report's are)")
     tr.set_defaults(func=cmd_trace)
 
 
@@ -32,6 +35,12 @@ def cmd_trace(args) -> int:
     from . import perfetto, timeline
     from .report import default_out_dir
 
+    from ..errors import UsageError
+
+    given = [o for o, v in (("-s", args.scheduler), ("-k", args.k), ("-L", args.frames),
+                            ("--rep", args.rep)) if v is not None]
+    if args.run is not None and given:
+        raise UsageError(f"--run selects one run by its id: give it alone, not with {', '.join(given)}")
     runs = read_runs(args.file)
     row = timeline.select(runs, args.run, args.scheduler, args.k, args.frames, args.rep)
     png, js = args.png, args.perfetto
@@ -44,6 +53,8 @@ def cmd_trace(args) -> int:
     for path, what in ((png, "--png"), (js, "--perfetto")):
         if path is not None and out_dir is None:
             check_output(path, what)  # a regular file or nothing: never a device or FIFO
+            if os.path.lexists(path) and not args.overwrite:
+                raise UsageError(f"{what} {path}: file exists (use --overwrite to replace it)")
     rt = timeline.load(args.file, row)
     if out_dir is not None:
         our_directory(out_dir)
@@ -54,8 +65,6 @@ def cmd_trace(args) -> int:
         if js is not None:
             written.append(perfetto.write(rt, js))
     except OSError as exc:
-        from ..errors import UsageError
-
         raise UsageError(f"{exc.filename or png or js}: {exc.strerror or exc}") from None
     imb = timeline.load_imbalance(rt.detail.workers)
     print(f"{rt.title}: {len(rt.detail.trace)} chunks on {len(rt.lanes)} workers, "

@@ -65,7 +65,7 @@ def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = No
             ex = get_backend(info.backend)(job)
     except HybridschedError as exc:
         return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
-                         error=str(exc), started_at=started)
+                         error=str(exc), started_at=started, notes=getattr(exc, "notes", ""))
     except Exception as exc:
         if slab.kernel is None:
             raise  # a built-in kernel does not raise: this is a bug, not a failed run

@@ -68,6 +68,11 @@ class StudySpec:
         workloads.validate_spec(self)
         if not self.schedulers:
             raise UsageError("no scheduler given")
+        for name in self.params:
+            readers = [n for n in schedulers.names() if name in schedulers.get(n).options]
+            if not any(name in schedulers.get(s).options for s in self.schedulers):
+                raise UsageError(f"--{name.replace('_', '-')} is read by {', '.join(readers[:4])} "
+                                 "only; no scheduler of this study uses it")
         if not self.ks or min(self.ks) < 1:
             raise UsageError("-k must be at least 1")
         if self.reps < 1:

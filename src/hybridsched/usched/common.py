@@ -122,6 +122,7 @@ class UserModeBase:
         """Give back the spawner's token and wait (interruptibly) until every user thread
         finished, one raised, or the run deadlocked."""
         self._spawning = False
+        self._spawn_done()
         self._finished()
         self._check_idle()
         while not self._done.wait(0.25):
@@ -147,6 +148,9 @@ class UserModeBase:
 
     def _submit_new(self, task: Task) -> None:
         raise NotImplementedError
+
+    def _spawn_done(self) -> None:
+        """The spawner has made its last user thread (before it gives its token back)."""
 
     def _wake_all(self) -> None:
         raise NotImplementedError

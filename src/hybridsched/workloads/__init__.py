@@ -58,17 +58,27 @@ def parse(text: str) -> tuple[str, dict]:
     name, _, rest = text.partition(":")
     info = get(name.strip())
     params = dict(info.params)
+    seen: set[str] = set()
     for item in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = item.partition("=")
         key = key.strip()
-        if not eq or key not in info.params:
+        if key not in info.params:
             raise UsageError(f"--workload {info.name}: unknown parameter {item!r}; its "
                              f"parameters are {', '.join(info.params) or 'none'}")
+        if not eq:
+            raise UsageError(f"--workload {info.name}: {key} needs a value ({key}=...)")
+        if key in seen:
+            raise UsageError(f"--workload {info.name}: {key} given twice")
+        seen.add(key)
         try:
             v = float(value)
         except ValueError:
             raise UsageError(f"--workload {info.name}: {key} must be a number, got {value!r}") from None
-        params[key] = int(v) if isinstance(info.params[key], int) else v
+        if isinstance(info.params[key], int):
+            if not v.is_integer():
+                raise UsageError(f"--workload {info.name}: {key} must be an integer, got {value.strip()}")
+            v = int(v)
+        params[key] = v
     check_params(info.name, params)
     return info.name, params
 

@@ -45,6 +45,11 @@ def apply(args, spec) -> None:
         spec.verify = args.verify
     if args.workload is not None:
         spec.workload, spec.workload_params = parse(args.workload)
+        from . import get
+
+        if args.kernel is not None and not get(spec.workload).sort:
+            raise UsageError(f"--workload {spec.workload} computes its own tasks with its own "
+                             f"kernel; --kernel {args.kernel} does not apply")
     if args.input is not None:
         arr = load_input(args.input)
         L, H, W = input_dims(arr.shape)
