@@ -151,7 +151,7 @@ def test_no_verifier_means_unverified_not_failed():
 
 
 def test_rejecting_verifier_and_raising_kernel_fail_the_run(no_leaks):
-    with pytest.raises(RunFailed, match="rejected") as e:
+    with pytest.raises(RunFailed, match="did not verify") as e:
         hybridsched.parallel_for(nb_task, fresh(), scheduler="guided", k=2, verify=lambda o, r: False)
     assert e.value.result.verified is False
     res = hybridsched.parallel_for(nb_task, fresh(), scheduler="guided", k=2,
@@ -245,3 +245,12 @@ def test_shared_array_refuses(shape, dtype):
     with pytest.raises(UsageError, match="shared_array"):
         with hybridsched.shared_array(shape, dtype):
             pass
+
+
+def test_an_object_array_is_refused_with_one_error():
+    import hybridsched
+    from hybridsched.errors import UsageError
+
+    with pytest.raises(UsageError, match="object arrays"):
+        hybridsched.parallel_for(lambda task: None, np.array([[1], [2]], dtype=object),
+                                 scheduler="prolific", k=2)

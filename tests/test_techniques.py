@@ -5,6 +5,7 @@ that is fastest by construction."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -359,3 +360,13 @@ def test_technique_parameters_are_stored_resumed_and_reported_apart(tmp_path, ca
     capsys.readouterr()
     assert cli.main(["report", out, "--no-plots", "--out-dir", str(tmp_path / "r")]) == 0
     assert "| fiss (fiss_stages=2) |" in capsys.readouterr().out
+
+
+def test_a_technique_option_no_scheduler_reads_is_refused(tmp_path, capsys):
+    from hybridsched.cli import main
+
+    out = str(tmp_path / "x.h5")
+    assert main(["run", "-s", "dynamic", "-k", "2", "-L", "8", "--height", "4", "--width", "8",
+                 "--reps", "1", "--pls-swr", "0.3", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert "--pls-swr" in err and len(err.strip().splitlines()) == 1 and not os.path.exists(out)

@@ -200,3 +200,19 @@ def test_trace_of_an_mpi_run(tmp_path, split, capsys):
         assert (cover == 1).all()
         # other load is recorded for MPI runs too (per rank, and the worst rank's)
         assert len(rt.detail.extra["rank_foreign_cpu"]) == 2 and "foreign_cpu" in rt.detail.extra
+
+
+def test_trace_keeps_an_existing_file_unless_overwrite(study, tmp_path, capsys):
+    keep = tmp_path / "keep.png"
+    keep.write_text("precious")
+    assert main(["trace", study, "-s", "dynamic", "--png", str(keep)]) == 2
+    assert keep.read_text() == "precious" and "--overwrite" in capsys.readouterr().err
+    assert main(["trace", study, "-s", "dynamic", "--png", str(keep), "--overwrite"]) == 0
+    assert keep.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trace_run_id_with_other_selectors_is_refused(study, tmp_path, capsys):
+    assert main(["trace", study, "--run", "0", "-s", "prolific", "--png", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--run" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "x.png")

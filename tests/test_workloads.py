@@ -188,3 +188,16 @@ def test_merge_refuses_studies_of_different_workloads(tmp_path, capsys, no_leaks
     assert run_cli([*base, "--workload", "ramp", "-o", b], capsys)[0] == 0
     assert cli.main(["merge", a, b, "-o", str(tmp_path / "m.h5")]) == 2
     assert "ramp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("mandelbrot:iters=2.5", "must be an integer"),
+    ("ramp:min=0.5,min=0.2", "given twice"),
+    ("ramp:min", "needs a value"),
+])
+def test_workload_parameters_are_not_bent(text, msg):
+    from hybridsched.errors import UsageError
+    from hybridsched.workloads import parse
+
+    with pytest.raises(UsageError, match=msg):
+        parse(text)
