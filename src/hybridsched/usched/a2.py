@@ -54,12 +54,10 @@ from .api import Counts
 from .common import Task, UserModeBase
 
 FREE, SET, HAS_WAITERS = 0, 1, 2
-# A sleeping scheduler thread is woken by the spawner once this many new user threads wait
-# in its deque (and for the rest when spawning ends), not for every spawn: each wake-up
-# hands the GIL to a thread that runs one task to its first wait and sleeps again, which
-# slowed the creation of 7921 user threads by up to 2x. Larger: scheduler threads start
-# later; 1: the old behaviour.
-SPAWN_BATCH = 64
+# While the spawner is still creating user threads it wakes no sleeping scheduler thread:
+# each wake-up hands the GIL to a thread that runs one new task to its first wait and sleeps
+# again, which made creating 7921 user threads slower than A1's; they are all woken once,
+# when spawning ends (``_spawn_done``), with their deques full.
 
 
 class Event2:
@@ -282,7 +280,7 @@ class A2(UserModeBase):
         q = task.q = self._ready[rr]
         self._rr = rr + 1 if rr + 1 < len(self._ready) else 0
         q.append(task)
-        if self._n_idle and len(q) >= SPAWN_BATCH:
+        if self._n_idle and not self._spawning:  # a user thread spawning one while running
             self._notify(1)
 
     def _spawn_done(self) -> None:
