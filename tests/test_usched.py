@@ -137,7 +137,6 @@ def test_semaphore_fifo(arch, n, batches):
     order: list[int] = []
     with ARCHS[arch]([0]) as sched:
         sem = sched.semaphore(0)
-        ready = sched.event()
 
         def waiter(w):
             yield sem

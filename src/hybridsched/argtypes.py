@@ -102,3 +102,15 @@ def _choice_list(choices, what: str):
                 f"unknown {what} {bad[0] if bad else text!r}; choose from {', '.join(choices)}")
         return names
     return parse
+
+
+def _fraction(name: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: not a number: {text!r}") from None
+        if not 0.0 <= v <= 1.0:
+            raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
+        return v
+    return parse

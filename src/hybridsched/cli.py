@@ -13,7 +13,7 @@ import sys
 import time
 
 from . import __version__
-from .argtypes import _Parser, _chunk_list, _int_list, _nonnegative_int, _positive
+from .argtypes import _Parser, _chunk_list, _fraction, _int_list, _nonnegative_int, _positive
 from .errors import HybridschedError, UsageError
 
 PROG = "hybridsched"
@@ -230,18 +230,6 @@ def add_technique_options(p) -> None:
                    help="viss: divisor of N/k for the first chunk (KMP_VISS_PARAM; default k)")
     p.add_argument("--pls-swr", type=_fraction("--pls-swr"), default=None,
                    help="pls: static workload ratio 0..1 (KMP_PLS_SWR; default 0.5)")
-
-
-def _fraction(name: str):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: not a number: {text!r}") from None
-        if not 0.0 <= v <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
-        return v
-    return parse
 
 
 def cmd_plan(args) -> int:

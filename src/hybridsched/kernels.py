@@ -253,6 +253,23 @@ def generate_frames(out, seed, frame0):
 # --- verification -----------------------------------------------------------------------
 
 @_jit
+def sorted_permutation(a, b, w, hist):
+    """Whether ``b[:w]`` is nondecreasing and a permutation of ``a[:w]`` (``hist``: 256
+    int64 of scratch, a per-row byte histogram)."""
+    for j in range(1, w):
+        if b[j - 1] > b[j]:
+            return False
+    hist[:] = 0
+    for j in range(w):
+        hist[a[j]] += 1
+        hist[b[j]] -= 1
+    for v in range(256):
+        if hist[v] != 0:
+            return False
+    return True
+
+
+@_jit
 def count_bad_rows(orig, work, first, count):
     """Rows of frames ``first..first+count-1`` of ``work`` that are not nondecreasing or
     that are not a permutation of the same row of ``orig`` (per-row 256-bin histograms)."""
@@ -261,23 +278,7 @@ def count_bad_rows(orig, work, first, count):
     w = work.shape[2]
     for f in range(first, first + count):
         for i in range(work.shape[1]):
-            a = orig[f, i]
-            b = work[f, i]
-            ok = True
-            for j in range(1, w):
-                if b[j - 1] > b[j]:
-                    ok = False
-                    break
-            if ok:
-                hist[:] = 0
-                for j in range(w):
-                    hist[a[j]] += 1
-                    hist[b[j]] -= 1
-                for v in range(256):
-                    if hist[v] != 0:
-                        ok = False
-                        break
-            if not ok:
+            if not sorted_permutation(orig[f, i], work[f, i], w, hist):
                 bad += 1
     return bad
 

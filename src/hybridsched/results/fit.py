@@ -256,8 +256,6 @@ def fit(d: Data, model: str) -> dict:
 
 def load(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
     """Points from a CSV or a study file (chosen by content, not by extension)."""
-    import os
-
     if not os.path.exists(path):
         raise UsageError(f"{path}: no such file")
     if not os.path.isfile(path):

@@ -98,6 +98,7 @@ def make_kernel(rule: str, seed: int, frame0: int, total: int, height: int, widt
 def count_bad(orig, work, first, count, rule, seed, frame0, total, a, b):
     """Rows of local frames first.. that are wrong: the active part not sorted or not a
     permutation of the original's, or any byte outside it changed."""
+    sorted_permutation = K.sorted_permutation
     H, W = work.shape[1], work.shape[2]
     hist = np.zeros(256, np.int64)
     bad = 0
@@ -112,19 +113,7 @@ def count_bad(orig, work, first, count, rule, seed, frame0, total, a, b):
                     ok = False
                     break
             if ok and active:
-                for j in range(1, active):
-                    if y[j - 1] > y[j]:
-                        ok = False
-                        break
-                if ok:
-                    hist[:] = 0
-                    for j in range(active):
-                        hist[x[j]] += 1
-                        hist[y[j]] -= 1
-                    for v in range(256):
-                        if hist[v] != 0:
-                            ok = False
-                            break
+                ok = sorted_permutation(x, y, active, hist)
             if not ok:
                 bad += 1
     return bad
