@@ -2,38 +2,39 @@
 
 1. workloads -- on each workload at k = N: every fixed scheduler (the paper's thread
                 schedulers and every LB4OMP technique on threads) and ``auto`` over enough
-                repetitions to settle; auto's settled time (median of the last half of its
-                repetitions that chose its settled technique) against the best fixed
-                technique of the same run (target: within 5 %), auto's mean over the
+                repetitions to settle, in this process: auto's race
+                (techniques.auto.race_length executions), then rounds of every fixed
+                scheduler once and auto once; auto's settled time (its mean over the
+                rounds) against the best fixed technique's mean over the same rounds
+                (target: within 5 %), auto's mean over the
                 workloads against every fixed technique's mean, and the best technique
                 against the paper's best thread scheduler (dynamic/guided).
 2. dispatch  -- dispatch cost per chunk of each technique, one worker: on threads the CPU
-                time of its dispenser's claim (+ done) alone, no kernel; on pipe-MtoM the
+                time of its dispenser's claim (+ done) alone, no kernel, and for a fixed
+                hand-out the compiled loop's ns per chunk; on pipe-MtoM the
                 producer's round trip per chunk (chunk-1 pipe-MtoM on 1x1 frames, the
                 fork and pipe setup subtracted) plus that claim.
 
-The workload is a parameter (``--workload a,b,c``). The API issue's workloads (uniform,
-ramp, skewed, heavytail, varying, mandelbrot) are used where `hybridsched run` has a
-``--workload`` option; without it, this falls back to today's one workload (uniform
-random rows to sort) and says so. Studies are made by `hybridsched run` in subprocesses
-(so a figure is exactly what a study measures) and read back with the package's reader.
+The workload is a parameter (``--workload a,b,c``; default the API issue's six). The runs
+are the study layer's own (StudySpec configurations run by run_configurations, as
+`hybridsched run` does), in an order no study uses: interleaved, because the racer lives in
+the process and because this VM's speed drifts between studies made minutes apart.
 Timing claims need a quiet machine: on a shared one the tables say nothing.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
+import numba
 import numpy as np
 
 from hybridsched import registry
 from hybridsched.records import RunConfig
-from hybridsched.store import read_runs
 from hybridsched.study.runner import timed_run
+from hybridsched.study.session import run_configurations
+from hybridsched.study.spec import StudySpec
 from hybridsched.sysinfo import n_cpus
 from hybridsched.techniques import auto
 from hybridsched.workload import Slab
@@ -44,61 +45,63 @@ PAPER_BEST = ("dynamic", "guided")
 SETTLE_WITHIN = 0.05
 
 
-def has_workload_option() -> bool:
-    out = subprocess.run([sys.executable, "-m", "hybridsched", "run", "--help"],
-                         capture_output=True, text=True).stdout
-    return "--workload" in out
-
-
-def run_study(path: str, names: list[str], reps: int, shape: tuple[int, int, int],
-              workload: str | None) -> np.ndarray:
+def interleaved(wl: str, fixed: list[str], reps: int, race: int,
+                shape: tuple[int, int, int]) -> np.ndarray:
+    """One workload in this process: auto's race (``race`` executions), then ``reps``
+    rounds of every fixed scheduler once and auto once, so the settled auto and the
+    techniques it is compared with share the same minutes of the machine (this VM's
+    speed drifts by several percent between studies made minutes apart)."""
     L, H, W = shape
-    cmd = [sys.executable, "-m", "hybridsched", "run", "-s", ",".join(names), "-k", str(N),
-           "--frames", str(L), "--height", str(H), "--width", str(W), "--reps", str(reps),
-           "--out", path, "--overwrite"]
-    if workload is not None:
-        cmd += ["--workload", workload]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"hybridsched run failed: {p.stderr.strip()}")
-    return read_runs(path)
+
+    def configs(names: list[str], r: int):
+        return StudySpec(names, [N], [L], H, W, reps=r, workload=wl).configurations()
+    fx, au = configs(fixed, reps), configs(["auto"], race + reps)
+    order = au[:race]
+    for r in range(reps):
+        rnd = [x for x in fx if x.rep == r]
+        at = (r * 7) % (len(rnd) + 1)  # auto's place rotates: no one predecessor every round
+        order += rnd[:at] + [au[race + r]] + rnd[at:]
+    auto.reset_state()
+    recs = list(run_configurations(order, lambda rec: None))
+    return np.array([(r.config.scheduler, r.config.rep, r.time_s, r.verified, r.technique)
+                     for r in recs],
+                    dtype=[("scheduler", "U32"), ("rep", int), ("time_s", float),
+                           ("verified", bool), ("technique", "U32")])
 
 
-def section_workloads(args, tmp: str) -> list[tuple[str, bool]]:
-    use_opt = has_workload_option()
+def section_workloads(args) -> list[tuple[str, bool]]:
     names = args.workload.split(",") if args.workload else list(API_WORKLOADS)
-    if not use_opt:
-        print("\n(`hybridsched run` has no --workload option in this tree: only today's "
-              "uniform sort workload is measured)")
-        names = ["uniform"]
-    fixed = ["serial"] + registry.names("thread", technique=False) + \
+    fixed = registry.names("thread", technique=False) + \
         [n for n in registry.names("thread", technique=True) if n != "auto"]
     shape = (args.frames, args.height, args.width)
+    race = auto.race_length(len(auto.PORTFOLIO))
     checks, per_wl = [], {}
     for wl in names:
-        f_runs = run_study(f"{tmp}/{wl}-fixed.h5", fixed, args.reps, shape, wl if use_opt else None)
-        a_runs = run_study(f"{tmp}/{wl}-auto.h5", ["auto"], args.auto_reps, shape,
-                           wl if use_opt else None)
-        ok = f_runs[f_runs["verified"] & (f_runs["k"] == N)]
-        mean = {s: float(np.mean(ok["time_s"][ok["scheduler"] == s]))
-                for s in dict.fromkeys(str(x) for x in ok["scheduler"]) if s != "serial"}
-        ar = a_runs[a_runs["verified"]]
+        runs = interleaved(wl, fixed, args.reps, race, shape)
+        if not runs["verified"].all():
+            bad = sorted(set(runs["scheduler"][~runs["verified"]]))
+            raise SystemExit(f"{wl}: runs not verified: {', '.join(bad)}")
+        mean = {s: float(np.mean(runs["time_s"][runs["scheduler"] == s])) for s in fixed}
+        ar = runs[runs["scheduler"] == "auto"]
         ar = ar[np.argsort(ar["rep"], kind="stable")]
-        tail = ar[len(ar) // 2:]
-        techs = [str(t) for t in tail["technique"]]
-        settled = max(set(techs), key=techs.count)
-        t_auto = float(np.median(tail["time_s"][tail["technique"] == settled]))
+        tail = ar[race:]
+        settled = str(tail["technique"][-1])
+        if set(tail["technique"]) != {settled}:
+            raise SystemExit(f"{wl}: auto had not settled after {race} executions")
+        t_auto = float(np.mean(tail["time_s"]))
         best = min(mean, key=mean.get)
         paper = min(PAPER_BEST, key=lambda s: mean.get(s, np.inf))
         per_wl[wl] = (mean, t_auto)
-        print(f"\n## workload {wl}: k = N = {N}, L x H x W = {shape}, {args.reps} reps fixed, "
-              f"{args.auto_reps} reps auto\n")
+        print(f"\n## workload {wl}: k = N = {N}, L x H x W = {shape}; auto's race of {race} "
+              f"executions, then {args.reps} rounds of every fixed scheduler and auto\n")
         print("| scheduler | T mean (ms) | vs best |\n|---|---|---|")
         for s, t in sorted(mean.items(), key=lambda kv: kv[1]):
             print(f"| {s} | {t * 1e3:.2f} | {(t / mean[best] - 1) * 100:+.1f} % |")
         gap = t_auto / mean[best] - 1
-        print(f"\nauto settled on {settled}: {t_auto * 1e3:.2f} ms, {gap * 100:+.1f} % vs the best "
-              f"fixed ({best}); choices: {', '.join(str(t) for t in ar['technique'])}")
+        print(f"\nauto settled on {settled} ({(mean[settled] / mean[best] - 1) * 100:+.1f} % as a fixed "
+              f"technique): {t_auto * 1e3:.2f} ms (mean of its {len(tail)} rounds), "
+              f"{gap * 100:+.1f} % vs the best fixed ({best}); the race: "
+              f"{', '.join(str(t) for t in ar['technique'][:race])}")
         print(f"best technique {best} vs the paper's best thread scheduler {paper}: "
               f"{(mean[best] / mean[paper] - 1) * 100:+.1f} %")
         checks.append((f"{wl}: auto settled within {SETTLE_WITHIN:.0%} of the best fixed",
@@ -107,10 +110,22 @@ def section_workloads(args, tmp: str) -> list[tuple[str, bool]]:
         common = set.intersection(*(set(m) for m, _ in per_wl.values()))
         means = {s: statistics.fmean(m[s] for m, _ in per_wl.values()) for s in common}
         auto_mean = statistics.fmean(t for _, t in per_wl.values())
-        print(f"\nmean over workloads: auto {auto_mean * 1e3:.2f} ms; best fixed mean "
-              f"{min(means.values()) * 1e3:.2f} ms ({min(means, key=means.get)})")
-        checks.append(("auto's mean over workloads beats every fixed technique's mean",
-                       auto_mean < min(means.values())))
+        best_s = min(means, key=means.get)
+        print(f"\nmean T over workloads: auto {auto_mean * 1e3:.2f} ms; best fixed mean "
+              f"{means[best_s] * 1e3:.2f} ms ({best_s})")
+        checks.append(("auto's mean T over workloads beats every fixed technique's mean",
+                       auto_mean < means[best_s]))
+        # the mean of T / (the workload's best fixed T): each workload weighs the same,
+        # where the plain mean is mostly the slowest workload's
+        rel = {s: statistics.fmean(m[s] / min(m.values()) for m, _ in per_wl.values())
+               for s in common}
+        auto_rel = statistics.fmean(t / min(m.values()) for m, t in per_wl.values())
+        best_r = min(rel, key=rel.get)
+        print(f"mean T / best fixed T over workloads: auto {auto_rel:.4f}; best fixed "
+              f"{rel[best_r]:.4f} ({best_r}); dynamic {rel.get('dynamic', float('nan')):.4f}, "
+              f"guided {rel.get('guided', float('nan')):.4f}")
+        checks.append(("auto's mean T/T_best over workloads beats every fixed technique's",
+                       auto_rel < rel[best_r]))
     return checks
 
 
@@ -156,6 +171,45 @@ def pipe_cost(name: str, frames: int) -> tuple[float, int]:
     return ((t - t1) / (n - 1) * 1e6 if n > 1 else float("nan")), n
 
 
+@numba.njit(nogil=True, cache=True)
+def _empty(t, first, count):
+    """Does nothing: a compiled run's time is its dispatch alone."""
+
+
+def compiled_cost(name: str, frames: int, min_chunks: int = 1_000_000) -> tuple[float, float]:
+    """Threads, compiled dispatch, one worker, empty kernel: (ns per chunk of the claim
+    loop, µs per execution to build the technique's hand-out for k = N). The hand-out is
+    precomputed, so the loop's cost per chunk (ticket, two clock reads, one record) is the
+    same whatever the sizes: it is measured on the technique's own sizes repeated to
+    ``min_chunks`` chunks, the one run's fixed cost then negligible. (NaN, NaN) for a
+    technique whose hand-out is not fixed (it keeps the Python loop)."""
+    import time
+
+    from hybridsched.backends import compiled
+
+    info = registry.get(name)
+    if info.sequence is None:
+        return float("nan"), float("nan")
+    chunk = info.resolve_chunk(0, frames)
+    build = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        bounds = info.sequence(frames, N, chunk, None)
+        build.append(time.perf_counter() - t0)
+    sizes = np.diff(bounds)
+    reps = -(-min_chunks // len(sizes))
+    long = np.concatenate([[0], np.cumsum(np.tile(sizes, reps))]).astype(np.int64)
+    data = np.zeros((1, 1, 1), np.int64)
+    compiled.CompiledTickets(long[:2], 1).runner(_empty, data)(0)  # compile, untimed
+    best = np.inf
+    for _ in range(3):
+        run = compiled.CompiledTickets(long, 1).runner(_empty, data)
+        t0 = time.perf_counter()
+        run(0)
+        best = min(best, time.perf_counter() - t0)
+    return best / (len(long) - 1) * 1e9, min(build) * 1e6
+
+
 def section_dispatch(args) -> list[tuple[str, bool]]:
     names = [n for n in registry.names("thread", technique=True)]
     # the producer's IPC round trip per chunk does not depend on the technique (it claims
@@ -164,14 +218,21 @@ def section_dispatch(args) -> list[tuple[str, bool]]:
     ipc, ipc_n = pipe_cost("pipe-MtoM", max(2, args.dispatch_frames // 10))
     print(f"\n## dispatch cost per chunk (one worker)\n\npipe-MtoM round trip per chunk "
           f"(chunk 1, {ipc_n} chunks, T(L) - T(1) over the chunks): {ipc:.1f} µs\n")
-    print("| technique | threads: CPU µs/claim | chunks | pipe-MtoM: µs/chunk |")
-    print("|---|---|---|---|")
+    print("| technique | threads, Python loop: CPU µs/claim | chunks | threads, compiled: "
+          "ns/chunk | compiled: µs to build the hand-out | pipe-MtoM: µs/chunk |")
+    print("|---|---|---|---|---|---|")
     for n in names:
         auto.reset_state()
         t, tc = claim_cost(n, args.dispatch_frames)
-        print(f"| {n} | {t:.2f} | {tc} | {ipc + t:.1f} |")
-    print("\n(threads: the technique's dispenser alone, thread CPU time, the GIL-held work "
-          "per chunk; pipes: the round trip plus that claim, made by the producer)")
+        ns, build = compiled_cost(n, args.dispatch_frames)
+        cells = ("— (Python loop)", "—") if ns != ns else (f"{ns:.0f}", f"{build:.0f}")
+        print(f"| {n} | {t:.2f} | {tc} | {cells[0]} | {cells[1]} | {ipc + t:.1f} |")
+    print(f"\n(threads, Python loop: the technique's dispenser alone, thread CPU time, the "
+          f"GIL-held work per chunk; compiled: the claim loop over the technique's hand-out "
+          f"(its sizes repeated to 10^6 chunks) with an empty kernel, wall time per chunk, "
+          f"trace recorded, and the time to build the hand-out of {args.dispatch_frames} "
+          f"frames at k = {N} once per execution; pipes: the round trip plus the claim, "
+          f"made by the producer)")
     return []
 
 
@@ -182,19 +243,18 @@ def main() -> int:
     ap.add_argument("--only", choices=["workloads", "dispatch"])
     args = ap.parse_args()
     if args.quick:
-        args.frames, args.height, args.width, args.reps, args.auto_reps = 400, 8, 64, 2, 30
+        args.frames, args.height, args.width, args.reps = 400, 8, 64, 2
         args.dispatch_frames = 2000
         if not args.workload:
             args.workload = "uniform,skewed"
     else:
-        args.frames, args.height, args.width, args.reps, args.auto_reps = 4000, 32, 128, 5, 60
+        args.frames, args.height, args.width, args.reps = 4000, 32, 128, 5
         args.dispatch_frames = 20000
     checks = []
-    with tempfile.TemporaryDirectory(prefix="bench-portfolio-") as tmp:
-        if args.only in (None, "workloads"):
-            checks += section_workloads(args, tmp)
-        if args.only in (None, "dispatch"):
-            checks += section_dispatch(args)
+    if args.only in (None, "workloads"):
+        checks += section_workloads(args)
+    if args.only in (None, "dispatch"):
+        checks += section_dispatch(args)
     if checks:
         print("\n## targets\n")
         for what, ok in checks:

@@ -240,28 +240,81 @@ def test_techniques_are_not_paper_schedulers():
 
 # --- auto ------------------------------------------------------------------------------------
 
-def test_bandit_converges_to_the_fastest_by_construction():
+def test_racing_settles_on_the_fastest_by_construction():
     base = {a: 1.0 + 0.04 * i for i, a in enumerate(reversed(auto.PORTFOLIO))}
     fastest = auto.PORTFOLIO[-1]
-    b = auto.Bandit()
-    for r in range(300):
-        a = b.choose()
-        noise = 1.0 + 0.02 * math.sin(r * 1.7)  # deterministic jitter
-        b.record(a, base[a] * noise)
-    last = [a for a, _ in b.history[-100:]]
-    assert b.leader() == fastest and last.count(fastest) >= 80
+    r = auto.Racing()
+    for i in range(100):
+        a = r.choose()
+        noise = 1.0 + 0.02 * math.sin(i * 1.7)  # deterministic jitter
+        r.record(a, base[a] * noise)
+    assert r.settled and r.leader() == fastest
+    # 27 techniques: 27 + 9 + 3 x 2 executions race, then the settled one plays
+    assert len(auto.PORTFOLIO) == 27 and auto.race_length(27) == 42
+    assert [a for a, _ in r.history[42:]] == [fastest] * 58
+    assert r.history[41][0] != fastest or r.plays[fastest] == 4 + 58
 
 
-def test_auto_dispenser_times_each_execution_with_its_clock():
-    clock = iter(float(x) for x in range(1000))
-    b = auto.Bandit(arms=("x", "y"))
+def test_racing_compares_equal_sample_counts():
+    # a lucky first sample of b cannot outlast a's consistently better later ones, and
+    # a's many samples never count against b's few: rounds compare the first `target`
+    r = auto.Racing(arms=("a", "b", "c", "d"), keep=2)
+    times = {"a": [1.10, 1.00, 1.00, 1.00], "b": [1.05, 1.20, 1.20, 1.20],
+             "c": [2.0] * 4, "d": [2.0] * 4}
+    seen = {a: 0 for a in times}
+    while not r.settled:
+        a = r.choose()
+        r.record(a, times[a][seen[a]])
+        seen[a] += 1
+    assert r.leader() == "a"
+    assert [a for a, _ in r.history] == ["a", "b", "c", "d", "a", "b"]
+
+
+def test_racing_plays_survivors_round_robin():
+    r = auto.Racing(arms=tuple("abcdefghi"), keep=3)
+    for a in "abcdefghi":
+        assert r.choose() == a
+        r.record(a, {"c": 1.0, "f": 1.1, "h": 1.2}.get(a, 5.0))
+    assert r.alive == ("c", "f", "h")
+    order = []
+    for _ in range(3):
+        a = r.choose()
+        order.append(a)
+        r.record(a, 1.0)
+    assert order == ["c", "f", "h"] and r.settled and r.leader() == "c"
+
+
+def test_auto_dispenser_records_what_the_backend_timed_once():
+    r = auto.Racing(arms=("x", "y"))
     for _ in range(4):
-        d = auto.AutoDispenser(b, lambda name: registry.get("dynamic").dispenser(10, 2, 5, None),
-                               10, clock=lambda: next(clock))
+        d = auto.AutoDispenser(r, lambda name: registry.get("dynamic").dispenser(10, 2, 5, None), 10)
         while (c := d.claim(0)) is not None:
             d.done(0, c[1], 0.0)
-    assert [a for a, _ in b.history] == ["x", "y", "x", "x"] or len(b.history) == 4
-    assert all(t > 0 for _, t in b.history)
+        d.executed(0.5)
+        d.executed(9.0)  # a second word changes nothing
+    assert [a for a, _ in r.history] == ["x", "y", "x", "x"]  # a tie settles by order
+    assert all(t == 0.5 for _, t in r.history)
+    d = auto.AutoDispenser(r, lambda name: registry.get("dynamic").dispenser(10, 2, 5, None), 10)
+    d.stop()
+    d.executed(0.1)  # a stopped execution (Ctrl-C, a failed worker) teaches nothing
+    assert len(r.history) == 4
+
+
+def test_auto_runs_a_fixed_hand_out_compiled_and_a_learning_one_in_python(tmp_path):
+    from hybridsched.store import read_runs
+
+    auto.reset_state()
+    out = tmp_path / "a.h5"
+    n = len(auto.PORTFOLIO)
+    assert cli.main(["run", "-s", "auto", "-k", "2", "--frames", "40", "--height", "2",
+                     "--width", "4", "--reps", str(n), "--out", str(out)]) == 0
+    runs = read_runs(str(out))
+    assert [str(t) for t in runs["technique"]] == list(auto.PORTFOLIO)
+    assert runs["verified"].all()
+    for tech, note in zip(runs["technique"], runs["notes"]):
+        fixed = registry.get(str(tech)).sequence is not None
+        assert ("dispatch=compiled" in str(note)) == fixed, (tech, note)
+        assert f"auto chose {tech}" in str(note)
 
 
 def test_auto_records_its_choice_and_the_report_shows_it(tmp_path, capsys):

@@ -125,7 +125,7 @@ def _auto(n, workers, c, monitor, job=None):
         # every portfolio entry's thread dispenser: the pipe producer claims from it too
         info = get(name)
         return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
-    return auto.AutoDispenser(auto.bandit_for(key), make, n)
+    return auto.AutoDispenser(auto.racer_for(key), make, n, arm=get)
 
 
 def _profiled(job) -> None:
@@ -161,6 +161,9 @@ class SchedulerInfo:
     technique: str = ""         # the LB4OMP technique it runs (techniques/), "" for none
     prepare: Callable | None = None  # (job) -> None before the timed run (a profile)
     in_all: bool = True         # part of `-s all` (the pipe-MtoM:<technique> combinations are not)
+    # its dispenser picks another entry per execution (auto): the thread backend may run
+    # that entry's fixed hand-out compiled (backends/compiled.delegated)
+    chooses: bool = False
 
     @property
     def baseline(self) -> bool:
@@ -227,9 +230,9 @@ _ALL = [
 ]
 
 # The technique parameters (RunConfig.params names) each technique reads; auto reads
-# pls's for the pls in its portfolio.
+# those of the techniques in its portfolio.
 _TECH_OPTIONS = {"fiss": ("fiss_stages",), "viss": ("viss_param",), "pls": ("pls_swr",),
-                 "auto": ("pls_swr",)}
+                 "auto": ("fiss_stages", "viss_param", "pls_swr")}
 
 
 def _portfolio() -> list[SchedulerInfo]:
@@ -243,15 +246,17 @@ def _portfolio() -> list[SchedulerInfo]:
     out = []
     for name in tq.NAMES + ("auto",):
         desc = tq.DESCRIPTIONS.get(name, "picks a technique per repetition of the loop "
-                                   "(UCB1 bandit over 14 techniques, techniques/auto.py)")
+                                   "(successive halving over 27 techniques, techniques/auto.py)")
         make = _auto if name == "auto" else _technique(name)
-        prep = _profiled if name in tq.NEEDS_PROFILE else None
+        # auto's portfolio holds the techniques that need the loop's profile
+        prep = _profiled if name in tq.NEEDS_PROFILE + ("auto",) else None
         chunk = _blocks if name in ("rnd", "auto") else _one
         reads = _TECH_OPTIONS.get(name, ())
         seq = _technique_sequence(name) if name in tq.RULES else None
         out.append(SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
                                  default_chunk=chunk, dispenser=make, paper=False,
-                                 technique=name, prepare=prep, options=reads, sequence=seq))
+                                 technique=name, prepare=prep, options=reads, sequence=seq,
+                                 chooses=name == "auto"))
         out.append(SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
                                  f"pipe-MtoM, the producer sizing chunks by {name}",
                                  default_chunk=chunk, dispenser=make, topology="feedback",

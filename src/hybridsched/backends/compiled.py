@@ -188,6 +188,46 @@ def use_compiled(job, kernel) -> bool:
     return not why
 
 
+def may_delegate(job, kernel) -> bool:
+    """Whether ``job``'s dispenser may hand its execution to the compiled loop (auto, when
+    the technique it picks has a fixed hand-out): the loop is then compiled untimed."""
+    return (getattr(job.info, "chooses", False) and getattr(job, "dispatch", AUTO) == AUTO
+            and is_jitted(kernel) and job.coop is None)
+
+
+class Delegated(CompiledTickets):
+    """The compiled tickets of the technique a choosing dispenser (auto) picked: its notes
+    and technique are the chooser's, and the end of the run goes back to it."""
+
+    def __init__(self, bounds: np.ndarray, workers: int, chooser: Dispenser):
+        super().__init__(bounds, workers)
+        self.chooser = chooser
+
+    def stop(self):
+        super().stop()
+        self.chooser.stop()
+
+    def executed(self, seconds=None) -> None:
+        self.chooser.executed(seconds)
+
+    def technique(self) -> str:
+        return self.chooser.technique()
+
+    def notes(self):
+        return f"{self.chooser.notes()}; {NOTE}"
+
+
+def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
+    """The compiled run of the technique ``disp`` chose for this execution (its ``arm``,
+    a registry entry), when that technique can run compiled; None for the Python loop."""
+    arm = getattr(disp, "arm", None)
+    if arm is None or arm.sequence is None or not may_delegate(job, kernel):
+        return None
+    params = {k: v for k, v in (job.params or {}).items() if k != "profile"}
+    chunk = arm.resolve_chunk(job.chunk, job.frames)
+    return Delegated(arm.sequence(job.frames, workers, chunk, params or None), workers, disp)
+
+
 def compile_for(kernel, data: np.ndarray) -> None:
     """Compile the loop for ``kernel`` on arrays of ``data``'s type (an empty hand-out:
     nothing runs). Call before forking and before a timed region. A kernel that numba

@@ -211,6 +211,7 @@ def _run(job: Job, c: int) -> Execution:
     t_end = float(ends.max()) if len(ends) else perf_counter()
     disp = getattr(chunks, "disp", None) if topology != "dealt" else None
     if disp is not None:
+        disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
         inner = disp.notes()
         notes = notes + (f"; {inner}" if inner else "")
     return Execution(t_begin, t_end, stats, trace, chunk_used=c, lost_workers=lost, notes=notes,

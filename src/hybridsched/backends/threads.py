@@ -147,17 +147,22 @@ def execute(job: Job) -> Execution:
     traces: list[list[tuple[int, int, float, float]]] = [[] for _ in range(workers)]
     pid = os.getpid()
     native = compiled.use_compiled(job, kernel)
-    if native:
+    if native or compiled.may_delegate(job, kernel):
         compiled.compile_for(kernel, work)  # untimed; a no-op once compiled
 
     t_begin = perf_counter()
     if native:
         bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None)
         disp = compiled.CompiledTickets(bounds, workers)
+    else:
+        disp = make_dispenser(job, workers)
+        # auto: the technique it chose runs compiled when its hand-out is fixed
+        disp = compiled.delegated(job, disp, kernel, workers) or disp
+        native = isinstance(disp, compiled.CompiledTickets)
+    if native:
         run_compiled = disp.runner(kernel, work)
         chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.why_not)
     else:
-        disp = make_dispenser(job, workers)
         chunks = _python_chunks(job, disp, direct_entry(kernel, work), traces)
 
     def worker(w: int) -> None:
@@ -186,6 +191,7 @@ def execute(job: Job) -> Execution:
         failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
         raise failed from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
+    disp.executed(t_end - t_begin)  # auto's racer learns the time of a compiled run here
     trace = disp.trace() if native else trace_table(traces)
     for w in range(workers):
         mine = trace[trace["worker"] == w]

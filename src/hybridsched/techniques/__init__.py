@@ -5,7 +5,7 @@ pure policies, under LB4OMP's ``OMP_SCHEDULE`` names.
 ``profiled``       fac, faca, fsc, tap: deterministic given the loop's profile (μ, σ, h)
 ``adaptive``       wf, awf*, af, af_a, bold: learn from measured chunk times
 ``dispense``       the thread-safe dispensers that run them (threads, the pipe producer)
-``auto``           ``--scheduler auto``: a UCB1 bandit over a portfolio, across repetitions
+``auto``           ``--scheduler auto``: successive halving over a portfolio, across repetitions
 
 For compiled dispatch: :func:`chunk_sizes` / :func:`bounds` give a deterministic
 technique's whole hand-out for (N, P, chunk, params) -- chunk i a function of i alone for
