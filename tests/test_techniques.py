@@ -249,25 +249,25 @@ def test_racing_settles_on_the_fastest_by_construction():
         noise = 1.0 + 0.02 * math.sin(i * 1.7)  # deterministic jitter
         r.record(a, base[a] * noise)
     assert r.settled and r.leader() == fastest
-    # 27 techniques: 27 + 9 + 3 x 2 executions race, then the settled one plays
-    assert len(auto.PORTFOLIO) == 27 and auto.race_length(27) == 42
-    assert [a for a, _ in r.history[42:]] == [fastest] * 58
-    assert r.history[41][0] != fastest or r.plays[fastest] == 4 + 58
+    # 27 techniques: 27 + 9 + 3 x 6 executions race, then the settled one plays
+    assert len(auto.PORTFOLIO) == 27 and auto.race_length(27) == 54
+    assert [a for a, _ in r.history[54:]] == [fastest] * 46
+    assert r.plays[fastest] == auto.FINAL_SAMPLES + 46
 
 
 def test_racing_compares_equal_sample_counts():
     # a lucky first sample of b cannot outlast a's consistently better later ones, and
     # a's many samples never count against b's few: rounds compare the first `target`
     r = auto.Racing(arms=("a", "b", "c", "d"), keep=2)
-    times = {"a": [1.10, 1.00, 1.00, 1.00], "b": [1.05, 1.20, 1.20, 1.20],
-             "c": [2.0] * 4, "d": [2.0] * 4}
+    times = {"a": [1.10] + [1.00] * 7, "b": [1.05] + [1.20] * 7, "c": [2.0], "d": [2.0]}
     seen = {a: 0 for a in times}
     while not r.settled:
         a = r.choose()
         r.record(a, times[a][seen[a]])
         seen[a] += 1
     assert r.leader() == "a"
-    assert [a for a, _ in r.history] == ["a", "b", "c", "d", "a", "b"]
+    assert [a for a, _ in r.history] == ["a", "b", "c", "d"] + ["a", "b"] * 7
+    assert auto.race_length(4, keep=2) == len(r.history)
 
 
 def test_racing_plays_survivors_round_robin():
@@ -276,12 +276,13 @@ def test_racing_plays_survivors_round_robin():
         assert r.choose() == a
         r.record(a, {"c": 1.0, "f": 1.1, "h": 1.2}.get(a, 5.0))
     assert r.alive == ("c", "f", "h")
+    assert r.target == auto.FINAL_SAMPLES  # the finalists: more samples each
     order = []
-    for _ in range(3):
+    while not r.settled:
         a = r.choose()
         order.append(a)
         r.record(a, 1.0)
-    assert order == ["c", "f", "h"] and r.settled and r.leader() == "c"
+    assert order == ["c", "f", "h"] * (auto.FINAL_SAMPLES - 1) and r.leader() == "c"
 
 
 def test_auto_dispenser_records_what_the_backend_timed_once():
