@@ -121,9 +121,12 @@ class CompiledTickets(Dispenser):
     def __init__(self, bounds: np.ndarray, workers: int = 1):
         super().__init__()
         self.bounds = np.ascontiguousarray(bounds, np.int64)
-        # [0] is the ticket; the rest pads it to a 64-byte line of its own, so no other
+        # [0] is the ticket, on a 64-byte line of its own (numpy aligns to 16 bytes only:
+        # the view starts at the first line boundary of a 2-line buffer), so no other
         # write invalidates the line every claim contends for
-        self.ctl = np.zeros(8, np.int64)
+        self._ctl_buf = np.zeros(16, np.int64)
+        skip = (-self._ctl_buf.ctypes.data % 64) // 8
+        self.ctl = self._ctl_buf[skip:skip + 8]
         self.records: list[np.ndarray | None] = [None] * workers
         self._capacity = (len(self.bounds) - 1) // max(workers, 1) + _SPARE_ROWS
 
