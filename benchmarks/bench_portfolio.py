@@ -241,14 +241,16 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: about 3 minutes on 2 cores")
     ap.add_argument("--workload", help="comma-separated workloads (default: the API issue's six)")
     ap.add_argument("--only", choices=["workloads", "dispatch"])
+    ap.add_argument("--rounds", type=int, help="rounds of every fixed scheduler and the "
+                    "settled auto (default 5, --quick 2); more: less noise, longer")
     args = ap.parse_args()
     if args.quick:
-        args.frames, args.height, args.width, args.reps = 400, 8, 64, 2
+        args.frames, args.height, args.width, args.reps = 400, 8, 64, args.rounds or 2
         args.dispatch_frames = 2000
         if not args.workload:
             args.workload = "uniform,skewed"
     else:
-        args.frames, args.height, args.width, args.reps = 4000, 32, 128, 5
+        args.frames, args.height, args.width, args.reps = 4000, 32, 128, args.rounds or 5
         args.dispatch_frames = 20000
     checks = []
     if args.only in (None, "workloads"):
