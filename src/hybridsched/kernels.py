@@ -81,8 +81,9 @@ def _insertion_sort(a, lo, hi):
 
 @_jit
 def _introsort(a, stack_lo, stack_hi, stack_d):
-    """Introsort of a 1-D array in place using caller-provided partition stacks (so a
-    chunk of rows allocates them once: 7 % of the time of a 64-byte row)."""
+    """Introsort of a 1-D array in place using caller-provided partition stacks (one set
+    per chunk of rows, in the caller's stack frame: allocating them per row cost 7 % of a
+    64-byte row's time, per chunk ~0.3-0.6 µs)."""
     n = _U(a.shape[0])
     if n < _U(2):
         return
