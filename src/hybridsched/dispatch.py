@@ -38,9 +38,9 @@ class Dispenser:
         """Make every later claim return None (Ctrl-C, a failing worker)."""
         self.stopped = True
 
-    def executed(self, seconds: float | None = None) -> None:
+    def executed(self, seconds: float) -> None:
         """The backend's word that the execution ended with every frame done, after
-        ``seconds`` when it timed it (auto's racer learns it; most dispensers ignore it)."""
+        ``seconds`` (auto's racer learns it; most dispensers ignore it)."""
 
     def notes(self) -> str:
         """What the run's notes should say about this dispenser ('' for nothing)."""

@@ -210,7 +210,7 @@ class Delegated(CompiledTickets):
         super().stop()
         self.chooser.stop()
 
-    def executed(self, seconds=None) -> None:
+    def executed(self, seconds: float) -> None:
         self.chooser.executed(seconds)
 
     def technique(self) -> str:

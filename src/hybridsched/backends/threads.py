@@ -191,7 +191,7 @@ def execute(job: Job) -> Execution:
         failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
         raise failed from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
-    disp.executed(t_end - t_begin)  # auto's racer learns the time of a compiled run here
+    disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
     trace = disp.trace() if native else trace_table(traces)
     for w in range(workers):
         mine = trace[trace["worker"] == w]

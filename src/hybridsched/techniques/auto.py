@@ -11,11 +11,10 @@ has settled and is played from then on. 27 techniques settle after 27 + 9 + 3 x 
 executions.
 
 Why this rather than the UCB1 bandit it replaced: techniques are compared only at equal
-sample counts, by each one's mean time without its slowest sample (see TRIM_FROM). A
-bandit compares a leader with many
-samples against rivals with one, and the minimum of many samples is lower than that of one
-by chance alone: measured here (bench_portfolio, 14 arms, 60 executions), UCB settled 6 to
-13 % behind the best fixed technique on five of six workloads, each time on the arm it had
+sample counts, by each one's mean time without its slowest sample (see TRIM_FROM). A bandit
+compares a leader with many samples against rivals with one, and the minimum of many
+samples is lower than that of one by chance alone: measured here (bench_portfolio, 14
+arms, 60 executions), UCB settled 6 to 13 % behind the best fixed technique on five of six workloads, each time on the arm it had
 played most. Why not LB4OMP's exhaustive search (each once, keep the best): one disturbed
 or lucky execution decides for good. Why not SimAS-style simulation: it needs a model of
 the per-chunk overheads per backend, and the race measures them.
@@ -27,7 +26,6 @@ from __future__ import annotations
 
 import math
 import threading
-from time import perf_counter
 from typing import Callable
 
 from ..dispatch import Dispenser
@@ -40,8 +38,7 @@ PORTFOLIO = ("static", "dynamic", "guided") + tuple(NAMES)
 
 # The fraction of a round's survivors that goes on. 3 spends far fewer executions racing
 # 27 techniques than halving by 2 (54 against 27 + 14 + 7 x 2 + 4 x 4 + 2 x 8 = 87)
-# at the price of deciding on fewer samples; with 2-3 % run-to-run noise the best
-# technique stayed in the fastest third of one sample each in every workload measured.
+# at the price of deciding on fewer samples in the first rounds.
 KEEP = 3
 # From this many samples an arm's slowest is left out of its estimate. Other load only ever
 # slows a run down, so one disturbed run should not bury a technique; the minimum (the
@@ -84,7 +81,6 @@ class Racing:
         self.arms, self.keep = tuple(arms), keep
         self.alive: tuple[str, ...] = self.arms
         self.target = 1  # samples each survivor has by the end of this round
-        self.round = 0
         self.plays = {a: 0 for a in self.arms}
         self.times: dict[str, list[float]] = {a: [] for a in self.arms}
         self.history: list[tuple[str, float]] = []
@@ -116,7 +112,6 @@ class Racing:
             n = max(1, math.ceil(len(self.alive) / self.keep))
             ranked = sorted(self.alive, key=self._score)  # sorted is stable: ties by order
             self.alive = tuple(a for a in self.alive if a in ranked[:n])
-            self.round += 1
             if not self.settled:
                 self.target = _next_target(self.target, len(self.alive), self.keep)
 
@@ -142,14 +137,12 @@ def reset_state() -> None:
 
 
 class AutoDispenser(Dispenser):
-    """Runs the technique the loop's racer chooses and times the execution for it."""
+    """Runs the technique the loop's racer chooses; the backend's T of the execution goes
+    to the racer (:meth:`executed`)."""
 
-    feedback = True
-
-    def __init__(self, racer: Racing, make: Callable[[str], Dispenser], n: int,
-                 clock: Callable[[], float] = perf_counter, arm=None):
+    def __init__(self, racer: Racing, make: Callable[[str], Dispenser], n: int, arm=None):
         super().__init__()
-        self.racer, self.n, self.clock = racer, n, clock
+        self.racer = racer
         self.choice = racer.choose()
         self._make = make
         self._inner: Dispenser | None = None
@@ -158,7 +151,6 @@ class AutoDispenser(Dispenser):
         self.arm = arm(self.choice) if arm is not None else None
         self._recorded = False
         self._lock = threading.Lock()
-        self._t0 = clock()
 
     @property
     def inner(self) -> Dispenser:
@@ -169,19 +161,21 @@ class AutoDispenser(Dispenser):
     def claim(self, w):
         return None if self.stopped else self.inner.claim(w)
 
-    def done(self, w, count, seconds):
-        if self.inner.feedback:
-            self.inner.done(w, count, seconds)
+    @property
+    def feedback(self) -> bool:  # chunk reports only where the chosen technique learns
+        return self.inner.feedback
 
-    def executed(self, seconds: float | None = None) -> None:
-        """The backend's word that the execution ended with every frame done: the racer
-        gets its time (once), the backend's ``seconds`` where it gives them (the run's
-        T), else this dispenser's own clock since its creation."""
+    def done(self, w, count, seconds):
+        self.inner.done(w, count, seconds)
+
+    def executed(self, seconds: float) -> None:
+        """The execution ended with every frame done after ``seconds`` (the run's T): the
+        racer learns it, once."""
         with self._lock:
             if self._recorded or self.stopped:
                 return
             self._recorded = True
-        self.racer.record(self.choice, self.clock() - self._t0 if seconds is None else seconds)
+        self.racer.record(self.choice, seconds)
 
     def stop(self):
         super().stop()
