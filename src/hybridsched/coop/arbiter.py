@@ -3,13 +3,13 @@ user, used by every cooperating worker of every process on the node.
 
 The segment is ``/dev/shm/hybridsched-coop.<uid>`` (mode 0600), created under an
 ``flock`` on its ``.lock`` file by the first participant and removed by the last one to
-leave. The same lock (one open file per process, plus a thread lock inside the process)
-guards every change; ``flock`` is released by the kernel when a holder dies, so a killed
-participant never wedges the others. A waiting worker sleeps on its own futex word in the
-segment; the worker that hands it a token sets the word and wakes it (nOS-V posts the
-next worker's semaphore the same way). A waiter wakes up every :data:`RECLAIM_POLL_S` to
-reclaim the tokens of holders that died, so a SIGKILLed job stalls the others for less
-than a second.
+leave (the flock orders attaching and detaching only). Every change of the state is made
+under the segment's own mutex, robust and process-shared (:mod:`native`): the kernel
+tells the next locker when a holder died, so a killed participant never wedges the
+others. A waiting worker sleeps on its own futex word in the segment; the worker that
+hands it a token sets the word and wakes it (nOS-V posts the next worker's semaphore the
+same way). A waiter wakes up every :data:`RECLAIM_POLL_S` to reclaim the tokens of holders
+that died, so a SIGKILLed job stalls the others for less than a second.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import ResourceError, UsageError
-from . import futex, rules
-from .state import BLOCKED, HEADER_DTYPE, LAZY, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
+from . import futex, handoff, native, rules
+from .state import HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
@@ -37,6 +37,7 @@ DEFAULT_QUANTUM_S = 0.020
 # how long a killed job can stall the others (issue: within a second), against one lock
 # round per period per waiting worker.
 RECLAIM_POLL_S = 0.2
+_RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
 # A worker holding a token runs as SCHED_BATCH: the same fair class and weight as
 # SCHED_OTHER, but a waking batch thread never preempts the running one (CFS/EEVDF leave
 # batch preemption to the tick). So a hand-off — post the next worker, then sleep — is two
@@ -93,16 +94,19 @@ class Arbiter:
         if not quantum_s > 0:
             raise UsageError(f"the coop quantum must be positive, got {quantum_s}")
         rules.prepare()  # before any worker forks: no child compiles under the lock
+        handoff.prepare()
+        native.prepare()
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)
         self.path = path or segment_path()
         self._map: mmap.mmap | None = None
         self.state: State | None = None
+        self.regions: tuple = ()  # the state's arrays for the compiled paths (handoff)
         self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
         self._owner = os.getpid()
         self._made_lock = False  # this attachment created the lock file (removed on refusal)
 
-    # --- the lock ---------------------------------------------------------------------
+    # --- the locks ----------------------------------------------------------------------
 
     def _lockfd(self) -> tuple[int, threading.Lock]:
         pid = os.getpid()
@@ -128,14 +132,30 @@ class Arbiter:
         return got
 
     @contextmanager
-    def locked(self) -> Iterator[State]:
+    def _attaching(self) -> Iterator[None]:
+        """The flock that orders creating, attaching to and removing the segment."""
         fd, tlock = self._lockfd()
         with tlock:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                yield self.state
+                yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @contextmanager
+    def locked(self) -> Iterator[State]:
+        """The state under the segment's mutex. If its last owner died holding it, the
+        dead are reclaimed first (their tokens passed on)."""
+        st = self.state
+        woken: list[int] = []
+        died = native.lock_from_python(st.lock)
+        try:
+            if died:
+                woken = st.reclaim(_alive, _now())
+            yield st
+        finally:
+            native.unlock_from_python(st.lock)
+            self.post(woken)
 
     # --- attach / detach --------------------------------------------------------------
 
@@ -184,10 +204,11 @@ class Arbiter:
         finally:
             os.close(fd)
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
+        self.regions = handoff.regions(self.state)
         self._wake0 = futex.address(self.state.wake, 0)  # numpy's .ctypes costs µs per use
         h = self.state.header[0]
         if fresh:
-            self.state.initialise(self.cpus, self.quantum_ns)
+            self._initialise()
             return
         if bytes(h["magic"]) != MAGIC:
             # a segment is created and initialised under the lock, so no one ever sees one
@@ -204,15 +225,21 @@ class Arbiter:
         if int(h["version"]) != VERSION:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
-        self.state.reclaim(_alive, _now())  # never trust a segment blindly: drop the dead
-        if self.state.participants() == 0 or self.state.check_invariants():
-            if self.state.participants() and self.state.check_invariants():
-                raise UsageError(f"{self.path}: coop segment inconsistent while in use "
-                                 f"({'; '.join(self.state.check_invariants())})")
-            self.state.initialise(self.cpus, self.quantum_ns)
+        with self.locked() as st:
+            st.reclaim(_alive, _now())  # never trust a segment blindly: drop the dead
+            busy, problems = st.participants(), st.check_invariants()
+        if busy and problems:
+            raise UsageError(f"{self.path}: coop segment inconsistent while in use "
+                             f"({'; '.join(problems)})")
+        if not busy:
+            self._initialise()  # nobody uses it (and nobody can attach: we hold the flock)
         elif list(self.state.cpus["cpu"]) != self.cpus:
             raise UsageError(f"{self.path}: the running coop jobs use CPUs "
                              f"{list(self.state.cpus['cpu'])}, not {self.cpus}")
+
+    def _initialise(self) -> None:
+        native.init_mutex(self.state.lock)  # before the magic that lets others in
+        self.state.initialise(self.cpus, self.quantum_ns)
 
     def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
         """A segment of another size: made for other CPUs (or tables). Reusable only when
@@ -245,9 +272,10 @@ class Arbiter:
         """Detach; the last participant removes the segment and its lock file."""
         if self._map is None or os.getpid() != self._owner:
             return
-        with self.locked() as st:
-            st.reclaim(_alive, _now())
-            last = st.participants() == 0 and not st.workers["used"].any()
+        with self._attaching():
+            with self.locked() as st:
+                st.reclaim(_alive, _now())
+                last = st.participants() == 0 and not st.workers["used"].any()
             if last:
                 for p in (self.path, self.path + ".lock"):
                     try:
@@ -255,6 +283,7 @@ class Arbiter:
                     except FileNotFoundError:
                         pass
         self.state = None
+        self.regions = ()
         try:
             self._map.close()
         except BufferError:  # numpy views still alive somewhere: the kernel frees it later
@@ -387,26 +416,29 @@ class Worker:
         this worker (the coop barrier) queues it for a token on its behalf."""
         return self._wait_token(parked=True, queued=True)
 
-    def _wait_token(self, parked: bool = False, queued: bool = False) -> int:
+    def _wait_token(self, parked: bool = False, queued: bool = False, result: int | None = None) -> int:
         """``queued``: the caller gave its token up or queued for one, so getting one back
-        is a switch even when the grant lands before the first look."""
+        is a switch even when the grant lands before the first look. ``result``: what a
+        compiled wait (handoff) already returned."""
         a = self.arbiter
         st = a.state
-        addr = a._wake0 + 4 * self.slot
         t0 = time.perf_counter()
         waited = queued
-        ok = (WAITING, BLOCKED, LAZY) if parked else (WAITING,)
-        words = st.workers["state"]
-        while True:
-            now_state = int(words[self.slot])  # read once: a grant may land between two reads
+        if result is None:
+            now_state = int(st.workers["state"][self.slot])
             if now_state == RUNNING:
-                break
+                result = handoff.GRANTED
+            elif not parked and now_state != WAITING:
+                result = handoff.TAKEN
+        while result != handoff.GRANTED:
             waited = True
-            if now_state not in ok:
+            if result == handoff.TAKEN:
+                now_state = int(st.workers["state"][self.slot])
                 raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "
                                     f"now {STATE_NAMES.get(now_state, now_state)})")
-            if not futex.wait(addr, 0, RECLAIM_POLL_S):
+            if result == handoff.TIMED_OUT:
                 a.reclaim_due()
+            result = handoff.wait_token(a.regions, self.slot, _RECLAIM_POLL_NS)
         if waited:
             self.switches += 1
             self.waited_s += time.perf_counter() - t0

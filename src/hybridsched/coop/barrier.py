@@ -17,7 +17,7 @@ on; a parked waiter is woken once, by the token. That is the rule that keeps spi
 barriers from burning the CPU a missing partner needs, and keeps a release from preempting
 the partner that released it. While nobody waits for a token a parker keeps its own (the
 arbiter's lazy park), so an uncontended barrier costs no lock at all. Park and open are
-lock-free against each other (publish, fence, re-check; see ``_park``), and a parker
+lock-free against each other (publish, fence, re-check; see ``_wait_coop``), and a parker
 re-reads the arrivals after publishing, so two last arrivals that missed each other's store
 cannot both park.
 
@@ -30,14 +30,14 @@ that long and never deadlocks.
 from __future__ import annotations
 
 import mmap
-from time import monotonic_ns as _now  # the arbiter's clock
 from time import perf_counter
 
 import numba
 import numpy as np
 
-from ..atomics import compare_exchange, exchange
-from . import futex, rules
+from ..atomics import exchange
+from . import futex, handoff
+from .arbiter import RECLAIM_POLL_S
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
 # a spinning or parking waiter makes several per step); they hold the GIL like the rules.
@@ -53,24 +53,8 @@ def _all_at(arrive, epoch):
 
 
 @_jit
-def _take_parked(parked, slot, epoch):
-    """Claim every waiter parked at ``epoch`` (compare-exchange: each by exactly one
-    opener); their arbiter slots."""
-    out = []
-    for t in range(len(parked)):
-        if parked[t] == epoch and compare_exchange(parked, t, epoch, 0):
-            out.append(int(slot[t]))
-    return out
-
-
-@_jit
 def _publish(words, i, value):
     exchange(words, i, value)  # a store and a full fence
-
-
-@_jit
-def _claim(parked, t, epoch):
-    return compare_exchange(parked, t, epoch, 0)
 
 
 POLICIES = ("block", "spin", "spin-block")
@@ -83,6 +67,8 @@ SPIN_BLOCK_S = 0.001
 # A sleeping waiter re-checks the arrivals this often (see the module docstring): the worst
 # extra latency of the rare store-buffer race, against a wake-up per period per sleeper.
 RECHECK_S = 0.002
+_SPIN_BLOCK_NS = int(SPIN_BLOCK_S * 1e9)
+_RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
 
 
 class TeamBarrier:
@@ -104,9 +90,8 @@ class TeamBarrier:
         self.parked = np.frombuffer(self._map, np.int64, workers, off + 8 * workers)
         self.slot[:] = -1
         self._release_addr = futex.address(self.release, 0)  # fixed: the mapping never moves
+        self._spun = np.zeros(1, np.int64)  # the compiled coop wait's spin time, per process
         _all_at(self.arrive, 1)  # compiled here, before the workers fork
-        _take_parked(self.parked, self.slot, -1)
-        _claim(self.parked, 0, -1)
         _publish(self.release, 0, 0)
 
     def close(self) -> None:
@@ -120,31 +105,11 @@ class TeamBarrier:
         return _all_at(self.arrive, epoch)
 
     def _open(self, epoch: int, worker=None) -> None:
-        _publish(self.release, 0, epoch)  # then claim the parked: see _park
         if worker is None:
+            _publish(self.release, 0, epoch)
             futex.wake(self._release_addr, 1 << 30)
         else:  # coop waiters never sleep on the release word: they park
-            self._resume(worker.arbiter, _take_parked(self.parked, self.slot, epoch))
-
-    @staticmethod
-    def _resume(a, slots) -> None:
-        """Let claimed parked waiters run: with the token they kept (lazy), woken at once;
-        else queued for one under the lock."""
-        st = a.state
-        queue = []
-        for s in slots:
-            if st.lazy_resume(s):
-                st.wake[s] = 1
-                a.post([s])
-            else:
-                queue.append(s)
-        if queue:
-            with a.locked() as locked:
-                woken = [w for s in queue for w in locked.acquire(s, _now())]
-            a.post(woken)
-
-    def _missing_all_hold_tokens(self, epoch: int, state) -> bool:
-        return bool(rules.running_all(state.workers, self.slot[self.arrive < epoch]))
+            handoff.open_coop(worker.arbiter.regions, self.release, self.parked, self.slot, epoch)
 
     def _sleep(self, epoch: int) -> None:
         addr = self._release_addr
@@ -180,41 +145,17 @@ class TeamBarrier:
         self._sleep(epoch)
 
     def _wait_coop(self, t: int, epoch: int, policy: str, worker) -> float:
-        """The coop rule; returns the time spent spinning."""
-        state = worker.arbiter.state
-        t0 = perf_counter()
-        deadline = t0 + SPIN_BLOCK_S if policy == "spin-block" else float("inf")
-        while self.release[0] < epoch:
-            if self._all_arrived(epoch):
-                self._open(epoch, worker)
-                break
-            if (policy != "block" and perf_counter() < deadline
-                    and self._missing_all_hold_tokens(epoch, state)):
-                continue  # they are running: they will be here soon
-            spun = perf_counter() - t0
-            self._park(t, epoch, worker)
-            return spun
-        return perf_counter() - t0
+        """The coop rule (compiled: handoff.wait_coop); returns the time spent spinning.
 
-    def _park(self, t: int, epoch: int, worker) -> None:
-        """Give the token up (or keep it lazily if nobody waits), park, and sleep until an
-        opener has claimed us and we have a token again.
-
-        Lock-free against the opener: we publish ``parked[t]`` and then read ``release``
-        and the arrivals; an opener publishes ``release`` and then claims the parked. Both
-        are fenced, so at least one sees the other; the claim is a compare-exchange, so
-        exactly one of us (the opener, or we ourselves when it missed us) resumes us."""
-        a = worker.arbiter
-        st = a.state
-        me = worker.slot
-        if not st.lazy_park(me):
-            with a.locked() as locked:
-                woken = locked.release(me, _now())  # nothing if we were revoked meanwhile
-            a.post(woken)
-        _publish(self.parked, t, epoch)
-        if self.release[0] >= epoch:
-            if _claim(self.parked, t, epoch):  # opened before the opener could see us
-                self._resume(a, [me])
-        elif self._all_arrived(epoch):  # the last arrival after all (it missed our store)
-            self._open(epoch, worker)       # claims us with the others
-        worker.wait_granted()
+        Parking is lock-free against the opener: the parker publishes ``parked[t]`` and
+        then reads ``release`` and the arrivals; an opener publishes ``release`` and then
+        claims the parked. Both are fenced, so at least one sees the other; the claim is a
+        compare-exchange, so exactly one of them (the opener, or the parker itself when
+        the opener missed it) resumes the parker."""
+        spun = self._spun
+        r = handoff.wait_coop(worker.arbiter.regions, self.arrive, self.release, self.parked,
+                              self.slot, t, worker.slot, epoch, handoff.POLICY_CODES[policy],
+                              _SPIN_BLOCK_NS, _RECLAIM_POLL_NS, spun)
+        if r != handoff.OPENED:  # parked: the token is ours again (or the wait goes on)
+            worker._wait_token(parked=True, queued=True, result=r)
+        return int(spun[0]) / 1e9

@@ -12,8 +12,10 @@ STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "b
 
 MAGIC = b"HSCOOP01"
 # 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only),
-# ``reclaim_ns`` (when the dead were last looked for) and the LAZY state
-VERSION = 2
+# ``reclaim_ns`` (when the dead were last looked for) and the LAZY state;
+# 3: the ``lock`` region (a robust process-shared mutex, see native.py) instead of an flock
+VERSION = 3
+LOCK_BYTES = 64  # a glibc pthread_mutex_t (40 bytes) on a cache line of its own
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
@@ -30,9 +32,11 @@ WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state",
 
 
 def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:
-    """(name, dtype, count) of each region, in order; ``wake`` holds the futex words."""
+    """(name, dtype, count) of each region, in order; ``wake`` holds the futex words,
+    ``lock`` the mutex that guards every change."""
     return [("header", HEADER_DTYPE, 1), ("cpus", CPU_DTYPE, ncpu), ("jobs", JOB_DTYPE, max_jobs),
-            ("workers", WORKER_DTYPE, max_workers), ("wake", np.dtype(np.int32), max_workers)]
+            ("workers", WORKER_DTYPE, max_workers), ("wake", np.dtype(np.int32), max_workers),
+            ("lock", np.dtype(np.uint8), LOCK_BYTES)]
 
 
 def nbytes(ncpu: int, max_jobs: int, max_workers: int) -> int:

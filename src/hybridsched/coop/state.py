@@ -42,6 +42,7 @@ class State:
         self.jobs = regions["jobs"]
         self.workers = regions["workers"]
         self.wake = regions["wake"]
+        self.lock = regions["lock"]  # the arbiter's mutex (shared segment only)
         # int32 views for the lock-free compare-exchange and fetch-add of the lazy park
         self.hw = self.header.view(np.int32)
         self.ws = self.workers.view(np.int32)

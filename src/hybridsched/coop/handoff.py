@@ -1,0 +1,188 @@
+"""The hand-off paths compiled: a coop barrier waiter's spin, park and sleep, an opener's
+resume of the parked, and a worker's wait for its token — each one nopython call per side
+(the rules of :mod:`rules`, the mutex, the futex calls of :mod:`native`), so nothing of the
+interpreter runs between a worker giving its CPU up and the next one running on it.
+
+The protocols are those documented in :mod:`barrier` (park/open, lock-free against each
+other) and :mod:`rules` (the lazy park); only the language changed. ``S`` is the arbiter
+segment's regions as a tuple (see :func:`regions`).
+
+The entry points that sleep release the GIL; the opener's keeps it (a rule runs for a
+microsecond; releasing the GIL would hand it to another thread of the process: see
+:mod:`rules`).
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..atomics import compare_exchange, exchange
+from . import native as nv
+from . import rules
+from .layout import BLOCKED, LAZY, RUNNING, WAITING
+
+_inner = numba.njit(cache=True)
+
+# wait_token results (CHANGED, the third futex result, just means: look again)
+GRANTED, TIMED_OUT, TAKEN = 0, 1, 2
+# wait_coop results
+OPENED, PARKED = 10, 11
+# barrier policies as numbers
+BLOCK, SPIN, SPIN_BLOCK = 0, 1, 2
+POLICY_CODES = {"block": BLOCK, "spin": SPIN, "spin-block": SPIN_BLOCK}
+
+
+def regions(state) -> tuple:
+    """The arbiter state's arrays in the order the compiled paths take them."""
+    return (state.header, state.cpus, state.jobs, state.workers, state.wake, state.hw,
+            state.ws, state.lock)
+
+
+@_inner
+def _wake(wake, slot):
+    if slot >= 0:
+        nv.futex_wake(wake, slot, 1)
+
+
+@_inner
+def _release(S, me):
+    """Give the token up under the lock (a waiter of our job first); wakes the new holder."""
+    header, cpus, jobs, workers, wake, hw, ws, lock = S
+    nv.mutex_lock(lock)
+    woken = rules.release(header, cpus, jobs, workers, wake, header[0].hi, me, nv.monotonic_ns())
+    nv.mutex_unlock(lock)
+    _wake(wake, woken)
+
+
+@_inner
+def _resume(S, slots, n):
+    """Let the claimed parked waiters ``slots[:n]`` run: with the token they kept (lazy)
+    at once, else queued for one under the lock."""
+    header, cpus, jobs, workers, wake, hw, ws, lock = S
+    queued = 0
+    for i in range(n):
+        s = slots[i]
+        if rules.lazy_resume(s, ws):
+            wake[s] = 1
+            nv.futex_wake(wake, s, 1)
+        else:
+            slots[queued] = s
+            queued += 1
+    if queued == 0:
+        return
+    woken = np.empty(2 * queued, np.int64)
+    nv.mutex_lock(lock)
+    now = nv.monotonic_ns()
+    for i in range(queued):
+        woken[2 * i], woken[2 * i + 1] = rules.acquire(header, cpus, jobs, workers, wake,
+                                                       header[0].hi, slots[i], now, hw, ws)
+    nv.mutex_unlock(lock)
+    for i in range(2 * queued):
+        _wake(wake, woken[i])
+
+
+@_inner
+def _all_at(arrive, epoch):
+    for e in arrive:
+        if e < epoch:
+            return False
+    return True
+
+
+@_inner
+def _open(S, release, parked, bslot, epoch):
+    """Open barrier ``epoch``: publish it, then claim every waiter parked at it (each by
+    exactly one opener: compare-exchange) and resume them."""
+    exchange(release, 0, epoch)
+    slots = np.empty(len(parked), np.int64)
+    n = 0
+    for t in range(len(parked)):
+        if parked[t] == epoch and compare_exchange(parked, t, epoch, 0):
+            slots[n] = bslot[t]
+            n += 1
+    _resume(S, slots, n)
+
+
+@_inner
+def _missing_all_hold_tokens(workers, arrive, bslot, epoch):
+    for t in range(len(arrive)):
+        if arrive[t] < epoch:
+            s = bslot[t]
+            if s < 0 or workers[s].state != RUNNING:
+                return False
+    return True
+
+
+@_inner
+def _wait_token(S, me, timeout_ns):
+    header, cpus, jobs, workers, wake, hw, ws, lock = S
+    while True:
+        st = workers[me].state  # read once: a grant may land between two reads
+        if st == RUNNING:
+            return GRANTED
+        if st != WAITING and st != BLOCKED and st != LAZY:
+            return TAKEN
+        if nv.futex_wait(wake, me, 0, timeout_ns) == nv.TIMED_OUT:
+            return TIMED_OUT
+
+
+@numba.njit(nogil=True, cache=True)
+def wait_token(S, me, timeout_ns):
+    """Sleep until worker ``me`` holds a token: GRANTED, TIMED_OUT (the caller looks for
+    dead holders and waits again) or TAKEN (the slot was reclaimed)."""
+    return _wait_token(S, me, timeout_ns)
+
+
+@numba.njit(nogil=True, cache=True)
+def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, timeout_ns, spun):
+    """Barrier ``epoch`` under coop for worker ``t`` (arbiter slot ``me``), already
+    arrived: spin while every missing partner holds a token (not under ``block``; for at
+    most ``spin_ns`` under ``spin-block``), else park — keep the token lazily or hand it
+    on, publish, re-check — and sleep until the token is ours again. ``spun[0]`` gets the
+    spin time in ns. OPENED (never parked), or wait_token's result after parking."""
+    header, cpus, jobs, workers, wake, hw, ws, lock = S
+    t0 = nv.monotonic_ns()
+    while release[0] < epoch:
+        if _all_at(arrive, epoch):
+            _open(S, release, parked, bslot, epoch)
+            break
+        now = nv.monotonic_ns()
+        if (policy != BLOCK and (policy == SPIN or now - t0 < spin_ns)
+                and _missing_all_hold_tokens(workers, arrive, bslot, epoch)):
+            continue  # they are running: they will be here soon
+        spun[0] = now - t0
+        if not rules.lazy_park(header, workers, wake, me, ws):
+            _release(S, me)
+        exchange(parked, t, epoch)  # publish, then re-check: see barrier._park
+        if release[0] >= epoch:
+            if compare_exchange(parked, t, epoch, 0):  # opened before the opener saw us
+                one = np.empty(1, np.int64)
+                one[0] = me
+                _resume(S, one, 1)
+        elif _all_at(arrive, epoch):  # the last arrival after all (it missed our store)
+            _open(S, release, parked, bslot, epoch)
+        return _wait_token(S, me, timeout_ns)
+    spun[0] = nv.monotonic_ns() - t0
+    return OPENED
+
+
+@numba.njit(nogil=False, cache=True)
+def open_coop(S, release, parked, bslot, epoch):
+    """The last arrival opens barrier ``epoch`` (keeps the GIL: it runs on)."""
+    _open(S, release, parked, bslot, epoch)
+
+
+def prepare() -> None:
+    """Compile (or load) every entry point on a private state, before any fork."""
+    from .state import State
+
+    st = State.private([0], 1, max_jobs=2, max_workers=4)
+    S = regions(st)
+    arrive = np.zeros(2, np.int64)
+    parked = np.zeros(2, np.int64)
+    bslot = np.full(2, -1, np.int32)
+    release = np.zeros(1, np.int32)
+    arrive[:] = 1
+    open_coop(S, release, parked, bslot, 1)
+    wait_coop(S, arrive, release, parked, bslot, 0, 0, 1, BLOCK, 0, 0, np.zeros(1, np.int64))
+    wait_token(S, 0, 0)  # slot 0 is free: TAKEN at once
