@@ -1,6 +1,7 @@
 """The shared-memory arbiter with real threads and processes: tokens never exceed the
-CPUs, a SIGKILLed holder's token is reclaimed within a second, the segment goes with the
-last participant, and foreign or malformed segments are refused."""
+CPUs, a SIGKILLed holder's token is reclaimed within a second (also one killed inside the
+lock), the segment goes with the last participant, and foreign or malformed segments are
+refused."""
 from __future__ import annotations
 
 import os
@@ -95,6 +96,35 @@ def test_killed_holder_is_reclaimed_within_a_second(seg):
         os.waitpid(pid, 0)
         assert waited < 1.1, waited
         assert a.state.header["reclaimed"][0] == 1
+        me.leave()
+        a.leave_job(j)
+        os.close(ready[0]), os.close(ready[1])
+
+
+def test_a_participant_killed_inside_the_lock_does_not_wedge_the_node(seg):
+    """The segment's mutex is robust: a process SIGKILLed while holding it (and a token)
+    leaves it to the next locker, which reclaims the dead worker's token at once."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        ready = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                w = a.worker(j)
+                w.acquire()
+                with a.locked():
+                    os.write(ready[1], b"x")
+                    time.sleep(60)
+            finally:
+                os._exit(0)
+        assert os.read(ready[0], 1) == b"x"
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        t0 = time.monotonic()
+        me = a.worker(j)       # takes the lock the dead child held
+        assert me.acquire() == CPUS[0]
+        assert time.monotonic() - t0 < 0.5
+        assert a.state.header["reclaimed"][0] == 1 and not a.state.check_invariants()
         me.leave()
         a.leave_job(j)
         os.close(ready[0]), os.close(ready[1])

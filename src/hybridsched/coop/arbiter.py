@@ -338,8 +338,9 @@ class Arbiter:
         self.post(woken)
 
     def post(self, slots: list[int]) -> None:
+        """Wake the workers just granted a token (pinned to its CPU first: see handoff)."""
         for s in slots:
-            futex.wake(self._wake0 + 4 * s, 1)
+            handoff.post(self.regions, s)
 
 
 class Worker:
@@ -362,6 +363,8 @@ class Worker:
     def acquire(self) -> int:
         """Run as soon as a token is ours; returns the CPU (the thread is pinned to it)."""
         a = self.arbiter
+        # the thread that runs is the one a granter pins (registration may be elsewhere)
+        a.state.workers["tid"][self.slot] = threading.get_native_id()
         with a.locked() as st:
             woken = st.acquire(self.slot, _now())
         a.post([w for w in woken if w != self.slot])

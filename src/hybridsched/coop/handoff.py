@@ -39,9 +39,28 @@ def regions(state) -> tuple:
 
 
 @_inner
-def _wake(wake, slot):
-    if slot >= 0:
-        nv.futex_wake(wake, slot, 1)
+def _wake(S, slot):
+    """Wake worker ``slot``, just granted a token, pinned to the token's CPU first: a woken
+    thread runs where its mask allows, and on its old CPU (another token holder's) it
+    would wait for that holder's tick to be preempted before it could move itself, the
+    token's CPU idle meanwhile (measured: ~2 ms of idle CPU per hand-off, 10 % of a
+    prolific run at k = 1.5 N). The thread pins itself too, so a failed hint only costs
+    that wait. A tid outlives its worker only in a slot not yet reclaimed, whose grant
+    would wake nobody anyway."""
+    if slot < 0:
+        return
+    header, cpus, jobs, workers, wake, hw, ws, lock = S
+    r = workers[slot]
+    ci = r.cpu
+    if r.tid > 0 and ci >= 0:
+        nv.set_affinity(r.tid, cpus[ci].cpu)
+    nv.futex_wake(wake, slot, 1)
+
+
+@numba.njit(nogil=False, cache=True)
+def post(S, slot):
+    """:func:`_wake` for Python callers (the arbiter's locked paths)."""
+    _wake(S, slot)
 
 
 @_inner
@@ -51,7 +70,7 @@ def _release(S, me):
     nv.mutex_lock(lock)
     woken = rules.release(header, cpus, jobs, workers, wake, header[0].hi, me, nv.monotonic_ns())
     nv.mutex_unlock(lock)
-    _wake(wake, woken)
+    _wake(S, woken)
 
 
 @_inner
@@ -62,7 +81,7 @@ def _resume(S, slots, n):
     queued = 0
     for i in range(n):
         s = slots[i]
-        if rules.lazy_resume(s, ws):
+        if rules.lazy_resume(workers, s, ws):
             wake[s] = 1
             nv.futex_wake(wake, s, 1)
         else:
@@ -78,7 +97,7 @@ def _resume(S, slots, n):
                                                        header[0].hi, slots[i], now, hw, ws)
     nv.mutex_unlock(lock)
     for i in range(2 * queued):
-        _wake(wake, woken[i])
+        _wake(S, woken[i])
 
 
 @_inner
@@ -186,3 +205,4 @@ def prepare() -> None:
     open_coop(S, release, parked, bslot, 1)
     wait_coop(S, arrive, release, parked, bslot, 0, 0, 1, BLOCK, 0, 0, np.zeros(1, np.int64))
     wait_token(S, 0, 0)  # slot 0 is free: TAKEN at once
+    post(S, -1)

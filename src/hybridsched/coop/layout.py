@@ -13,7 +13,8 @@ STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "b
 MAGIC = b"HSCOOP01"
 # 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only),
 # ``reclaim_ns`` (when the dead were last looked for) and the LAZY state;
-# 3: the ``lock`` region (a robust process-shared mutex, see native.py) instead of an flock
+# 3: the ``lock`` region (a robust process-shared mutex, see native.py) instead of an flock,
+# and each worker's thread id (``tid``: the granter pins the thread it wakes)
 VERSION = 3
 LOCK_BYTES = 64  # a glibc pthread_mutex_t (40 bytes) on a cache line of its own
 
@@ -28,7 +29,7 @@ CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "
 JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")])
 WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
                          ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
-                         ("acquired_ns", "i8")])
+                         ("acquired_ns", "i8"), ("tid", "i4"), ("_pad", "i4", (3,))])
 
 
 def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:

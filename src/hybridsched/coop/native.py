@@ -139,6 +139,24 @@ def mutex_lock(region):
 
 
 @intrinsic
+def set_affinity(typingctx, tid, cpu):
+    """sched_setaffinity(tid, {cpu}); 0 or -1 (a hint: the thread pins itself as well)."""
+    def codegen(context, builder, sig, args):
+        mask_t = ir.ArrayType(_i64, 16)  # a glibc cpu_set_t: 1024 CPUs
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_i32, [_i32, _i64, _i8p]), "sched_setaffinity")
+        mask = cgutils.alloca_once(builder, mask_t)
+        builder.store(ir.Constant(mask_t, None), mask)
+        c = context.cast(builder, args[1], sig.args[1], types.int64)
+        word = cgutils.gep_inbounds(builder, mask, 0, builder.udiv(c, ir.Constant(_i64, 64)))
+        builder.store(builder.shl(ir.Constant(_i64, 1), builder.urem(c, ir.Constant(_i64, 64))), word)
+        t = context.cast(builder, args[0], sig.args[0], types.int32)
+        r = builder.call(fn, [t, ir.Constant(_i64, 128), builder.bitcast(mask, _i8p)])
+        return builder.sext(r, _i64)
+    return types.int64(tid, cpu), codegen
+
+
+@intrinsic
 def monotonic_ns(typingctx):
     """clock_gettime(CLOCK_MONOTONIC) in nanoseconds: time.monotonic_ns's clock."""
     def codegen(context, builder, sig, args):

@@ -28,7 +28,9 @@ from ..atomics import compare_exchange, fetch_add
 from .layout import BLOCKED, FREE, HEADER_DTYPE, LAZY, RUNNING, WAITING, WORKER_DTYPE, word_index
 
 # where the lock-free paths find a worker's state and the header's waiting count in int32
-# views of the regions (compile-time constants)
+# views of the regions (compile-time constants). numba's cache does not see a change of
+# these: every function that uses one also takes the record array it describes, whose type
+# (the layout) is part of the cached signature, so a new layout compiles anew.
 W_STRIDE, W_STATE = word_index(WORKER_DTYPE, "state")
 _, H_WAITING = word_index(HEADER_DTYPE, "waiting")
 
@@ -204,8 +206,9 @@ def lazy_park(header, workers, wake, w, ws):
 
 
 @_jit
-def lazy_resume(w, ws):
-    """LAZY -> RUNNING (lock-free): True if the worker still had its token."""
+def lazy_resume(workers, w, ws):
+    """LAZY -> RUNNING (lock-free): True if the worker still had its token. (``workers``
+    only keys the cache to the layout: see W_STRIDE.)"""
     return compare_exchange(ws, w * W_STRIDE + W_STATE, LAZY, RUNNING)
 
 

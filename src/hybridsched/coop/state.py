@@ -94,6 +94,7 @@ class State:
         row = self.workers[w]
         row["used"], row["pid"], row["job"], row["state"] = 1, pid, job, BLOCKED
         row["cpu"], row["last_cpu"], row["seq"], row["held_ns"] = -1, -1, 0, 0
+        row["tid"] = 0  # set by the thread that runs it (Worker.acquire); 0: never pinned
         self.wake[w] = 0
         if w >= self.header["hi"][0]:
             self.header["hi"][0] = w + 1
@@ -154,7 +155,7 @@ class State:
     def lazy_resume(self, w: int) -> bool:
         """A LAZY worker is wanted again: True if it still has its token (RUNNING now).
         No lock. False: it was revoked and must queue under the lock."""
-        return bool(rules.lazy_resume(w, self.ws))
+        return bool(rules.lazy_resume(self.workers, w, self.ws))
 
     def reclaim(self, alive: Callable[[int], bool], now: int) -> list[int]:
         """Free the slots (and pass on the tokens) of workers whose process is gone, and
