@@ -414,6 +414,11 @@ class Worker:
             except OSError:
                 pass  # the thread is gone
 
+    def repinned(self) -> None:
+        """The thread's CPU mask was changed by its owner: the next grant pins it again."""
+        self.arbiter.state.workers["pinned"][self.slot] = -1
+        self.cpu = -1
+
     def wait_granted(self) -> int:
         """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
         this worker (the coop barrier) queues it for a token on its behalf."""
@@ -448,7 +453,9 @@ class Worker:
         ci = int(st.workers["cpu"][self.slot])
         cpu = int(st.cpus["cpu"][ci])
         if cpu != self.cpu:
-            os.sched_setaffinity(0, {cpu})
+            if int(st.workers["pinned"][self.slot]) != cpu:  # else the granter did
+                os.sched_setaffinity(0, {cpu})
+                st.workers["pinned"][self.slot] = cpu
             self.cpu = cpu
         if self._policy is None and HANDOFF_POLICY is not None:
             self._batch()

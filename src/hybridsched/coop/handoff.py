@@ -52,8 +52,9 @@ def _wake(S, slot):
     header, cpus, jobs, workers, wake, hw, ws, lock = S
     r = workers[slot]
     ci = r.cpu
-    if r.tid > 0 and ci >= 0:
-        nv.set_affinity(r.tid, cpus[ci].cpu)
+    if r.tid > 0 and ci >= 0 and r.pinned != cpus[ci].cpu:  # moving a thread costs a migration
+        if nv.set_affinity(r.tid, cpus[ci].cpu) == 0:
+            r.pinned = cpus[ci].cpu
     nv.futex_wake(wake, slot, 1)
 
 

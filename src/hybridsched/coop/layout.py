@@ -29,7 +29,8 @@ CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "
 JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")])
 WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
                          ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
-                         ("acquired_ns", "i8"), ("tid", "i4"), ("_pad", "i4", (3,))])
+                         ("acquired_ns", "i8"), ("tid", "i4"), ("pinned", "i4"),
+                         ("_pad", "i4", (2,))])
 
 
 def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:

@@ -95,6 +95,7 @@ class State:
         row["used"], row["pid"], row["job"], row["state"] = 1, pid, job, BLOCKED
         row["cpu"], row["last_cpu"], row["seq"], row["held_ns"] = -1, -1, 0, 0
         row["tid"] = 0  # set by the thread that runs it (Worker.acquire); 0: never pinned
+        row["pinned"] = -1  # the CPU its thread is pinned to, as far as the arbiter knows
         self.wake[w] = 0
         if w >= self.header["hi"][0]:
             self.header["hi"][0] = w + 1

@@ -157,6 +157,8 @@ class Blas:
                             break
                         held.append(s)
                     _pin_all_threads({s.cpu for s in held})
+                    for s in held:
+                        s.repinned()
                     with ctl.limit(limits=len(held), user_api="blas"):
                         acc += float((a @ b).sum())
                     for s in held:
