@@ -151,6 +151,30 @@ def test_foreign_or_open_segments_are_refused(tmp_path, content, mode):
         os.unlink(path + ".lock")
 
 
+def test_a_segment_of_another_version_is_refused_not_reset(tmp_path):
+    """An older hybridsched's segment (another layout, so another size) may be in use: its
+    tables cannot be read, so it is refused with one clear error and left as it was."""
+    import numpy as np
+
+    from hybridsched.coop.state import HEADER_DTYPE, MAGIC, VERSION
+
+    path = str(tmp_path / "seg")
+    h = np.zeros(1, HEADER_DTYPE)
+    h["magic"], h["version"] = MAGIC, VERSION - 1
+    body = h.tobytes() + b"\0" * 5000
+    with open(path, "wb") as fh:
+        fh.write(body)
+    os.chmod(path, 0o600)
+    with pytest.raises(UsageError) as err:
+        with Arbiter(path=path):
+            pass
+    assert f"version {VERSION - 1}" in str(err.value)
+    with open(path, "rb") as fh:
+        assert fh.read() == body
+    os.unlink(path)
+    assert not os.path.exists(path + ".lock")
+
+
 def test_stale_segment_from_a_killed_run_is_recovered(seg):
     """A participant SIGKILLed while registered leaves a segment behind; the next
     attacher finds every participant dead and starts afresh."""

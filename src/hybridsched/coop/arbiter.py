@@ -253,20 +253,27 @@ class Arbiter:
             if bytes(h["magic"]) != MAGIC:
                 raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
                                  "coop run is active): refusing it")
-            if bytes(h["magic"]) == MAGIC and int(h["version"]) == VERSION:
-                # read just enough of it to see whether its workers live
+            if int(h["version"]) != VERSION:  # its tables cannot be read: never reset blindly
+                raise UsageError(f"{self.path}: coop segment version {int(h['version'])} (another "
+                                 f"hybridsched), this one speaks {VERSION}: refusing it (remove it "
+                                 "if no coop run is active)")
+            # the same version for other CPUs: see whether its workers live, under its lock
+            try:
+                m = mmap.mmap(fd, have)
+                s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
+                native.lock_from_python(s.lock)
                 try:
-                    m = mmap.mmap(fd, have)
-                    s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
                     s.reclaim(_alive, _now())
                     busy = s.participants()
-                    del s
-                    m.close()
-                except (ValueError, OSError):
-                    busy = 0
-                if busy:
-                    raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
-                                     f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
+                finally:
+                    native.unlock_from_python(s.lock)
+                del s
+                m.close()
+            except (ValueError, OSError):
+                busy = 0
+            if busy:
+                raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
+                                 f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
 
     def close(self) -> None:
         """Detach; the last participant removes the segment and its lock file."""
