@@ -192,7 +192,7 @@ def test_stale_segment_from_a_killed_run_is_recovered(seg):
     os.waitpid(pid, 0)
     assert os.path.exists(seg)
     with Arbiter(path=seg) as a:
-        assert a.state.participants() == 0 and not a.state.check_invariants()
+        assert a.state.participants() == 1 and not a.state.check_invariants()  # its own attachment
         j = a.join_job()
         wk = a.worker(j)
         assert wk.acquire() in CPUS

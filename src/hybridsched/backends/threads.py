@@ -174,10 +174,12 @@ def execute(job: Job) -> Execution:
         start = perf_counter()
         if wk is not None:
             wk.acquire()
-        chunks(w, wk)
-        end = perf_counter()
-        if wk is not None:
-            wk.leave()  # no chunk left: the worker blocks for good, its token moves on
+        try:
+            chunks(w, wk)
+        finally:
+            end = perf_counter()
+            if wk is not None:  # no chunk left (or the kernel raised): the token moves on
+                wk.leave()
         u1 = thread_usage()
         row = stats[w]
         row["pid"], row["cpu"], row["start"], row["end"] = pid, cpu, start, end

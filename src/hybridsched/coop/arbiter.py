@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from . import futex, handoff, native, rules
-from .state import HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
+from .state import ATTACHED, HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
@@ -102,6 +102,7 @@ class Arbiter:
         self._map: mmap.mmap | None = None
         self.state: State | None = None
         self.regions: tuple = ()  # the state's arrays for the compiled paths (handoff)
+        self._seat = -1  # this attachment's row in the job table
         self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
         self._owner = os.getpid()
         self._made_lock = False  # this attachment created the lock file (removed on refusal)
@@ -148,13 +149,15 @@ class Arbiter:
         dead are reclaimed first (their tokens passed on)."""
         st = self.state
         woken: list[int] = []
-        died = native.lock_from_python(st.lock)
+        held = np.zeros(1, np.int8)  # set in the call that takes the mutex: see lock_into
         try:
-            if died:
+            native.lock_into(st.lock, held)
+            if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
                 woken = st.reclaim(_alive, _now())
+                st.lock[native.DIED_AT] = 0
             yield st
         finally:
-            native.unlock_from_python(st.lock)
+            native.unlock_from(st.lock, held)
             self.post(woken)
 
     # --- attach / detach --------------------------------------------------------------
@@ -209,6 +212,7 @@ class Arbiter:
         h = self.state.header[0]
         if fresh:
             self._initialise()
+            self._take_seat()
             return
         if bytes(h["magic"]) != MAGIC:
             # a segment is created and initialised under the lock, so no one ever sees one
@@ -232,10 +236,23 @@ class Arbiter:
             raise UsageError(f"{self.path}: coop segment inconsistent while in use "
                              f"({'; '.join(problems)})")
         if not busy:
-            self._initialise()  # nobody uses it (and nobody can attach: we hold the flock)
+            # nobody alive is attached (every attachment has a row: _take_seat), and nobody
+            # can attach meanwhile: we hold the flock
+            self._initialise()
         elif list(self.state.cpus["cpu"]) != self.cpus:
             raise UsageError(f"{self.path}: the running coop jobs use CPUs "
                              f"{list(self.state.cpus['cpu'])}, not {self.cpus}")
+        self._take_seat()
+
+    def _take_seat(self) -> None:
+        """Register this attachment (a job-table row of its own, key ATTACHED): a process
+        attached between its jobs (a study between runs) keeps the segment from being
+        reset or removed under it; reclaimed like any row once the process is dead."""
+        with self.locked() as st:
+            try:
+                self._seat = st.join_job(os.getpid(), ATTACHED)
+            except ArbiterError as exc:
+                raise ResourceError(f"coop: {exc}") from None
 
     def _initialise(self) -> None:
         native.init_mutex(self.state.lock)  # before the magic that lets others in
@@ -261,16 +278,18 @@ class Arbiter:
             try:
                 m = mmap.mmap(fd, have)
                 s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
-                native.lock_from_python(s.lock)
+                held = np.zeros(1, np.int8)
                 try:
+                    native.lock_into(s.lock, held)
                     s.reclaim(_alive, _now())
                     busy = s.participants()
                 finally:
-                    native.unlock_from_python(s.lock)
+                    native.unlock_from(s.lock, held)
                 del s
                 m.close()
-            except (ValueError, OSError):
-                busy = 0
+            except (ValueError, OSError):  # its tables do not fit its header: never reset blindly
+                raise UsageError(f"{self.path}: a coop segment whose tables cannot be read "
+                                 "(remove it if no coop run is active): refusing it") from None
             if busy:
                 raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
                                  f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
@@ -281,6 +300,9 @@ class Arbiter:
             return
         with self._attaching():
             with self.locked() as st:
+                if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
+                    st.jobs["used"][self._seat] = 0
+                self._seat = -1
                 st.reclaim(_alive, _now())
                 last = st.participants() == 0 and not st.workers["used"].any()
             if last:
@@ -334,9 +356,10 @@ class Arbiter:
         scan per period for the node, not one per waiting worker (each scan reads
         /proc for every participant, CPU taken from the token holders)."""
         h = self.state.header
-        if _now() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
+        died = self.state.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
+        if not died and _now() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
             return
-        with self.locked() as st:
+        with self.locked() as st:  # reclaims at once if the death notice is up
             now = _now()
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
                 return
@@ -362,6 +385,7 @@ class Worker:
         self.switches = 0      # times this worker got a token after waiting
         self.waited_s = 0.0    # time spent queued for a token
         self._policy: tuple[int, int, int] | None = None  # (tid, policy, priority) to restore
+        self._stale_pin = False  # the owner changed the thread's mask (repinned)
 
     @property
     def holds(self) -> bool:
@@ -424,7 +448,7 @@ class Worker:
     def repinned(self) -> None:
         """The thread's CPU mask was changed by its owner: the next grant pins it again."""
         self.arbiter.state.workers["pinned"][self.slot] = -1
-        self.cpu = -1
+        self._stale_pin = True
 
     def wait_granted(self) -> int:
         """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
@@ -447,6 +471,9 @@ class Worker:
                 result = handoff.TAKEN
         while result != handoff.GRANTED:
             waited = True
+            if result == handoff.FAILED:
+                raise ResourceError(f"coop worker slot {self.slot}: waiting for a token failed "
+                                    "(futex error)")
             if result == handoff.TAKEN:
                 now_state = int(st.workers["state"][self.slot])
                 raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "
@@ -459,7 +486,8 @@ class Worker:
             self.waited_s += time.perf_counter() - t0
         ci = int(st.workers["cpu"][self.slot])
         cpu = int(st.cpus["cpu"][ci])
-        if cpu != self.cpu:
+        if cpu != self.cpu or self._stale_pin:
+            self._stale_pin = False
             if int(st.workers["pinned"][self.slot]) != cpu:  # else the granter did
                 os.sched_setaffinity(0, {cpu})
                 st.workers["pinned"][self.slot] = cpu

@@ -7,9 +7,9 @@ The protocols are those documented in :mod:`barrier` (park/open, lock-free again
 other) and :mod:`rules` (the lazy park); only the language changed. ``S`` is the arbiter
 segment's regions as a tuple (see :func:`regions`).
 
-The entry points that sleep release the GIL; the opener's keeps it (a rule runs for a
-microsecond; releasing the GIL would hand it to another thread of the process: see
-:mod:`rules`).
+Every entry point that may wait for the mutex releases the GIL (a thread of the same
+process may hold the mutex in Python and need the GIL to go on); ``post`` never waits and
+keeps it.
 """
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ from .layout import BLOCKED, LAZY, RUNNING, WAITING
 
 _inner = numba.njit(cache=True)
 
-# wait_token results (CHANGED, the third futex result, just means: look again)
-GRANTED, TIMED_OUT, TAKEN = 0, 1, 2
+# wait_token results
+GRANTED, TIMED_OUT, TAKEN, FAILED = 0, 1, 2, 3
+# the CPUs a cpu_set_t (set_affinity's mask) can name
+_MAX_CPU = 1024
 # wait_coop results
 OPENED, PARKED = 10, 11
 # barrier policies as numbers
@@ -52,9 +54,11 @@ def _wake(S, slot):
     header, cpus, jobs, workers, wake, hw, ws, lock = S
     r = workers[slot]
     ci = r.cpu
-    if r.tid > 0 and ci >= 0 and r.pinned != cpus[ci].cpu:  # moving a thread costs a migration
-        if nv.set_affinity(r.tid, cpus[ci].cpu) == 0:
-            r.pinned = cpus[ci].cpu
+    if r.used == 1 and r.tid > 0 and ci >= 0:
+        c = cpus[ci].cpu
+        if r.pinned != c and 0 <= c < _MAX_CPU:  # moving a thread costs a migration
+            if nv.set_affinity(r.tid, c) == 0:
+                r.pinned = c
     nv.futex_wake(wake, slot, 1)
 
 
@@ -91,11 +95,14 @@ def _resume(S, slots, n):
     if queued == 0:
         return
     woken = np.empty(2 * queued, np.int64)
+    woken[:] = -1
     nv.mutex_lock(lock)
     now = nv.monotonic_ns()
     for i in range(queued):
-        woken[2 * i], woken[2 * i + 1] = rules.acquire(header, cpus, jobs, workers, wake,
-                                                       header[0].hi, slots[i], now, hw, ws)
+        s = slots[i]
+        if workers[s].used == 1:  # a parked worker that died may have been reclaimed
+            woken[2 * i], woken[2 * i + 1] = rules.acquire(header, cpus, jobs, workers, wake,
+                                                           header[0].hi, s, now, hw, ws)
     nv.mutex_unlock(lock)
     for i in range(2 * queued):
         _wake(S, woken[i])
@@ -136,14 +143,19 @@ def _missing_all_hold_tokens(workers, arrive, bslot, epoch):
 @_inner
 def _wait_token(S, me, timeout_ns):
     header, cpus, jobs, workers, wake, hw, ws, lock = S
+    deadline = nv.monotonic_ns() + timeout_ns  # signals do not restart the timeout
     while True:
         st = workers[me].state  # read once: a grant may land between two reads
         if st == RUNNING:
             return GRANTED
         if st != WAITING and st != BLOCKED and st != LAZY:
             return TAKEN
-        if nv.futex_wait(wake, me, 0, timeout_ns) == nv.TIMED_OUT:
+        left = deadline - nv.monotonic_ns()
+        if left <= 0:
             return TIMED_OUT
+        r = nv.futex_wait(wake, me, 0, left)
+        if r == nv.FAILED:
+            return FAILED
 
 
 @numba.njit(nogil=True, cache=True)
@@ -186,9 +198,10 @@ def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, 
     return OPENED
 
 
-@numba.njit(nogil=False, cache=True)
+@numba.njit(nogil=True, cache=True)
 def open_coop(S, release, parked, bslot, epoch):
-    """The last arrival opens barrier ``epoch`` (keeps the GIL: it runs on)."""
+    """The last arrival opens barrier ``epoch``. Releases the GIL: it may wait for the
+    mutex, which a thread of its own process may hold in Python."""
     _open(S, release, parked, bslot, epoch)
 
 

@@ -31,8 +31,9 @@ from .layout import LOCK_BYTES
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221, "s390x": 238}.get(os.uname().machine, -1)
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 EOWNERDEAD = errno.EOWNERDEAD
-# futex_wait results
-WOKEN, TIMED_OUT, CHANGED = 0, 1, 2
+# futex_wait results: woken (or spurious), the timeout ran out, the word was not the
+# expected one, a signal came, any other error (a bad address or timeout)
+WOKEN, TIMED_OUT, CHANGED, INTERRUPTED, FAILED = 0, 1, 2, 3, 4
 
 _i8p = ir.IntType(8).as_pointer()
 _i32, _i64 = ir.IntType(32), ir.IntType(64)
@@ -62,7 +63,7 @@ def _syscall(builder, args):
 @intrinsic
 def futex_wait(typingctx, words, idx, expected, timeout_ns):
     """Sleep while ``words[idx] == expected`` (an int32 of a shared mapping), at most
-    ``timeout_ns``: WOKEN, TIMED_OUT, or CHANGED (the word differed, or a signal)."""
+    ``timeout_ns``: WOKEN, TIMED_OUT, CHANGED, INTERRUPTED or FAILED."""
     if not (isinstance(words, types.Array) and words.dtype == types.int32):
         return None
 
@@ -83,8 +84,11 @@ def futex_wait(typingctx, words, idx, expected, timeout_ns):
                 bb_ok = builder.block
             with otherwise:
                 e = _errno(builder)
-                timed = builder.icmp_signed("==", e, ir.Constant(_i32, errno.ETIMEDOUT))
-                other = builder.select(timed, ir.Constant(_i64, TIMED_OUT), ir.Constant(_i64, CHANGED))
+                other = ir.Constant(_i64, FAILED)
+                for code, res in ((errno.EINTR, INTERRUPTED), (errno.EAGAIN, CHANGED),
+                                  (errno.ETIMEDOUT, TIMED_OUT)):
+                    hit = builder.icmp_signed("==", e, ir.Constant(_i32, code))
+                    other = builder.select(hit, ir.Constant(_i64, res), other)
                 bb_err = builder.block
         phi = builder.phi(_i64)
         phi.add_incoming(ir.Constant(_i64, WOKEN), bb_ok)
@@ -127,14 +131,23 @@ mutex_unlock = _pthread("pthread_mutex_unlock")
 _consistent = _pthread("pthread_mutex_consistent")
 
 
+# A byte of the lock region past glibc's pthread_mutex_t (40 bytes): set by whoever takes
+# the mutex from a dead owner, cleared by the reclaim scan that follows (Arbiter.reclaim_due
+# runs it at once when set), so a death noticed by a compiled hand-off is not lost.
+DIED_AT = 48
+
+
 @numba.njit(nogil=True, cache=True)
 def mutex_lock(region):
     """Lock the segment's mutex; True if its last owner died holding it (the state it
-    guarded may be half-changed: the caller's reclaim scan repairs what it can)."""
+    guarded may be half-changed: the death notice asks for a reclaim scan)."""
     r = _lock(region)
     if r == EOWNERDEAD:
         _consistent(region)
+        region[DIED_AT] = 1
         return True
+    if r != 0:  # EINVAL (not a mutex), EDEADLK (ours already): never go on unlocked
+        raise RuntimeError("coop: cannot lock the arbiter's mutex")
     return False
 
 
@@ -142,7 +155,7 @@ def mutex_lock(region):
 def set_affinity(typingctx, tid, cpu):
     """sched_setaffinity(tid, {cpu}); 0 or -1 (a hint: the thread pins itself as well)."""
     def codegen(context, builder, sig, args):
-        mask_t = ir.ArrayType(_i64, 16)  # a glibc cpu_set_t: 1024 CPUs
+        mask_t = ir.ArrayType(_i64, 16)  # a glibc cpu_set_t: 1024 CPUs (callers check)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(_i32, [_i32, _i64, _i8p]), "sched_setaffinity")
         mask = cgutils.alloca_once(builder, mask_t)
@@ -174,16 +187,58 @@ def monotonic_ns(typingctx):
 # --- from Python ------------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
-# Through CDLL the call releases the GIL: a locker that has to wait must not hold it, or a
-# thread of its own process holding the mutex (Python code under the lock) could never go on.
-_py_lock = _libc.pthread_mutex_lock
-_py_lock.argtypes = [ctypes.c_void_p]
-_py_lock.restype = ctypes.c_int
+
+# How long a Python locker waits in one compiled call before it looks at signals: the delay
+# a Ctrl-C sees while another participant holds the lock, against a wake-up per slice.
+_SLICE_NS = 50_000_000
+
+
+@intrinsic
+def _timedlock(typingctx, region, ns):
+    """pthread_mutex_timedlock for at most ``ns`` from now (CLOCK_REALTIME, as it wants)."""
+    if not isinstance(region, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ts_t = ir.LiteralStructType([_i64, _i64])
+        now = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i32, [_i32, ts_t.as_pointer()]),
+                                             "clock_gettime")
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i32, [_i8p, ts_t.as_pointer()]),
+                                            "pthread_mutex_timedlock")
+        ts = cgutils.alloca_once(builder, ts_t)
+        builder.call(now, [ir.Constant(_i32, 0), ts])  # 0 = CLOCK_REALTIME
+        billion = ir.Constant(_i64, 1_000_000_000)
+        sec_p, nsec_p = cgutils.gep_inbounds(builder, ts, 0, 0), cgutils.gep_inbounds(builder, ts, 0, 1)
+        total = builder.add(builder.load(nsec_p), context.cast(builder, args[1], sig.args[1], types.int64))
+        builder.store(builder.add(builder.load(sec_p), builder.sdiv(total, billion)), sec_p)
+        builder.store(builder.srem(total, billion), nsec_p)
+        r = builder.call(fn, [_data(context, builder, sig.args[0], args[0]), ts])
+        return builder.sext(r, _i64)
+    return types.int64(region, ns), codegen
 
 
 @numba.njit(nogil=False, cache=True)
-def _try(region):
-    return mutex_trylock(region)
+def _try_into(region, held):
+    r = mutex_trylock(region)
+    if r == 0 or r == EOWNERDEAD:
+        held[0] = 1
+        if r == EOWNERDEAD:
+            _consistent(region)
+            region[DIED_AT] = 1
+    return r
+
+
+@numba.njit(nogil=True, cache=True)
+def _wait_into(region, held, ns):
+    """One slice of waiting, the GIL released (a thread of this process holding the mutex
+    may need it to go on)."""
+    r = _timedlock(region, ns)
+    if r == 0 or r == EOWNERDEAD:
+        held[0] = 1
+        if r == EOWNERDEAD:
+            _consistent(region)
+            region[DIED_AT] = 1
+    return r
 
 
 @numba.njit(nogil=False, cache=True)
@@ -194,33 +249,37 @@ def _unlock(region):
 def init_mutex(region) -> None:
     """Make ``region`` (a uint8 view of LOCK_BYTES of a shared mapping) a robust,
     process-shared mutex; nobody may be using it."""
+    region[DIED_AT] = 0
     attr = ctypes.create_string_buffer(64)  # pthread_mutexattr_t is 4 bytes on glibc
     addr = ctypes.c_void_p(region.ctypes.data)
     for step, rc in (("attr_init", _libc.pthread_mutexattr_init(attr)),
                      ("setpshared", _libc.pthread_mutexattr_setpshared(attr, 1)),  # PTHREAD_PROCESS_SHARED
                      ("setrobust", _libc.pthread_mutexattr_setrobust(attr, 1)),    # PTHREAD_MUTEX_ROBUST
+                     # PTHREAD_MUTEX_ERRORCHECK: relocking by its owner fails (EDEADLK), not hangs
+                     ("settype", _libc.pthread_mutexattr_settype(attr, 2)),
                      ("init", _libc.pthread_mutex_init(addr, attr))):
         if rc:
             raise ResourceError(f"coop: pthread_mutex{step} failed: {os.strerror(rc)}")
     _libc.pthread_mutexattr_destroy(attr)
 
 
-def lock_from_python(region) -> bool:
-    """Lock from Python (the GIL held while it is free, released while waiting); True if
-    the last owner died holding it (made consistent)."""
-    rc = int(_try(region))
-    if rc == errno.EBUSY:
-        rc = _py_lock(ctypes.c_void_p(region.ctypes.data))
-    if rc == EOWNERDEAD:
-        _libc.pthread_mutex_consistent(ctypes.c_void_p(region.ctypes.data))
-        return True
-    if rc:
+def lock_into(region, held) -> bool:
+    """Lock from Python; ``held[0]`` becomes 1 in the same compiled call that takes the
+    mutex, so a caller that unlocks in ``finally`` when it is set never leaks the lock,
+    whenever an exception (a Ctrl-C) comes. Waits in slices, so a signal gets through
+    while another participant holds it. True if the last owner died holding it."""
+    rc = int(_try_into(region, held))
+    while rc == errno.EBUSY or rc == errno.ETIMEDOUT:
+        rc = int(_wait_into(region, held, _SLICE_NS))
+    if rc and rc != EOWNERDEAD:
         raise ResourceError(f"coop: cannot lock the arbiter ({os.strerror(rc)})")
-    return False
+    return rc == EOWNERDEAD
 
 
-def unlock_from_python(region) -> None:
-    _unlock(region)
+def unlock_from(region, held) -> None:
+    if held[0]:
+        held[0] = 0
+        _unlock(region)
 
 
 def prepare() -> None:
@@ -228,6 +287,9 @@ def prepare() -> None:
     import numpy as np
 
     m = np.zeros(LOCK_BYTES, np.uint8)
+    held = np.zeros(1, np.int8)
     init_mutex(m)
-    lock_from_python(m)
-    unlock_from_python(m)
+    lock_into(m, held)
+    unlock_from(m, held)
+    _wait_into(m, held, 0)  # free: taken at once (compiled all the same)
+    unlock_from(m, held)

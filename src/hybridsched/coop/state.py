@@ -29,6 +29,11 @@ from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MA
                      STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes, views)
 
 
+# The key of a job-table row that stands for an attached process, not a job (Arbiter):
+# counted by participants(), so a segment is never reset or removed under it.
+ATTACHED = -1
+
+
 class ArbiterError(Exception):
     """A rule of the arbiter was broken (a slot that is not ours, the tables full)."""
 
@@ -110,6 +115,7 @@ class State:
         self.jobs[j]["used"] = 0
 
     def participants(self) -> int:
+        """Job-table rows in use: jobs and attached processes (ATTACHED)."""
         return int(self.jobs["used"].sum())
 
     # --- the rules (bodies compiled in :mod:`rules`) -------------------------------
