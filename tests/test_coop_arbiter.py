@@ -292,3 +292,78 @@ def test_the_coop_barrier_queues_parked_waiters_without_waking_them(seg):
     # a few readings may catch it between the two
     assert len(seen_waiting) >= steps // 2
     assert seen_waiting.count(WAITING) >= 0.8 * len(seen_waiting), seen_waiting
+
+
+def test_the_opener_never_grants_a_reclaimed_slot():
+    """A parked worker that died and was reclaimed (FREE) is skipped when the last partner
+    opens the barrier: no token is left held by a slot nobody owns."""
+    import numpy as np
+
+    from hybridsched.coop import handoff
+    from hybridsched.coop.state import State
+
+    st = State.private([0, 1], 10**9)
+    j = st.join_job(1)
+    a, b = st.join_worker(j, 1), st.join_worker(j, 1)
+    st.acquire(b, 0)
+    st.leave_worker(a, 1)                        # a: parked, then reclaimed
+    handoff._resume(handoff.regions(st), np.array([a], np.int64), 1)
+    assert int(st.workers["state"][a]) == 0 and a not in list(st.cpus["holder"])
+    assert not st.check_invariants()
+
+
+def test_ctrl_c_while_waiting_for_the_lock_leaks_nothing(seg):
+    """A process waiting for the arbiter's mutex that gets SIGINT raises at once (the
+    wait is sliced) and never leaves the mutex held: the holder takes it again, and a
+    new participant attaches."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom hybridsched.coop.arbiter import Arbiter\n"
+        "with Arbiter(path=sys.argv[1]) as a:\n"
+        "    with a.locked():\n        print('in', flush=True); sys.stdin.readline()\n"
+        "    t0 = time.monotonic()\n    with a.locked():\n        pass\n"
+        "    print(round(time.monotonic() - t0, 3), flush=True)\n"), seg],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "in"
+        victim = subprocess.Popen([sys.executable, "-c", (
+            "import sys\nfrom hybridsched.coop.arbiter import Arbiter\n"
+            "a = Arbiter(path=sys.argv[1])\nprint('ready', flush=True)\n"
+            "try:\n    a.__enter__()\nexcept KeyboardInterrupt:\n    sys.exit(3)\na.close()\n"),
+            seg], stdout=subprocess.PIPE, text=True)
+        assert victim.stdout.readline().strip() == "ready"
+        time.sleep(0.5)                           # in its wait for the holder's mutex
+        t0 = time.monotonic()
+        victim.send_signal(signal.SIGINT)
+        assert victim.wait(5) == 3 and time.monotonic() - t0 < 1.0
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert float(holder.stdout.readline()) < 0.5  # the mutex is free again
+        assert holder.wait(10) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    with Arbiter(path=seg):
+        pass
+
+
+def test_a_kernel_that_raises_under_coop_gives_its_token_back(tmp_path):
+    """Thread workers leave the arbiter even when the kernel raises: the next repetition
+    gets the tokens (before, the failed worker's token stayed held and rep 2 hung)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "failkern.py").write_text(
+        "def fail_on_5(data, first, count):\n"
+        "    if first <= 5 < first + count:\n"
+        "        raise RuntimeError('kernel failed on frame 5')\n"
+        "    data[first:first + count].sort(axis=-1)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "hybridsched", "run", "--coop", "-s", "dynamic",
+                        "-k", "2", "--frames", "40", "--height", "8", "--width", "16", "--reps", "2",
+                        "--kernel", "failkern:fail_on_5", "--verify", "none", "--dispatch", "python",
+                        "--out", str(tmp_path / "f.h5")],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0 and "kernel failed on frame 5" in p.stderr, p.stderr[-2000:]
