@@ -27,8 +27,8 @@ _inner = numba.njit(cache=True)
 GRANTED, TIMED_OUT, TAKEN, FAILED = 0, 1, 2, 3
 # the CPUs a cpu_set_t (set_affinity's mask) can name
 _MAX_CPU = 1024
-# wait_coop results
-OPENED, PARKED = 10, 11
+# wait_coop: returned when it never parked (else wait_token's result)
+OPENED = 10
 # barrier policies as numbers
 BLOCK, SPIN, SPIN_BLOCK = 0, 1, 2
 POLICY_CODES = {"block": BLOCK, "spin": SPIN, "spin-block": SPIN_BLOCK}
