@@ -208,7 +208,6 @@ class Arbiter:
             os.close(fd)
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
         self.regions = handoff.regions(self.state)
-        self._wake0 = futex.address(self.state.wake, 0)  # numpy's .ctypes costs µs per use
         h = self.state.header[0]
         if fresh:
             self._initialise()

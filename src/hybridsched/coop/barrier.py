@@ -37,19 +37,12 @@ import numpy as np
 
 from ..atomics import exchange
 from . import futex, handoff
+from .handoff import all_at as _all_at
 from .arbiter import RECLAIM_POLL_S
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
 # a spinning or parking waiter makes several per step); they hold the GIL like the rules.
 _jit = numba.njit(nogil=False, cache=True)
-
-
-@_jit
-def _all_at(arrive, epoch):
-    for e in arrive:
-        if e < epoch:
-            return False
-    return True
 
 
 @_jit

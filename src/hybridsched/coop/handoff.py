@@ -109,7 +109,8 @@ def _resume(S, slots, n):
 
 
 @_inner
-def _all_at(arrive, epoch):
+def all_at(arrive, epoch):
+    """Whether every worker has arrived at ``epoch`` (also the Python barrier's test)."""
     for e in arrive:
         if e < epoch:
             return False
@@ -175,7 +176,7 @@ def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, 
     header, cpus, jobs, workers, wake, hw, ws, lock = S
     t0 = nv.monotonic_ns()
     while release[0] < epoch:
-        if _all_at(arrive, epoch):
+        if all_at(arrive, epoch):
             _open(S, release, parked, bslot, epoch)
             break
         now = nv.monotonic_ns()
@@ -191,7 +192,7 @@ def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, 
                 one = np.empty(1, np.int64)
                 one[0] = me
                 _resume(S, one, 1)
-        elif _all_at(arrive, epoch):  # the last arrival after all (it missed our store)
+        elif all_at(arrive, epoch):  # the last arrival after all (it missed our store)
             _open(S, release, parked, bslot, epoch)
         return _wait_token(S, me, timeout_ns)
     spun[0] = nv.monotonic_ns() - t0

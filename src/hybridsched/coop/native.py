@@ -26,10 +26,11 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..errors import ResourceError
+from . import futex
 from .layout import LOCK_BYTES
 
-_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221, "s390x": 238}.get(os.uname().machine, -1)
-_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_SYS_FUTEX = -1 if futex._SYS_FUTEX is None else futex._SYS_FUTEX  # unused where unavailable
+_FUTEX_WAIT, _FUTEX_WAKE = futex._FUTEX_WAIT, futex._FUTEX_WAKE
 EOWNERDEAD = errno.EOWNERDEAD
 # futex_wait results: woken (or spurious), the timeout ran out, the word was not the
 # expected one, a signal came, any other error (a bad address or timeout)
@@ -137,18 +138,24 @@ _consistent = _pthread("pthread_mutex_consistent")
 DIED_AT = 48
 
 
+@numba.njit(cache=True)
+def _took(region, r):
+    """After a lock call returned ``r``: whether the mutex is now ours; from a dead owner
+    it is made consistent and the death notice set."""
+    if r == EOWNERDEAD:
+        _consistent(region)
+        region[DIED_AT] = 1
+    return r == 0 or r == EOWNERDEAD
+
+
 @numba.njit(nogil=True, cache=True)
 def mutex_lock(region):
     """Lock the segment's mutex; True if its last owner died holding it (the state it
     guarded may be half-changed: the death notice asks for a reclaim scan)."""
     r = _lock(region)
-    if r == EOWNERDEAD:
-        _consistent(region)
-        region[DIED_AT] = 1
-        return True
-    if r != 0:  # EINVAL (not a mutex), EDEADLK (ours already): never go on unlocked
+    if not _took(region, r):  # EINVAL (not a mutex), EDEADLK (ours already): never go on unlocked
         raise RuntimeError("coop: cannot lock the arbiter's mutex")
-    return False
+    return r == EOWNERDEAD
 
 
 @intrinsic
@@ -220,11 +227,8 @@ def _timedlock(typingctx, region, ns):
 @numba.njit(nogil=False, cache=True)
 def _try_into(region, held):
     r = mutex_trylock(region)
-    if r == 0 or r == EOWNERDEAD:
+    if _took(region, r):
         held[0] = 1
-        if r == EOWNERDEAD:
-            _consistent(region)
-            region[DIED_AT] = 1
     return r
 
 
@@ -233,11 +237,8 @@ def _wait_into(region, held, ns):
     """One slice of waiting, the GIL released (a thread of this process holding the mutex
     may need it to go on)."""
     r = _timedlock(region, ns)
-    if r == 0 or r == EOWNERDEAD:
+    if _took(region, r):
         held[0] = 1
-        if r == EOWNERDEAD:
-            _consistent(region)
-            region[DIED_AT] = 1
     return r
 
 
