@@ -13,6 +13,7 @@ import pytest
 
 from hybridsched.coop import futex
 from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.layout import WAITING
 from hybridsched.errors import UsageError
 from hybridsched.sysinfo import usable_cpus
 
@@ -242,6 +243,35 @@ def test_a_token_holder_runs_sched_batch_and_leave_restores_its_policy(seg):
         a.leave_job(j)
     assert got["holding"] == os.SCHED_BATCH
     assert got["after"] == got["before"] == os.SCHED_OTHER
+
+
+def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
+    """The first grant to a worker must not preempt its granter either (traced: two
+    involuntary switches per worker per run when the policy was set after the first wait)."""
+    seen = {}
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        holder, waiter = a.worker(j), a.worker(j)
+        go = threading.Event()
+
+        def body():
+            seen["tid"] = threading.get_native_id()
+            go.wait(5)
+            waiter.acquire()
+            waiter.leave()
+        t = threading.Thread(target=body)
+        t.start()  # before the holder's policy changes: a new thread inherits it
+        holder.acquire()
+        go.set()
+        deadline = time.monotonic() + 5
+        while a.state.workers["state"][waiter.slot] != WAITING and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen["waiting"] = os.sched_getscheduler(seen["tid"])
+        holder.leave()
+        t.join(5)
+        a.leave_job(j)
+    assert not t.is_alive()
+    assert seen["waiting"] == os.SCHED_BATCH
 
 
 def test_the_coop_barrier_queues_parked_waiters_without_waking_them(seg):

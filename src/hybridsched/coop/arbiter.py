@@ -395,6 +395,8 @@ class Worker:
         a = self.arbiter
         # the thread that runs is the one a granter pins (registration may be elsewhere)
         a.state.workers["tid"][self.slot] = threading.get_native_id()
+        if self._policy is None and HANDOFF_POLICY is not None:
+            self._batch()  # before the first wait: the first grant must not preempt either
         with a.locked() as st:
             woken = st.acquire(self.slot, _now())
         a.post([w for w in woken if w != self.slot])
