@@ -19,7 +19,6 @@ import mmap
 import os
 import stat
 import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -27,25 +26,15 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from . import futex, handoff, native, rules
-from .state import ATTACHED, HEADER_DTYPE, MAGIC, RUNNING, STATE_NAMES, VERSION, WAITING, ArbiterError, State, nbytes, views
+from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
+from .worker import RECLAIM_POLL_S, Worker, _now
+
+__all__ = ["Arbiter", "Worker", "DEFAULT_QUANTUM_S", "RECLAIM_POLL_S", "segment_path"]
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
 # workers of a job take turns many times in a run of seconds.
 DEFAULT_QUANTUM_S = 0.020
-# How long a waiting worker sleeps before checking for dead token holders: the bound on
-# how long a killed job can stall the others (issue: within a second), against one lock
-# round per period per waiting worker.
-RECLAIM_POLL_S = 0.2
-_RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
-# A worker holding a token runs as SCHED_BATCH: the same fair class and weight as
-# SCHED_OTHER, but a waking batch thread never preempts the running one (CFS/EEVDF leave
-# batch preemption to the tick). So a hand-off — post the next worker, then sleep — is two
-# voluntary switches instead of the waker being preempted by the worker it just posted
-# (measured here: 1715 -> 17 involuntary switches in 5000 same-CPU futex hand-offs).
-# Restored on leave. The trade-off: a coop worker woken by a non-coop event waits for the
-# running thread's tick instead of preempting it.
-HANDOFF_POLICY = getattr(os, "SCHED_BATCH", None)
 # Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
 # (k up to 4096) for ~300 KiB of shared memory.
 MAX_JOBS = 64
@@ -71,10 +60,6 @@ def _alive(pid: int) -> bool:
         return stat_[stat_.rindex(b")") + 2:][:1] not in (b"Z", b"X")
     except (OSError, ValueError):
         return False
-
-
-def _now() -> int:
-    return time.monotonic_ns()
 
 
 class Arbiter:
@@ -370,139 +355,3 @@ class Arbiter:
         """Wake the workers just granted a token (pinned to its CPU first: see handoff)."""
         for s in slots:
             handoff.post(self.regions, s)
-
-
-class Worker:
-    """One worker's handle. ``acquire`` before running, ``boundary`` at every chunk
-    boundary, ``block``/``acquire`` around a blocking wait, ``leave`` when done."""
-
-    def __init__(self, arbiter: Arbiter, slot: int):
-        self.arbiter = arbiter
-        self.slot = slot
-        self.cpu = -1
-        self._affinity = os.sched_getaffinity(0)  # the calling thread's, restored on leave
-        self.switches = 0      # times this worker got a token after waiting
-        self.waited_s = 0.0    # time spent queued for a token
-        self._policy: tuple[int, int, int] | None = None  # (tid, policy, priority) to restore
-        self._stale_pin = False  # the owner changed the thread's mask (repinned)
-
-    @property
-    def holds(self) -> bool:
-        return self.arbiter.state.workers["state"][self.slot] == RUNNING
-
-    def acquire(self) -> int:
-        """Run as soon as a token is ours; returns the CPU (the thread is pinned to it)."""
-        a = self.arbiter
-        # the thread that runs is the one a granter pins (registration may be elsewhere)
-        a.state.workers["tid"][self.slot] = threading.get_native_id()
-        if self._policy is None and HANDOFF_POLICY is not None:
-            self._batch()  # before the first wait: the first grant must not preempt either
-        with a.locked() as st:
-            woken = st.acquire(self.slot, _now())
-        a.post([w for w in woken if w != self.slot])
-        return self._wait_token(queued=self.slot not in woken)
-
-    def boundary(self) -> int:
-        """A scheduling point: give the CPU away if the quantum is over and others wait."""
-        a = self.arbiter
-        st = a.state
-        if not st.expired(self.slot, _now()):  # lock-free: the common case costs two reads
-            return self.cpu
-        with a.locked() as st:
-            woken = st.boundary(self.slot, _now())
-        a.post(woken)
-        return self._wait_token(queued=bool(woken))  # rotated out: we queue
-
-    def try_acquire(self) -> bool:
-        """Take a free token if one is idle right now (never waits); does not pin."""
-        with self.arbiter.locked() as st:
-            got = st.try_acquire(self.slot, _now())
-        if got:
-            self.cpu = int(st.cpus["cpu"][int(st.workers["cpu"][self.slot])])
-        return got
-
-    def block(self) -> None:
-        """About to sleep on something else: hand the token on (own job first)."""
-        a = self.arbiter
-        with a.locked() as st:
-            woken = st.release(self.slot, _now())
-        a.post(woken)
-
-    def leave(self) -> None:
-        a = self.arbiter
-        if a.state is None:
-            return
-        with a.locked() as st:
-            woken = st.leave_worker(self.slot, _now())
-        a.post(woken)
-        if self.cpu >= 0:  # the thread goes back to where it could run before
-            os.sched_setaffinity(0, self._affinity)
-            self.cpu = -1
-        if self._policy is not None:
-            tid, policy, prio = self._policy
-            self._policy = None
-            try:
-                os.sched_setscheduler(tid, policy, os.sched_param(prio))
-            except OSError:
-                pass  # the thread is gone
-
-    def repinned(self) -> None:
-        """The thread's CPU mask was changed by its owner: the next grant pins it again."""
-        self.arbiter.state.workers["pinned"][self.slot] = -1
-        self._stale_pin = True
-
-    def wait_granted(self) -> int:
-        """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
-        this worker (the coop barrier) queues it for a token on its behalf."""
-        return self._wait_token(parked=True, queued=True)
-
-    def _wait_token(self, parked: bool = False, queued: bool = False, result: int | None = None) -> int:
-        """``queued``: the caller gave its token up or queued for one, so getting one back
-        is a switch even when the grant lands before the first look. ``result``: what a
-        compiled wait (handoff) already returned."""
-        a = self.arbiter
-        st = a.state
-        t0 = time.perf_counter()
-        waited = queued
-        if result is None:
-            now_state = int(st.workers["state"][self.slot])
-            if now_state == RUNNING:
-                result = handoff.GRANTED
-            elif not parked and now_state != WAITING:
-                result = handoff.TAKEN
-        while result != handoff.GRANTED:
-            waited = True
-            if result == handoff.FAILED:
-                raise ResourceError(f"coop worker slot {self.slot}: waiting for a token failed "
-                                    "(futex error)")
-            if result == handoff.TAKEN:
-                now_state = int(st.workers["state"][self.slot])
-                raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "
-                                    f"now {STATE_NAMES.get(now_state, now_state)})")
-            if result == handoff.TIMED_OUT:
-                a.reclaim_due()
-            result = handoff.wait_token(a.regions, self.slot, _RECLAIM_POLL_NS)
-        if waited:
-            self.switches += 1
-            self.waited_s += time.perf_counter() - t0
-        ci = int(st.workers["cpu"][self.slot])
-        cpu = int(st.cpus["cpu"][ci])
-        if cpu != self.cpu or self._stale_pin:
-            self._stale_pin = False
-            if int(st.workers["pinned"][self.slot]) != cpu:  # else the granter did
-                os.sched_setaffinity(0, {cpu})
-                st.workers["pinned"][self.slot] = cpu
-            self.cpu = cpu
-        if self._policy is None and HANDOFF_POLICY is not None:
-            self._batch()
-        return cpu
-
-    def _batch(self) -> None:
-        tid = threading.get_native_id()
-        try:
-            policy, prio = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
-            if policy != HANDOFF_POLICY:
-                os.sched_setscheduler(0, HANDOFF_POLICY, os.sched_param(0))
-        except OSError:  # a real-time thread we may not demote back, or a refusing sandbox
-            policy, prio = HANDOFF_POLICY, 0
-        self._policy = (tid, policy, prio)

@@ -8,7 +8,7 @@ with the waiting policies real runtimes use:
                 throttles the spin only when *its own* process has more threads than CPUs,
                 so co-located jobs with N threads each all spin at full count.
 
-Under cooperative scheduling (a :class:`arbiter.Worker` given) a waiter spins only while
+Under cooperative scheduling (a :class:`worker.Worker` given) a waiter spins only while
 every partner still missing holds a token — it is running and will arrive soon; otherwise
 it hands its token on and *parks* in the barrier's own waiter list (nOS-V's per-primitive
 waiter lists): it sleeps on its arbiter wake word, and the last arrival queues every parked
@@ -38,7 +38,7 @@ import numpy as np
 from ..atomics import exchange
 from . import futex, handoff
 from .handoff import all_at as _all_at
-from .arbiter import RECLAIM_POLL_S
+from .worker import RECLAIM_POLL_S
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
 # a spinning or parking waiter makes several per step); they hold the GIL like the rules.
@@ -150,5 +150,5 @@ class TeamBarrier:
                               self.slot, t, worker.slot, epoch, handoff.POLICY_CODES[policy],
                               _SPIN_BLOCK_NS, _RECLAIM_POLL_NS, spun)
         if r != handoff.OPENED:  # parked: the token is ours again (or the wait goes on)
-            worker._wait_token(parked=True, queued=True, result=r)
+            worker.resumed(r)
         return int(spun[0]) / 1e9
