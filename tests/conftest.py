@@ -3,6 +3,7 @@ shared-memory segment of ours may outlive it."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import psutil
@@ -15,6 +16,17 @@ from hybridsched.workload import live_segments, our_shm_entries
 @pytest.fixture(scope="session", autouse=True)
 def _compiled():
     kernels.prepare()  # compile once, before any test forks
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _interruptible():
+    """A shell starts a background job (`.ci/run &`, nohup) with SIGINT ignored, and an
+    ignored signal stays ignored across fork and exec: the Ctrl-C tests' children would
+    never see theirs. A handler in this process is reset to the default in every child
+    it execs, so the children behave as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)
