@@ -102,6 +102,54 @@ def test_killed_holder_is_reclaimed_within_a_second(seg):
         os.close(ready[0]), os.close(ready[1])
 
 
+def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
+    """Many waiters do not all wake every period (each wake-up preempts a holder): the one
+    that made the last scan keeps the period, the others sleep longer. A holder killed
+    after they have backed off is still found within a second."""
+    from hybridsched.coop import worker as worker_mod
+
+    calls = []
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        scan = a.reclaim_due
+        a.reclaim_due = lambda: calls.append(time.monotonic()) or scan()
+        j = a.join_job()
+        ready = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # takes the only token and keeps it until killed
+            try:
+                w = a.worker(j)
+                w.acquire()
+                os.write(ready[1], b"x")
+                time.sleep(60)
+            finally:
+                os._exit(0)
+        assert os.read(ready[0], 1) == b"x"
+        got = []
+
+        def body():
+            me = a.worker(j)
+            me.acquire()
+            got.append(time.monotonic())
+            me.leave()
+        ts = [threading.Thread(target=body) for _ in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(2.0)  # long enough for every waiter to reach the longest sleep
+        n_calls = len(calls)
+        t_kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        for t in ts:
+            t.join(10)
+        os.waitpid(pid, 0)
+        a.leave_job(j)
+        os.close(ready[0]), os.close(ready[1])
+    assert len(got) == 6
+    assert min(got) - t_kill < 1.0, min(got) - t_kill
+    # every waiter on the period would have woken 6 x 2 s / 0.2 s = 60 times
+    periods = 6 * 2.0 / worker_mod.RECLAIM_POLL_S
+    assert n_calls < 0.6 * periods, n_calls
+
+
 def test_a_participant_killed_inside_the_lock_does_not_wedge_the_node(seg):
     """The segment's mutex is robust: a process SIGKILLed while holding it (and a token)
     leaves it to the next locker, which reclaims the dead worker's token at once."""

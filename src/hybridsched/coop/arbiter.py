@@ -335,21 +335,23 @@ class Arbiter:
                 raise ResourceError(f"coop: {exc}") from None
         return Worker(self, slot)
 
-    def reclaim_due(self) -> None:
+    def reclaim_due(self) -> bool:
         """Look for dead participants, unless another waiter did within the period: one
         scan per period for the node, not one per waiting worker (each scan reads
-        /proc for every participant, CPU taken from the token holders)."""
+        /proc for every participant, CPU taken from the token holders). True when this
+        call made the period's scan."""
         h = self.state.header
         died = self.state.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
         if not died and _now() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
-            return
+            return False
         with self.locked() as st:  # reclaims at once if the death notice is up
             now = _now()
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
-                return
+                return False
             h["reclaim_ns"][0] = now
             woken = st.reclaim(_alive, now)
         self.post(woken)
+        return True
 
     def post(self, slots: list[int]) -> None:
         """Wake the workers just granted a token (pinned to its CPU first: see handoff)."""

@@ -38,7 +38,6 @@ import numpy as np
 from ..atomics import exchange
 from . import futex, handoff
 from .handoff import all_at as _all_at
-from .worker import RECLAIM_POLL_S
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and
 # a spinning or parking waiter makes several per step); they hold the GIL like the rules.
@@ -61,7 +60,6 @@ SPIN_BLOCK_S = 0.001
 # extra latency of the rare store-buffer race, against a wake-up per period per sleeper.
 RECHECK_S = 0.002
 _SPIN_BLOCK_NS = int(SPIN_BLOCK_S * 1e9)
-_RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
 
 
 class TeamBarrier:
@@ -148,7 +146,7 @@ class TeamBarrier:
         spun = self._spun
         r = handoff.wait_coop(worker.arbiter.regions, self.arrive, self.release, self.parked,
                               self.slot, t, worker.slot, epoch, handoff.POLICY_CODES[policy],
-                              _SPIN_BLOCK_NS, _RECLAIM_POLL_NS, spun)
+                              _SPIN_BLOCK_NS, worker.poll_ns, spun)
         if r != handoff.OPENED:  # parked: the token is ours again (or the wait goes on)
             worker.resumed(r)
         return int(spun[0]) / 1e9
