@@ -8,8 +8,10 @@ under the segment's own mutex, robust and process-shared (:mod:`native`): the ke
 tells the next locker when a holder died, so a killed participant never wedges the
 others. A waiting worker sleeps on its own futex word in the segment; the worker that
 hands it a token sets the word and wakes it (nOS-V posts the next worker's semaphore the
-same way). A waiter wakes up every :data:`RECLAIM_POLL_S` to reclaim the tokens of holders
-that died, so a SIGKILLed job stalls the others for less than a second.
+same way). Waiters look for holders that died and reclaim their tokens: one scan for the
+node every :data:`RECLAIM_POLL_S`, the other waiters backing off (:mod:`worker`), so a
+SIGKILLed job stalls the others for less than a second. The worker's own side (taking a
+token, the scheduling points, the waits) is :class:`worker.Worker`.
 """
 from __future__ import annotations
 
