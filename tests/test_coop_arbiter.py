@@ -322,6 +322,61 @@ def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
     assert seen["waiting"] == os.SCHED_BATCH
 
 
+def test_a_handle_that_left_cannot_take_back_its_reused_slot(seg):
+    """(hostile review) After leave() the slot may go to a new worker: the old handle's
+    acquire raises, and its second leave frees nothing of the new owner's."""
+    from hybridsched.errors import ResourceError
+
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        old = a.worker(j)
+        old.leave()
+        new = a.worker(j)
+        assert new.slot == old.slot
+        with pytest.raises(ResourceError, match="after it left"):
+            old.acquire()
+        with pytest.raises(ResourceError):
+            old.boundary()
+        old.leave()
+        assert a.state.workers["used"][new.slot] == 1
+        new.acquire()
+        assert new.holds
+        new.leave()
+        a.leave_job(j)
+
+
+def test_closing_the_arbiter_first_detaches_its_workers(seg):
+    """(hostile review) A worker whose arbiter closed keeps no mapping alive, fails loudly
+    when used, and its leave still gives the thread its CPU mask and policy back."""
+    from hybridsched.errors import ResourceError
+
+    got = {}
+
+    def body():
+        before = (os.sched_getaffinity(0), os.sched_getscheduler(0))
+        a = Arbiter(path=seg, cpus=CPUS[:1]).__enter__()
+        j = a.join_job()
+        w = a.worker(j)
+        w.acquire()
+        a.close()
+        with open("/proc/self/maps") as fh:
+            got["mapped"] = seg in fh.read()
+        try:
+            w.boundary()
+        except ResourceError as exc:
+            got["boundary"] = str(exc)
+        w.leave()
+        got["restored"] = (os.sched_getaffinity(0), os.sched_getscheduler(0)) == before
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    for p in (seg, seg + ".lock"):  # a worker row was never freed: left for the next attach
+        if os.path.exists(p):
+            os.unlink(p)
+    assert got == {"mapped": False, "boundary": got.get("boundary", ""), "restored": True}
+    assert "after its arbiter closed" in got["boundary"]
+
+
 def test_the_coop_barrier_queues_parked_waiters_without_waking_them(seg):
     """One CPU, two workers of one job, block barrier: the last arrival queues the parked
     partner for the token (it wakes once, when the token comes), every step completes in

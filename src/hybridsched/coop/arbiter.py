@@ -21,6 +21,7 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -93,6 +94,7 @@ class Arbiter:
         self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
         self._owner = os.getpid()
         self._made_lock = False  # this attachment created the lock file (removed on refusal)
+        self._workers: weakref.WeakSet = weakref.WeakSet()  # handles to detach on close
 
     # --- the locks ----------------------------------------------------------------------
 
@@ -297,6 +299,8 @@ class Arbiter:
                         os.unlink(p)
                     except FileNotFoundError:
                         pass
+        for w in list(self._workers):
+            w._detach()
         self.state = None
         self.regions = ()
         try:
@@ -335,7 +339,9 @@ class Arbiter:
                 slot = st.join_worker(job, os.getpid())
             except ArbiterError as exc:
                 raise ResourceError(f"coop: {exc}") from None
-        return Worker(self, slot)
+        w = Worker(self, slot)
+        self._workers.add(w)
+        return w
 
     def reclaim_due(self) -> bool:
         """Look for dead participants, unless another waiter did within the period: one

@@ -63,13 +63,21 @@ class Worker:
         self._views()
 
     def _views(self) -> None:
-        # made once per attachment (the segment never moves): a field view of a record
-        # array costs ~0.5 µs to make, and the per-step paths read four of them. Dropped on
-        # leave, so a closed arbiter's mapping is not kept alive by a finished worker.
+        # made once (the segment never moves): a field view of a record array costs
+        # ~0.5 µs to make, and the per-step paths read four of them. Dropped on leave and
+        # when the arbiter closes (_detach), so no handle keeps a detached mapping alive.
         st = self.arbiter.state
         self._state, self._wcpu = st.workers["state"], st.workers["cpu"]
         self._pinned, self._ccpu = st.workers["pinned"], st.cpus["cpu"]
         self._waiting = st.hw[rules.H_WAITING:rules.H_WAITING + 1]
+
+    def _detach(self) -> None:
+        self._state = self._wcpu = self._pinned = self._ccpu = self._waiting = None
+
+    def _live(self) -> None:
+        if self._state is None:
+            raise ResourceError(f"coop worker slot {self.slot}: used after it left or after its "
+                                "arbiter closed")
 
     @property
     def holds(self) -> bool:
@@ -78,8 +86,7 @@ class Worker:
     def acquire(self) -> int:
         """Run as soon as a token is ours; returns the CPU (the thread is pinned to it)."""
         a = self.arbiter
-        if self._state is None:
-            self._views()
+        self._live()  # a handle that left may not take back a slot someone else now has
         # the thread that runs is the one a granter pins (registration may be elsewhere)
         a.state.workers["tid"][self.slot] = threading.get_native_id()
         if self._policy is None and HANDOFF_POLICY is not None:
@@ -91,6 +98,8 @@ class Worker:
 
     def boundary(self) -> int:
         """A scheduling point: give the CPU away if the quantum is over and others wait."""
+        if self._waiting is None:
+            self._live()
         a = self.arbiter
         st = a.state
         # lock-free: nobody waiting (one read) or the quantum not over (a compiled test)
@@ -103,6 +112,7 @@ class Worker:
 
     def try_acquire(self) -> bool:
         """Take a free token if one is idle right now (never waits); does not pin."""
+        self._live()
         with self.arbiter.locked() as st:
             got = st.try_acquire(self.slot, _now())
         if got:
@@ -111,19 +121,21 @@ class Worker:
 
     def block(self) -> None:
         """About to sleep on something else: hand the token on (own job first)."""
+        self._live()
         a = self.arbiter
         with a.locked() as st:
             woken = st.release(self.slot, _now())
         a.post(woken)
 
     def leave(self) -> None:
+        """Give the slot (and any token) back; the thread gets its own CPU mask and policy
+        back also when the arbiter was closed first. Idempotent."""
         a = self.arbiter
-        if a.state is None:
-            return
-        with a.locked() as st:
-            woken = st.leave_worker(self.slot, _now())
-        a.post(woken)
-        self._state = self._wcpu = self._pinned = self._ccpu = self._waiting = None
+        if self._state is not None and a.state is not None:
+            with a.locked() as st:
+                woken = st.leave_worker(self.slot, _now())
+            a.post(woken)
+        self._detach()
         if self.cpu >= 0:  # the thread goes back to where it could run before
             os.sched_setaffinity(0, self._affinity)
             self.cpu = -1
@@ -137,6 +149,7 @@ class Worker:
 
     def repinned(self) -> None:
         """The thread's CPU mask was changed by its owner: the next grant pins it again."""
+        self._live()
         self.arbiter.state.workers["pinned"][self.slot] = -1
         self._stale_pin = True
 
@@ -144,6 +157,7 @@ class Worker:
         """After a compiled park (handoff.wait_coop): the token is ours again. The fast
         case — granted, and on the CPU this thread is pinned to already — is a count; any
         other goes the whole way (:meth:`_wait_token`)."""
+        self._live()
         if (result == handoff.GRANTED and not self._stale_pin and self.cpu >= 0
                 and self._ccpu[self._wcpu[self.slot]] == self.cpu == self._pinned[self.slot]
                 and self._policy is not None):
@@ -154,6 +168,7 @@ class Worker:
     def wait_granted(self) -> int:
         """Sleep until a token is ours, also while still BLOCKED: a primitive that parked
         this worker (the coop barrier) queues it for a token on its behalf."""
+        self._live()
         return self._wait_token(parked=True, queued=True)
 
     def _wait_token(self, parked: bool = False, queued: bool = False, result: int | None = None) -> int:
