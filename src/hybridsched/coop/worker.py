@@ -25,11 +25,12 @@ RECLAIM_POLL_S = 0.2
 _RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
 # The longest a waiter sleeps once its wake-ups find the period's scan already made: the
 # waiter that made the last scan keeps the period, so one scan per period still happens
-# and a dead holder is found within this plus a period (under the second). Every wake-up
-# of a waiter preempts a token holder at its next tick: 30 waiters of a prolific run at
-# k = 16 N, each waking every 0.2 s, doubled the holders' context switches and took ~3 %
-# of the run (measured); longer would save more and answer a dead holder later.
-_IDLE_POLL_NS = int(0.6e9)
+# and a dead holder is found within this plus a period (0.7 s; a hostile review's worst
+# case with 0.6 s took 0.77-0.80 s, too near the second). Every wake-up of a waiter
+# preempts a token holder at its next tick: 30 waiters of a prolific run at k = 16 N, each
+# waking every 0.2 s, woke ~650 times for nothing in a 7 s run (measured); longer would
+# save more and answer a dead holder later.
+_IDLE_POLL_NS = int(0.5e9)
 # A worker holding a token runs as SCHED_BATCH: the same fair class and weight as
 # SCHED_OTHER, but a waking batch thread never preempts the running one (CFS/EEVDF leave
 # batch preemption to the tick). So a hand-off — post the next worker, then sleep — is two
