@@ -1,0 +1,156 @@
+"""One cooperating worker's side of the arbiter (coop/worker.py) with real threads and
+processes: its scheduling policy from the first wait, the waiters' back-off from the
+dead-holder poll, and what a handle may do after it left or after its arbiter closed."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.layout import WAITING
+from hybridsched.sysinfo import usable_cpus
+
+CPUS = usable_cpus()
+
+
+@pytest.fixture
+def seg(tmp_path):
+    path = str(tmp_path / "coop-seg")
+    yield path
+    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
+
+
+def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
+    """The first grant to a worker must not preempt its granter either (traced: two
+    involuntary switches per worker per run when the policy was set after the first wait)."""
+    seen = {}
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        holder, waiter = a.worker(j), a.worker(j)
+        go = threading.Event()
+
+        def body():
+            seen["tid"] = threading.get_native_id()
+            go.wait(5)
+            waiter.acquire()
+            waiter.leave()
+        t = threading.Thread(target=body)
+        t.start()  # before the holder's policy changes: a new thread inherits it
+        holder.acquire()
+        go.set()
+        deadline = time.monotonic() + 5
+        while a.state.workers["state"][waiter.slot] != WAITING and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen["waiting"] = os.sched_getscheduler(seen["tid"])
+        holder.leave()
+        t.join(5)
+        a.leave_job(j)
+    assert not t.is_alive()
+    assert seen["waiting"] == os.SCHED_BATCH
+
+
+def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
+    """Many waiters do not all wake every period (each wake-up preempts a holder): the one
+    that made the last scan keeps the period, the others sleep longer. A holder killed
+    after they have backed off is still found within a second."""
+    from hybridsched.coop import worker as worker_mod
+
+    calls = []
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        scan = a.reclaim_due
+        a.reclaim_due = lambda: calls.append(time.monotonic()) or scan()
+        j = a.join_job()
+        ready = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # takes the only token and keeps it until killed
+            try:
+                w = a.worker(j)
+                w.acquire()
+                os.write(ready[1], b"x")
+                time.sleep(60)
+            finally:
+                os._exit(0)
+        assert os.read(ready[0], 1) == b"x"
+        got = []
+
+        def body():
+            me = a.worker(j)
+            me.acquire()
+            got.append(time.monotonic())
+            me.leave()
+        ts = [threading.Thread(target=body) for _ in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(2.0)  # long enough for every waiter to reach the longest sleep
+        n_calls = len(calls)
+        t_kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        for t in ts:
+            t.join(10)
+        os.waitpid(pid, 0)
+        a.leave_job(j)
+        os.close(ready[0]), os.close(ready[1])
+    assert len(got) == 6
+    assert min(got) - t_kill < 1.0, min(got) - t_kill
+    # every waiter on the period would have woken 6 x 2 s / 0.2 s = 60 times
+    periods = 6 * 2.0 / worker_mod.RECLAIM_POLL_S
+    assert n_calls < 0.6 * periods, n_calls
+
+
+def test_a_handle_that_left_cannot_take_back_its_reused_slot(seg):
+    """(hostile review) After leave() the slot may go to a new worker: the old handle's
+    acquire raises, and its second leave frees nothing of the new owner's."""
+    from hybridsched.errors import ResourceError
+
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j = a.join_job()
+        old = a.worker(j)
+        old.leave()
+        new = a.worker(j)
+        assert new.slot == old.slot
+        with pytest.raises(ResourceError, match="after it left"):
+            old.acquire()
+        with pytest.raises(ResourceError):
+            old.boundary()
+        old.leave()
+        assert a.state.workers["used"][new.slot] == 1
+        new.acquire()
+        assert new.holds
+        new.leave()
+        a.leave_job(j)
+
+
+def test_closing_the_arbiter_first_detaches_its_workers(seg):
+    """(hostile review) A worker whose arbiter closed keeps no mapping alive, fails loudly
+    when used, and its leave still gives the thread its CPU mask and policy back."""
+    from hybridsched.errors import ResourceError
+
+    got = {}
+
+    def body():
+        before = (os.sched_getaffinity(0), os.sched_getscheduler(0))
+        a = Arbiter(path=seg, cpus=CPUS[:1]).__enter__()
+        j = a.join_job()
+        w = a.worker(j)
+        w.acquire()
+        a.close()
+        with open("/proc/self/maps") as fh:
+            got["mapped"] = seg in fh.read()
+        try:
+            w.boundary()
+        except ResourceError as exc:
+            got["boundary"] = str(exc)
+        w.leave()
+        got["restored"] = (os.sched_getaffinity(0), os.sched_getscheduler(0)) == before
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    for p in (seg, seg + ".lock"):  # a worker row was never freed: left for the next attach
+        if os.path.exists(p):
+            os.unlink(p)
+    assert got == {"mapped": False, "boundary": got.get("boundary", ""), "restored": True}
+    assert "after its arbiter closed" in got["boundary"]
