@@ -18,6 +18,15 @@ def _compiled():
     kernels.prepare()  # compile once, before any test forks
 
 
+@pytest.fixture
+def seg(tmp_path):
+    """A private path for a coop arbiter's segment; neither it nor its lock file may be
+    left behind."""
+    path = str(tmp_path / "coop-seg")
+    yield path
+    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _interruptible():
     """A shell starts a background job (`.ci/run &`, nohup) with SIGINT ignored, and an

@@ -19,13 +19,6 @@ from hybridsched.sysinfo import usable_cpus
 CPUS = usable_cpus()
 
 
-@pytest.fixture
-def seg(tmp_path):
-    path = str(tmp_path / "coop-seg")
-    yield path
-    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
-
-
 def test_segment_is_private_and_removed_by_the_last_participant(seg):
     with Arbiter(path=seg) as a:
         st = os.stat(seg)

@@ -17,13 +17,6 @@ from hybridsched.sysinfo import usable_cpus
 CPUS = usable_cpus()
 
 
-@pytest.fixture
-def seg(tmp_path):
-    path = str(tmp_path / "coop-seg")
-    yield path
-    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
-
-
 def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
     """The first grant to a worker must not preempt its granter either (traced: two
     involuntary switches per worker per run when the policy was set after the first wait)."""

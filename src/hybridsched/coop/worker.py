@@ -117,7 +117,7 @@ class Worker:
         with self.arbiter.locked() as st:
             got = st.try_acquire(self.slot, _now())
         if got:
-            self.cpu = int(st.cpus["cpu"][int(st.workers["cpu"][self.slot])])
+            self.cpu = int(self._ccpu[self._wcpu[self.slot]])
         return got
 
     def block(self) -> None:
@@ -151,7 +151,7 @@ class Worker:
     def repinned(self) -> None:
         """The thread's CPU mask was changed by its owner: the next grant pins it again."""
         self._live()
-        self.arbiter.state.workers["pinned"][self.slot] = -1
+        self._pinned[self.slot] = -1
         self._stale_pin = True
 
     def resumed(self, result: int) -> None:
