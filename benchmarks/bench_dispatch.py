@@ -2,8 +2,9 @@
 
 1. 50us  -- 20000 frames of 32x64 (~50 us each) at k = N: dynamic (chunk 1), guided and
             chunk through the Python loop and the compiled loop, against serial, with numba
-            prange and a plain Python lock-and-counter loop as peers (targets: compiled
-            dynamic, guided, chunk sigma_E >= 0.97).
+            prange (numba's static split, and its dynamic one-frame hand-out under
+            numba.parallel_chunksize(1)) and a plain Python lock-and-counter loop as
+            peers (targets: compiled dynamic, guided, chunk sigma_E >= 0.97).
 2. 7us   -- 200000 frames of 4x64 (~7 us each), the same variants (target: compiled
             dynamic sigma_E >= 0.95).
 3. cost  -- the per-chunk dispatch cost: an empty numba kernel over one-byte frames (always
@@ -12,16 +13,18 @@
 
 Schedulers are timed by hybridsched.study.runner.timed_run on a workload.Slab with the trace
 recorded, exactly as a study times them; --dispatch python|compiled is RunConfig.dispatch.
-Variants run interleaved, rep by rep, so a load change on a shared machine hits all of them
-alike. sigma_E = T_serial / T / k (Eqs. 4-5); "mean" is the mean over the reps (the
-issue's figure), "best" the fastest rep. On a busy machine the figures mean nothing: the
-tables say so when serial got less than 90 % of its CPU.
+Variants run interleaved, rep by rep and in a new (seeded) order each rep, so a load change
+on a shared machine hits all of them alike. sigma_E = T_serial / T / k (Eqs. 4-5); "mean" is
+the mean over the reps (the issue's figure), "best" the fastest rep. On a busy machine the
+figures mean nothing: the tables say so when serial got less than 90 % of its CPU.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -33,7 +36,7 @@ import numpy as np
 from hybridsched import kernels
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import n_cpus
+from hybridsched.sysinfo import ForeignLoad, n_cpus, usable_cpus
 from hybridsched.workload import Slab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,10 +46,14 @@ from bench_core import Series, VerifyError, run_reference  # noqa: E402
 N = n_cpus()
 POLICIES = ("dynamic", "guided", "chunk")
 DISPATCH = ("python", "compiled")
-PEERS = ("numba prange", "plain lock+counter")
+PEERS = ("numba prange", "numba prange chunksize 1", "plain lock+counter")
 COARSE_TARGETS = {f"{p} compiled": 0.97 for p in POLICIES}
 FINE_TARGETS = {"dynamic compiled": 0.95}
 BUSY_SHARE = 0.9  # serial's CPU share below which the machine is busy
+# Per variant, the share of the N CPUs other processes took during each rep (ForeignLoad,
+# as every study run records it): what a parallel run loses to them and serial does not,
+# since serial leaves a CPU idle for them.
+OTHERS: dict[str, list[float]] = {}
 
 
 @numba.njit(nogil=True, cache=True)
@@ -66,26 +73,40 @@ def run_variant(slab: Slab, scheduler: str, k: int, series: Series, dispatch: st
         raise VerifyError(f"{scheduler}: asked for {dispatch} dispatch, notes say {rec.notes!r}")
     cpu = float((rec.workers["user"] + rec.workers["system"]).sum())
     series.add(label or scheduler, k, rec.time_s, len(rec.trace), cpu)
+    OTHERS.setdefault(label or scheduler, []).append(rec.extra.get("foreign_cpu", math.nan))
+
+
+def run_peer(slab: Slab, name: str, k: int, series: Series) -> None:
+    probe = ForeignLoad(usable_cpus())
+    run_reference(slab, name, k, series)
+    OTHERS.setdefault(name, []).append(probe.share())
 
 
 def section_grain(title: str, shape: tuple[int, int, int], reps: int, how: str, seed: int,
                   targets: dict[str, float]) -> list[tuple[str, bool]]:
     series = Series()
+    variants = [("serial", lambda slab: run_variant(slab, "serial", 1, series))]
+    variants += [(f"{p} {d}", lambda slab, p=p, d=d: run_variant(slab, p, N, series, d,
+                                                                 label=f"{p} {d}"))
+                 for p in POLICIES for d in DISPATCH]
+    variants += [(peer, lambda slab, peer=peer: run_peer(slab, peer, N, series))
+                 for peer in PEERS]
+    # A fresh order every rep (seeded): in a fixed order each variant always follows the
+    # same one, and whatever that one leaves behind (its garbage, a vCPU the host just
+    # slowed) would be charged to the same variant every time.
+    order = random.Random(seed)
     with Slab(*shape, seed) as slab:
         for _ in range(reps):
-            run_variant(slab, "serial", 1, series)
-            for p in POLICIES:
-                for d in DISPATCH:
-                    run_variant(slab, p, N, series, d, label=f"{p} {d}")
-            for peer in PEERS:
-                run_reference(slab, peer, N, series)
+            for _, run in order.sample(variants, len(variants)):
+                run(slab)
     L, H, W = shape
     per_task = series.t("serial", "mean") / L * 1e6
     print(f"\n## {title}: {L} frames of {H}x{W} (~{per_task:.1f} µs each), k = N = {N}\n")
-    print("| variant | chunks | T mean (ms) | T best (ms) | σE mean | σE best | CPU share | target |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| variant | chunks | T mean (ms) | T best (ms) | σE mean | σE best | CPU share | "
+          "others' CPU | target |")
+    print("|---|---|---|---|---|---|---|---|---|")
     verdicts = []
-    for name in series.times:
+    for name, _ in variants:
         goal = targets.get(name)
         cell = ""
         if goal is not None:
@@ -94,12 +115,15 @@ def section_grain(title: str, shape: tuple[int, int, int], reps: int, how: str, 
             verdicts.append((f"{title}: {name} σE({how}) {series.sigma_e(name, how):.3f} >= {goal}", ok))
         print(f"| {name} | {series.chunks[name]} | {series.t(name, 'mean') * 1e3:.1f} | "
               f"{series.t(name, 'best') * 1e3:.1f} | {series.sigma_e(name, 'mean'):.3f} | "
-              f"{series.sigma_e(name, 'best'):.3f} | {series.best_share(name):.2f} | {cell} |")
+              f"{series.sigma_e(name, 'best'):.3f} | {series.best_share(name):.2f} | "
+              f"{statistics.fmean(OTHERS[name]):.1%} | {cell} |")
     return _busy(series, verdicts, reps)
 
 
 def _busy(series: Series, verdicts, reps: int):
-    print(f"\n(reps per variant: {reps}; CPU share = worker CPU time / (T k) in the fastest rep)")
+    print(f"\n(reps per variant: {reps}; CPU share = worker CPU time / (T k) in the fastest rep; "
+          "others' CPU = the mean share of the N CPUs other processes used during a rep, from "
+          "/proc/stat in 10 ms ticks)")
     share = max(series.shares["serial"]) if "serial" in series.shares else 1.0
     if share < BUSY_SHARE:
         what = f"serial got at most {share:.0%} of its CPU"

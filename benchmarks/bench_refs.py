@@ -118,6 +118,15 @@ def numba_prange(work: np.ndarray, k: int) -> int:
     return work.shape[0]
 
 
+def numba_prange_dynamic(work: np.ndarray, k: int) -> int:
+    """The same prange with numba.parallel_chunksize(1): numba's own dynamic hand-out of
+    one frame at a time, what a numba user would reach for instead of our dynamic."""
+    numba.set_num_threads(min(k, numba.config.NUMBA_NUM_THREADS))
+    with numba.parallel_chunksize(1):
+        prange_frames(work)
+    return work.shape[0]
+
+
 # --- the package's GIL-free loop without the backend around it ---------------------------
 
 
@@ -141,6 +150,7 @@ REFERENCES = {
     "previous hot path": previous_hot_path,
     "ThreadPoolExecutor.map": executor_map,
     "numba prange": numba_prange,
+    "numba prange chunksize 1": numba_prange_dynamic,
     "compiled ticket loop, bare threads": nogil_tickets,
 }
 
