@@ -10,8 +10,8 @@
                serial (trace recorded, as in every run): the ranking the paper predicts
                (dynamic/guided ahead when costs are irregular) measured, not assumed.
 
-Variants run interleaved, rep by rep, so a load change hits all of them alike; each figure
-is the mean over the reps. sigma = T_serial / T (Eq. 4), sigma_E = sigma / k (Eq. 5). On a
+Variants run interleaved, rep by rep (the API and the CLI path each first on every other
+rep), so a load change hits all of them alike; each figure is the mean over the reps. sigma = T_serial / T (Eq. 4), sigma_E = sigma / k (Eq. 5). On a
 busy machine (the share of CPU the runs got is printed) the figures mean nothing.
 """
 from __future__ import annotations
@@ -50,18 +50,25 @@ def overhead(frames: int, side: int, reps: int) -> list[dict]:
         for s in ("dynamic", "prolific"):
             cfg = RunConfig(s, N, frames, side, side)
             cli_t, api_t, api_wall, cli_wall, shares = [], [], [], [], []
-            for _ in range(reps):
+            def cli():
                 t0 = time.perf_counter()
                 rec = timed_run(slab, cfg)
                 cli_wall.append(time.perf_counter() - t0)
                 assert rec.verified, rec.error
                 cli_t.append(rec.time_s)
+
+            def api():
                 data = src.copy()
                 t0 = time.perf_counter()
                 res = hybridsched.parallel_for("quicksort", data, scheduler=s, k=N)
                 api_wall.append(time.perf_counter() - t0)
+                assert res.verified, res.record.error
                 api_t.append(res.time_s)
                 shares.append(_cpu_share(res.record))
+
+            for i in range(reps):  # each path first on every other rep: neither always follows
+                for run in ((cli, api), (api, cli))[i % 2]:
+                    run()
             c, a = statistics.mean(cli_t), statistics.mean(api_t)
             out.append({"scheduler": s, "k": N, "L": frames, "side": side, "cli_s": c,
                         "api_s": a, "overhead": a / c - 1.0,
