@@ -424,3 +424,8 @@ def test_a_technique_option_no_scheduler_reads_is_refused(tmp_path, capsys):
                  "--reps", "1", "--pls-swr", "0.3", "-o", out]) == 2
     err = capsys.readouterr().err
     assert "--pls-swr" in err and len(err.strip().splitlines()) == 1 and not os.path.exists(out)
+
+
+def test_every_technique_has_a_dispenser_builder_and_awf_alone_keeps_history():
+    assert set(dispense.BUILDERS) == set(tq.NAMES)
+    assert [n for n, cls in adaptive.LEARNERS.items() if cls.keeps_history] == ["awf"]

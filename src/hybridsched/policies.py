@@ -217,17 +217,21 @@ def _plan_fcfs(size: Callable[[int, int, int], int]):
 
 
 def _plan_technique(name: str):
-    """An LB4OMP deterministic technique's hand-out (techniques/deterministic.py);
-    static_steal: its initial per-worker ranges (stealing is decided at run time)."""
+    """An LB4OMP deterministic technique's hand-out (techniques/deterministic.py)."""
     def plan(n: int, k: int, c: int, params: dict | None = None) -> list[PlanRow]:
         from . import techniques as tq
 
-        if name == "static_steal":
-            size, ranges = tq.steal_blocks(n, k, c)
-            return [PlanRow(w, i * size, min(size, n - i * size))
-                    for w, (lo, hi) in enumerate(ranges) for i in range(lo, hi)]
         return [PlanRow(-1, f, cnt) for f, cnt in tq.sequence(name, n, k, c, params)]
     return plan
+
+
+def _plan_steal(n: int, k: int, c: int, params: dict | None = None) -> list[PlanRow]:
+    """static_steal's initial per-worker ranges (stealing is decided at run time)."""
+    from . import techniques as tq
+
+    size, ranges = tq.steal_blocks(n, k, c)
+    return [PlanRow(w, i * size, min(size, n - i * size))
+            for w, (lo, hi) in enumerate(ranges) for i in range(lo, hi)]
 
 
 # policy -> (hand-out, default chunk for n tasks); static's default 0 means blocks, rnd's
@@ -253,8 +257,18 @@ PLAN_HELP = {
 }
 TECHNIQUE_PLANS = ("trapezoidal", "fac2", "fac2a", "fac2b", "tfss", "fiss", "viss", "mfsc",
                    "pls", "rnd", "static_steal")
-PLANS.update({t: (_plan_technique(t), (lambda n: 0) if t == "rnd" else (lambda n: 1))
-              for t in TECHNIQUE_PLANS})
+_OWN_PLANS = {"static_steal": _plan_steal}  # not a sequence: ranges per worker
+
+
+def _technique_plans() -> dict:
+    from .techniques import OWN_DEFAULT_CHUNK
+
+    return {t: (_OWN_PLANS.get(t) or _plan_technique(t),
+                (lambda n: 0) if t in OWN_DEFAULT_CHUNK else (lambda n: 1))
+            for t in TECHNIQUE_PLANS}
+
+
+PLANS.update(_technique_plans())
 
 
 def _technique_help() -> dict[str, str]:

@@ -99,20 +99,11 @@ def _adaptive(reading: str):
 def _technique(name: str):
     """The dispenser factory of a technique, for the threads and the pipe-MtoM producer."""
     def make(n, workers, c, monitor, job=None):
-        from . import techniques as tq
         from .techniques import dispense
 
         params = dict(job.params) if job is not None else {}
         profile = params.pop("profile", None)
-        if name == "static_steal":
-            return dispense.StaticSteal(n, workers, c)
-        if name in tq.FIXED:
-            return dispense.RuleCounter(tq.rule(name, n, workers, c, params, profile))
-        from .techniques.adaptive import LEARNERS
-
-        if name == "awf" and job is not None:
-            params["awf_history"] = dispense.awf_history(dispense.loop_key(job), workers)
-        return dispense.LearnerCounter(LEARNERS[name](n, workers, c, profile, params))
+        return dispense.dispenser(name, n, workers, c, params, profile, job)
     return make
 
 
@@ -244,25 +235,32 @@ def _portfolio() -> list[SchedulerInfo]:
     from . import techniques as tq
 
     out = []
-    for name in tq.NAMES + ("auto",):
-        desc = tq.DESCRIPTIONS.get(name, "picks a technique per repetition of the loop "
-                                   "(successive halving over 27 techniques, techniques/auto.py)")
-        make = _auto if name == "auto" else _technique(name)
-        # auto's portfolio holds the techniques that need the loop's profile
-        prep = _profiled if name in tq.NEEDS_PROFILE + ("auto",) else None
-        chunk = _blocks if name in ("rnd", "auto") else _one
-        reads = _TECH_OPTIONS.get(name, ())
-        seq = _technique_sequence(name) if name in tq.RULES else None
-        out.append(SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
-                                 default_chunk=chunk, dispenser=make, paper=False,
-                                 technique=name, prepare=prep, options=reads, sequence=seq,
-                                 chooses=name == "auto"))
-        out.append(SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
-                                 f"pipe-MtoM, the producer sizing chunks by {name}",
-                                 default_chunk=chunk, dispenser=make, topology="feedback",
-                                 options=("inflight",) + reads, paper=False, technique=name,
-                                 prepare=prep, in_all=False))
+    for name in tq.NAMES:
+        out += _on_both(name, tq.DESCRIPTIONS[name], _technique(name),
+                        default_chunk=_blocks if name in tq.OWN_DEFAULT_CHUNK else _one,
+                        prepare=_profiled if name in tq.NEEDS_PROFILE else None,
+                        sequence=_technique_sequence(name) if name in tq.RULES else None)
+    # auto's portfolio holds the techniques that need the loop's profile, and rnd
+    out += _on_both("auto", "picks a technique per repetition of the loop (successive halving "
+                    "over 27 techniques, techniques/auto.py)", _auto, default_chunk=_blocks,
+                    prepare=_profiled, chooses=True)
     return out
+
+
+def _on_both(name: str, desc: str, make: Callable, *, default_chunk: Callable,
+             prepare: Callable | None, sequence: Callable | None = None,
+             chooses: bool = False) -> list[SchedulerInfo]:
+    """A technique's entry on the threads and its ``pipe-MtoM:<name>`` entry."""
+    reads = _TECH_OPTIONS.get(name, ())
+    return [SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
+                          default_chunk=default_chunk, dispenser=make, paper=False,
+                          technique=name, prepare=prepare, options=reads, sequence=sequence,
+                          chooses=chooses),
+            SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
+                          f"pipe-MtoM, the producer sizing chunks by {name}",
+                          default_chunk=default_chunk, dispenser=make, topology="feedback",
+                          options=("inflight",) + reads, paper=False, technique=name,
+                          prepare=prepare, in_all=False)]
 
 
 _ALL += _portfolio()

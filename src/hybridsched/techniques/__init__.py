@@ -48,6 +48,9 @@ DESCRIPTIONS = {
 }
 DETERMINISTIC = tuple(RULES) + ("static_steal",)
 NEEDS_PROFILE = ("fac", "faca", "fsc", "tap", "bold", "wf")
+# Techniques for which chunk 0 means a default of their own (rnd: sizes up to N-1, as
+# LB4OMP without a chunk) rather than the minimum chunk 1
+OWN_DEFAULT_CHUNK = ("rnd",)
 ADAPTIVE = tuple(LEARNERS)
 NAMES = tuple(DESCRIPTIONS)
 # Rules whose chunk i depends on i alone (compiled dispatch's precomputable bounds)
@@ -104,5 +107,5 @@ def bounds(name: str, n: int, p: int, chunk: int = 1, params: dict | None = None
 
 
 __all__ = ["ADAPTIVE", "BY_INDEX", "DESCRIPTIONS", "DETERMINISTIC", "FIXED", "NAMES",
-           "NEEDS_PROFILE", "Profile", "bounds", "check_params", "chunk_sizes", "rule",
-           "sequence", "steal_blocks"]
+           "NEEDS_PROFILE", "OWN_DEFAULT_CHUNK", "Profile", "bounds", "check_params",
+           "chunk_sizes", "rule", "sequence", "steal_blocks"]

@@ -29,6 +29,7 @@ class Learner:
     chunk, ``finish(w, now)`` when worker w finds nothing left."""
 
     total_time = False  # learn from request-to-request time instead of the chunk's own
+    keeps_history = False  # learns across executions of the loop: give it the loop's AwfHistory
 
     def __init__(self, n: int, p: int, chunk: int, profile: Profile | None = None,
                  params: dict | None = None):
@@ -122,6 +123,8 @@ class AwfHistory:
 
 class Awf(_Weighted):
     """AWF: WF whose weights come from the earlier executions of the same loop."""
+
+    keeps_history = True
 
     def setup(self):
         super().setup()

@@ -13,8 +13,9 @@ from time import perf_counter
 from typing import Callable
 
 from ..dispatch import Dispenser
-from .adaptive import AwfHistory, Learner
-from .deterministic import Rule, steal_blocks
+from .adaptive import LEARNERS, AwfHistory, Learner
+from .deterministic import RULES, Rule, steal_blocks
+from .profiled import PROFILED
 
 _histories: dict[tuple, AwfHistory] = {}
 
@@ -37,6 +38,39 @@ def awf_history(key: tuple, p: int) -> AwfHistory:
 def reset_state() -> None:
     """Forget every loop's learned state (tests; a new study in the same process)."""
     _histories.clear()
+
+
+def dispenser(name: str, n: int, p: int, chunk: int, params: dict, profile=None,
+               job=None) -> Dispenser:
+    """Technique ``name``'s thread-safe dispenser for one execution of the loop ``job``
+    (its learned state is per loop), built as :data:`BUILDERS` says."""
+    return BUILDERS[name](name, n, p, chunk, params, profile, job)
+
+
+def _rule_counter(name, n, p, chunk, params, profile, job):
+    from . import rule
+
+    return RuleCounter(rule(name, n, p, chunk, params, profile))
+
+
+def _steal(name, n, p, chunk, params, profile, job):
+    return StaticSteal(n, p, chunk)
+
+
+def _learner(name, n, p, chunk, params, profile, job):
+    cls = LEARNERS[name]
+    if cls.keeps_history and job is not None:
+        params = {**params, "awf_history": awf_history(loop_key(job), p)}
+    return LearnerCounter(cls(n, p, chunk, profile, params))
+
+
+# How each technique's dispenser is made: a counter sized by a fixed rule (deterministic or
+# from the profile), per-worker ranges with stealing, or a counter sized by a learner.
+BUILDERS: dict[str, Callable[..., Dispenser]] = {
+    **{name: _rule_counter for name in (*RULES, *PROFILED)},
+    "static_steal": _steal,
+    **{name: _learner for name in LEARNERS},
+}
 
 
 class RuleCounter(Dispenser):
