@@ -84,6 +84,10 @@ def test_trapezoidal_ends_within_llvms_step_count(n, p, c):
     assert len(hand_out(r)) <= r.steps  # the fallback past the last step is never needed
 
 
+def test_pls_without_a_static_part_is_gss_from_the_start():
+    assert sizes("pls", 7, 2, 1, pls_swr=0.0) == [4, 2, 1]  # was 1, 1, 4, 1
+
+
 def test_trapezoidal_matches_llvm_integer_arithmetic():
     # N=1000, P=4: F = 125, L = 1, 16 steps, delta = (125 - 1) // 15 = 8
     assert sizes("trapezoidal", 1000, 4, 1)[:4] == [125, 117, 109, 101]
@@ -100,6 +104,8 @@ def test_fiss_mfsc_pls_viss_formulas(n, p, c):
     assert set(sizes("mfsc", n, p, c)[:-1]) <= {m}
     assert sizes("pls", n, p, c)[0] == min(n, max(c, math.ceil(n * 0.5 / p)))
     assert sizes("pls", n, p, c, pls_swr=0.25)[0] == min(n, max(c, math.ceil(n * 0.25 / p)))
+    # SWR 0: no static part, GSS over all N from the first chunk
+    assert sizes("pls", n, p, c, pls_swr=0.0)[0] == min(n, max(c, math.ceil(n / p)))
     assert sizes("viss", n, p, c)[0] == min(n, max(1, n // (p * p)))
     assert sizes("viss", n, p, c, viss_param=1)[0] == min(n, max(1, n // p))
 

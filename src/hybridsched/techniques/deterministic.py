@@ -187,11 +187,14 @@ class Pls(Rule):
         swr = float(self.param("pls_swr", 0.5))
         self.static = math.ceil(self.n * swr / self.p)
         self.rest = self.n - self.p * self.static
+        # SWR = 0: no static part at all, GSS from the first request (P requests of the
+        # minimum chunk would be a static part nobody asked for)
+        self.phase = self.p if self.static > 0 else 0
 
     def size(self, i, remaining):
-        if i < self.p:
+        if i < self.phase:
             return max(self.min_chunk, self.static)
-        s = i - self.p
+        s = i - self.phase
         c = int(math.ceil((1 - 1.0 / self.p) ** s * self.rest / self.p))
         return max(self.min_chunk, c)
 
