@@ -194,6 +194,27 @@ def test_stale_segment_from_a_killed_run_is_recovered(seg):
     os.close(r), os.close(w_)
 
 
+def test_a_creator_killed_while_making_the_segment_leaves_nothing_in_the_way(seg):
+    """The segment is made whole under a name of its own and only then put in place: a
+    creator SIGKILLed half way (holding the lock) leaves no half-made segment at the path,
+    which the next run would have to refuse, and its unfinished file is swept."""
+    folder = os.path.dirname(seg)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            Arbiter._initialise = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+            Arbiter(path=seg).__enter__()
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert not os.path.exists(seg)
+    assert [n for n in os.listdir(folder) if ".new." in n] == [f"coop-seg.new.{pid}"]
+    with Arbiter(path=seg) as a:
+        assert a.state.participants() == 1 and not a.state.check_invariants()
+        assert [n for n in os.listdir(folder) if ".new." in n] == []
+
+
 def test_futex_wake_across_processes():
     import mmap
 

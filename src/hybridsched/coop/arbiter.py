@@ -41,6 +41,7 @@ DEFAULT_QUANTUM_S = 0.020
 # Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
 # (k up to 4096) for ~300 KiB of shared memory.
 MAX_JOBS = 64
+_UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
 MAX_WORKERS = 4096
 
 
@@ -168,38 +169,34 @@ class Arbiter:
 
     def _attach(self) -> None:
         size = nbytes(len(self.cpus), MAX_JOBS, MAX_WORKERS)
+        self._sweep_unfinished()
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            fresh = True
-        except FileExistsError:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError as exc:
-                raise UsageError(f"{self.path}: cannot open the coop segment ({exc.strerror})") from None
-            fresh = False
+            fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = -1
+        except OSError as exc:
+            raise UsageError(f"{self.path}: cannot open the coop segment ({exc.strerror})") from None
+        existing = fd >= 0
+        fresh = not existing
         try:
-            st = os.fstat(fd)
-            if not fresh:
+            if existing:
+                st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
                     raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
                 if st.st_size != size:
                     self._refuse_or_reset(fd, st.st_size, size)
                     fresh = True
-            if fresh:
-                os.ftruncate(fd, size)
-                try:
-                    os.posix_fallocate(fd, 0, size)  # a full /dev/shm is an error now, not SIGBUS later
-                except OSError as exc:
-                    if exc.errno != errno.EOPNOTSUPP:
-                        raise ResourceError(f"{self.path}: cannot reserve {size} bytes ({exc.strerror})") from None
-            self._map = mmap.mmap(fd, size)
+                else:
+                    self._map = mmap.mmap(fd, size)
         finally:
-            os.close(fd)
-        self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
-        self.regions = handoff.regions(self.state)
+            if existing:
+                os.close(fd)
+        if fresh:
+            self._create(size, replace=existing)
+        else:
+            self._bind()
         h = self.state.header[0]
         if fresh:
-            self._initialise()
             self._take_seat()
             return
         if bytes(h["magic"]) != MAGIC:
@@ -245,6 +242,69 @@ class Arbiter:
     def _initialise(self) -> None:
         native.init_mutex(self.state.lock)  # before the magic that lets others in
         self.state.initialise(self.cpus, self.quantum_ns)
+
+    def _bind(self) -> None:
+        self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
+        self.regions = handoff.regions(self.state)
+
+    def _create(self, size: int, replace: bool) -> None:
+        """Make the segment whole under a name of its own, then put it at ``path`` (over a
+        reset one with ``replace``): a creator killed on the way leaves no half-made
+        segment there, only its ``.new.<pid>`` file, which the next attach removes."""
+        tmp = f"{self.path}{_UNFINISHED}{os.getpid()}"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            try:
+                os.posix_fallocate(fd, 0, size)  # a full /dev/shm is an error now, not SIGBUS later
+            except OSError as exc:
+                if exc.errno != errno.EOPNOTSUPP:
+                    raise ResourceError(f"{self.path}: cannot reserve {size} bytes ({exc.strerror})") from None
+            self._map = mmap.mmap(fd, size)
+            self._bind()
+            self._initialise()
+            try:
+                (os.replace if replace else os.link)(tmp, self.path)
+            except FileExistsError:  # made meanwhile by something that ignores our lock
+                raise UsageError(f"{self.path}: appeared while this run created it: refusing it") from None
+        except BaseException:
+            self.state, self.regions = None, ()
+            if self._map is not None:
+                try:
+                    self._map.close()
+                except BufferError:
+                    pass
+                self._map = None
+            raise
+        finally:
+            os.close(fd)
+            try:
+                os.unlink(tmp)  # after link: path keeps the segment; after replace: gone already
+            except FileNotFoundError:
+                pass
+
+    def _sweep_unfinished(self) -> None:
+        """Remove the ``.new.<pid>`` files of creators that died making the segment (under
+        the flock, so none of them is still at work), ours only."""
+        folder, base = os.path.split(self.path)
+        prefix = base + _UNFINISHED
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:
+            return
+        for name in names:
+            pid = name[len(prefix):]
+            if not name.startswith(prefix) or not pid.isdigit():
+                continue
+            if int(pid) != os.getpid() and _alive(int(pid)):
+                continue
+            full = os.path.join(folder, name)
+            try:
+                st = os.lstat(full)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                    os.unlink(full)
+            except OSError:
+                pass
 
     def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
         """A segment of another size: made for other CPUs (or tables). Reusable only when
