@@ -10,6 +10,8 @@
 3. cost  -- the per-chunk dispatch cost: an empty numba kernel over one-byte frames (always
             sorted, so the run still verifies), one frame per chunk, at k = 1 and k = N:
             worker time per chunk T k / chunks in ns, and chunks claimed per second.
+4. line  -- the hand-off of one cache line between two CPUs (two pinned workers taking
+            turns on one counter): what a claim costs when the other worker claimed last.
 
 Schedulers are timed by hybridsched.study.runner.timed_run on a workload.Slab with the trace
 recorded, exactly as a study times them; --dispatch python|compiled is RunConfig.dispatch.
@@ -27,6 +29,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,9 +37,10 @@ import numba
 import numpy as np
 
 from hybridsched import kernels
+from hybridsched.backends import compiled
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import ForeignLoad, n_cpus, usable_cpus
+from hybridsched.sysinfo import ForeignLoad, n_cpus, pin_current, usable_cpus
 from hybridsched.workload import Slab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,6 +48,7 @@ import bench_refs  # noqa: E402
 from bench_core import Series, VerifyError, run_reference  # noqa: E402
 
 N = n_cpus()
+bench_cpus = usable_cpus()
 POLICIES = ("dynamic", "guided", "chunk")
 DISPATCH = ("python", "compiled")
 PEERS = ("numba prange", "numba prange chunksize 1", "plain lock+counter")
@@ -59,6 +64,43 @@ OTHERS: dict[str, list[float]] = {}
 @numba.njit(nogil=True, cache=True)
 def empty(t, first, count):
     """Does nothing: the run's time is the dispatch alone."""
+
+
+@numba.njit(nogil=True)
+def _ping(ctl, me, n):
+    # take turns with the other worker: each turn moves the counter's line between CPUs
+    for _ in range(n):
+        while compiled.fetch_add(ctl, 0, 0) % 2 != me:
+            pass
+        compiled.fetch_add(ctl, 0, 1)
+
+
+def section_line(turns: int, reps: int) -> list[tuple[str, bool]]:
+    """What one claim of a shared ticket costs when the other CPU claimed last: two
+    workers pinned to CPUs 0 and 1 increment one counter in turn; the time per turn is one
+    hand-off of its cache line. A chunk-1 claim pays it whenever the other worker claimed
+    in between (at k = 2, about every claim)."""
+    if N < 2:
+        return []
+    buf = np.zeros(16, np.int64)
+    ctl = buf[(-buf.ctypes.data % 64) // 8:][:8]
+    _ping(ctl, 0, 1)
+    per = []
+    for _ in range(reps):
+        ctl[0] = 0
+        go = [threading.Thread(target=lambda w: (pin_current(bench_cpus[w]), _ping(ctl, w, turns)),
+                               args=(w,)) for w in range(2)]
+        t0 = time.perf_counter()
+        for t in go:
+            t.start()
+        for t in go:
+            t.join()
+        per.append((time.perf_counter() - t0) / (2 * turns) * 1e9)
+    print(f"\n## cache-line hand-off between CPUs {bench_cpus[0]} and {bench_cpus[1]}\n")
+    print(f"{statistics.fmean(per):.0f} ns per hand-off (mean of {reps}; {min(per):.0f} .. "
+          f"{max(per):.0f} ns), {2 * turns} turns each: a chunk-1 claim's floor when the other "
+          "worker claimed last")
+    return []
 
 
 def run_variant(slab: Slab, scheduler: str, k: int, series: Series, dispatch: str = "auto",
@@ -153,7 +195,7 @@ def section_cost(frames: int, reps: int) -> list[tuple[str, bool]]:
     return []
 
 
-SECTIONS = ("50us", "7us", "cost")
+SECTIONS = ("50us", "7us", "cost", "line")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                                   FINE_TARGETS)
     if "cost" in sections:
         verdicts += section_cost(1_000_000 // scale, reps)
+    if "line" in sections:
+        verdicts += section_line(200_000 // scale, reps)
     print("\n## targets\n")
     for text, ok in verdicts:
         print(f"- {'PASS' if ok else 'FAIL'}: {text}")
