@@ -215,6 +215,59 @@ def test_a_creator_killed_while_making_the_segment_leaves_nothing_in_the_way(seg
         assert [n for n in os.listdir(folder) if ".new." in n] == []
 
 
+def test_the_flock_is_taken_on_the_lock_file_at_the_path_not_an_unlinked_one(seg):
+    """The last participant and a refused creator unlink the lock file under the flock. A
+    process that had opened it before must not hold the flock of the unlinked file while a
+    newcomer holds the new file's: it takes the file that is at the path."""
+    b = Arbiter(cpus=CPUS[:1], path=seg)
+    b._lockfd()
+    os.unlink(seg + ".lock")  # what a refused creator does while b waits
+    with b._attaching():
+        fd, _ = b._local[os.getpid()]
+        assert os.path.exists(seg + ".lock")  # (the inode number itself may be reused)
+        here, held = os.stat(seg + ".lock"), os.fstat(fd)
+        assert (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino) and held.st_nlink == 1
+    with b:  # attach and leave: the segment and the new lock file go with it
+        pass
+
+
+def test_a_reused_handle_refused_later_leaves_the_lock_file_of_another(seg, monkeypatch):
+    a = Arbiter(cpus=CPUS[:1], path=seg)
+    with a:  # a made the lock file (and removed it when it left)
+        pass
+    with Arbiter(cpus=CPUS[:1], path=seg):  # another attachment, with a lock file of its own
+        def refuse(self):
+            raise UsageError("refused")
+        monkeypatch.setattr(Arbiter, "_attach", refuse)
+        with pytest.raises(UsageError):
+            a.__enter__()
+        monkeypatch.undo()
+        assert os.path.exists(seg + ".lock")  # a did not make this one: not a's to remove
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 usable CPUs")
+def test_a_segment_of_the_same_size_for_other_cpus_is_not_read_as_ours(seg):
+    from hybridsched.coop.arbiter import MAX_JOBS, MAX_WORKERS
+    from hybridsched.coop.state import nbytes
+
+    assert nbytes(1, MAX_JOBS, MAX_WORKERS) == nbytes(2, MAX_JOBS, MAX_WORKERS)  # padded
+    with Arbiter(cpus=CPUS[:1], path=seg) as one:
+        with pytest.raises(UsageError) as err:
+            with Arbiter(cpus=CPUS[:2], path=seg):
+                pass
+        assert "for 1 CPUs is in use" in str(err.value) and "wants 2 CPUs" in str(err.value)
+        assert not one.state.check_invariants()
+    with Arbiter(cpus=CPUS[:2], path=seg) as two:  # nobody on it any more: made afresh
+        assert list(two.state.cpus["cpu"]) == CPUS[:2] and not two.state.check_invariants()
+
+
+def test_the_sweep_skips_names_no_process_can_have(seg):
+    junk = seg + ".new.99999999999999999999"
+    open(junk, "w").close()
+    with Arbiter(cpus=CPUS[:1], path=seg):
+        assert not os.path.exists(junk)  # ours, and no such pid can be alive: removed
+
+
 def test_futex_wake_across_processes():
     import mmap
 

@@ -106,11 +106,18 @@ class Arbiter:
             lock = self.path + ".lock"
             flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
             try:
-                try:
-                    fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o600)
-                    self._made_lock = True
-                except FileExistsError:
-                    fd = os.open(lock, flags)
+                while True:
+                    try:
+                        fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                        self._made_lock = True
+                        break
+                    except FileExistsError:
+                        pass
+                    try:
+                        fd = os.open(lock, flags)
+                        break
+                    except FileNotFoundError:
+                        continue  # its last user removed it between the two opens: make it
             except OSError as exc:  # a symlink, a directory, another user's file
                 raise UsageError(f"{lock}: cannot use it as the coop lock ({exc.strerror}): "
                                  "refusing it") from None
@@ -124,14 +131,37 @@ class Arbiter:
 
     @contextmanager
     def _attaching(self) -> Iterator[None]:
-        """The flock that orders creating, attaching to and removing the segment."""
-        fd, tlock = self._lockfd()
-        with tlock:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
+        """The flock that orders creating, attaching to and removing the segment.
+
+        Taken on the lock file that is at the path once we hold it: the last participant
+        and a refused creator unlink it under the flock, and a waiter that then gets the
+        flock of the unlinked file would be in the section beside a newcomer holding the
+        new file's; it lets go and takes the new one instead."""
+        while True:
+            fd, tlock = self._lockfd()
+            with tlock:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if self._lock_is_current(fd):
+                    try:
+                        yield
+                    finally:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    return
                 fcntl.flock(fd, fcntl.LOCK_UN)
+            self._close_lock()
+
+    def _lock_is_current(self, fd: int) -> bool:
+        try:
+            now = os.stat(self.path + ".lock", follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def _close_lock(self) -> None:
+        for fd, _ in self._local.values():
+            os.close(fd)
+        self._local = {}
 
     @contextmanager
     def locked(self) -> Iterator[State]:
@@ -153,18 +183,19 @@ class Arbiter:
     # --- attach / detach --------------------------------------------------------------
 
     def __enter__(self) -> "Arbiter":
-        fd, tlock = self._lockfd()
-        with tlock:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                self._attach()
-            except BaseException:
-                if self._made_lock:  # refused: leave nothing of ours behind
-                    os.unlink(self.path + ".lock")
-                os.close(fd)  # releases the flock
-                self._local = {}
-                raise
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        self._made_lock = False  # set by _lockfd if this attach creates the lock file
+        try:
+            with self._attaching():
+                try:
+                    self._attach()
+                except BaseException:
+                    if self._made_lock:  # refused: leave nothing of ours behind (under the
+                        os.unlink(self.path + ".lock")  # flock: waiters see it went)
+                    raise
+        except BaseException:
+            self._unmap()
+            self._close_lock()
+            raise
         return self
 
     def _attach(self) -> None:
@@ -183,7 +214,7 @@ class Arbiter:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
                     raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
-                if st.st_size != size:
+                if st.st_size != size or self._other_tables(fd):
                     self._refuse_or_reset(fd, st.st_size, size)
                     fresh = True
                 else:
@@ -243,6 +274,27 @@ class Arbiter:
         native.init_mutex(self.state.lock)  # before the magic that lets others in
         self.state.initialise(self.cpus, self.quantum_ns)
 
+    def _other_tables(self, fd: int) -> bool:
+        """Whether a segment of our size was made for other tables (sizes are padded: 1
+        and 2 CPUs take the same bytes), so that it must be refused or reset, not read."""
+        buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
+        if len(buf) < HEADER_DTYPE.itemsize:
+            return False  # the magic check that follows refuses it
+        h = np.frombuffer(buf, HEADER_DTYPE)[0]
+        if bytes(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
+            return False
+        return (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])) != \
+            (len(self.cpus), MAX_JOBS, MAX_WORKERS)
+
+    def _unmap(self) -> None:
+        self.state, self.regions = None, ()
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # numpy views still alive somewhere: the kernel frees it later
+                pass
+            self._map = None
+
     def _bind(self) -> None:
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
         self.regions = handoff.regions(self.state)
@@ -252,7 +304,11 @@ class Arbiter:
         reset one with ``replace``): a creator killed on the way leaves no half-made
         segment there, only its ``.new.<pid>`` file, which the next attach removes."""
         tmp = f"{self.path}{_UNFINISHED}{os.getpid()}"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # not ours (the sweep removes only our regular files)
+            raise UsageError(f"{tmp}: in the way of creating the coop segment ({exc.strerror}): "
+                             "refusing it") from None
         try:
             os.ftruncate(fd, size)
             try:
@@ -267,14 +323,11 @@ class Arbiter:
                 (os.replace if replace else os.link)(tmp, self.path)
             except FileExistsError:  # made meanwhile by something that ignores our lock
                 raise UsageError(f"{self.path}: appeared while this run created it: refusing it") from None
+            except OSError as exc:  # e.g. a file system without hard links
+                raise UsageError(f"{self.path}: cannot put the coop segment in place "
+                                 f"({exc.strerror})") from None
         except BaseException:
-            self.state, self.regions = None, ()
-            if self._map is not None:
-                try:
-                    self._map.close()
-                except BufferError:
-                    pass
-                self._map = None
+            self._unmap()
             raise
         finally:
             os.close(fd)
@@ -285,7 +338,9 @@ class Arbiter:
 
     def _sweep_unfinished(self) -> None:
         """Remove the ``.new.<pid>`` files of creators that died making the segment (under
-        the flock, so none of them is still at work), ours only."""
+        the flock, so none of them is still at work), ours only. Our own pid's name first,
+        without listing the folder (one we may write but not list)."""
+        self._remove_unfinished(f"{self.path}{_UNFINISHED}{os.getpid()}")
         folder, base = os.path.split(self.path)
         prefix = base + _UNFINISHED
         try:
@@ -296,15 +351,21 @@ class Arbiter:
             pid = name[len(prefix):]
             if not name.startswith(prefix) or not pid.isdigit():
                 continue
-            if int(pid) != os.getpid() and _alive(int(pid)):
-                continue
-            full = os.path.join(folder, name)
             try:
-                st = os.lstat(full)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-                    os.unlink(full)
-            except OSError:
+                if _alive(int(pid)):
+                    continue
+            except (OverflowError, ValueError):  # no process has that number
                 pass
+            self._remove_unfinished(os.path.join(folder, name))
+
+    @staticmethod
+    def _remove_unfinished(path: str) -> None:
+        try:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                os.unlink(path)
+        except OSError:
+            pass
 
     def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
         """A segment of another size: made for other CPUs (or tables). Reusable only when
@@ -361,16 +422,8 @@ class Arbiter:
                         pass
         for w in list(self._workers):
             w._detach()
-        self.state = None
-        self.regions = ()
-        try:
-            self._map.close()
-        except BufferError:  # numpy views still alive somewhere: the kernel frees it later
-            pass
-        self._map = None
-        for fd, _ in self._local.values():
-            os.close(fd)
-        self._local = {}
+        self._unmap()
+        self._close_lock()
 
     def __exit__(self, *exc) -> None:
         self.close()
