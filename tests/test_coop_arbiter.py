@@ -231,6 +231,32 @@ def test_the_flock_is_taken_on_the_lock_file_at_the_path_not_an_unlinked_one(seg
         pass
 
 
+def test_a_close_that_cannot_take_the_lock_still_gives_up_its_seat(seg):
+    import fcntl
+
+    a, b = Arbiter(cpus=CPUS[:1], path=seg).__enter__(), Arbiter(cpus=CPUS[:1], path=seg).__enter__()
+    os.unlink(seg + ".lock")
+    os.symlink(seg + ".elsewhere", seg + ".lock")  # planted: the lock cannot be used
+    a._close_lock()  # a opens the lock path afresh
+    with pytest.raises(UsageError):
+        a.close()
+    assert a._map is None and b.state.participants() == 1  # a left all the same
+    os.unlink(seg + ".lock")
+    b.close()
+    # and a check of the lock that raises lets go of the flock it took
+    c = Arbiter(cpus=CPUS[:1], path=seg)
+    fd, _ = c._lockfd()
+    c._lock_is_current = lambda fd: (_ for _ in ()).throw(UsageError("cannot check"))
+    with pytest.raises(UsageError):
+        with c._attaching():
+            pass
+    other = os.open(seg + ".lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: raises BlockingIOError if held
+    os.close(other)
+    c._close_lock()
+    os.unlink(seg + ".lock")
+
+
 def test_a_reused_handle_refused_later_leaves_the_lock_file_of_another(seg, monkeypatch):
     a = Arbiter(cpus=CPUS[:1], path=seg)
     with a:  # a made the lock file (and removed it when it left)

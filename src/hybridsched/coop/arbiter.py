@@ -115,6 +115,7 @@ class Arbiter:
                         pass
                     try:
                         fd = os.open(lock, flags)
+                        self._made_lock = False  # someone else's (a retry may open a new one)
                         break
                     except FileNotFoundError:
                         continue  # its last user removed it between the two opens: make it
@@ -126,7 +127,9 @@ class Arbiter:
                 os.close(fd)
                 raise UsageError(f"{lock} is not a private regular file of this user: refusing it")
             got = (fd, threading.Lock())
-            self._local = {pid: got}  # a parent's entry is useless (and unsafe) in a child
+            for inherited, _ in self._local.values():  # a parent's: useless (and unsafe) here;
+                os.close(inherited)  # closing our copy leaves the parent's flock alone
+            self._local = {pid: got}
         return got
 
     @contextmanager
@@ -141,20 +144,24 @@ class Arbiter:
             fd, tlock = self._lockfd()
             with tlock:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                if self._lock_is_current(fd):
-                    try:
+                try:
+                    current = self._lock_is_current(fd)
+                    if current:
                         yield
-                    finally:
-                        fcntl.flock(fd, fcntl.LOCK_UN)
-                    return
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            if current:
+                return
             self._close_lock()
 
     def _lock_is_current(self, fd: int) -> bool:
+        lock = self.path + ".lock"
         try:
-            now = os.stat(self.path + ".lock", follow_symlinks=False)
+            now = os.stat(lock, follow_symlinks=False)
         except FileNotFoundError:
             return False
+        except OSError as exc:  # e.g. its folder replaced by a file
+            raise UsageError(f"{lock}: cannot check the coop lock ({exc.strerror})") from None
         mine = os.fstat(fd)
         return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
@@ -404,26 +411,36 @@ class Arbiter:
                                  f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
 
     def close(self) -> None:
-        """Detach; the last participant removes the segment and its lock file."""
+        """Detach; the last participant removes the segment and its lock file. When the
+        lock cannot be taken (something planted at its path), the seat is still given up
+        (under the segment's mutex, which needs no flock) and the UsageError raised after."""
         if self._map is None or os.getpid() != self._owner:
             return
-        with self._attaching():
-            with self.locked() as st:
-                if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
-                    st.jobs["used"][self._seat] = 0
-                self._seat = -1
-                st.reclaim(_alive, _now())
-                last = st.participants() == 0 and not st.workers["used"].any()
-            if last:
-                for p in (self.path, self.path + ".lock"):
-                    try:
-                        os.unlink(p)
-                    except FileNotFoundError:
-                        pass
-        for w in list(self._workers):
-            w._detach()
-        self._unmap()
-        self._close_lock()
+        try:
+            with self._attaching():
+                if self._leave_seat():
+                    for p in (self.path, self.path + ".lock"):
+                        try:
+                            os.unlink(p)
+                        except FileNotFoundError:
+                            pass
+        except UsageError:
+            self._leave_seat()  # without the flock: leave, but never remove anything
+            raise
+        finally:
+            for w in list(self._workers):
+                w._detach()
+            self._unmap()
+            self._close_lock()
+
+    def _leave_seat(self) -> bool:
+        """Give up this attachment's row; True when nobody is left on the segment."""
+        with self.locked() as st:
+            if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
+                st.jobs["used"][self._seat] = 0
+            self._seat = -1
+            st.reclaim(_alive, _now())
+            return st.participants() == 0 and not st.workers["used"].any()
 
     def __exit__(self, *exc) -> None:
         self.close()
