@@ -17,7 +17,7 @@ from hybridsched.coop.barrier import POLICIES as BARRIERS
 from hybridsched.coop.colocate import POLICIES, ColocateSpec, run_colocate, run_once
 from hybridsched.coop.output import read_colocate
 from hybridsched.records import RunConfig
-from hybridsched.sysinfo import n_cpus
+from hybridsched.sysinfo import n_cpus, usable_cpus
 from hybridsched.workload import Slab
 
 N = n_cpus()
@@ -44,6 +44,27 @@ def test_every_policy_and_barrier_verifies(policy, barrier, seg):
         assert r.time_s >= 40 * 50e-6  # no faster than its own chain of steps
         if barrier == "block" and policy != "coop":
             assert r.spin_s == 0.0
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_policy_keeps_its_workers_on_the_runs_cpus(policy, seg, tmp_path, monkeypatch):
+    from hybridsched.backends import procs
+
+    begin = procs.ProcessTeam.begin
+
+    def noting(self, w, cpu):  # runs in each forked worker, once it is placed
+        token = begin(self, w, cpu)
+        (tmp_path / f"w{w}").write_text(" ".join(map(str, sorted(os.sched_getaffinity(0)))))
+        return token
+
+    monkeypatch.setattr(procs.ProcessTeam, "begin", noting)
+    mine = usable_cpus()[-1:]
+    spec = ColocateSpec(jobs=2, workers=2, policies=[policy], barrier="block", step_us=50,
+                        steps=10, reps=1)
+    recs = run_once(spec, POLICIES[policy], 0, cpus=mine, arbiter_path=seg)
+    assert all(r.verified for r in recs)
+    seen = {f.read_text() for f in tmp_path.glob("w*")}
+    assert seen and all(set(map(int, s.split())) <= set(mine) for s in seen), seen
 
 
 def test_coop_workers_take_turns_on_the_tokens(seg):

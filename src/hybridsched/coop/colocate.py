@@ -203,7 +203,11 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
         with ProcessTeam("colocate", J * P, 1) as team:
             def body(w: int) -> None:
                 j, t = divmod(w, P)
-                token = team.begin(w, policy.place(j, t, J, cpus) if P > 1 else -1)
+                cpu = policy.place(j, t, J, cpus) if P > 1 else -1
+                if cpu < 0 and os.sched_getaffinity(0) != set(cpus):
+                    # unpinned, but on the run's CPUs only: the ones coop's tokens stand for
+                    os.sched_setaffinity(0, cpus)
+                token = team.begin(w, cpu)
                 seat = (arbiter, job_ids[j]) if arbiter is not None else None
                 run = kind.worker(spec, ctx, policy, cpus, j, t, w, sh, seat)
                 row = sh.rows[w]
