@@ -12,6 +12,7 @@ import time
 import pytest
 
 from hybridsched.coop import futex
+from coopcheck import fork_token_holder
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.errors import UsageError
 from hybridsched.sysinfo import usable_cpus
@@ -69,17 +70,7 @@ def test_threads_never_run_more_than_the_tokens(seg):
 def test_killed_holder_is_reclaimed_within_a_second(seg):
     with Arbiter(path=seg, cpus=CPUS[:1]) as a:
         j = a.join_job()
-        ready = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # a worker that takes the only token and never gives it back
-            try:
-                w = a.worker(j)
-                w.acquire()
-                os.write(ready[1], b"x")
-                time.sleep(60)
-            finally:
-                os._exit(0)
-        assert os.read(ready[0], 1) == b"x"
+        pid = fork_token_holder(a, j)  # a worker that takes the only token and never gives it back
         me = a.worker(j)
         t0 = time.monotonic()
         killer = threading.Timer(0.1, os.kill, (pid, signal.SIGKILL))
@@ -91,7 +82,6 @@ def test_killed_holder_is_reclaimed_within_a_second(seg):
         assert a.state.header["reclaimed"][0] == 1
         me.leave()
         a.leave_job(j)
-        os.close(ready[0]), os.close(ready[1])
 
 
 def test_a_participant_killed_inside_the_lock_does_not_wedge_the_node(seg):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from coopcheck import fork_token_holder
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.layout import WAITING
 from hybridsched.sysinfo import usable_cpus
@@ -57,17 +58,7 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
         scan = a.reclaim_due
         a.reclaim_due = lambda: calls.append(time.monotonic()) or scan()
         j = a.join_job()
-        ready = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # takes the only token and keeps it until killed
-            try:
-                w = a.worker(j)
-                w.acquire()
-                os.write(ready[1], b"x")
-                time.sleep(60)
-            finally:
-                os._exit(0)
-        assert os.read(ready[0], 1) == b"x"
+        pid = fork_token_holder(a, j)  # takes the only token and keeps it until killed
         got = []
 
         def body():
@@ -86,7 +77,6 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
             t.join(10)
         os.waitpid(pid, 0)
         a.leave_job(j)
-        os.close(ready[0]), os.close(ready[1])
     assert len(got) == 6
     assert min(got) - t_kill < 1.0, min(got) - t_kill
     # every waiter on the period would have woken 6 x 2 s / 0.2 s = 60 times
