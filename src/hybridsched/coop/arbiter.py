@@ -49,6 +49,12 @@ def segment_path(uid: int | None = None) -> str:
     return f"/dev/shm/hybridsched-coop.{os.getuid() if uid is None else uid}"
 
 
+def _header(fd: int):
+    """A segment file's header record, or None when the file is shorter than one."""
+    buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
+    return np.frombuffer(buf, HEADER_DTYPE)[0] if len(buf) == HEADER_DTYPE.itemsize else None
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs in this pid namespace (EPERM: it exists, as another user). A
     zombie is dead: its parent may itself be waiting for the token it held."""
@@ -284,12 +290,9 @@ class Arbiter:
     def _other_tables(self, fd: int) -> bool:
         """Whether a segment of our size was made for other tables (sizes are padded: 1
         and 2 CPUs take the same bytes), so that it must be refused or reset, not read."""
-        buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
-        if len(buf) < HEADER_DTYPE.itemsize:
-            return False  # the magic check that follows refuses it
-        h = np.frombuffer(buf, HEADER_DTYPE)[0]
-        if bytes(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
-            return False
+        h = _header(fd)
+        if h is None or bytes(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
+            return False  # the checks that follow refuse it
         return (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])) != \
             (len(self.cpus), MAX_JOBS, MAX_WORKERS)
 
@@ -380,35 +383,33 @@ class Arbiter:
         if have < HEADER_DTYPE.itemsize:
             raise UsageError(f"{self.path}: not a hybridsched coop segment ({have} bytes; remove "
                              "it if no coop run is active): refusing it")
-        if have >= HEADER_DTYPE.itemsize:
-            buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
-            h = np.frombuffer(buf, HEADER_DTYPE)[0]
-            if bytes(h["magic"]) != MAGIC:
-                raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
-                                 "coop run is active): refusing it")
-            if int(h["version"]) != VERSION:  # its tables cannot be read: never reset blindly
-                raise UsageError(f"{self.path}: coop segment version {int(h['version'])} (another "
-                                 f"hybridsched), this one speaks {VERSION}: refusing it (remove it "
-                                 "if no coop run is active)")
-            # the same version for other CPUs: see whether its workers live, under its lock
+        h = _header(fd)
+        if bytes(h["magic"]) != MAGIC:
+            raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
+                             "coop run is active): refusing it")
+        if int(h["version"]) != VERSION:  # its tables cannot be read: never reset blindly
+            raise UsageError(f"{self.path}: coop segment version {int(h['version'])} (another "
+                             f"hybridsched), this one speaks {VERSION}: refusing it (remove it "
+                             "if no coop run is active)")
+        # the same version for other CPUs: see whether its workers live, under its lock
+        try:
+            m = mmap.mmap(fd, have)
+            s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
+            held = np.zeros(1, np.int8)
             try:
-                m = mmap.mmap(fd, have)
-                s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
-                held = np.zeros(1, np.int8)
-                try:
-                    native.lock_into(s.lock, held)
-                    s.reclaim(_alive, _now())
-                    busy = s.participants()
-                finally:
-                    native.unlock_from(s.lock, held)
-                del s
-                m.close()
-            except (ValueError, OSError):  # its tables do not fit its header: never reset blindly
-                raise UsageError(f"{self.path}: a coop segment whose tables cannot be read "
-                                 "(remove it if no coop run is active): refusing it") from None
-            if busy:
-                raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
-                                 f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
+                native.lock_into(s.lock, held)
+                s.reclaim(_alive, _now())
+                busy = s.participants()
+            finally:
+                native.unlock_from(s.lock, held)
+            del s
+            m.close()
+        except (ValueError, OSError):  # its tables do not fit its header: never reset blindly
+            raise UsageError(f"{self.path}: a coop segment whose tables cannot be read "
+                             "(remove it if no coop run is active): refusing it") from None
+        if busy:
+            raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
+                             f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
 
     def close(self) -> None:
         """Detach; the last participant removes the segment and its lock file. When the
