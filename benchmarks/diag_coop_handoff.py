@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from hybridsched.coop import futex
+from hybridsched.oslayer import futex
 from hybridsched.coop.colocate import ColocateSpec, run_colocate
 from hybridsched.coop.work import busy, iters_per_us
 from hybridsched.sysinfo import n_cpus

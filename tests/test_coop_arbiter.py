@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from hybridsched.coop import futex
+from hybridsched.oslayer import futex
 from coopcheck import fork_token_holder
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.errors import UsageError

@@ -117,11 +117,12 @@ def cmd_run(args) -> int:
 
         return cmd_run_mpi(args, w)
     from . import kernels
+    from .backends import compiled
     from .progress import Progress, run_cost
     from .results.report import run_summary
     from .store import StudyLock, StudyWriter, check_output
     from .study.session import record_resume, resume_check, run_configurations
-    from .hostcheck import shared_warning
+    from .hostcheck import LoadCheck
     from .sysinfo import machine_metadata, n_cpus, usable_cpus
 
     spec = build_spec(args)
@@ -149,12 +150,15 @@ def cmd_run(args) -> int:
         if resume:
             print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
                   f"stored, {len(todo)} to go", file=sys.stderr)
-        # input is good: one warning if the machine looks shared, the load kept with the study
-        meta["check_load"] = json.dumps(shared_warning(usable_cpus()))
+        # input is good: the load probe samples while the kernels load
+        probe = LoadCheck(usable_cpus()).start()
         meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         # compile before any worker or fork exists (a user's or a workload's kernel is
         # compiled with its workspace, workloads.build)
-        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else None)
+        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else "",
+                        loop=compiled.wanted(configs))
+        # one warning if the machine looks shared, the load kept with the study
+        meta["check_load"] = json.dumps(probe.result())
         failed = 0
         n = n_cpus()
         with Progress(todo, n, spec.reps, done_already=len(skipped),

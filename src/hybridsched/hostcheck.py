@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -193,18 +194,52 @@ def metadata(f: Facts) -> dict[str, str | int]:
             for k, v in d.items()}
 
 
+class LoadCheck:
+    """`run`'s load probe in a thread of its own, so its windows (0.4 s of waiting) pass
+    while the study loads its kernels and makes its tensor instead of before: what this
+    process does meanwhile is its own CPU time, which the probe subtracts
+    (sysinfo.ForeignLoad). ``result()`` waits for it and warns once when the machine
+    looks shared."""
+
+    def __init__(self, cpus: list[int]):
+        self.cpus = list(cpus)
+        self._load: list[float] = []
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "LoadCheck":
+        if os.environ.get(NO_PROBE_ENV, "") in ("", "0"):
+            self._thread = threading.Thread(target=self._sample, name="hybridsched-loadcheck",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        try:
+            self._load = load_now(self.cpus)
+        except BaseException as exc:  # re-raised by result(), in the caller's thread
+            self._error = exc
+
+    def result(self, stream=None) -> list[float]:
+        """The windows (stored with the study), after one warning line if shared."""
+        if self._thread is None:
+            return []
+        self._thread.join()
+        self._thread = None
+        if self._error is not None:
+            raise self._error
+        f = Facts(self.cpus, load=self._load)
+        if f.shared:
+            print(f"hybridsched: warning: other processes are using up to {max(f.load) * 100:.0f} % "
+                  "of the CPUs right now; timings will include their work (see `hybridsched check`)",
+                  file=sys.stderr if stream is None else stream)
+        return f.load
+
+
 def shared_warning(cpus: list[int], stream=None) -> list[float]:
     """Sample the load once; print one line when the machine looks shared. Returns the
     windows (stored with the study)."""
-    stream = sys.stderr if stream is None else stream
-    if os.environ.get(NO_PROBE_ENV, "") not in ("", "0"):
-        return []
-    f = Facts(list(cpus), load=load_now(list(cpus)))
-    if f.shared:
-        print(f"hybridsched: warning: other processes are using up to {max(f.load) * 100:.0f} % "
-              "of the CPUs right now; timings will include their work (see `hybridsched check`)",
-              file=stream)
-    return f.load
+    return LoadCheck(cpus).start().result(stream)
 
 
 # --- the subcommand -------------------------------------------------------------------

@@ -7,6 +7,7 @@ parallel, and ``cache=True`` so a fresh process loads machine code instead of co
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numba
@@ -14,7 +15,12 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, is_jitted, overload
+
+from .errors import UsageError
+
+from .oslayer.atomics import fetch_add
+from .oslayer.native import monotonic_ns
 
 Kernel = Callable[[np.ndarray, int, int], None]
 
@@ -211,11 +217,50 @@ KERNELS: dict[str, tuple[Kernel, str]] = {
 }
 
 
+@dataclass(frozen=True)
+class Bound:
+    """A package kernel with parameters: ``fn(data, first, count, params)`` called as a
+    chunk kernel ``kernel(data, first, count)``. The parameters (a workload's seed, shape,
+    region) are run-time values of one cached function instead of constants of a closure,
+    which numba would compile again in every process."""
+
+    fn: Callable
+    params: tuple
+
+    def __call__(self, data, first, count):
+        return self.fn(data, first, count, self.params)
+
+
+def is_compiled(kernel) -> bool:
+    """Whether ``kernel`` is machine code the compiled loop can call (a numba function, or
+    one bound to its parameters)."""
+    return isinstance(kernel, Bound) or is_jitted(kernel)
+
+
+def _parts(kernel) -> tuple[Callable, tuple]:
+    return (kernel.fn, kernel.params) if isinstance(kernel, Bound) else (kernel, ())
+
+
+def compile_kernel(kernel, data: np.ndarray):
+    """Compile (or load) numba ``kernel`` for ``data``'s exact array type; returns the
+    compiled overload. Raises numba's error when it does not compile for it."""
+    fn, params = _parts(kernel)
+    args = (numba.typeof(data), types.int64, types.int64)
+    if isinstance(kernel, Bound):
+        args += (numba.typeof(params),)
+    cres = fn.overloads.get(args)
+    if cres is None:
+        if not getattr(fn, "_can_compile", True):  # explicit signatures, none of them this
+            raise numba.core.errors.TypingError(
+                f"no signature of {getattr(fn, '__name__', fn)} takes {args}")
+        fn.compile(args)
+        cres = fn.overloads[args]
+    return cres
+
+
 def get_kernel(name) -> Kernel:
     """A built-in kernel by name; a chunk kernel callable (a workspace's or the user's,
     see :mod:`workloads.kernelref`) is returned as it is."""
-    from .errors import UsageError
-
     if callable(name):
         return name
     try:
@@ -233,10 +278,18 @@ def direct_entry(kernel: Kernel, work: np.ndarray) -> Kernel:
     hotpath`). It is the same compiled wrapper, so it still releases the GIL (nogil). It
     does not check argument types, hence only an exact signature match is used.
     """
-    overloads = getattr(kernel, "overloads", None)
+    fn, params = _parts(kernel)
+    overloads = getattr(fn, "overloads", None)
     if not overloads:
         return kernel
-    compiled = overloads.get((numba.typeof(work), numba.types.int64, numba.types.int64))
+    args = (numba.typeof(work), types.int64, types.int64)
+    if isinstance(kernel, Bound):
+        compiled = overloads.get(args + (numba.typeof(params),))
+        if compiled is None:
+            return kernel
+        entry = compiled.entry_point
+        return lambda data, first, count: entry(data, first, count, params)
+    compiled = overloads.get(args)
     return kernel if compiled is None else compiled.entry_point
 
 
@@ -310,17 +363,89 @@ def count_bad_rows(orig, work, first, count):
     return bad
 
 
-def prepare(kernel: str | None = None) -> None:
-    """Compile (or load from cache) the numba functions; call before any fork."""
+# --- the compiled dispatch loop ------------------------------------------------------------
+
+def _call(kernel, data, first, count, params):
+    """``kernel(data, first, count)``, or with ``params`` when the kernel is bound to some."""
+
+
+@overload(_call)
+def _call_typed(kernel, data, first, count, params):
+    # chosen while typing: an empty tuple means a plain chunk kernel
+    if isinstance(params, types.BaseTuple) and len(params) == 0:
+        return lambda kernel, data, first, count, params: kernel(data, first, count)
+    return lambda kernel, data, first, count, params: kernel(data, first, count, params)
+
+
+@_jit
+def claim_loop(kernel, data, bounds, ctl, capacity, params):
+    """One worker's whole compiled run (backends/compiled.py): claim ticket i, run chunk i,
+    record (i, start ns, end ns); until the tickets are past the hand-out (done, or
+    stopped). Returns the records in claim order. A kernel's exception ends the loop and
+    propagates to the calling thread.
+
+    ``kernel`` arrives as a first-class function (a numba FunctionType: a pointer, not a
+    type of its own), so one machine-code loop per array type serves every kernel and is
+    cached on disk like the kernels themselves; a dispatcher-typed argument would make
+    each kernel a new type and the loop uncacheable (compiled again in every process).
+    The indirect call costs a few ns per chunk.
+
+    The records are the worker's own, grown by doubling from ``capacity``: a table shared
+    by ticket would put the rows of k workers in the same cache lines, three more
+    contended lines per chunk besides the ticket's."""
+    m = bounds.shape[0] - 1
+    rec = np.empty((max(capacity, 1), 3), np.int64)
+    n = 0
+    while True:
+        i = fetch_add(ctl, 0, 1)
+        if i >= m:
+            return rec[:n]
+        first = bounds[i]
+        t0 = monotonic_ns()
+        _call(kernel, data, first, bounds[i + 1] - first, params)
+        t1 = monotonic_ns()
+        if n == rec.shape[0]:
+            grown = np.empty((2 * n, 3), np.int64)
+            grown[:n] = rec
+            rec = grown
+        rec[n, 0] = i
+        rec[n, 1] = t0
+        rec[n, 2] = t1
+        n += 1
+
+
+_I64 = numba.types.int64
+_I64_ARRAY = numba.types.Array(_I64, 1, "C")
+
+
+def loop_entry(kernel, data: np.ndarray) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
+    """``run(bounds, ctl, capacity)``: the compiled :func:`claim_loop` of numba ``kernel``
+    (or a :class:`Bound` one) over ``data``. The loop is loaded from numba's on-disk cache
+    (compiled the first time ever for this array type), so a process compiles nothing of
+    it. Raises numba's error when the kernel does not compile for ``data``."""
+    fn, params = _parts(kernel)
+    cres = compile_kernel(kernel, data)
+    sig = (types.FunctionType(cres.signature.return_type(*cres.signature.args)), numba.typeof(data), _I64_ARRAY, _I64_ARRAY, _I64,
+           numba.typeof(params))
+    loop = claim_loop.overloads.get(sig)
+    if loop is None:
+        claim_loop.compile(sig)
+        loop = claim_loop.overloads[sig]
+    entry = loop.entry_point
+    return lambda bounds, ctl, capacity: entry(fn, data, bounds, ctl, capacity, params)
+
+
+def prepare(kernel: str | None = None, loop: bool = False) -> None:
+    """Load the numba functions a study calls from numba's cache (compiling them the first
+    time ever): the generator, the checker, built-in ``kernel`` (every one when None, none
+    when "": a workload's or user's kernel is compiled with its workspace) and, with
+    ``loop``, the compiled dispatch loop for it. Call before any fork."""
     tiny = np.zeros((1, 2, 3), np.uint8)
     generate_frames(tiny, 0, 0)
     orig = tiny.copy()
-    names = [kernel] if kernel else list(KERNELS)
-    from .backends import compiled
-
-    for name in names:
+    for name in list(KERNELS) if kernel is None else [kernel] if kernel else []:
         fn = get_kernel(name)
         fn(tiny, 0, 1)
-        if numba.extending.is_jitted(fn):
-            compiled.compile_for(fn, tiny)  # the thread backend's compiled loop for it
+        if loop and is_jitted(fn):
+            loop_entry(fn, tiny)  # the thread backend's compiled loop for it
     count_bad_rows(orig, tiny, 0, 1)

@@ -4,7 +4,7 @@ For a first-come-first-served policy whose hand-out is a fixed sequence (dynamic
 guided: claims from one counter are serialised, so claim i always gets chunk i), the
 registry entry's ``sequence`` gives the chunk boundaries, built by the same pure functions
 of :mod:`policies` the Python dispensers call. Each worker thread then runs
-:func:`claim_loop`: an atomic fetch-and-add draws ticket i, the numba kernel runs on
+:func:`kernels.claim_loop`: an atomic fetch-and-add draws ticket i, the numba kernel runs on
 frames ``bounds[i] .. bounds[i+1]-1``, and two CLOCK_MONOTONIC reads go into the worker's
 own record table. Nothing per chunk touches the interpreter, so k workers never
 queue for the GIL between chunks (the Python loop's cost on fine-grained tasks).
@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic, is_jitted
 
 from ..dispatch import Dispenser
 from ..errors import HybridschedError
+from ..kernels import is_compiled, loop_entry
+from ..oslayer.atomics import fetch_add
 from ..records import TRACE_DTYPE
 
 AUTO, PYTHON, COMPILED = "auto", "python", "compiled"
@@ -38,70 +36,6 @@ _NS = 1e9  # CLOCK_MONOTONIC nanoseconds per second
 
 class DispatchError(HybridschedError):
     """--dispatch compiled was asked for a run that cannot be compiled."""
-
-
-@intrinsic
-def fetch_add(typingctx, arr, idx, delta):
-    """Atomic ``old = arr[idx]; arr[idx] += delta; return old`` on an int64 array
-    (sequentially consistent, as libgomp's ticket for schedule(dynamic))."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
-        return None
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
-        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
-    return types.int64(arr, types.intp, types.int64), codegen
-
-
-@intrinsic
-def monotonic_ns(typingctx):
-    """clock_gettime(CLOCK_MONOTONIC) in integer nanoseconds: the clock behind
-    time.perf_counter on Linux, which returns the same count divided by 1e9."""
-    def codegen(context, builder, sig, args):
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        ts_t = ir.LiteralStructType([i64, i64])  # struct timespec on 64-bit Linux
-        fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(i32, [i32, ts_t.as_pointer()]), "clock_gettime")
-        ts = cgutils.alloca_once(builder, ts_t)
-        builder.call(fn, [ir.Constant(i32, 1), ts])  # 1 = CLOCK_MONOTONIC
-        sec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 0))
-        nsec = builder.load(cgutils.gep_inbounds(builder, ts, 0, 1))
-        return builder.add(builder.mul(sec, ir.Constant(i64, 1_000_000_000)), nsec)
-    return types.int64(), codegen
-
-
-# Not cache=True: numba cannot cache a function specialised on a dispatcher argument (each
-# kernel is its own type), so the loop compiles once per kernel and array type per
-# process (~0.5 s), in prepare() or before the timed region of the first run.
-@numba.njit(nogil=True)
-def claim_loop(kernel, data, bounds, ctl, capacity):
-    """One worker's whole run: claim ticket i, run chunk i, record (i, start ns, end ns);
-    until the tickets are past the hand-out (done, or stopped). Returns the records in
-    claim order. A kernel's exception ends the loop and propagates to the calling thread.
-
-    The records are the worker's own, grown by doubling from ``capacity``: a table shared
-    by ticket would put the rows of k workers in the same cache lines, three more
-    contended lines per chunk besides the ticket's."""
-    m = bounds.shape[0] - 1
-    rec = np.empty((max(capacity, 1), 3), np.int64)
-    n = 0
-    while True:
-        i = fetch_add(ctl, 0, 1)
-        if i >= m:
-            return rec[:n]
-        first = bounds[i]
-        t0 = monotonic_ns()
-        kernel(data, first, bounds[i + 1] - first)
-        t1 = monotonic_ns()
-        if n == rec.shape[0]:
-            grown = np.empty((2 * n, 3), np.int64)
-            grown[:n] = rec
-            rec = grown
-        rec[n, 0] = i
-        rec[n, 1] = t0
-        rec[n, 2] = t1
-        n += 1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -145,9 +79,10 @@ class CompiledTickets(Dispenser):
     def runner(self, kernel, data):
         """``run(w)``: worker w's compiled loop over ``data`` (releases the GIL)."""
         bounds, ctl, cap, records = self.bounds, self.ctl, self._capacity, self.records
+        loop = loop_entry(kernel, data)
 
         def run(w: int) -> None:
-            records[w] = claim_loop(kernel, data, bounds, ctl, cap)
+            records[w] = loop(bounds, ctl, cap)
         return run
 
     def trace(self) -> np.ndarray:
@@ -169,11 +104,25 @@ class CompiledTickets(Dispenser):
         return NOTE
 
 
+def wanted(configs) -> bool:
+    """Whether any of the run configurations may run the compiled loop (its scheduler's
+    hand-out is a fixed sequence, or chosen per execution, and nothing rules it out):
+    then the study loads the loop before its first run, untimed and before any fork."""
+    from .. import registry
+
+    for c in configs:
+        info = registry.get(c.scheduler)
+        if (info.backend == "threads" and (info.sequence is not None or info.chooses)
+                and c.dispatch != PYTHON and not c.coop):
+            return True
+    return False
+
+
 def why_not(job, kernel) -> str:
     """Why ``job`` cannot run compiled ('' when it can)."""
     if getattr(job.info, "sequence", None) is None:
         return f"{job.scheduler}'s hand-out is not a fixed first-come-first-served sequence"
-    if not is_jitted(kernel):
+    if not is_compiled(kernel):
         return "the kernel is not a numba function"
     if job.coop is not None:
         return "--coop needs a scheduling point between chunks"
@@ -195,7 +144,7 @@ def may_delegate(job, kernel) -> bool:
     """Whether ``job``'s dispenser may hand its execution to the compiled loop (auto, when
     the technique it picks has a fixed hand-out): the loop is then compiled untimed."""
     return (getattr(job.info, "chooses", False) and getattr(job, "dispatch", AUTO) == AUTO
-            and is_jitted(kernel) and job.coop is None)
+            and is_compiled(kernel) and job.coop is None)
 
 
 class Delegated(CompiledTickets):
@@ -232,12 +181,12 @@ def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
 
 
 def compile_for(kernel, data: np.ndarray) -> None:
-    """Compile the loop for ``kernel`` on arrays of ``data``'s type (an empty hand-out:
-    nothing runs). Call before forking and before a timed region. A kernel that numba
-    cannot compile as ``kernel(data, first, count)`` fails the run, as its first call in
-    the Python loop would."""
+    """Load (or compile) the loop for ``kernel`` on arrays of ``data``'s type. Call before
+    forking and before a timed region. A kernel that numba cannot compile as
+    ``kernel(data, first, count)`` fails the run, as its first call in the Python loop
+    would."""
     try:
-        CompiledTickets(np.zeros(1, np.int64)).runner(kernel, data)(0)
+        loop_entry(kernel, data)
     except numba.core.errors.NumbaError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DispatchError(f"the numba kernel {getattr(kernel, '__name__', kernel)} cannot run "

@@ -28,7 +28,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import ResourceError, UsageError
-from . import futex, handoff, native, rules
+from ..oslayer import futex, native
+from . import handoff, rules
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, _now
 

@@ -35,8 +35,9 @@ from time import perf_counter
 import numba
 import numpy as np
 
-from ..atomics import exchange
-from . import futex, handoff
+from ..oslayer.atomics import exchange
+from ..oslayer import futex
+from . import handoff
 from .handoff import all_at as _all_at
 
 # Microsecond helpers of the waiting paths (numpy's mask-and-reduce costs ~5 µs a call, and

@@ -28,7 +28,7 @@ import numpy as np
 from ..backends.procs import ProcessTeam
 from ..errors import UsageError
 from ..sysinfo import usable_cpus
-from . import futex
+from ..oslayer import futex
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .barrier import POLICIES as BARRIERS
 

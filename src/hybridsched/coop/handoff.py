@@ -16,8 +16,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..atomics import compare_exchange, exchange
-from . import native as nv
+from ..oslayer.atomics import compare_exchange, exchange
+from ..oslayer import native as nv
 from . import rules
 from .layout import BLOCKED, LAZY, RUNNING, WAITING
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..oslayer.native import LOCK_BYTES
+
 # worker states; LAZY: parked (asleep in a primitive) but still holding its token, because
 # nobody waited when it parked; any worker that queues later revokes it (see rules)
 FREE, RUNNING, WAITING, BLOCKED, LAZY = 0, 1, 2, 3, 4
@@ -13,10 +15,9 @@ STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "b
 MAGIC = b"HSCOOP01"
 # 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only),
 # ``reclaim_ns`` (when the dead were last looked for) and the LAZY state;
-# 3: the ``lock`` region (a robust process-shared mutex, see native.py) instead of an flock,
+# 3: the ``lock`` region (a robust process-shared mutex, see oslayer/native.py) instead of an flock,
 # and each worker's thread id (``tid``: the granter pins the thread it wakes)
 VERSION = 3
-LOCK_BYTES = 64  # a glibc pthread_mutex_t (40 bytes) on a cache line of its own
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),

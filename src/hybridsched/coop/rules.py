@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numba
 
-from ..atomics import compare_exchange, fetch_add
+from ..oslayer.atomics import compare_exchange, fetch_add
 from .layout import BLOCKED, FREE, HEADER_DTYPE, LAZY, RUNNING, WAITING, WORKER_DTYPE, word_index
 
 # where the lock-free paths find a worker's state and the header's waiting count in int32

@@ -58,6 +58,7 @@ def cmd_run_mpi(args, w) -> int:
 
 def _mpi_study(args, w, spec, configs, out, lock) -> int:
     from .. import kernels
+    from ..backends import compiled
     from ..progress import describe
     from ..store import StudyWriter
     from ..sysinfo import machine_metadata
@@ -66,7 +67,8 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
 
     with abort_on_error(w):
         # compile before any worker or fork exists (user kernels are refused under MPI)
-        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else None)
+        kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else "",
+                        loop=compiled.wanted(configs))
         if w.rank:
             failed = run_configurations(w, configs, lambda rec: None, args.split)
         else:

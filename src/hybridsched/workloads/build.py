@@ -88,7 +88,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
                            frame0, cfg.seed)
         space.kernel = kernel
     try:
-        if kernelref.is_numba(space.kernel):
+        if K.is_compiled(space.kernel):
             kernelref.compile_for(kernelref.KernelInfo(space.kernel, cfg.kernel, True, True),
                                   space.work)
     except BaseException:

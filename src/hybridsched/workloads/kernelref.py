@@ -153,13 +153,10 @@ def gil_warning(info: KernelInfo, family: str) -> None:
 def compile_for(info: KernelInfo, work: np.ndarray) -> None:
     """Compile a numba kernel for ``work``'s exact type before any fork (children never
     compile); a kernel that does not type-check is one UsageError line."""
-    if not info.numba or not is_numba(info.fn):
+    if not info.numba or not builtin.is_compiled(info.fn):
         return
-    import numba
-
-    sig = (numba.typeof(work), numba.types.int64, numba.types.int64)
     try:
-        info.fn.compile(sig)
+        builtin.compile_kernel(info.fn, work)
     except Exception as exc:  # numba's TypingError and friends: first line is the message
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"kernel {info.name} does not compile for {work.dtype}"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..kernels import Bound
+
 _jit = numba.njit(nogil=True, cache=True)
 
 DTYPE = np.uint16  # escape counts up to 65535 iterations
@@ -38,17 +40,19 @@ def bands(out, g0, first, count, total, x0, x1, y0, y1, iters):
                 out[f, i, j] = n
 
 
-def make_kernel(frame0: int, total: int, x0: float, x1: float, y0: float, y1: float, iters: int):
-    """The chunk kernel over one node's bands (local band f = global band frame0 + f)."""
-    g0, L, a, b, c, d, n = frame0, total, float(x0), float(x1), float(y0), float(y1), int(iters)
-    run = bands
+@_jit
+def band_chunk(t, first, count, params):
+    """Local bands first.. of one node (params: see make_kernel)."""
+    g0, total, x0, x1, y0, y1, iters = params
+    bands(t, g0, first, count, total, x0, x1, y0, y1, iters)
 
-    # cache=False: the region is a compile-time constant of the closure; compiled once per
-    # workspace before any fork
-    @numba.njit(nogil=True, cache=False)
-    def kernel(t, first, count):
-        run(t, g0, first, count, L, a, b, c, d, n)
-    return kernel
+
+def make_kernel(frame0: int, total: int, x0: float, x1: float, y0: float, y1: float,
+                iters: int) -> Bound:
+    """The chunk kernel over one node's bands (local band f = global band frame0 + f): one
+    cached function, the region bound to it."""
+    return Bound(band_chunk, (int(frame0), int(total), float(x0), float(x1), float(y0),
+                              float(y1), int(iters)))
 
 
 @_jit

@@ -64,34 +64,37 @@ def _count_row(row, hist):
             j += 1
 
 
-def make_kernel(rule: str, seed: int, frame0: int, total: int, height: int, width: int,
-                a: float, b: float, counting: bool = False):
-    """The chunk kernel of an irregular sort workload for the frames of one node (local
-    frame f is global frame frame0 + f)."""
-    r, s, f0, L, H, W, a, b = RULES[rule], seed, frame0, total, height, width, float(a), float(b)
-    introsort, count_row = K._introsort, _count_row
+@_jit
+def sort_chunk(t, first, count, params):
+    """Introsort the active part of local frames first.. (params: see make_kernel)."""
+    r, s, f0, total, H, W, a, b = params
+    stack_lo = np.empty(K._STACK, np.uint64)
+    stack_hi = np.empty(K._STACK, np.uint64)
+    stack_d = np.empty(K._STACK, np.int64)
+    for f in range(first, first + count):
+        rows, w = task_shape(r, f0 + f, s, total, H, W, a, b)
+        for i in range(rows):
+            K._introsort(t[f, i, :w], stack_lo, stack_hi, stack_d)
 
-    # cache=False: the parameters are compile-time constants of this closure; it compiles
-    # once per study shape (well under a second), before any fork
-    if counting:
-        @numba.njit(nogil=True, cache=False)
-        def kernel(t, first, count):
-            hist = np.zeros(256, np.int64)
-            for f in range(first, first + count):
-                rows, w = task_shape(r, f0 + f, s, L, H, W, a, b)
-                for i in range(rows):
-                    count_row(t[f, i, :w], hist)
-    else:
-        @numba.njit(nogil=True, cache=False)
-        def kernel(t, first, count):
-            stack_lo = np.empty(K._STACK, np.uint64)
-            stack_hi = np.empty(K._STACK, np.uint64)
-            stack_d = np.empty(K._STACK, np.int64)
-            for f in range(first, first + count):
-                rows, w = task_shape(r, f0 + f, s, L, H, W, a, b)
-                for i in range(rows):
-                    introsort(t[f, i, :w], stack_lo, stack_hi, stack_d)
-    return kernel
+
+@_jit
+def count_chunk(t, first, count, params):
+    """Counting sort of the active part of local frames first.. (params: see make_kernel)."""
+    r, s, f0, total, H, W, a, b = params
+    hist = np.zeros(256, np.int64)
+    for f in range(first, first + count):
+        rows, w = task_shape(r, f0 + f, s, total, H, W, a, b)
+        for i in range(rows):
+            _count_row(t[f, i, :w], hist)
+
+
+def make_kernel(rule: str, seed: int, frame0: int, total: int, height: int, width: int,
+                a: float, b: float, counting: bool = False) -> K.Bound:
+    """The chunk kernel of an irregular sort workload for the frames of one node (local
+    frame f is global frame frame0 + f): one cached function, its parameters bound."""
+    params = (RULES[rule], int(seed), int(frame0), int(total), int(height), int(width),
+              float(a), float(b))
+    return K.Bound(count_chunk if counting else sort_chunk, params)
 
 
 @_jit

@@ -27,7 +27,9 @@ from numba.extending import intrinsic
 
 from ..errors import ResourceError
 from . import futex
-from .layout import LOCK_BYTES
+
+# A glibc pthread_mutex_t (40 bytes) and the death notice (DIED_AT) on a cache line of its own
+LOCK_BYTES = 64
 
 _SYS_FUTEX = -1 if futex._SYS_FUTEX is None else futex._SYS_FUTEX  # unused where unavailable
 _FUTEX_WAIT, _FUTEX_WAKE = futex._FUTEX_WAIT, futex._FUTEX_WAKE
