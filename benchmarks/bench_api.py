@@ -25,11 +25,13 @@ import time
 import numpy as np
 
 import hybridsched
-from hybridsched import kernels, workloads
+from hybridsched import kernels
+from hybridsched.workloads import catalogue as workloads
+from hybridsched.workloads.build import build
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import n_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus
+from hybridsched.workloads.slab import Slab
 
 N = n_cpus()
 OVERHEAD_TARGET = 0.01
@@ -88,7 +90,7 @@ def irregular(sizes: dict, reps: int) -> list[dict]:
         base = RunConfig("serial", 1, L, H, W, workload=name, workload_params=workloads.params_json(p))
         times: dict[str, list[float]] = {s: [] for s in ["serial", *IRREGULAR]}
         shares: list[float] = []
-        with workloads.build(base) as space:
+        with build(base) as space:
             for _ in range(reps):
                 for s in times:
                     cfg = RunConfig(s, 1 if s == "serial" else N, L, H, W, workload=name,

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from hybridsched.coop.colocate import ColocateSpec, run_colocate
-from hybridsched.sysinfo import n_cpus
+from hybridsched.oslayer.cpus import n_cpus
 
 N = n_cpus()
 
@@ -122,11 +122,12 @@ def fork_cost(reps: int = 20) -> float:
 
 
 def prolific(reps, L):
-    from hybridsched import kernels, registry
+    from hybridsched import kernels
+    from hybridsched.backends.base import job_for
     from hybridsched.backends import get_backend
     from hybridsched.coop.arbiter import Arbiter
     from hybridsched.records import RunConfig
-    from hybridsched.workload import Slab
+    from hybridsched.workloads.slab import Slab
 
     kernels.prepare()
     H, W = 256, 256
@@ -141,7 +142,7 @@ def prolific(reps, L):
         def timed(cfg, coop):
             ts = []
             for _ in range(reps):
-                job = registry.job_for(cfg, slab.work, original=slab.original)
+                job = job_for(cfg, slab.work, original=slab.original)
                 slab.fresh_copy()
                 if coop:
                     with Arbiter() as arb:

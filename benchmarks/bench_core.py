@@ -43,11 +43,11 @@ import numba
 import numpy as np
 
 from hybridsched import kernels
-from hybridsched.monitor import UtilisationMonitor
+from hybridsched.core.monitor import UtilisationMonitor
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import n_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus
+from hybridsched.workloads.slab import Slab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_refs  # noqa: E402

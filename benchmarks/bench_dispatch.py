@@ -40,8 +40,9 @@ from hybridsched import kernels
 from hybridsched.backends import compiled
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import ForeignLoad, n_cpus, pin_current, usable_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.procfs import ForeignLoad
+from hybridsched.oslayer.cpus import n_cpus, pin_current, usable_cpus
+from hybridsched.workloads.slab import Slab
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_refs  # noqa: E402

@@ -23,7 +23,7 @@ import time
 
 from hybridsched.ge import kernels
 from hybridsched.ge.runner import run_once
-from hybridsched.sysinfo import usable_cpus
+from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.usched import ARCHS
 
 

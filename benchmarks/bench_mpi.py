@@ -139,7 +139,7 @@ def overhead(a: argparse.Namespace, tmp: str) -> dict:
 
 def uneven(a: argparse.Namespace, tmp: str) -> dict:
     from hybridsched.mpi.ranks import local_cpus
-    from hybridsched.sysinfo import usable_cpus
+    from hybridsched.oslayer.cpus import usable_cpus
 
     victim = local_cpus(usable_cpus(), 1, 2)[0]  # where rank 1 of 2 pins its worker
     st, dy, dyc = [], [], []

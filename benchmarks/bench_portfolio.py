@@ -39,14 +39,14 @@ import sys
 import numba
 import numpy as np
 
-from hybridsched import registry
+from hybridsched.core import registry
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
 from hybridsched.study.session import run_configurations
 from hybridsched.study.spec import StudySpec
-from hybridsched.sysinfo import n_cpus
-from hybridsched.techniques import auto
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus
+from hybridsched.core.techniques import auto
+from hybridsched.workloads.slab import Slab
 
 N = n_cpus()
 API_WORKLOADS = ("uniform", "ramp", "skewed", "heavytail", "varying", "mandelbrot")
@@ -168,12 +168,13 @@ def claim_cost(name: str, frames: int, min_chunks: int = 20000) -> tuple[float, 
     from dataclasses import replace
 
     from hybridsched.backends.base import Job
+    from hybridsched.study import profile
 
     info = registry.get(name)
     with Slab(frames, 1, 1, seed=1) as slab:
         job = Job(info, slab.work, "quicksort", 1, info.resolve_chunk(0, frames), False,
                   original=slab.original)
-        registry.prepare(job)
+        profile.prepare(job)
         chunks, spent = 0, 0.0
         while chunks < min_chunks:
             disp = info.dispenser(frames, 1, job.chunk, None, job=replace(job))

@@ -26,11 +26,11 @@ import time
 import numpy as np
 
 from hybridsched import kernels
-from hybridsched import policies as pol
+from hybridsched.core import policies as pol
 from hybridsched.records import RunConfig
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import n_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus
+from hybridsched.workloads.slab import Slab
 
 PROCESS = ["prolific", "collective", "pipe-1to1", "pipe-1toN", "pipe-MtoM"]
 PIPES = ["pipe-1to1", "pipe-1toN", "pipe-MtoM"]

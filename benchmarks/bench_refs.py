@@ -17,10 +17,11 @@ from functools import partial
 import numba
 import numpy as np
 
-from hybridsched import dispatch, kernels
+from hybridsched.core import dispatch
+from hybridsched import kernels
 from hybridsched.backends import compiled
-from hybridsched import policies as pol
-from hybridsched.sysinfo import pin_current
+from hybridsched.core import policies as pol
+from hybridsched.oslayer.cpus import pin_current
 
 
 # --- references: other ways to run the same per-frame kernel on k threads ----------------

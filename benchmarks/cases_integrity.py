@@ -184,7 +184,7 @@ def case_sweep(d):
             fh.write(b"x")
     # the sweep that every Slab starts with, as user nobody (modules imported first: the
     # virtualenv is not readable by nobody here)
-    code = ("import os, psutil, posix_ipc; import hybridsched.workload as w; "
+    code = ("import os, psutil, posix_ipc; import hybridsched.oslayer.shm as w; "
             "os.seteuid(65534); w.sweep_orphans(); print('ok')")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     user = f"sweep as a non-root user with another user's orphans: {outcome(p)}"

@@ -26,7 +26,7 @@ import numpy as np
 from hybridsched.oslayer import futex
 from hybridsched.coop.colocate import ColocateSpec, run_colocate
 from hybridsched.coop.work import busy, iters_per_us
-from hybridsched.sysinfo import n_cpus
+from hybridsched.oslayer.cpus import n_cpus
 
 STEP_US = 200
 

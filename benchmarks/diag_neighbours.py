@@ -31,8 +31,8 @@ import numpy as np
 
 from hybridsched import kernels
 from hybridsched.backends.compiled import fetch_add
-from hybridsched.sysinfo import n_cpus, usable_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus, usable_cpus
+from hybridsched.workloads.slab import Slab
 
 K = kernels.quicksort_frames
 

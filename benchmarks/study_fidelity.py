@@ -25,7 +25,7 @@ import numpy as np
 
 from hybridsched.results.data import load_study, summarise
 from hybridsched.store import read_detail, read_runs
-from hybridsched.sysinfo import n_cpus
+from hybridsched.oslayer.cpus import n_cpus
 
 
 def hybridsched(*args: str) -> None:

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from hybridsched import kernels
-from hybridsched.workload import live_segments, our_shm_entries
+from hybridsched.oslayer.shm import live_segments, our_shm_entries
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,7 +43,7 @@ def _no_load_probe():
     """`run` warns when the machine looks shared; on a shared test machine that would put a
     load-dependent line on the stderr of every run a test checks. tests/test_check.py
     unsets this to test the warning itself."""
-    from hybridsched.hostcheck import NO_PROBE_ENV
+    from hybridsched.machine.probes import NO_PROBE_ENV
 
     old = os.environ.get(NO_PROBE_ENV)
     os.environ[NO_PROBE_ENV] = "1"

@@ -19,8 +19,8 @@ import numpy as np
 
 from hybridsched.records import RunConfig, RunRecord
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import n_cpus, usable_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus, usable_cpus
+from hybridsched.workloads.slab import Slab
 
 N = n_cpus()
 EPS = 1e-6  # seconds of slack when comparing times taken by different perf_counter calls

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched import dispatch
-from hybridsched import policies as pol
-from hybridsched.monitor import UtilisationModel, UtilisationMonitor
+from hybridsched.core import dispatch
+from hybridsched.core import policies as pol
+from hybridsched.core.monitor import UtilisationModel, UtilisationMonitor
 
 # --- Eq. 1 and Eq. 2 from synthetic counters ---------------------------------------------
 
@@ -93,7 +93,7 @@ def test_monitor_thread_publishes_the_model_value():
 
 
 def test_monitor_samples_once_a_second_by_default():
-    from hybridsched import monitor
+    from hybridsched.core import monitor
 
     assert monitor.SAMPLE_PERIOD_S == 1.0  # §2.3: "completed sampling second intervals"
 
@@ -107,7 +107,7 @@ intr 1 2 3
 
 
 def test_proc_stat_counters_read_only_the_cpuset_and_count_iowait_as_busy(tmp_path):
-    from hybridsched.monitor import proc_stat_counters
+    from hybridsched.oslayer.procfs import proc_stat_counters
 
     f = tmp_path / "stat"
     f.write_text(_STAT.format(u0=30, i0=50, w0=20, u3=5, i3=95))

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import hybridsched
-from hybridsched import registry
+from hybridsched.core import registry
 from hybridsched.api import RunFailed, write_study
 from hybridsched.errors import UsageError
 from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE
-from hybridsched.sysinfo import n_cpus
+from hybridsched.oslayer.cpus import n_cpus
 from hybridsched.store import read_detail, read_runs
 from hybridsched.workloads.kernelref import GILWarning
 

@@ -1,4 +1,4 @@
-"""`hybridsched check` (hostcheck.py) on this machine and on faked /sys trees; the facts
+"""`hybridsched check` (machine/probes.py) on this machine and on faked /sys trees; the facts
 stored with every study; the one warning `run` gives on a shared machine; help shows
 every option's default."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from hybridsched import hostcheck
+from hybridsched.machine import probes as hostcheck
 from hybridsched.cli import main, make_parser
 from hybridsched.store import read_attrs
 
@@ -76,7 +76,7 @@ def test_missing_sys_reads_unknown_not_an_error(tmp_path):
 
 
 def test_shared_uses_the_reports_rule():
-    from hybridsched.results.data import dedicated
+    from hybridsched.machine.rule import dedicated
 
     for load in ([0.3, 0.0, 0.0, 0.0], [0.0] * 4, [0.06] * 4):
         f = hostcheck.Facts([0], load=load)

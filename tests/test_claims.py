@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from hybridsched import registry
+from hybridsched.core import registry
 from hybridsched.records import RunConfig, RunRecord, WORKER_DTYPE
 from hybridsched.results import claims
 from hybridsched.results.claims.common import VERDICTS

@@ -15,10 +15,11 @@ import numpy as np
 import psutil
 import pytest
 
-from hybridsched import cli, kernels, registry as schedulers
+from hybridsched import cli, kernels
+from hybridsched.core import registry as schedulers
 from hybridsched.errors import NotOurFile
 from hybridsched.store import read_detail, read_runs
-from hybridsched.workload import our_shm_entries
+from hybridsched.oslayer.shm import our_shm_entries
 
 TINY = ["-s", "serial", "-k", "1", "--frames", "2", "--height", "2", "--width", "2", "--reps", "1"]
 

@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from hybridsched import registry
+from hybridsched.core import registry
+from hybridsched.backends.base import job_for
 from hybridsched.backends import get_backend
 from hybridsched.cli import main
 from hybridsched.coop.arbiter import Arbiter, segment_path
@@ -17,8 +18,8 @@ from hybridsched.coop.barrier import POLICIES as BARRIERS
 from hybridsched.coop.colocate import POLICIES, ColocateSpec, run_colocate, run_once
 from hybridsched.coop.output import read_colocate
 from hybridsched.records import RunConfig
-from hybridsched.sysinfo import n_cpus, usable_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import n_cpus, usable_cpus
+from hybridsched.workloads.slab import Slab
 
 N = n_cpus()
 
@@ -48,7 +49,7 @@ def test_every_policy_and_barrier_verifies(policy, barrier, seg):
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_policy_keeps_its_workers_on_the_runs_cpus(policy, seg, tmp_path, monkeypatch):
-    from hybridsched.backends import procs
+    from hybridsched.oslayer import proctree as procs
 
     begin = procs.ProcessTeam.begin
 
@@ -127,7 +128,7 @@ def test_a_killed_job_does_not_stall_the_others(seg):
 
 
 def _coop_job(cfg, slab, arb):
-    job = registry.job_for(cfg, slab.work, original=slab.original)
+    job = job_for(cfg, slab.work, original=slab.original)
     job.coop, job.coop_job = arb, arb.join_job()
     return job
 

@@ -16,15 +16,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched import cli, kernels, registry
-from hybridsched import policies as pol
+from hybridsched import cli, kernels
+from hybridsched.core import registry
+from hybridsched.backends.base import job_for
+from hybridsched.core import policies as pol
 from hybridsched.backends import compiled, threads
 from hybridsched.errors import UsageError
 from hybridsched.oslayer import native
 from hybridsched.store import read_detail, read_runs
 from hybridsched.study.runner import timed_run
 from hybridsched.study.spec import StudySpec
-from hybridsched.workload import Slab
+from hybridsched.workloads.slab import Slab
 from schedcheck import ODD_SHAPES, Shape, check_coverage, check_record, config, run, run_and_check
 
 SEQUENCED = [n for n, i in registry.SCHEDULERS.items() if i.sequence is not None]
@@ -214,7 +216,7 @@ def test_a_raising_kernel_fails_the_run_naming_the_worker(monkeypatch):
     monkeypatch.setitem(kernels.KERNELS, "raising", (raising, "test kernel"))
     cfg = _compiled_cfg("dynamic", Shape("raise", 40, 1, 8, 3), kernel="raising")
     with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
-        job = registry.job_for(cfg, slab.work, original=slab.original)
+        job = job_for(cfg, slab.work, original=slab.original)
         with pytest.raises(threads.WorkerFailed,
                            match=r"dynamic: worker thread [0-2] raised ValueError: frame 5 is bad"):
             threads.execute(job)

@@ -15,7 +15,7 @@ from hybridsched.oslayer import futex
 from coopcheck import fork_token_holder
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.errors import UsageError
-from hybridsched.sysinfo import usable_cpus
+from hybridsched.oslayer.cpus import usable_cpus
 
 CPUS = usable_cpus()
 

@@ -13,7 +13,7 @@ import pytest
 from coopcheck import fork_token_holder
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.layout import WAITING
-from hybridsched.sysinfo import usable_cpus
+from hybridsched.oslayer.cpus import usable_cpus
 
 CPUS = usable_cpus()
 

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched import dispatch, kernels
-from hybridsched import policies as pol
-from hybridsched.workload import Slab
+from hybridsched.core import dispatch
+from hybridsched import kernels
+from hybridsched.core import policies as pol
+from hybridsched.workloads.slab import Slab
 
 
 def covered_once(chunks, n):

@@ -314,8 +314,8 @@ def _dead_pid() -> int:
 
 
 def test_sweep_leaves_alone_everything_not_provably_ours():
-    from hybridsched.sysinfo import pid_namespace
-    from hybridsched.workload import sweep_orphans
+    from hybridsched.oslayer.procfs import pid_namespace
+    from hybridsched.oslayer.shm import sweep_orphans
 
     ns, dead = pid_namespace(), _dead_pid()
     shm = "/dev/shm"
@@ -352,8 +352,8 @@ def test_sweep_leaves_alone_everything_not_provably_ours():
 def test_sweep_as_another_user_does_not_crash_on_roots_leftovers():
     if os.geteuid() != 0:
         pytest.skip("needs root to act as another user")
-    from hybridsched.sysinfo import pid_namespace
-    from hybridsched.workload import sweep_orphans
+    from hybridsched.oslayer.procfs import pid_namespace
+    from hybridsched.oslayer.shm import sweep_orphans
 
     name = f"hybridsched.{_dead_pid()}.{pid_namespace()}.0.orig"
     with open(os.path.join("/dev/shm", name), "wb") as fh:

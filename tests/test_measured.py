@@ -14,7 +14,7 @@ import pytest
 from schedcheck import Shape, config, run, run_and_check
 
 from hybridsched import kernels
-from hybridsched.workload import Slab
+from hybridsched.workloads.slab import Slab
 
 
 class Overloaded:
@@ -110,7 +110,7 @@ PAPER = ["serial", "static", "dynamic", "guided", "chunk", "chunk-steal", "aimd"
 
 def test_the_paper_set_is_the_papers_13():
     """Written out here, not read from the registry under test (DESIGN.md §6)."""
-    from hybridsched import registry
+    from hybridsched.core import registry
 
     assert registry.paper_names() == PAPER
     fam = {n: registry.get(n).family for n in PAPER}

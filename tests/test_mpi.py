@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hybridsched import registry as schedulers
+from hybridsched.core import registry as schedulers
 from hybridsched.cli import main
 from hybridsched.mpi.runs import dynamic_chunks
 from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus

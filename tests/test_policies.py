@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched import cli, dispatch
-from hybridsched import policies as pol
+from hybridsched import cli
+from hybridsched.core import dispatch
+from hybridsched.core import policies as pol
 from hybridsched.errors import UsageError
 
 L_ = st.integers(1, 2000)
@@ -318,7 +319,7 @@ def test_dispenser_under_real_threads_covers_once(kind):
 
 
 def test_default_chunks():
-    from hybridsched import registry
+    from hybridsched.core import registry
 
     chunk = lambda name, n: registry.get(name).resolve_chunk(0, n)  # noqa: E731
     assert chunk("chunk", 1000) == 10       # the paper's 10 for L=1000

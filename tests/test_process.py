@@ -14,13 +14,14 @@ import psutil
 import pytest
 from schedcheck import ODD_SHAPES, Shape, check_coverage, config, run_and_check
 
-from hybridsched import policies as pol
-from hybridsched import registry
+from hybridsched.core import policies as pol
+from hybridsched.core import registry
 from hybridsched.backends import Job, forks
 from hybridsched.cli import main
-from hybridsched.backends.procs import FAULT_ENV, fault_plan
+from hybridsched.oslayer.proctree import FAULT_ENV, fault_plan
 from hybridsched.study.runner import timed_run
-from hybridsched.workload import Slab, our_shm_entries
+from hybridsched.workloads.slab import Slab
+from hybridsched.oslayer.shm import our_shm_entries
 
 PROCESS = ["prolific", "collective"]
 PIPES = ["pipe-1to1", "pipe-1toN", "pipe-MtoM"]
@@ -295,7 +296,7 @@ def test_prolific_workers_are_all_children_of_the_parent():
 def test_prolific_pinned_oversubscription_doubles_the_first_cpu():
     """Why prolific collapses at k > N with affinity: frame i to worker i mod k and worker w
     on CPU w mod N put two workers' frames on CPU 0 (the makespan), whatever the timing."""
-    from hybridsched.sysinfo import usable_cpus
+    from hybridsched.oslayer.cpus import usable_cpus
 
     cpus = usable_cpus()
     if len(cpus) < 2:

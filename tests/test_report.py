@@ -12,7 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from hybridsched import cli, registry as schedulers
+from hybridsched import cli
+from hybridsched.core import registry as schedulers
 from hybridsched.records import RunConfig, RunRecord, WORKER_DTYPE
 from hybridsched.results.report import build_report, load_study, summarise
 from hybridsched.store import StudyWriter, read_runs

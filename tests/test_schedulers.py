@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybridsched import kernels, policies, registry as schedulers
-from hybridsched.monitor import UtilisationMonitor
+from hybridsched import kernels
+from hybridsched.core import policies, registry as schedulers
+from hybridsched.core.monitor import UtilisationMonitor
 from hybridsched.study.runner import warn_unverified
 from schedcheck import N, ODD_SHAPES, Shape, check_record, config, run, run_and_check
 

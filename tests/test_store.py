@@ -14,7 +14,7 @@ import pytest
 from hybridsched import store
 from hybridsched.errors import NotOurFile, UsageError
 from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
-from hybridsched.sysinfo import machine_metadata
+from hybridsched.machine.metadata import machine_metadata
 
 REQUIRED = ("scheduler", "family", "P", "k", "L", "H", "W", "chunk", "affinity", "rep",
             "time_s", "verified")

@@ -12,9 +12,10 @@ from hypothesis import given, settings, strategies as st
 
 from schedcheck import ODD_SHAPES, run_and_check
 
-from hybridsched import cli, policies, registry, techniques as tq
-from hybridsched.techniques import adaptive, auto, dispense
-from hybridsched.techniques.profiled import Profile
+from hybridsched import cli
+from hybridsched.core import policies, registry, techniques as tq
+from hybridsched.core.techniques import adaptive, auto, dispense
+from hybridsched.core.techniques.profiled import Profile
 
 PROFILE = Profile(mu=1e-4, sigma=4e-5, h=1e-6, speeds=(1.0, 1.0, 1.0, 1.0))
 GRID = dict(n=st.integers(1, 3000), p=st.integers(1, 17), c=st.integers(1, 40))
@@ -78,7 +79,7 @@ def test_fac2a_halves_with_a_ceiling_per_batch(n, p, c):
 @settings(max_examples=200, deadline=None)
 @given(**GRID)
 def test_trapezoidal_ends_within_llvms_step_count(n, p, c):
-    from hybridsched.techniques.deterministic import Trapezoidal, hand_out
+    from hybridsched.core.techniques.deterministic import Trapezoidal, hand_out
 
     r = Trapezoidal(n, p, c)
     assert len(hand_out(r)) <= r.steps  # the fallback past the last step is never needed
@@ -389,9 +390,9 @@ def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks)
     (static_steal's range), go to the survivors; every frame runs once."""
     from schedcheck import Shape, config
 
-    from hybridsched.backends.procs import FAULT_ENV
+    from hybridsched.oslayer.proctree import FAULT_ENV
     from hybridsched.study.runner import timed_run
-    from hybridsched.workload import Slab
+    from hybridsched.workloads.slab import Slab
 
     monkeypatch.setenv(FAULT_ENV, "1:1:kill")  # at its first chunk: auto may pick static
     cfg = config(f"pipe-MtoM:{name}", Shape("fault", 40, 16, 64, 3))

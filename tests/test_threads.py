@@ -13,8 +13,8 @@ import pytest
 
 from hybridsched import kernels
 from hybridsched.study.runner import timed_run
-from hybridsched.sysinfo import usable_cpus
-from hybridsched.workload import Slab
+from hybridsched.oslayer.cpus import usable_cpus
+from hybridsched.workloads.slab import Slab
 from schedcheck import Shape, config, run
 
 THREAD_SCHEDULERS = ["static", "dynamic", "guided", "chunk", "chunk-steal", "aimd", "adaptive"]

@@ -14,7 +14,7 @@ import pytest
 
 from hybridsched.cli import main
 from hybridsched.records import WORKER_DTYPE
-from hybridsched.results import perfetto, timeline
+from hybridsched.results import metrics, perfetto, timeline
 from hybridsched.store import read_detail, read_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -139,12 +139,12 @@ def test_trace_never_writes_through_a_symlink(study, tmp_path, capsys):
 def test_load_imbalance_is_lb4omps_percent_imbalance():
     w = np.zeros(4, WORKER_DTYPE)
     w["busy"] = 1.0
-    assert timeline.load_imbalance(w) == 0.0  # balanced
+    assert metrics.load_imbalance(w) == 0.0  # balanced
     w["busy"] = [4.0, 0.0, 0.0, 0.0]
-    assert timeline.load_imbalance(w) == pytest.approx(1.0)  # one worker did everything
+    assert metrics.load_imbalance(w) == pytest.approx(1.0)  # one worker did everything
     w["busy"] = [2.0, 1.0, 1.0, 0.0]  # (2 - 1) / 2 x 4/3
-    assert timeline.load_imbalance(w) == pytest.approx(2 / 3)
-    assert math.isnan(timeline.load_imbalance(w[:1]))
+    assert metrics.load_imbalance(w) == pytest.approx(2 / 3)
+    assert math.isnan(metrics.load_imbalance(w[:1]))
 
 
 def test_report_draws_a_gantt_per_scheduler_and_tables_carry_li(study, tmp_path, capsys):

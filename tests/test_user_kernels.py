@@ -105,18 +105,19 @@ def test_python_kernel_is_warned_about_on_threads(mod, tmp_path, capsys, no_leak
 
 
 def test_input_file_changed_during_the_study_is_refused(tmp_path, monkeypatch, no_leaks):
-    from hybridsched import workloads
+    from hybridsched.workloads import catalogue as workloads
+    from hybridsched.workloads.build import build
     from hybridsched.errors import UsageError
     from hybridsched.records import RunConfig
 
     src = tmp_path / "c.npy"
     np.save(src, np.zeros((4, 2, 8), np.uint8))
     cfg = RunConfig("serial", 1, 4, 2, 8, input_hash=workloads.file_hash(str(src)))
-    with workloads.build(cfg, str(src)) as space:
+    with build(cfg, str(src)) as space:
         assert space.frames == 4
     np.save(src, np.ones((4, 2, 8), np.uint8))
     with pytest.raises(UsageError, match="changed"):
-        workloads.build(cfg, str(src))
+        build(cfg, str(src))
 
 
 def test_verifier_rejecting_is_an_unverified_run(mod, tmp_path, capsys, no_leaks):

@@ -11,7 +11,8 @@ from hypothesis.extra import numpy as hnp
 
 from hybridsched import kernels
 from hybridsched.errors import UsageError
-from hybridsched.workload import Segment, Slab, check_sizes, live_segments, our_shm_entries
+from hybridsched.oslayer.shm import Segment, live_segments, our_shm_entries
+from hybridsched.workloads.slab import Slab, check_sizes
 
 SORTERS = {
     "quicksort": kernels.quicksort_frames,
@@ -190,8 +191,8 @@ def test_sweep_orphans_removes_only_segments_of_dead_creators():
 
     import posix_ipc
 
-    from hybridsched.sysinfo import pid_namespace
-    from hybridsched.workload import SEGMENT_PREFIX, sweep_orphans
+    from hybridsched.oslayer.procfs import pid_namespace
+    from hybridsched.oslayer.shm import SEGMENT_PREFIX, sweep_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -217,7 +218,8 @@ def test_foreign_load_sees_a_busy_neighbour_but_not_our_own_work():
     import sys
     import time
 
-    from hybridsched.sysinfo import ForeignLoad, usable_cpus
+    from hybridsched.oslayer.procfs import ForeignLoad
+    from hybridsched.oslayer.cpus import usable_cpus
 
     cpus = usable_cpus()
     quiet = ForeignLoad(cpus)

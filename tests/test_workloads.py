@@ -10,7 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from hybridsched import cli, workloads
+from hybridsched import cli
+from hybridsched.workloads import catalogue as workloads
+from hybridsched.workloads.build import build
 from hybridsched.errors import UsageError
 from hybridsched.records import RunConfig
 from hybridsched.store import read_runs
@@ -41,7 +43,7 @@ def run_all(space) -> np.ndarray:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_workload_is_verified_and_corruption_is_caught(name, no_leaks):
-    with workloads.build(config(name)) as space:
+    with build(config(name)) as space:
         assert space.bad_rows() > 0  # the work copy before any run: not done
         run_all(space)
         assert space.bad_rows() == 0
@@ -56,7 +58,7 @@ def test_each_workload_is_verified_and_corruption_is_caught(name, no_leaks):
 
 @pytest.mark.parametrize("name", SORTS)
 def test_bytes_outside_a_task_must_stay(name):
-    with workloads.build(config(name)) as space:
+    with build(config(name)) as space:
         run_all(space)
         shp = sorts.shapes(name, 3, 0, L, L, H, W, *_ab(name))
         f = int(np.argmin(shp[:, 0] * shp[:, 1]))  # a frame with an inactive part
@@ -79,7 +81,7 @@ def _ab(name):
 def test_a_block_of_tasks_is_built_and_run_alone(name, frame0, count, no_leaks):
     """What an MPI rank does: build only frames frame0.. and get exactly those of the whole."""
     cfg = config(name)
-    with workloads.build(cfg) as whole, workloads.build(cfg, frames=count, frame0=frame0) as part:
+    with build(cfg) as whole, build(cfg, frames=count, frame0=frame0) as part:
         assert part.frames == count
         assert np.array_equal(part.original, whole.original[frame0:frame0 + count])
         full = run_all(whole)
@@ -108,7 +110,7 @@ def test_cost_rules_are_per_task_and_irregular(name):
 
 
 def test_mandelbrot_costs_are_irregular(no_leaks):
-    with workloads.build(config("mandelbrot")) as space:
+    with build(config("mandelbrot")) as space:
         run_all(space)
         per_band = space.work.astype(np.int64).sum(axis=(1, 2))
         assert per_band.max() > 4 * per_band.min()
@@ -116,7 +118,7 @@ def test_mandelbrot_costs_are_irregular(no_leaks):
 
 
 def test_counting_kernel_runs_the_irregular_workloads(no_leaks):
-    with workloads.build(config("heavytail", kernel="counting")) as space:
+    with build(config("heavytail", kernel="counting")) as space:
         run_all(space)
         assert space.bad_rows() == 0
 
@@ -197,7 +199,7 @@ def test_merge_refuses_studies_of_different_workloads(tmp_path, capsys, no_leaks
 ])
 def test_workload_parameters_are_not_bent(text, msg):
     from hybridsched.errors import UsageError
-    from hybridsched.workloads import parse
+    from hybridsched.workloads.catalogue import parse
 
     with pytest.raises(UsageError, match=msg):
         parse(text)

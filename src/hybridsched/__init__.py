@@ -7,7 +7,7 @@ The Python API (loaded on first use, so ``import hybridsched`` stays light):
 ``write_study`` stores results for ``hybridsched report``.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "api",
         "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref"}

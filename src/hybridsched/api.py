@@ -22,11 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import registry
+from .core import registry
 from .errors import HybridschedError, UsageError
 from .records import RunConfig, RunRecord
-from .shared import is_shared, segment_array
-from .sysinfo import n_cpus
+from .shared import is_shared
+from .oslayer.shm import segment_array
+from .oslayer.cpus import n_cpus
 from .workloads import kernelref
 from .workloads.build import _sort_checker, _sortable
 from .workloads.space import NOT_CHECKED, bool_checker
@@ -143,7 +144,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
 
     if dispatch not in compiled.DISPATCH_MODES:
         raise UsageError(f"dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, got {dispatch!r}")
-    from .policies import AUTO_CHUNK
+    from .core.policies import AUTO_CHUNK
     from .study.spec import MAX_WORKERS
 
     k = n_cpus() if k is None else int(k)
@@ -177,7 +178,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile
         monitor = None
         if info.needs_monitor:
-            from .monitor import UtilisationMonitor
+            from .core.monitor import UtilisationMonitor
 
             monitor = stack.enter_context(UtilisationMonitor())
         rec = timed_run(space, cfg, monitor)
@@ -199,7 +200,7 @@ def write_study(path: str, results, overwrite: bool = False) -> str:
     import time
 
     from .store import StudyLock, StudyWriter, check_output
-    from .sysinfo import machine_metadata
+    from .machine.metadata import machine_metadata
 
     results = list(results)
     check_output(path)

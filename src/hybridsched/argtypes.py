@@ -57,7 +57,7 @@ def _int_list(what: str, minimum: int = 1):
 
 def _chunk_list(text: str) -> list[int]:
     """--chunk: sizes >= 1, or 'auto' (policies.AUTO_CHUNK: the pipe backend searches it)."""
-    from .policies import AUTO_CHUNK
+    from .core.policies import AUTO_CHUNK
 
     parts = [p.strip() for p in text.split(",")]
     sizes = _int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \

@@ -23,7 +23,7 @@ PROG = "hybridsched"
 
 
 def _scheduler_names(values: list[str] | None) -> list[str] | None:
-    from . import registry as schedulers
+    from .core import registry as schedulers
 
     if not values:
         return None
@@ -99,7 +99,7 @@ def _out_name(out: str | None) -> str:
 
 def check_test_hooks() -> None:
     """Refuse a malformed test hook (HYBRIDSCHED_FAULT) before the first run, not at it."""
-    from .backends.procs import fault_plan
+    from .oslayer.proctree import fault_plan
     from .errors import ResourceError
 
     try:
@@ -122,8 +122,9 @@ def cmd_run(args) -> int:
     from .results.report import run_summary
     from .store import StudyLock, StudyWriter, check_output
     from .study.session import record_resume, resume_check, run_configurations
-    from .hostcheck import LoadCheck
-    from .sysinfo import machine_metadata, n_cpus, usable_cpus
+    from .machine.probes import LoadCheck
+    from .machine.metadata import machine_metadata
+    from .oslayer.cpus import n_cpus, usable_cpus
 
     spec = build_spec(args)
     out = _out_name(args.out)
@@ -187,14 +188,14 @@ def cmd_run(args) -> int:
 def cmd_fit(args) -> int:
     import json
 
-    from .results import fit
+    from .results import fit, fitplot
 
     data = fit.load(args.file, args.scheduler, args.frames)
     if args.cores:
         data.cores = args.cores
     res = fit.fit(data, args.model)
     if args.plot:
-        fit.plot(res, args.plot)
+        fitplot.plot(res, args.plot)
     if args.json:
         print(json.dumps(fit.jsonable(res), indent=2, allow_nan=False))
     else:
@@ -216,7 +217,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .registry import SCHEDULERS, names
+    from .core.registry import SCHEDULERS, names
 
     width = max(len(n) for n in SCHEDULERS)
     for n in names():
@@ -237,7 +238,7 @@ def add_technique_options(p) -> None:
 
 
 def cmd_plan(args) -> int:
-    from .policies import plan
+    from .core.policies import plan
 
     params = {k: v for k, v in (("fiss_stages", args.fiss_stages), ("viss_param", args.viss_param),
                                 ("pls_swr", args.pls_swr)) if v is not None}
@@ -248,7 +249,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .results.report import build_report, default_out_dir, load_study
+    from .results.files import default_out_dir
+    from .results.report import build_report, load_study
     from .results.sections import side_report
 
     study = load_study(args.file)
@@ -274,7 +276,7 @@ def cmd_report(args) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     from .helptext import EXAMPLES
-    from .policies import PLAN_POLICIES
+    from .core.policies import PLAN_POLICIES
     from .study.spec import PRESETS
 
     p = _Parser(prog=PROG, description="Fork-, pipe- and thread-based scheduler study on a "
@@ -326,7 +328,7 @@ def make_parser() -> argparse.ArgumentParser:
                    "dynamic/guided/chunk with a numba kernel; python always runs the Python "
                    "loop; compiled refuses what cannot be compiled")
     add_technique_options(r)
-    from .techniques.deterministic import RULES
+    from .core.techniques.deterministic import RULES
 
     r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",
                    help="under mpiexec: frames to ranks in contiguous blocks (static), by "
@@ -337,7 +339,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     from .coop.command import add_parser as add_colocate
     from .ge.command import add_parser as add_ge
-    from .hostcheck import add_parser as add_check
+    from .machine.probes import add_parser as add_check
     from .results.trace_command import add_parser as add_trace
 
     add_ge(sub)
@@ -348,7 +350,7 @@ def make_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="schedulers with one-line descriptions")
     ls.set_defaults(func=cmd_list)
 
-    from .policies import PLAN_HELP
+    from .core.policies import PLAN_HELP
 
     pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV (worker -1: "
                         "first come first served)", epilog="policies:\n" + "\n".join(

@@ -111,6 +111,33 @@ class RunRecord:
     technique: str = ""                      # the technique `auto` chose ("" otherwise)
 
 
+def worker_table(n: int) -> np.ndarray:
+    table = np.zeros(n, WORKER_DTYPE)
+    table["worker"] = np.arange(n)
+    table["cpu"] = -1
+    return table
+
+
+def trace_table(per_worker) -> np.ndarray:
+    """Concatenate per-worker (first, count, start, end) rows (lists of tuples, or n x 4
+    arrays) into one TRACE_DTYPE array, ordered by start time; worker = list index."""
+    total = sum(len(t) for t in per_worker)
+    out = np.zeros(total, TRACE_DTYPE)
+    i = 0
+    for w, rows in enumerate(per_worker):
+        if len(rows) == 0:
+            continue
+        arr = np.array(rows, dtype=np.float64)
+        n = len(rows)
+        out["worker"][i:i + n] = w
+        out["first"][i:i + n] = arr[:, 0]
+        out["count"][i:i + n] = arr[:, 1]
+        out["start"][i:i + n] = arr[:, 2]
+        out["end"][i:i + n] = arr[:, 3]
+        i += n
+    return out[np.argsort(out["start"], kind="stable")]
+
+
 def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray, dict]:
     """Worker stats, trace and series with times made relative to the run's start."""
     w = execution.workers.copy()

@@ -14,24 +14,9 @@ from typing import Iterator
 import numpy as np
 
 from .errors import UsageError
-from .workload import Segment, sweep_orphans
+from .oslayer.shm import Segment, segment_array, sweep_orphans
 
 _ours: dict[int, Segment] = {}  # id(mmap) -> the live segment behind arrays we handed out
-
-
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    if any(int(s) < 0 for s in shape):
-        raise UsageError(f"shared_array: negative dimension in shape {shape}")
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-
-
-def segment_array(shape, dtype, role: str = "user") -> tuple[Segment, np.ndarray]:
-    """A new segment and a ``dtype[shape]`` view of it (zero-filled); the caller closes it."""
-    dtype = np.dtype(dtype)
-    seg = Segment((max(_nbytes(shape, dtype), 1),), role)
-    n = _nbytes(shape, dtype)
-    arr = seg.array[:n].view(dtype).reshape(shape)
-    return seg, arr
 
 
 @contextmanager

@@ -1,13 +1,14 @@
 """What every backend shares: the job it is given and the per-worker bookkeeping."""
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..records import TRACE_DTYPE, WORKER_DTYPE
-from ..sysinfo import usable_cpus
+from ..core import registry
+from ..core.registry import SchedulerInfo
+from ..oslayer.cpus import usable_cpus
+from ..records import RunConfig
 
 
 @dataclass
@@ -16,7 +17,7 @@ class Job:
     scheduler's registry entry: a backend reads how to hand out work from it, never from
     the scheduler's name."""
 
-    info: object                  # registry.SchedulerInfo
+    info: SchedulerInfo
     work: np.ndarray              # uint8[L, H, W], the shared-memory work copy
     kernel: str
     k: int
@@ -57,54 +58,15 @@ class Job:
         return self.cpus[w % len(self.cpus)] if self.affinity and self.coop is None else -1
 
 
-def _clock_ticks() -> int:
-    import os
-
-    return os.sysconf("SC_CLK_TCK")
-
-
-_TICK = 1.0 / _clock_ticks()
-
-
-def thread_usage() -> tuple[float, float, float]:
-    """(user, system, iowait) CPU seconds of the calling thread so far.
-
-    iowait is the thread's delay-accounting block-I/O wait from /proc/thread-self/stat
-    (field 42); it stays 0 for this in-memory workload but completes Eq. 11.
-    """
-    ru = resource.getrusage(resource.RUSAGE_THREAD)
-    iowait = 0.0
-    try:
-        with open("/proc/thread-self/stat", "rb") as fh:
-            stat = fh.read()
-        iowait = int(stat[stat.rindex(b")") + 2:].split()[39]) * _TICK
-    except (OSError, ValueError, IndexError):
-        pass
-    return ru.ru_utime, ru.ru_stime, iowait
-
-
-def worker_table(n: int) -> np.ndarray:
-    table = np.zeros(n, WORKER_DTYPE)
-    table["worker"] = np.arange(n)
-    table["cpu"] = -1
-    return table
-
-
-def trace_table(per_worker) -> np.ndarray:
-    """Concatenate per-worker (first, count, start, end) rows (lists of tuples, or n x 4
-    arrays) into one TRACE_DTYPE array, ordered by start time; worker = list index."""
-    total = sum(len(t) for t in per_worker)
-    out = np.zeros(total, TRACE_DTYPE)
-    i = 0
-    for w, rows in enumerate(per_worker):
-        if len(rows) == 0:
-            continue
-        arr = np.array(rows, dtype=np.float64)
-        n = len(rows)
-        out["worker"][i:i + n] = w
-        out["first"][i:i + n] = arr[:, 0]
-        out["count"][i:i + n] = arr[:, 1]
-        out["start"][i:i + n] = arr[:, 2]
-        out["end"][i:i + n] = arr[:, 3]
-        i += n
-    return out[np.argsort(out["start"], kind="stable")]
+def job_for(cfg: RunConfig, work: np.ndarray, monitor=None, cpus: list[int] | None = None,
+            original: np.ndarray | None = None) -> Job:
+    """The backend job for run configuration ``cfg`` on ``work``. The default chunk is the
+    one the policy would use on the whole tensor (``cfg.frames``), so a rank of an MPI run
+    or a slice of it uses the same chunk as the single-node run it is compared with."""
+    info = registry.get(cfg.scheduler)
+    job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
+              cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
+              inflight=cfg.inflight, dispatch=cfg.dispatch, params=cfg.param_dict())
+    if cpus is not None:
+        job.cpus = cpus
+    return job

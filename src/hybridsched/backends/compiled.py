@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..dispatch import Dispenser
+from ..core.dispatch import Dispenser
 from ..errors import HybridschedError
 from ..kernels import is_compiled, loop_entry
 from ..oslayer.atomics import fetch_add
@@ -108,7 +108,7 @@ def wanted(configs) -> bool:
     """Whether any of the run configurations may run the compiled loop (its scheduler's
     hand-out is a fixed sequence, or chosen per execution, and nothing rules it out):
     then the study loads the loop before its first run, untimed and before any fork."""
-    from .. import registry
+    from ..core import registry
 
     for c in configs:
         info = registry.get(c.scheduler)

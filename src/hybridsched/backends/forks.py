@@ -19,9 +19,9 @@ from time import perf_counter
 
 import numpy as np
 
-from .. import policies as pol
+from ..core import policies as pol
 from ..kernels import get_kernel
-from .procs import ProcessTeam
+from ..oslayer.proctree import ProcessTeam
 from ..records import Execution
 from .base import Job
 

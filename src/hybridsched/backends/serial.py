@@ -10,8 +10,10 @@ from time import perf_counter
 
 from ..kernels import get_kernel
 from ..records import Execution
-from ..sysinfo import pinned
-from .base import Job, thread_usage, trace_table, worker_table
+from ..oslayer.cpus import pinned
+from .base import Job
+from ..oslayer.procfs import thread_usage
+from ..records import trace_table, worker_table
 
 
 def execute(job: Job) -> Execution:

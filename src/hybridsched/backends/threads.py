@@ -10,13 +10,15 @@ import signal
 import threading
 from time import perf_counter
 
-from .. import dispatch
+from ..core import dispatch
 from ..errors import HybridschedError, ResourceError
 from ..kernels import direct_entry, get_kernel
 from ..records import Execution
-from ..sysinfo import pin_current
+from ..oslayer.cpus import pin_current
 from . import compiled
-from .base import Job, thread_usage, trace_table, worker_table
+from .base import Job
+from ..oslayer.procfs import thread_usage
+from ..records import trace_table, worker_table
 
 
 def pool_size(job: Job) -> int:

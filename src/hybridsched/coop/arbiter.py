@@ -29,7 +29,8 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from ..oslayer import futex, native
-from . import handoff, rules
+from ..oslayer.procfs import pid_alive
+from . import handoff, warm
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, _now
 
@@ -56,23 +57,6 @@ def _header(fd: int):
     return np.frombuffer(buf, HEADER_DTYPE)[0] if len(buf) == HEADER_DTYPE.itemsize else None
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs in this pid namespace (EPERM: it exists, as another user). A
-    zombie is dead: its parent may itself be waiting for the token it held."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat_ = fh.read()
-        return stat_[stat_.rindex(b")") + 2:][:1] not in (b"Z", b"X")
-    except (OSError, ValueError):
-        return False
-
-
 class Arbiter:
     """This process's attachment to the node's arbiter; a context manager.
 
@@ -83,15 +67,13 @@ class Arbiter:
 
     def __init__(self, cpus: list[int] | None = None, quantum_s: float = DEFAULT_QUANTUM_S,
                  path: str | None = None):
-        from ..sysinfo import usable_cpus
+        from ..oslayer.cpus import usable_cpus
 
         if not futex.available():
             raise ResourceError("--coop needs Linux futexes on this architecture")
         if not quantum_s > 0:
             raise UsageError(f"the coop quantum must be positive, got {quantum_s}")
-        rules.prepare()  # before any worker forks: no child compiles under the lock
-        handoff.prepare()
-        native.prepare()
+        warm.prepare()  # before any worker forks: no child compiles under the lock
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)
         self.path = path or segment_path()
@@ -187,7 +169,7 @@ class Arbiter:
         try:
             native.lock_into(st.lock, held)
             if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
-                woken = st.reclaim(_alive, _now())
+                woken = st.reclaim(pid_alive, _now())
                 st.lock[native.DIED_AT] = 0
             yield st
         finally:
@@ -260,7 +242,7 @@ class Arbiter:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
         with self.locked() as st:
-            st.reclaim(_alive, _now())  # never trust a segment blindly: drop the dead
+            st.reclaim(pid_alive, _now())  # never trust a segment blindly: drop the dead
             busy, problems = st.participants(), st.check_invariants()
         if busy and problems:
             raise UsageError(f"{self.path}: coop segment inconsistent while in use "
@@ -363,7 +345,7 @@ class Arbiter:
             if not name.startswith(prefix) or not pid.isdigit():
                 continue
             try:
-                if _alive(int(pid)):
+                if pid_alive(int(pid)):
                     continue
             except (OverflowError, ValueError):  # no process has that number
                 pass
@@ -399,7 +381,7 @@ class Arbiter:
             held = np.zeros(1, np.int8)
             try:
                 native.lock_into(s.lock, held)
-                s.reclaim(_alive, _now())
+                s.reclaim(pid_alive, _now())
                 busy = s.participants()
             finally:
                 native.unlock_from(s.lock, held)
@@ -441,7 +423,7 @@ class Arbiter:
             if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
                 st.jobs["used"][self._seat] = 0
             self._seat = -1
-            st.reclaim(_alive, _now())
+            st.reclaim(pid_alive, _now())
             return st.participants() == 0 and not st.workers["used"].any()
 
     def __exit__(self, *exc) -> None:
@@ -458,7 +440,7 @@ class Arbiter:
 
     def leave_job(self, job: int) -> None:
         with self.locked() as st:
-            st.reclaim(_alive, _now())
+            st.reclaim(pid_alive, _now())
             try:
                 st.leave_job(job)
             except ArbiterError:
@@ -489,7 +471,7 @@ class Arbiter:
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
                 return False
             h["reclaim_ns"][0] = now
-            woken = st.reclaim(_alive, now)
+            woken = st.reclaim(pid_alive, now)
         self.post(woken)
         return True
 

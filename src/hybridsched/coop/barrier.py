@@ -29,7 +29,6 @@ that long and never deadlocks.
 """
 from __future__ import annotations
 
-import mmap
 from time import perf_counter
 
 import numba
@@ -37,6 +36,7 @@ import numpy as np
 
 from ..oslayer.atomics import exchange
 from ..oslayer import futex
+from ..oslayer.shm import SharedArrays
 from . import handoff
 from .handoff import all_at as _all_at
 
@@ -72,14 +72,12 @@ class TeamBarrier:
         # word); slot: each worker's arbiter slot (-1 without coop); parked: the epoch a
         # coop worker parked at (0: not parked; set by the parker, cleared by whoever
         # claims it, both atomically)
-        size = 8 * workers + 64 + 4 * workers + 8 * workers + 8 * workers
-        self._map = mmap.mmap(-1, max(size, 64))
-        self.arrive = np.frombuffer(self._map, np.int64, workers, 0)
-        self.release = np.frombuffer(self._map, np.int32, 1, 8 * workers)
-        self.slot = np.frombuffer(self._map, np.int32, workers, 8 * workers + 64)
-        off = 8 * workers + 64 + 4 * workers
-        self.spin_s = np.frombuffer(self._map, np.float64, workers, off)
-        self.parked = np.frombuffer(self._map, np.int64, workers, off + 8 * workers)
+        self._shared = SharedArrays([("arrive", np.int64, workers), ("release", np.int32, 1),
+                                     ("slot", np.int32, workers), ("spin_s", np.float64, workers),
+                                     ("parked", np.int64, workers)])
+        sh = self._shared
+        self.arrive, self.release, self.slot = sh.arrive, sh.release, sh.slot
+        self.spin_s, self.parked = sh.spin_s, sh.parked
         self.slot[:] = -1
         self._release_addr = futex.address(self.release, 0)  # fixed: the mapping never moves
         self._spun = np.zeros(1, np.int64)  # the compiled coop wait's spin time, per process
@@ -88,10 +86,7 @@ class TeamBarrier:
 
     def close(self) -> None:
         self.arrive = self.release = self.slot = self.spin_s = self.parked = None
-        try:
-            self._map.close()
-        except BufferError:
-            pass
+        self._shared.close()
 
     def _all_arrived(self, epoch: int) -> bool:
         return _all_at(self.arrive, epoch)

@@ -14,7 +14,6 @@ and the arbiter reclaims the dead job's tokens.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import select
 import signal
@@ -25,10 +24,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..backends.procs import ProcessTeam
+from ..oslayer.proctree import ProcessTeam
 from ..errors import UsageError
-from ..sysinfo import usable_cpus
+from ..oslayer.cpus import usable_cpus
 from ..oslayer import futex
+from ..oslayer.shm import SharedArrays
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .barrier import POLICIES as BARRIERS
 
@@ -111,8 +111,8 @@ class ColocateSpec:
         if not 0 < self.quantum_s <= 10:
             raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
         if self.workload == "run":
-            from .. import registry
-            from ..workload import check_sizes
+            from ..core import registry
+            from ..workloads.slab import check_sizes
 
             registry.get(self.scheduler)
             check_sizes(self.steps, self.height, self.width, copies=2 * self.jobs)
@@ -155,31 +155,12 @@ _WORKER = np.dtype([("start", "f8"), ("end", "f8"), ("invol", "i8"), ("runq_ns",
                     ("switches", "i8"), ("checksum", "f8"), ("ready", "i4"), ("done", "i4")])
 
 
-class _Shared:
+def _shared(workers: int, steps: int) -> SharedArrays:
     """Anonymous shared memory for one experiment: the start gate, per-worker results and
     the per-step arrival/departure times (the barrier check)."""
-
-    def __init__(self, workers: int, steps: int):
-        self._maps = []
-        self.gate = self._arr(1, np.int32)
-        self.rows = self._arr(workers, _WORKER)
-        self.arrive = self._arr((workers, steps), np.float64)
-        self.depart = self._arr((workers, steps), np.float64)
-
-    def _arr(self, shape, dtype):
-        dtype = np.dtype(dtype)
-        n = int(np.prod(shape)) * dtype.itemsize
-        m = mmap.mmap(-1, max(n, 8))
-        self._maps.append(m)
-        return np.frombuffer(m, dtype, int(np.prod(shape))).reshape(shape)
-
-    def close(self):
-        self.gate = self.rows = self.arrive = self.depart = None
-        for m in self._maps:
-            try:
-                m.close()
-            except BufferError:
-                pass
+    return SharedArrays([("gate", np.int32, 1), ("rows", _WORKER, workers),
+                         ("arrive", np.float64, (workers, steps)),
+                         ("depart", np.float64, (workers, steps))])
 
 
 def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | None = None,
@@ -191,7 +172,7 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
     kind = KINDS[spec.workload]
     J = spec.jobs
     P = kind.processes_per_job(spec)      # forked processes per job
-    sh = _Shared(J * P, spec.steps)
+    sh = _shared(J * P, spec.steps)
     ctx = kind.prepare(spec, J, P)
     arbiter = Arbiter(cpus, spec.quantum_s, arbiter_path) if policy.coop else None
     failed: dict[int, str] = {}
@@ -239,7 +220,7 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
         sh.close()
 
 
-def _open_gate(team: ProcessTeam, sh: _Shared) -> float:
+def _open_gate(team: ProcessTeam, sh: SharedArrays) -> float:
     """Release every worker at once, after all are forked and waiting (a dead one fails
     the experiment before it starts); returns the common start time."""
     while not (sh.rows["ready"] == 1).all():

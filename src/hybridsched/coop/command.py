@@ -49,7 +49,8 @@ def cmd_colocate(args) -> int:
     from .output import ColocateWriter
     from ..results.colocate_report import markdown
     from ..store import check_writable
-    from ..sysinfo import machine_metadata, n_cpus
+    from ..machine.metadata import machine_metadata
+    from ..oslayer.cpus import n_cpus
 
     n = n_cpus()
     spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,

@@ -204,20 +204,3 @@ def open_coop(S, release, parked, bslot, epoch):
     """The last arrival opens barrier ``epoch``. Releases the GIL: it may wait for the
     mutex, which a thread of its own process may hold in Python."""
     _open(S, release, parked, bslot, epoch)
-
-
-def prepare() -> None:
-    """Compile (or load) every entry point on a private state, before any fork."""
-    from .state import State
-
-    st = State.private([0], 1, max_jobs=2, max_workers=4)
-    S = regions(st)
-    arrive = np.zeros(2, np.int64)
-    parked = np.zeros(2, np.int64)
-    bslot = np.full(2, -1, np.int32)
-    release = np.zeros(1, np.int32)
-    arrive[:] = 1
-    open_coop(S, release, parked, bslot, 1)
-    wait_coop(S, arrive, release, parked, bslot, 0, 0, 1, BLOCK, 0, 0, np.zeros(1, np.int64))
-    wait_token(S, 0, 0)  # slot 0 is free: TAKEN at once
-    post(S, -1)

@@ -263,24 +263,3 @@ def running_all(workers, slots):
         if s < 0 or workers[s].state != RUNNING:
             return False
     return True
-
-
-def prepare() -> None:
-    """Compile (or load from numba's cache) every rule in this process, on a private copy:
-    call it before forking workers, so no child pays the compile — while holding the
-    arbiter's lock — on its first hand-off."""
-    from .state import State
-
-    st = State.private([0], 1, max_jobs=2, max_workers=4)
-    j = st.join_job(1)
-    a, b = st.join_worker(j, 1), st.join_worker(j, 1)
-    st.acquire(a, 0)
-    st.lazy_park(a)
-    st.lazy_resume(a)
-    st.acquire(b, 0)
-    st.expired(a, 2)
-    st.boundary(a, 2)
-    st.release(b, 3)
-    st.try_acquire(b, 3)
-    st.leave_worker(a, 4)
-    running_all(st.workers, st.wake[:0])

@@ -1,5 +1,4 @@
-"""The compute of a `bsp` step: a nogil numba loop of a calibrated length, and the
-per-thread interference counters the kernel keeps for us."""
+"""The compute of a `bsp` step: a nogil numba loop of a calibrated length."""
 from __future__ import annotations
 
 import time
@@ -33,18 +32,3 @@ def iters_per_us() -> float:
             best = min(best, time.perf_counter() - t0)
         _calibrated = 200_000 / (best * 1e6)
     return _calibrated
-
-
-def counters() -> tuple[int, int, int]:
-    """(involuntary context switches, run-queue wait ns, run ns) of the calling thread."""
-    invol = 0
-    with open("/proc/thread-self/status", "rb") as fh:
-        for line in fh:
-            if line.startswith(b"nonvoluntary_ctxt_switches"):
-                invol = int(line.split()[1])
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            run_ns, wait_ns, _ = (int(v) for v in fh.read().split()[:3])
-    except (OSError, ValueError):
-        run_ns = wait_ns = 0
-    return invol, wait_ns, run_ns

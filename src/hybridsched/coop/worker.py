@@ -9,14 +9,27 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from ..errors import ResourceError
 from . import handoff, rules
-from .state import RUNNING, STATE_NAMES, WAITING
+from .state import RUNNING, STATE_NAMES, WAITING, State
 
-if TYPE_CHECKING:
-    from .arbiter import Arbiter
+
+class Seat(Protocol):
+    """What a worker needs of its arbiter (:class:`arbiter.Arbiter`): the state under its
+    lock, the compiled paths' regions, waking the workers a change made runnable, and
+    whether the dead are due to be looked for."""
+
+    state: State | None
+    regions: tuple
+
+    def locked(self) -> AbstractContextManager[State]: ...
+
+    def post(self, woken) -> None: ...
+
+    def reclaim_due(self) -> bool: ...
 
 # How long a waiting worker sleeps before checking for dead token holders: the bound on
 # how long a killed job can stall the others (issue: within a second), against one lock
@@ -49,7 +62,7 @@ class Worker:
     """One worker's handle. ``acquire`` before running, ``boundary`` at every chunk
     boundary, ``block``/``acquire`` around a blocking wait, ``leave`` when done."""
 
-    def __init__(self, arbiter: "Arbiter", slot: int):
+    def __init__(self, arbiter: Seat, slot: int):
         self.arbiter = arbiter
         self.slot = slot
         self.cpu = -1

@@ -18,28 +18,14 @@ import os
 import numpy as np
 
 from .barrier import TeamBarrier
-from .work import busy, counters, iters_per_us
+from ..oslayer.cpus import allow_all_threads
+from ..oslayer.procfs import process_counters, thread_counters
+from .work import busy, iters_per_us
 
 
 def _thread_counters() -> tuple[int, int]:
-    inv, wait_ns, _ = counters()
+    inv, wait_ns, _ = thread_counters()
     return inv, wait_ns
-
-
-def _process_counters() -> tuple[int, int]:
-    """Summed over every thread of this process (the BLAS pool's included)."""
-    inv = wait = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/status", "rb") as fh:
-                for line in fh:
-                    if line.startswith(b"nonvoluntary_ctxt_switches"):
-                        inv += int(line.split()[1])
-            with open(f"/proc/self/task/{tid}/schedstat", "rb") as fh:
-                wait += int(fh.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that just ended
-    return inv, wait
 
 
 class Bsp:
@@ -102,16 +88,8 @@ class Bsp:
             b.close()
 
 
-def _pin_all_threads(cpus: set[int]) -> None:
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except OSError:
-            pass  # a thread that just ended
-
-
 class Blas:
-    counters = staticmethod(_process_counters)
+    counters = staticmethod(process_counters)
 
     @staticmethod
     def processes_per_job(spec) -> int:
@@ -156,7 +134,7 @@ class Blas:
                         if not s.try_acquire():
                             break
                         held.append(s)
-                    _pin_all_threads({s.cpu for s in held})
+                    allow_all_threads({s.cpu for s in held})
                     for s in held:
                         s.repinned()
                     with ctl.limit(limits=len(held), user_api="blas"):
@@ -192,7 +170,7 @@ class Run:
     aimd jobs (AIMD was designed for shared machines, §6.2). The job's time is the
     scheduler's own timed region; the run is verified as in `run`."""
 
-    counters = staticmethod(_process_counters)
+    counters = staticmethod(process_counters)
 
     @staticmethod
     def processes_per_job(spec) -> int:
@@ -207,18 +185,19 @@ class Run:
 
     @staticmethod
     def worker(spec, ctx, policy, cpus, j, t, w, sh, seat):
-        from .. import registry
+        from ..core import registry
         from ..backends import get_backend
-        from ..monitor import UtilisationMonitor
+        from ..backends.base import job_for
+        from ..core.monitor import UtilisationMonitor
         from ..records import RunConfig
-        from ..workload import Slab
+        from ..workloads.slab import Slab
 
         cfg = RunConfig(spec.scheduler, spec.workers, spec.steps, spec.height, spec.width,
                         seed=j, coop=seat is not None)
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed)
         info = registry.get(cfg.scheduler)
         monitor = UtilisationMonitor().start() if info.needs_monitor else None
-        job = registry.job_for(cfg, slab.work, monitor, original=slab.original)
+        job = job_for(cfg, slab.work, monitor, original=slab.original)
         mine = sorted({policy.place(j, i, spec.jobs, cpus) for i in range(spec.workers)} - {-1})
         if mine:
             job.cpus = mine  # partition: the job's workers round-robin over its own CPUs

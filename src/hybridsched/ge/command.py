@@ -37,7 +37,8 @@ def cmd_ge(args) -> int:
     from .runner import check_args
     from .sweep import GeSpec, run_sweep
     from ..store import check_writable
-    from ..sysinfo import machine_metadata, n_cpus
+    from ..machine.metadata import machine_metadata
+    from ..oslayer.cpus import n_cpus
 
     spec = GeSpec(args.arch, args.algo, args.n, args.threads, args.reps, args.seed)
     check_args(spec.archs, spec.algos, spec.n, spec.threads, spec.reps)

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import usched
 from ..errors import HybridschedError, UsageError
-from ..sysinfo import available_memory
+from ..oslayer.shm import available_memory
 from . import kernels
 from .matrix import residual, system, verified, x_error
 from .solvers import SOLVERS

@@ -61,7 +61,7 @@ def _mpi_study(args, w, spec, configs, out, lock) -> int:
     from ..backends import compiled
     from ..progress import describe
     from ..store import StudyWriter
-    from ..sysinfo import machine_metadata
+    from ..machine.metadata import machine_metadata
     from . import abort_on_error
     from .runs import run_configurations
 

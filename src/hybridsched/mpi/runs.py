@@ -44,15 +44,19 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .. import kernels, policies, registry as schedulers
+from .. import kernels
+from ..core import policies, registry as schedulers
 from ..backends import Job, get_backend
+from ..backends.base import job_for
+from ..study import profile
 from ..errors import HybridschedError, UsageError
 from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
 from ..study.runner import warn_unverified
 from ..study.session import Resources
-from ..sysinfo import ForeignLoad, usable_cpus
-from ..workload import Slab, over_frames
-from ..techniques.deterministic import RULES
+from ..oslayer.procfs import ForeignLoad
+from ..oslayer.cpus import usable_cpus
+from ..workloads.slab import Slab, over_frames
+from ..core.techniques.deterministic import RULES
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 
 SPLIT_TECHNIQUES = tuple(RULES)  # deterministic: chunk i a function of (L, P, k, i) alone
@@ -73,7 +77,7 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     if split != "static" and any(c.workload != "uniform" for c in configs):
         raise UsageError("--workload under mpiexec needs --split static (each rank builds "
                          "its block's tasks)")
-    profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).prepare})
+    profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).profiled})
     if profiled and split != "static":
         raise UsageError(f"{', '.join(profiled)} need a profiling run of the loop, which a "
                          f"--split {split} chunk would pay inside the timed region; use "
@@ -104,7 +108,7 @@ def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple
     LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
     c = inter_node_min_chunk(k)
     if split in SPLIT_TECHNIQUES:
-        from .. import techniques
+        from ..core import techniques
 
         return techniques.sequence(split, L, P, c)
     d = DYNAMIC_DIVISOR_PER_RANK * P
@@ -112,7 +116,7 @@ def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple
 
 
 def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int], seat=None) -> tuple[Job, str]:
-    job = schedulers.job_for(cfg, work, monitor, cpus)
+    job = job_for(cfg, work, monitor, cpus)
     if seat is not None:  # --coop: the ranks of a node share its arbiter's tokens
         job.coop, job.coop_job = seat
     return job, job.info.backend
@@ -193,7 +197,7 @@ def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _Ran
     job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
     if slab.kernel is not None:  # a workload's kernel, built for this rank's block
         job.kernel = slab.kernel
-    schedulers.prepare(job)  # untimed: a technique's profiling run
+    profile.prepare(job)  # untimed: a technique's profiling run
     slab.fresh_copy()
     if monitor is not None and job.info.needs_monitor:
         monitor.reset()  # this run's utilisation history only (monitor.py)
@@ -345,7 +349,7 @@ def _slab(w, cfg: RunConfig, split: str) -> Slab:
     if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:
-        from ..workloads import build
+        from ..workloads.build import build
 
         first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
         # only this rank's tasks, global ids frame0.. (a Slab for the paper's workload)

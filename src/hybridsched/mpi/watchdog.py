@@ -10,13 +10,15 @@ ranks the launcher kills afterwards do not each print a line of their own.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import select
 import signal
 import time
 
 import numpy as np
+
+from ..oslayer.procfs import wait_status
+from ..oslayer.shm import SharedArrays
 
 # How long the marker of a death stays, so that the watchdogs of the ranks the launcher
 # kills right after find it: longer only delays the watchdog's own exit.
@@ -40,12 +42,8 @@ def _claim(path: str) -> bool:
 
 def _how(pid: int) -> str:
     """'was killed by signal 9 (SIGKILL)' when the zombie's wait status can still be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-        fields = raw[raw.rindex(b")") + 2:].split()
-        status = int(fields[49])  # field 52: exit_code, the wait status of a zombie
-    except (OSError, ValueError, IndexError):
+    status = wait_status(pid)
+    if status is None:
         return "died without finishing (killed by a signal, e.g. SIGKILL or the OOM killer)"
     if status & 0x7F:
         sig = status & 0x7F
@@ -63,8 +61,8 @@ class RankWatchdog:
 
     def __init__(self, rank: int, size: int, host: str):
         self.rank, self.size, self.host = rank, size, host
-        self._map = mmap.mmap(-1, 8)
-        self._flag = np.frombuffer(self._map, np.int32, 1)
+        self._shared = SharedArrays([("flag", np.int32, 1)])  # lives as long as the rank
+        self._flag = self._shared.flag
         self._proxy = os.getppid()  # the launcher's process on this node: one per job here
         self.pid = 0
 

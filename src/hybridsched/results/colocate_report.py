@@ -148,7 +148,7 @@ def section(path: str, out_dir: str | None, plots: bool, n: int) -> tuple[list[s
     files: list[str] = []
     if out_dir is not None:
         from ..store import our_directory
-        from .report import write_csv
+        from .files import write_csv
 
         our_directory(out_dir)
         p = os.path.join(out_dir, "colocate_summary.csv")

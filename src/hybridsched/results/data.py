@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..machine.rule import SHARED_MACHINE
 from . import metrics
 
 FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
@@ -49,7 +50,7 @@ class Row:
     pipe_batch: int = 1              # pipe records per producer write (1 = the paper's protocol)
     inflight: int = 1                # pipe-MtoM chunks in flight per worker (1 = the paper's)
     coop: bool = False               # ran on the cooperative arbiter's tokens (--coop)
-    imbalance: float = math.nan      # mean over repetitions of timeline.load_imbalance
+    imbalance: float = math.nan      # mean over repetitions of metrics.load_imbalance
 
     @property
     def disturbed(self) -> bool:
@@ -83,7 +84,6 @@ class Study:
 def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
     from ..store import iter_details, machine_n, read_attrs, read_runs
-    from .timeline import load_imbalance
 
     runs = read_runs(path)
     attrs = read_attrs(path)
@@ -100,7 +100,7 @@ def load_study(path: str, utilisation: bool = True) -> Study:
             val = d.extra.get("foreign_cpu")
             if isinstance(val, (int, float)) and math.isfinite(val):
                 foreign[rid] = float(val)
-            if len(d.workers) and not math.isnan(li := load_imbalance(d.workers)):
+            if len(d.workers) and not math.isnan(li := metrics.load_imbalance(d.workers)):
                 imbalance[rid] = li
             if n <= 0 or len(d.workers) == 0:
                 continue
@@ -109,20 +109,6 @@ def load_study(path: str, utilisation: bool = True) -> Study:
                          metrics.many_core_utilisation(d.workers, n))
     return Study(path, runs, attrs, n, util, foreign, imbalance)
 
-
-# A timed run is disturbed when other processes used more than this share of our CPUs during
-# it: /proc/stat's 10 ms ticks put a few percent of noise on one short run; 5 % is well above
-# that and well below a real neighbour. The machine counts as shared when more than one run in
-# ten was disturbed (dedicated() below, the one rule the report header, claim 4 and README
-# state): a median would call a machine dedicated while nearly half its runs had a neighbour,
-# and a single stray run (a cron job) should not discard a whole study. A claim row whose own
-# runs' median is above it is disturbed too (results.claims.common.Ctx.disturbed).
-SHARED_MACHINE = 0.05
-
-
-def dedicated(foreign: list[float]) -> bool:
-    """At most one run in ten saw other processes take more than SHARED_MACHINE."""
-    return bool(foreign) and float(np.mean(np.asarray(foreign) > SHARED_MACHINE)) <= 0.1
 
 def serial_times(runs: np.ndarray) -> dict[int, float]:
     """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4."""
@@ -202,7 +188,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
 
 
 def _name_order(rows: list[Row]) -> list[str]:
-    from ..registry import ALL_NAMES
+    from ..core.registry import ALL_NAMES
 
     names = {r.scheduler for r in rows}
     return [n for n in ALL_NAMES if n in names] + sorted(names - set(ALL_NAMES))
@@ -258,7 +244,7 @@ def variants(rows: list[Row]) -> list[tuple]:
 
 
 def _table_key(r: Row):
-    from ..registry import ALL_NAMES
+    from ..core.registry import ALL_NAMES
 
     pos = ALL_NAMES.index(r.scheduler) if r.scheduler in ALL_NAMES else len(ALL_NAMES)
     return (pos, r.scheduler, not r.affinity, r.chunk, r.pipe_batch, r.inflight, r.coop, r.L, r.k)
@@ -284,3 +270,18 @@ def best_per_family(rows: list[Row], L: int, k: int) -> list[Row]:
         if cand:
             out.append(min(cand, key=lambda r: r.t_mean))
     return out
+
+
+# T_serial and the median k = 1 time of the thread schedulers measure the same work on one
+# core; beyond this relative gap one of them was disturbed (load, CPU frequency) and every σ
+# of that L carries the error. 5 % is well above the run-to-run noise of a quiet machine.
+SERIAL_CHECK = 0.05
+
+
+def serial_gap(rows: list[Row], L: int) -> float:
+    """T_serial / median k = 1 time of the pinned default-chunk thread schedulers - 1 at L
+    (NaN without both); the claims use the same check."""
+    ser = [r.t_mean for r in rows if r.scheduler == "serial" and r.L == L and r.reps and r.P == 1]
+    t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == L
+          and r.reps and r.affinity and r.chunk == 0 and r.P == 1]
+    return ser[0] / float(np.median(t1)) - 1.0 if ser and t1 else math.nan

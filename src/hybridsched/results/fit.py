@@ -418,13 +418,6 @@ def predict(res: dict, n) -> np.ndarray:
     return res["lambda"] * metrics.gustafson_speedup(res["alpha"], n)
 
 
-def plot(res: dict, path: str) -> None:
-    """Write a PNG of the data and the fitted curve (fitplot.py draws it)."""
-    from .fitplot import plot as draw
-
-    draw(res, path)
-
-
 def jsonable(obj):
     """``obj`` with NaN and infinities replaced by None, so it prints as strict JSON."""
     if isinstance(obj, dict):

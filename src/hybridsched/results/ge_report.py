@@ -148,7 +148,7 @@ def write_outputs(ge: np.ndarray, out_dir: str | None, plots: bool) -> list[str]
     if out_dir is None:
         return []
     from ..store import our_directory
-    from .report import write_csv
+    from .files import write_csv
 
     our_directory(out_dir)  # fresh, or ours: never through a symlink
     recs = summarise(ge)

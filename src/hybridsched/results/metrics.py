@@ -182,3 +182,15 @@ def practically_equivalent(a: float, b: float, threshold: float = EQUIVALENT) ->
     """§5: two speedups (or times) within 1 % of each other are practically equivalent."""
     hi, lo = max(a, b), min(a, b)
     return lo > 0 and hi / lo - 1.0 < threshold
+
+
+def load_imbalance(workers: np.ndarray) -> float:
+    """Percent imbalance of busy time over the workers, as LB4OMP states it:
+    (max − mean) / max × P / (P − 1), P the workers; 0 = balanced, 1 = one worker did all.
+    NaN with fewer than two workers or no busy time."""
+    busy = np.asarray(workers["busy"], float) if len(workers) else np.zeros(0)
+    busy = busy[np.isfinite(busy)]
+    p = len(busy)
+    if p < 2 or busy.max() <= 0:
+        return math.nan
+    return float((busy.max() - busy.mean()) / busy.max() * p / (p - 1))

@@ -79,7 +79,7 @@ def imbalances(study: Study, runs: np.ndarray) -> dict[tuple, float]:
 
 def has_techniques(study: Study) -> bool:
     """Whether the study ran any LB4OMP technique (or auto): then the sections apply."""
-    from ..registry import SCHEDULERS
+    from ..core.registry import SCHEDULERS
 
     names = {str(s) for s in study.runs["scheduler"]}
     return any(SCHEDULERS[n].technique for n in names if n in SCHEDULERS)

@@ -4,7 +4,6 @@ speedup plots (:mod:`plots`).
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import asdict, fields
@@ -12,24 +11,11 @@ from dataclasses import asdict, fields
 import numpy as np
 
 from . import claims, metrics
-from .data import (DISTURBED_MARK, Row, Study, alpha_text, chunk_text, dedicated, disturbed_mark,
-                   fmt, k_at_n, best_per_family, t_text, variant_label, variants,
-                   SHARED_MACHINE, summarise, load_study)
-
-
-# T_serial and the median k = 1 time of the thread schedulers measure the same work on one
-# core; beyond this relative gap one of them was disturbed (load, CPU frequency) and every σ
-# of that L carries the error. 5 % is well above the run-to-run noise of a quiet machine.
-SERIAL_CHECK = 0.05
-
-
-def serial_gap(rows: list[Row], L: int) -> float:
-    """T_serial / median k = 1 time of the pinned default-chunk thread schedulers - 1 at L
-    (NaN without both); the claims use the same check."""
-    ser = [r.t_mean for r in rows if r.scheduler == "serial" and r.L == L and r.reps and r.P == 1]
-    t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == L
-          and r.reps and r.affinity and r.chunk == 0 and r.P == 1]
-    return ser[0] / float(np.median(t1)) - 1.0 if ser and t1 else math.nan
+from ..machine.rule import SHARED_MACHINE, dedicated
+from .data import (DISTURBED_MARK, SERIAL_CHECK, Row, Study, alpha_text, best_per_family,
+                   chunk_text, disturbed_mark, fmt, k_at_n, load_study, serial_gap, summarise,
+                   t_text, variant_label, variants)
+from .files import write_csv
 
 
 def serial_check(rows: list[Row], ser: list[Row]) -> list[str]:
@@ -186,27 +172,9 @@ def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
 # --- files ----------------------------------------------------------------------------
 
 
-def write_csv(path: str, records: list[dict]) -> None:
-    if not records:
-        return
-    from ..store import write_text
-
-    def write(fh) -> None:
-        w = csv.DictWriter(fh, fieldnames=list(records[0]))
-        w.writeheader()
-        w.writerows(records)
-    write_text(path, write)  # by rename: a planted symlink is replaced, not written through
-
-
 def row_records(rows: list[Row]) -> list[dict]:
     names = [f.name for f in fields(Row)]
     return [{n: asdict(r)[n] for n in names} for r in rows]
-
-
-def default_out_dir(path: str) -> str:
-    """``<dir>/<stem>_report`` beside the study file."""
-    stem = os.path.splitext(os.path.basename(path))[0]
-    return os.path.join(os.path.dirname(os.path.abspath(path)), f"{stem}_report")
 
 
 def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:

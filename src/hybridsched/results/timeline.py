@@ -94,18 +94,6 @@ def load(path: str, row: np.ndarray) -> RunTrace:
                     int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d)
 
 
-def load_imbalance(workers: np.ndarray) -> float:
-    """Percent imbalance of busy time over the workers, as LB4OMP states it:
-    (max − mean) / max × P / (P − 1), P the workers; 0 = balanced, 1 = one worker did all.
-    NaN with fewer than two workers or no busy time."""
-    busy = np.asarray(workers["busy"], float) if len(workers) else np.zeros(0)
-    busy = busy[np.isfinite(busy)]
-    p = len(busy)
-    if p < 2 or busy.max() <= 0:
-        return math.nan
-    return float((busy.max() - busy.mean()) / busy.max() * p / (p - 1))
-
-
 def step_series(detail: Detail) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """(name, t, value) of each stored time series with a numeric column beside ``t``:
     AIMD's window, and any such series a backend adds (coop tokens, say)."""

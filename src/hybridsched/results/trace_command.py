@@ -32,8 +32,8 @@ def add_parser(sub) -> None:
 
 def cmd_trace(args) -> int:
     from ..store import check_output, our_directory, read_runs
-    from . import perfetto, timeline
-    from .report import default_out_dir
+    from . import metrics, perfetto, timeline
+    from .files import default_out_dir
 
     from ..errors import UsageError
 
@@ -66,7 +66,7 @@ def cmd_trace(args) -> int:
             written.append(perfetto.write(rt, js))
     except OSError as exc:
         raise UsageError(f"{exc.filename or png or js}: {exc.strerror or exc}") from None
-    imb = timeline.load_imbalance(rt.detail.workers)
+    imb = metrics.load_imbalance(rt.detail.workers)
     print(f"{rt.title}: {len(rt.detail.trace)} chunks on {len(rt.lanes)} workers, "
           f"T = {rt.time_s * 1e3:.3f} ms, last worker ends at {rt.end_s * 1e3:.3f} ms, "
           f"load imbalance {'—' if imb != imb else f'{imb:.3f}'}")

@@ -21,7 +21,7 @@ import time
 from typing import Callable, Iterator
 
 from ..errors import DiskFull, StudyBusy, UsageError
-from ..sysinfo import pid_alive, pid_namespace
+from ..oslayer.procfs import pid_alive, pid_namespace
 
 LOCK_SUFFIX = ".lock"
 _NEW = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

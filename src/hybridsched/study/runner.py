@@ -6,11 +6,13 @@ import sys
 import time
 from contextlib import contextmanager
 
-from .. import registry as schedulers
+from ..core import registry as schedulers
 from ..backends import get_backend
+from ..backends.base import job_for
+from . import profile
 from ..errors import HybridschedError
 from ..records import RunConfig, RunRecord, relative
-from ..sysinfo import ForeignLoad
+from ..oslayer.procfs import ForeignLoad
 
 
 @contextmanager
@@ -42,13 +44,13 @@ def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = No
     configuration. Ctrl-C and SystemExit propagate.
     """
     info = schedulers.get(config.scheduler)
-    job = schedulers.job_for(config, slab.work, monitor, cpus, original=slab.original)
+    job = job_for(config, slab.work, monitor, cpus, original=slab.original)
     if slab.kernel is not None:  # the workspace's own kernel (irregular, Mandelbrot, user's)
         job.kernel = slab.kernel
     chunk = job.chunk
     started = time.time()
     try:
-        schedulers.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
+        profile.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
     except HybridschedError as exc:
         return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
                          error=f"profiling run: {exc}", started_at=started)

@@ -8,17 +8,17 @@ import json
 import time
 from typing import Callable, Iterable, Iterator
 
-from .. import registry
+from ..core import registry
 from ..errors import UsageError
-from ..monitor import UtilisationMonitor
+from ..core.monitor import UtilisationMonitor
 from ..records import RunConfig, RunRecord
-from ..workload import Slab
+from ..workloads.slab import Slab
 from .runner import timed_run, warn_unverified
 from .spec import StudySpec
 
 
 def _local_slab(cfg: RunConfig, input_path: str = ""):
-    from ..workloads import build
+    from ..workloads.build import build
 
     return build(cfg, input_path)
 

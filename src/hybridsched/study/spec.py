@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .. import registry as schedulers
+from ..core import registry as schedulers
 from ..errors import UsageError
-from ..policies import AUTO_CHUNK
+from ..core.policies import AUTO_CHUNK
 from ..records import RunConfig
-from ..sysinfo import n_cpus
-from ..workload import check_sizes
+from ..oslayer.cpus import n_cpus
+from ..workloads.slab import check_sizes
 
 
 # Bounds that catch typos before memory or the process table runs out. The paper's matrix
@@ -61,11 +61,11 @@ class StudySpec:
     verify: str = ""
 
     def validate(self) -> None:
-        from .. import workloads
+        from ..workloads.build import validate_spec
 
         for s in self.schedulers:
             schedulers.get(s)
-        workloads.validate_spec(self)
+        validate_spec(self)
         if not self.schedulers:
             raise UsageError("no scheduler given")
         for name in self.params:
@@ -169,7 +169,7 @@ class StudySpec:
 
     def _with_tasks(self, c: RunConfig) -> RunConfig:
         """What every run's tasks are: the same for the whole study."""
-        from ..workloads import params_json
+        from ..workloads.catalogue import params_json
 
         return replace(c, workload=self.workload, workload_params=params_json(self.workload_params),
                        verify=self.verify, input_hash=self.input_hash)

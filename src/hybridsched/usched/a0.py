@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from ..sysinfo import usable_cpus
+from ..oslayer.cpus import usable_cpus
 from .api import Counts, ThreadLimit, UserThreadError, start
 
 STACK_SIZE = 256 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from ..sysinfo import pin_current, usable_cpus
+from ..oslayer.cpus import pin_current, usable_cpus
 from .api import Counts, Deadlock, UserThreadError
 
 

@@ -11,8 +11,8 @@ import numpy as np
 from .. import kernels as K
 from ..errors import UsageError
 from ..records import RunConfig
-from ..workload import Slab, check_sizes
-from . import file_hash, get, input_dims, load_input
+from .slab import Slab, check_sizes
+from .catalogue import file_hash, get, input_dims, load_input
 from . import kernelref, mandelbrot, sorts
 from .space import ArraySpace, bool_checker
 
@@ -122,7 +122,7 @@ def validate_spec(spec) -> None:
                              + (" (quicksort or counting)" if info.sort else "")
                              + f"; --kernel {spec.kernel} does not apply")
     if kern is not None and not kern.nogil:
-        from .. import registry
+        from ..core import registry
 
         threads = [s for s in spec.schedulers if registry.get(s).family == "thread"]
         if threads:

@@ -12,7 +12,7 @@ MAX_REF = 120
 
 def add_arguments(r: argparse.ArgumentParser) -> None:
     from ..kernels import KERNELS
-    from . import WORKLOADS
+    from .catalogue import WORKLOADS
 
     r.add_argument("--kernel", metavar="NAME|MODULE:FUNCTION",
                    help="chunk kernel (default: quicksort): "
@@ -33,7 +33,7 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
 
 def apply(args, spec) -> None:
     """Put the options into ``spec`` (validated later with the rest of it)."""
-    from . import file_hash, input_dims, load_input, parse
+    from .catalogue import file_hash, input_dims, load_input, parse
 
     for opt in ("kernel", "verify"):
         v = getattr(args, opt, None)
@@ -45,7 +45,7 @@ def apply(args, spec) -> None:
         spec.verify = args.verify
     if args.workload is not None:
         spec.workload, spec.workload_params = parse(args.workload)
-        from . import get
+        from .catalogue import get
 
         if args.kernel is not None and not get(spec.workload).sort:
             raise UsageError(f"--workload {spec.workload} computes its own tasks with its own "

@@ -14,8 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..shared import segment_array
-from ..workload import over_frames, sweep_orphans
+from ..oslayer.shm import segment_array
+from .slab import over_frames
+from ..oslayer.shm import sweep_orphans
 
 # (original, result) -> number of bad tasks (0 = verified); -1 = not checked by choice
 Checker = Callable[[np.ndarray, np.ndarray, int, int], int]

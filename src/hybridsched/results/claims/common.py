@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 
 from .. import metrics
-from ..data import Row, SHARED_MACHINE, dedicated, fmt, k_at_n
+from ..data import SERIAL_CHECK, Row, fmt, k_at_n, serial_gap
+from ...machine.rule import SHARED_MACHINE, dedicated
 
 # --- the verdict vocabulary: exactly one of these per verdict line ----------------------
 REPRODUCES = "reproduces"
@@ -59,14 +60,6 @@ def faster_text(gain: float, who: str) -> str:
     if math.isnan(gain):
         return f"{who} —"
     return f"{who} {abs(gain) * 100:.1f} % {'faster' if gain >= 0 else 'slower'}"
-
-
-def serial_gap(rows: list[Row], L: int) -> float:
-    """T_serial against the median k = 1 time of the pinned default-chunk thread schedulers
-    (NaN without both): the check of the report's header, shared with it."""
-    from ..report import serial_gap as gap
-
-    return gap(rows, L)
 
 
 @dataclass
@@ -142,7 +135,7 @@ class Ctx:
                 and not math.isnan(r.t_mean)]
 
     def names(self, family: str) -> list[str]:
-        from ...registry import ALL_NAMES
+        from ...core.registry import ALL_NAMES
 
         got = {r.scheduler for r in self.paper_rows if r.family == family}
         return [s for s in ALL_NAMES if s in got] + sorted(got - set(ALL_NAMES))
@@ -199,8 +192,6 @@ class Ctx:
         if any(math.isnan(r.sigma) for r in used):
             return "no serial runs for this L, so no σ"
         for L in sorted({r.L for r in used}):
-            from ..report import SERIAL_CHECK
-
             gap = serial_gap(self.rows, L)
             if not math.isnan(gap) and abs(gap) > SERIAL_CHECK:
                 return (f"T_serial disturbed: {gap * 100:+.1f} % off the k = 1 thread times at "

@@ -12,7 +12,8 @@ import math
 from .. import metrics
 from .common import (COLLAPSE, EQUIVALENT, NEAR_IDEAL, NOT_APPLICABLE, NOT_REPRODUCED,
                      REPRODUCES, CANNOT_TELL, Ctx, Line, bound, faster_by, faster_text, ms, sig)
-from ..data import SHARED_MACHINE, fmt
+from ...machine.rule import SHARED_MACHINE
+from ..data import fmt
 
 # The paper's σ at k = 24 (§6.2 for guided, §6.5 for dynamic), by scheduler and paper L.
 _SIGMA_24 = {("dynamic", 1000): 23.421, ("dynamic", 10000): 23.706,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Sequence
 
+from ..oslayer.procfs import proc_stat_counters
 from .policies import AIMD_A, AIMD_BETA, combined_utilisation, ewma
 
 # Sampling period: §2.3 keeps "a long-term arithmetic mean utilization over the completed
@@ -27,30 +28,6 @@ from .policies import AIMD_A, AIMD_BETA, combined_utilisation, ewma
 SAMPLE_PERIOD_S = 1.0
 
 Counters = Sequence[tuple[float, float]]  # per core: (busy jiffies, total jiffies)
-
-# /proc/stat cpuN fields: user nice system idle iowait irq softirq steal guest guest_nice
-_IDLE = 3
-_FIELDS = 8  # guest and guest_nice are already counted in user and nice
-
-
-def proc_stat_counters(cpus: Sequence[int] | None = None, path: str = "/proc/stat") -> list[tuple[float, float]]:
-    """Cumulative (busy, total) jiffies of each CPU in ``cpus`` (default: the usable
-    ones), in that order. Busy counts iowait, as Eq. 11 counts T_iowait as engaged time;
-    only idle is idle."""
-    if cpus is None:
-        from .sysinfo import usable_cpus
-
-        cpus = usable_cpus()
-    rows: dict[int, tuple[float, float]] = {}
-    with open(path, "rb") as fh:
-        for line in fh:
-            if not line.startswith(b"cpu") or line[3:4] == b" ":
-                continue
-            parts = line.split()
-            vals = [int(v) for v in parts[1:1 + _FIELDS]]
-            total = float(sum(vals))
-            rows[int(parts[0][3:])] = (total - vals[_IDLE], total)
-    return [rows[c] for c in cpus if c in rows]
 
 
 class UtilisationModel:

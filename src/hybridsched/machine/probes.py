@@ -16,11 +16,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..oslayer.cpus import usable_cpus
+from ..oslayer.procfs import ForeignLoad
+from .rule import SHARED_MACHINE, dedicated
+
 SYS_CPU = "/sys/devices/system/cpu"
 SHM = "/dev/shm"
 
 # The load probe: SAMPLES windows of SAMPLE_S each, judged by the report's own rule
-# (results.data.dedicated over per-window shares). 0.1 s windows keep `run` quick to start;
+# (machine.rule.dedicated over per-window shares). 0.1 s windows keep `run` quick to start;
 # on 2 CPUs a window is 20 ticks of /proc/stat, so one stray tick (5 %) does not count as
 # a neighbour (the threshold is "more than 5 %"); longer windows would smooth out a bursty
 # neighbour that still disturbs short runs.
@@ -91,9 +95,7 @@ def smt_pairs(cpus: list[int], root: str = SYS_CPU) -> list[list[int]] | None:
 
 def load_now(cpus: list[int], samples: int = SAMPLES, period: float = SAMPLE_S) -> list[float]:
     """Per-window shares of our CPUs that other processes used just now (monitor's /proc/stat
-    reader minus our own CPU time: sysinfo.ForeignLoad); [] where /proc/stat is unreadable."""
-    from .sysinfo import ForeignLoad
-
+    reader minus our own CPU time: oslayer.procfs.ForeignLoad); [] where /proc/stat is unreadable."""
     out = []
     for _ in range(samples):
         probe = ForeignLoad(cpus)
@@ -121,7 +123,6 @@ class Facts:
     @property
     def shared(self) -> bool | None:
         """The report's rule on the load windows (None when not sampled)."""
-        from .results.data import dedicated
 
         return None if not self.load else not dedicated(self.load)
 
@@ -129,8 +130,6 @@ class Facts:
 def facts(cpus: list[int] | None = None, planned_bytes: int = 0, sample_load: bool = True,
           root: str = SYS_CPU, shm: str = SHM, mem_available: int | None = None) -> Facts:
     """Probe this machine (``root``/``shm`` may point at a fake tree)."""
-    from .sysinfo import usable_cpus
-
     cpus = usable_cpus() if cpus is None else list(cpus)
     f = Facts(cpus, governor(cpus, root), boost(root), smt_pairs(cpus, root))
     f.cores_usable = len(cpus) - sum(len(g) - 1 for g in (f.smt or []))
@@ -169,8 +168,6 @@ def findings(f: Facts) -> list[tuple[str, str, str]]:
     if not f.load:
         out.append(("other load now", "not sampled", "unknown"))
     else:
-        from .results.data import SHARED_MACHINE
-
         top = max(f.load)
         out.append(("other load now", f"max {top * 100:.1f} % of the CPUs over {len(f.load)} "
                     f"windows of {SAMPLE_S:g} s" + (f" (above {SHARED_MACHINE * 100:.0f} %: shared)"
@@ -198,7 +195,7 @@ class LoadCheck:
     """`run`'s load probe in a thread of its own, so its windows (0.4 s of waiting) pass
     while the study loads its kernels and makes its tensor instead of before: what this
     process does meanwhile is its own CPU time, which the probe subtracts
-    (sysinfo.ForeignLoad). ``result()`` waits for it and warns once when the machine
+    (oslayer.procfs.ForeignLoad). ``result()`` waits for it and warns once when the machine
     looks shared."""
 
     def __init__(self, cpus: list[int]):
@@ -246,7 +243,7 @@ def shared_warning(cpus: list[int], stream=None) -> list[float]:
 
 
 def add_parser(sub) -> None:
-    from .argtypes import _positive
+    from ..argtypes import _positive
 
     ck = sub.add_parser("check", help="what could make timings here untrustworthy (governor, "
                         "boost, SMT, cpuset, other load, memory, /dev/shm)")
@@ -259,7 +256,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_check(args) -> int:
-    from .study.spec import default_spec
+    from ..study.spec import default_spec
 
     spec = default_spec()
     L = args.frames or max(spec.frames)

@@ -16,7 +16,7 @@ from typing import Callable
 
 from . import dispatch
 from . import policies as pol
-from .errors import UsageError
+from ..errors import UsageError
 
 
 def _all_k(k: int, n: int) -> int:
@@ -119,15 +119,6 @@ def _auto(n, workers, c, monitor, job=None):
     return auto.AutoDispenser(auto.racer_for(key), make, n, arm=get)
 
 
-def _profiled(job) -> None:
-    """Before the timed run: the loop's profile (μ, σ, h, worker speeds) from an untimed
-    dynamic,1 run on the same workers (LB4OMP's `profiling` schedule), cached per loop
-    and stored with the run (``extra['profile']``)."""
-    from .techniques import profiling
-
-    profiling.attach(job)
-
-
 @dataclass(frozen=True)
 class SchedulerInfo:
     """One registered scheduler. Fields a backend does not use stay at their defaults."""
@@ -150,7 +141,9 @@ class SchedulerInfo:
     options: tuple[str, ...] = ()  # RunConfig option fields it reads (pipe_batch, inflight)
     paper: bool = True          # one of the paper's schedulers; False = a named variant
     technique: str = ""         # the LB4OMP technique it runs (techniques/), "" for none
-    prepare: Callable | None = None  # (job) -> None before the timed run (a profile)
+    # the loop's profile (μ, σ, h, worker speeds) is measured by an untimed dynamic,1 run
+    # before the timed run (LB4OMP's `profiling` schedule; study.profile)
+    profiled: bool = False
     in_all: bool = True         # part of `-s all` (the pipe-MtoM:<technique> combinations are not)
     # its dispenser picks another entry per execution (auto): the thread backend may run
     # that entry's fixed hand-out compiled (backends/compiled.delegated)
@@ -238,29 +231,29 @@ def _portfolio() -> list[SchedulerInfo]:
     for name in tq.NAMES:
         out += _on_both(name, tq.DESCRIPTIONS[name], _technique(name),
                         default_chunk=_blocks if name in tq.OWN_DEFAULT_CHUNK else _one,
-                        prepare=_profiled if name in tq.NEEDS_PROFILE else None,
+                        profiled=name in tq.NEEDS_PROFILE,
                         sequence=_technique_sequence(name) if name in tq.RULES else None)
     # auto's portfolio holds the techniques that need the loop's profile, and rnd
     out += _on_both("auto", "picks a technique per repetition of the loop (successive halving "
                     "over 27 techniques, techniques/auto.py)", _auto, default_chunk=_blocks,
-                    prepare=_profiled, chooses=True)
+                    profiled=True, chooses=True)
     return out
 
 
 def _on_both(name: str, desc: str, make: Callable, *, default_chunk: Callable,
-             prepare: Callable | None, sequence: Callable | None = None,
+             profiled: bool, sequence: Callable | None = None,
              chooses: bool = False) -> list[SchedulerInfo]:
     """A technique's entry on the threads and its ``pipe-MtoM:<name>`` entry."""
     reads = _TECH_OPTIONS.get(name, ())
     return [SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
                           default_chunk=default_chunk, dispenser=make, paper=False,
-                          technique=name, prepare=prepare, options=reads, sequence=sequence,
+                          technique=name, profiled=profiled, options=reads, sequence=sequence,
                           chooses=chooses),
             SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
                           f"pipe-MtoM, the producer sizing chunks by {name}",
                           default_chunk=default_chunk, dispenser=make, topology="feedback",
                           options=("inflight",) + reads, paper=False, technique=name,
-                          prepare=prepare, in_all=False)]
+                          profiled=profiled, in_all=False)]
 
 
 _ALL += _portfolio()
@@ -289,27 +282,6 @@ def names(family: str | None = None, paper_only: bool = False, technique: bool |
             if (family is None or s.family == family) and (s.paper or not paper_only)
             and (technique is None or bool(s.technique) == technique)
             and (everything or s.in_all)]
-
-
-def prepare(job) -> None:
-    """Run the entry's untimed preparation (a technique's profile) for ``job``."""
-    if job.info.prepare is not None:
-        job.info.prepare(job)
-
-
-def job_for(cfg, work, monitor=None, cpus: list[int] | None = None, original=None):
-    """The backend job for run configuration ``cfg`` on ``work``. The default chunk is the
-    one the policy would use on the whole tensor (``cfg.frames``), so a rank of an MPI run
-    or a slice of it uses the same chunk as the single-node run it is compared with."""
-    from .backends.base import Job
-
-    info = get(cfg.scheduler)
-    job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
-              cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
-              inflight=cfg.inflight, dispatch=cfg.dispatch, params=cfg.param_dict())
-    if cpus is not None:
-        job.cpus = cpus
-    return job
 
 
 def paper_names() -> list[str]:

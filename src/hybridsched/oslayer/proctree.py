@@ -25,7 +25,6 @@ in the parent when a team is made.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 import select
 import signal
@@ -34,9 +33,11 @@ from typing import Callable
 
 import numpy as np
 
-from .base import thread_usage, trace_table
 from ..errors import ResourceError, WorkerLost
-from ..records import WORKER_DTYPE
+from ..records import WORKER_DTYPE, trace_table
+from .cpus import pin_current
+from .procfs import thread_usage
+from .shm import SharedArrays, shared_zeros
 
 FAULT_ENV = "HYBRIDSCHED_FAULT"
 
@@ -88,28 +89,6 @@ def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
     return w, n, mode
 
 
-class SharedArray:
-    """A numpy array in anonymous shared memory, inherited across fork; a context manager."""
-
-    def __init__(self, shape, dtype):
-        dtype = np.dtype(dtype)
-        nbytes = max(1, int(np.prod(shape)) * dtype.itemsize)
-        try:
-            self._map = mmap.mmap(-1, nbytes, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
-        except OSError as exc:
-            raise ResourceError(f"cannot map {nbytes} bytes of shared memory: {exc}") from exc
-        self.array = np.frombuffer(self._map, dtype, count=int(np.prod(shape))).reshape(shape)
-
-    def close(self) -> None:
-        self.array = None  # type: ignore[assignment]
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # a copy-less view is still alive; the mapping goes with it
-            self._map = None
-
-
 def describe_status(status: int | None) -> str:
     """A wait status as words: 'was killed by signal 9 (SIGKILL)', ..."""
     if status is None:
@@ -145,7 +124,7 @@ class ProcessTeam:
         self.statuses: dict[int, int] = {}      # pid -> wait status, once reaped
         self._subreaper = subreaper
         self._old_subreaper = False
-        self._shared: list[SharedArray] = []
+        self._shared: list[SharedArrays] = []
         try:
             self.stats = self._alloc(k, WORKER_DTYPE)
             self.stats["worker"] = np.arange(k)
@@ -161,9 +140,9 @@ class ProcessTeam:
             raise
 
     def _alloc(self, shape, dtype) -> np.ndarray:
-        seg = SharedArray(shape, dtype)
-        self._shared.append(seg)
-        return seg.array
+        owner, array = shared_zeros(shape, dtype)
+        self._shared.append(owner)
+        return array
 
     # --- lifetime -------------------------------------------------------------------
 
@@ -310,7 +289,7 @@ class ProcessTeam:
     def begin(self, w: int, cpu: int) -> tuple:
         """Pin the calling worker and note its start; returns a token for :meth:`end`."""
         if cpu >= 0:
-            os.sched_setaffinity(0, {cpu})
+            pin_current(cpu)
         row = self.stats[w]
         row["pid"], row["cpu"] = os.getpid(), cpu
         start = perf_counter()

@@ -1,17 +1,29 @@
-"""The profiling run of fac, faca, fsc, tap, bold and wf: LB4OMP's ``profiling`` schedule
-(chunk 1, one time per iteration) made by the package itself, untimed, before the first
-timed run of a loop; cached per loop, stored with every run that used it."""
+"""The profiling run of fac, faca, fsc, tap, bold, wf and auto: LB4OMP's ``profiling``
+schedule (chunk 1, one time per iteration) made by the package itself, untimed, before the
+first timed run of a loop; cached per loop, stored with every run that used it."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
-from .dispense import loop_key
-from .profiled import Profile, profile_of
+from ..backends.base import Job
+from ..backends.threads import execute
+from ..core import registry
+from ..core.techniques.dispense import loop_key
+from ..core.techniques.profiled import Profile, profile_of
 
 _profiles: dict[tuple, Profile] = {}
 
 
-def attach(job) -> None:
+def prepare(job: Job) -> None:
+    """Run the entry's untimed preparation for ``job``: the loop's profile when its
+    technique needs one (registry ``profiled``), nothing otherwise."""
+    if job.info.profiled:
+        attach(job)
+
+
+def attach(job: Job) -> None:
     """Give ``job`` its loop's profile (``job.params['profile']``, ``job.extra['profile']``)."""
     key = ("profile",) + loop_key(job)[1:]
     pr = _profiles.get(key)
@@ -21,15 +33,10 @@ def attach(job) -> None:
     job.extra["profile"] = pr.to_dict()
 
 
-def run_profile(job) -> Profile:
+def run_profile(job: Job) -> Profile:
     """One dynamic,1 run of the job's kernel on its workers over its tensor; the tensor
     is put back from ``job.original`` when there is one (the timed run starts from a
     fresh copy anyway)."""
-    from dataclasses import replace
-
-    from .. import registry
-    from ..backends.threads import execute
-
     dyn = replace(job, info=registry.get("dynamic"), chunk=1, params={}, extra={})
     ex = execute(dyn)
     if job.original is not None:

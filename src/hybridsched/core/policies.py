@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 Chunk = tuple[int, int]  # (first frame, count)
 

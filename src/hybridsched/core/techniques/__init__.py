@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .adaptive import LEARNERS
 from .deterministic import PARAM_DEFAULTS, RULES, Rule, hand_out, steal_blocks
 from .profiled import PROFILED, Profile

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from . import policies as pol
-from .records import WINDOW_DTYPE
+from ..records import WINDOW_DTYPE
 
 
 class Dispenser:
