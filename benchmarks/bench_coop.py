@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 
-from hybridsched.coop.colocate import ColocateSpec, run_colocate
+from hybridsched.colocate.experiment import run_colocate
+from hybridsched.colocate.spec import ColocateSpec
 from hybridsched.oslayer.cpus import n_cpus
 
 N = n_cpus()

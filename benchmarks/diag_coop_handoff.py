@@ -24,8 +24,9 @@ import time
 import numpy as np
 
 from hybridsched.oslayer import futex
-from hybridsched.coop.colocate import ColocateSpec, run_colocate
-from hybridsched.coop.work import busy, iters_per_us
+from hybridsched.colocate.experiment import run_colocate
+from hybridsched.colocate.spec import ColocateSpec
+from hybridsched.colocate.work import busy, iters_per_us
 from hybridsched.oslayer.cpus import n_cpus
 
 STEP_US = 200

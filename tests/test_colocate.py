@@ -15,8 +15,9 @@ from hybridsched.backends import get_backend
 from hybridsched.cli import main
 from hybridsched.coop.arbiter import Arbiter, segment_path
 from hybridsched.coop.barrier import POLICIES as BARRIERS
-from hybridsched.coop.colocate import POLICIES, ColocateSpec, run_colocate, run_once
-from hybridsched.coop.output import read_colocate
+from hybridsched.colocate.experiment import run_colocate, run_once
+from hybridsched.colocate.spec import POLICIES, ColocateSpec
+from hybridsched.colocate.output import read_colocate
 from hybridsched.records import RunConfig
 from hybridsched.oslayer.cpus import n_cpus, usable_cpus
 from hybridsched.workloads.slab import Slab
@@ -177,7 +178,7 @@ def test_blas_jobs_verify_under_every_policy(policy, seg):
 
 def test_blas_wrong_product_is_not_verified(seg, monkeypatch):
     """The check is real: a job whose products differ from the reference fails."""
-    from hybridsched.coop import workloads
+    from hybridsched.colocate import workloads
 
     spec = ColocateSpec(workload="blas", jobs=1, workers=1, policies=["linux"], steps=2,
                         reps=1, matrix=32)

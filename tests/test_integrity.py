@@ -378,7 +378,7 @@ def test_full_dev_shm_is_an_error_message_not_sigbus():
         if r.returncode:
             sys.exit(77)
         from hybridsched.errors import ResourceError
-        from hybridsched.workload import Segment
+        from hybridsched.oslayer.shm import Segment
         try:
             Segment((4, 1024, 1024))
         except ResourceError as exc:

@@ -122,7 +122,7 @@ def test_progress_advances_by_each_runs_expected_work():
     """A big run (10x the frames) moves the bar ten times as far as a small one."""
     import io
 
-    from hybridsched.progress import Progress, run_cost
+    from hybridsched.study.progress import Progress, run_cost
     from hybridsched.records import RunConfig
 
     class Tty(io.StringIO):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hybridsched import cli
-from hybridsched.progress import Progress
+from hybridsched.study.progress import Progress
 from hybridsched.records import RunConfig
 from hybridsched.store import read_attrs, read_runs
 

@@ -17,6 +17,7 @@ backends, the same per-worker table and chunk trace, the same record, which
 from __future__ import annotations
 
 import hashlib
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -30,6 +31,10 @@ from .oslayer.shm import segment_array
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
 from .workloads.build import _sort_checker, _sortable
+from .study.measure import single_record
+from .study.output import new_study
+from .study.resources import Resources
+from .study.runner import TimedRun
 from .workloads.space import NOT_CHECKED, bool_checker
 
 
@@ -95,6 +100,12 @@ class _Space:
     def close(self) -> None:
         self._stack.close()
 
+    def __enter__(self) -> "_Space":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
     """(checker, stored verify mode)."""
@@ -130,8 +141,6 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     ``check``: raise :class:`RunFailed` when the run fails or does not verify.
     ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
     """
-    from .study.runner import timed_run
-
     info = registry.get(scheduler)
     if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
         raise UsageError("data: expected a numpy array with at least one task (first axis)")
@@ -170,18 +179,12 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     kern.name[:120], 0, workload="user", verify=mode, input_hash=digest,
                     dispatch=dispatch)
-    with ExitStack() as stack:
-        space = _Space(data, in_place, checker is not None or info.topology == "feedback"
-                       or chunk < 0, checker)
-        stack.callback(space.close)
+    space = _Space(data, in_place, checker is not None or info.topology == "feedback"
+                   or chunk < 0, checker)
+    with Resources([cfg], lambda c: space) as res:  # the monitor, if the scheduler needs it
         space.kernel = kern.fn
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile
-        monitor = None
-        if info.needs_monitor:
-            from .core.monitor import UtilisationMonitor
-
-            monitor = stack.enter_context(UtilisationMonitor())
-        rec = timed_run(space, cfg, monitor)
+        rec = single_record(TimedRun(res.space(cfg), cfg, res).run())
         if not in_place:
             np.copyto(data, space.work)
     verified = None if mode == "none" and not rec.error else rec.verified
@@ -195,27 +198,13 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
 def write_study(path: str, results, overwrite: bool = False) -> str:
     """Store API results in a new study file (``hybridsched report`` reads it); refuses an
     existing file unless ``overwrite``."""
-    import json
-    import os
-    import time
-
-    from .store import StudyLock, StudyWriter, check_output
-    from .machine.metadata import machine_metadata
-
     results = list(results)
-    check_output(path)
-    with StudyLock(path) as lock:
-        if os.path.lexists(path) and not overwrite:
-            raise UsageError(f"{path}: file exists (pass overwrite=True to replace it)")
-        meta = machine_metadata()
-        meta["N"] = n_cpus()
-        meta["loadavg_at_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-        study = {"api": True, "created_by": "hybridsched.parallel_for",
-                 "schedulers": sorted({r.record.config.scheduler for r in results}),
-                 "kernel": sorted({r.record.config.kernel for r in results}),
-                 "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        json.dumps(study)
-        with StudyWriter(path, meta, study, lock=lock) as writer:
-            for r in results:
-                writer.append(r.record)
+    study = {"api": True, "created_by": "hybridsched.parallel_for",
+             "schedulers": sorted({r.record.config.scheduler for r in results}),
+             "kernel": sorted({r.record.config.kernel for r in results}),
+             "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    with new_study(path, study, overwrite=overwrite, what="study",
+                   hint="pass overwrite=True to replace it") as writer:
+        for r in results:
+            writer.append(r.record)
     return path

@@ -136,18 +136,3 @@ def trace_table(per_worker) -> np.ndarray:
         out["end"][i:i + n] = arr[:, 3]
         i += n
     return out[np.argsort(out["start"], kind="stable")]
-
-
-def relative(execution: Execution) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Worker stats, trace and series with times made relative to the run's start."""
-    w = execution.workers.copy()
-    t = execution.trace.copy()
-    for arr, cols in ((w, ("start", "end")), (t, ("start", "end"))):
-        for c in cols:
-            arr[c] -= execution.t_begin
-    series = {}
-    for name, arr in execution.series.items():
-        arr = arr.copy()
-        arr["t"] -= execution.t_begin
-        series[name] = arr
-    return w, t, series

@@ -1,7 +1,7 @@
 """Backends move chunks to workers: threads, forked processes, pipes (and MPI above them).
 
 Each backend module exposes ``execute(job) -> Execution``; the chunking decisions come from
-:mod:`hybridsched.policies`, never from a copy inside the backend.
+:mod:`hybridsched.core.policies`, never from a copy inside the backend.
 """
 from __future__ import annotations
 

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from ..coop.arbiter import Arbiter
+from ..coop.worker import Worker
 from ..core import registry
+from ..core.monitor import UtilisationMonitor
 from ..core.registry import SchedulerInfo
 from ..oslayer.cpus import usable_cpus
 from ..records import RunConfig
@@ -19,11 +23,11 @@ class Job:
 
     info: SchedulerInfo
     work: np.ndarray              # uint8[L, H, W], the shared-memory work copy
-    kernel: str
+    kernel: str | Callable        # a built-in kernel's name, or the chunk kernel itself
     k: int
     chunk: int                    # resolved chunk (the policy default already applied)
     affinity: bool = True
-    monitor: object | None = None  # UtilisationMonitor for AIMD
+    monitor: UtilisationMonitor | None = None  # AIMD's (started once per study)
     cpus: list[int] = field(default_factory=usable_cpus)
     # read-only input tensor: lets pipe-MtoM restore a lost worker's chunk before re-sending
     # it and lets --chunk auto rerun trials on unsorted input (None: neither is possible)
@@ -33,14 +37,14 @@ class Job:
     dispatch: str = "auto"        # RunConfig.dispatch: threads' chunk loop (backends/compiled.py)
     # --coop: the node's core arbiter (coop.arbiter.Arbiter) and this run's job in it;
     # workers then hold a token to run instead of a fixed CPU
-    coop: object | None = None
+    coop: Arbiter | None = None
     coop_job: int = -1
     # a technique's parameters (techniques.PARAM_DEFAULTS keys; "profile": its Profile)
     params: dict = field(default_factory=dict)
     # what the run's record should store besides the measurements (e.g. the profile)
     extra: dict = field(default_factory=dict)
 
-    def coop_worker(self):
+    def coop_worker(self) -> Worker | None:
         """This worker's arbiter handle (registered, no token yet), or None without --coop."""
         return None if self.coop is None else self.coop.worker(self.coop_job)
 

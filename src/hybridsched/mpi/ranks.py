@@ -10,47 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import sys
 import time
-from time import perf_counter
 from typing import Any, Callable, Iterator
 
 from ..errors import UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
+from ..study.world import Solo
 
 ABORT_GRACE_S = 0.3
-
-
-class Solo:
-    """P = 1: the same interface as :class:`World`, with no MPI underneath."""
-
-    rank = 0
-    size = 1
-    local_rank = 0
-    local_size = 1
-    is_mpi = False
-
-    def __init__(self) -> None:
-        self.host = socket.gethostname()
-
-    def barrier(self) -> None:
-        pass
-
-    def wtime(self) -> float:
-        return perf_counter()
-
-    def bcast(self, obj: Any) -> Any:
-        return obj
-
-    def gather(self, obj: Any) -> list[Any]:
-        return [obj]
-
-    def allreduce_sum(self, value: int | float) -> int | float:
-        return value
-
-    def abort(self, code: int = 1) -> None:  # pragma: no cover - never called at P = 1
-        raise SystemExit(code)
 
 
 class World:

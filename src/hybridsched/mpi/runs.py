@@ -42,22 +42,23 @@ from dataclasses import replace
 from time import perf_counter
 from typing import Callable, Iterable
 
-import numpy as np
-
 from .. import kernels
+from ..backends import get_backend
+from ..backends.base import Job
 from ..core import policies, registry as schedulers
-from ..backends import Job, get_backend
-from ..backends.base import job_for
-from ..study import profile
-from ..errors import HybridschedError, UsageError
-from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
-from ..study.runner import warn_unverified
-from ..study.session import Resources
-from ..oslayer.procfs import ForeignLoad
-from ..oslayer.cpus import usable_cpus
-from ..workloads.slab import Slab, over_frames
 from ..core.techniques.deterministic import RULES
+from ..errors import UsageError
+from ..oslayer.cpus import usable_cpus
+from ..records import RunConfig, RunRecord
+from ..study.measure import Measured
+from ..study.runner import Body
+from ..study.session import study_loop
+from ..study.world import World
+from ..workloads.build import build
+from ..workloads.slab import Slab, over_frames
+from ..workloads.space import Workspace
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
+from .rma import TicketCounter
 
 SPLIT_TECHNIQUES = tuple(RULES)  # deterministic: chunk i a function of (L, P, k, i) alone
 SPLITS = ("static", "dynamic") + SPLIT_TECHNIQUES
@@ -115,74 +116,6 @@ def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple
     return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
 
 
-def _job(cfg: RunConfig, work: np.ndarray, monitor, cpus: list[int], seat=None) -> tuple[Job, str]:
-    job = job_for(cfg, work, monitor, cpus)
-    if seat is not None:  # --coop: the ranks of a node share its arbiter's tokens
-        job.coop, job.coop_job = seat
-    return job, job.info.backend
-
-
-@contextlib.contextmanager
-def _seat(cfg: RunConfig, arbiter):
-    """This rank's job in the node's arbiter for one run (None without --coop)."""
-    if not cfg.coop:
-        yield None
-        return
-    jid = arbiter.join_job()
-    try:
-        yield arbiter, jid
-    finally:
-        arbiter.leave_job(jid)
-
-
-class _RankResult:
-    """What one rank measured in one run (sent to rank 0 with gather)."""
-
-    def __init__(self, rank: int, host: str):
-        self.rank, self.host = rank, host
-        self.time_s = 0.0
-        self.wtime_s = 0.0
-        self.gen_s = 0.0
-        self.frames = 0
-        self.chunks = 0
-        self.bad_rows = 0
-        self.error = ""
-        self.notes = ""
-        self.lost = 0
-        self.chunk_used = 0
-        self.technique = ""  # what auto chose (its last local execution)
-        self.workers = np.zeros(0, WORKER_DTYPE)
-        self.trace = np.zeros(0, TRACE_DTYPE)
-        self.foreign = float("nan")  # share of this rank's CPUs other processes used
-
-
-def _add_execution(res: _RankResult, ex, p0: float, k_offset: int) -> None:
-    """Fold one local execution into the rank's tables (times relative to p0)."""
-    w = ex.workers.copy()
-    t = ex.trace.copy()
-    for arr in (w, t):
-        arr["start"] -= p0
-        arr["end"] -= p0
-        arr["worker"] += k_offset
-    if len(res.workers) == 0:
-        res.workers = w
-    else:  # dynamic split: the same local workers ran several chunks
-        acc = res.workers
-        n = min(len(acc), len(w))
-        acc["start"][:n] = np.minimum(acc["start"][:n], w["start"][:n])
-        acc["end"][:n] = np.maximum(acc["end"][:n], w["end"][:n])
-        for f in ("busy", "frames", "chunks", "user", "system", "iowait"):
-            acc[f][:n] += w[f][:n]
-        if len(w) > n:
-            res.workers = np.concatenate([acc, w[n:]])
-    res.trace = np.concatenate([res.trace, t])
-    res.lost += ex.lost_workers
-    res.chunk_used = ex.chunk_used or res.chunk_used
-    res.technique = ex.technique or res.technique
-    if ex.notes:
-        res.notes = ex.notes
-
-
 def _dilate(ex, factor: float) -> None:
     """Benchmark hook (mpi.ranks.slowdown): idle (factor - 1) x the execution's time and
     move its end, so this rank looks like a node that much slower."""
@@ -191,166 +124,107 @@ def _dilate(ex, factor: float) -> None:
         ex.t_end = perf_counter()
 
 
-def _run_static(w, cfg: RunConfig, slab: Slab, monitor, cpus, seat=None) -> _RankResult:
-    res = _RankResult(w.rank, w.host)
-    job, backend = _job(cfg, slab.work, monitor, cpus, seat)
-    job.original = slab.original  # pipe-MtoM restores a lost worker's chunk from it
-    if slab.kernel is not None:  # a workload's kernel, built for this rank's block
-        job.kernel = slab.kernel
-    profile.prepare(job)  # untimed: a technique's profiling run
-    slab.fresh_copy()
-    if monitor is not None and job.info.needs_monitor:
-        monitor.reset()  # this run's utilisation history only (monitor.py)
-    w.barrier()
-    p0, w0 = perf_counter(), w.wtime()
-    try:
-        ex = get_backend(backend)(job)
-    except HybridschedError as exc:
-        res.error = f"rank {w.rank} on {w.host}: {exc}"
-        res.time_s = float("nan")
-        return res
-    _dilate(ex, slowdown(w.rank))
-    res.wtime_s = w.wtime() - w0
-    res.time_s = ex.t_end - p0
-    res.frames, res.chunks = slab.frames, 1
-    ex.trace["first"] += slab.frame0  # the rank's local frame ids -> global ids
-    _add_execution(res, ex, p0, w.rank * cfg.k)
-    maybe_corrupt(w.rank, slab.work)
-    res.bad_rows = slab.bad_rows()
-    return res
+class StaticSplit:
+    """Each rank runs the local scheduler over its own block of frames, from the barrier's
+    exit to the end of its last worker."""
+
+    fresh = True
+
+    def __init__(self, w: World, slab: Workspace):
+        self.w, self.slab = w, slab
+        self.prefix = f"rank {w.rank} on {w.host}: "
+
+    def run(self, job: Job, m: Measured) -> None:
+        w = self.w
+        w.barrier()
+        p0, w0 = perf_counter(), w.wtime()
+        ex = get_backend(job.info.backend)(job)
+        _dilate(ex, slowdown(w.rank))
+        m.wtime_s = w.wtime() - w0
+        m.time_s = ex.t_end - p0
+        m.frames, m.chunks = job.frames, 1
+        ex.trace["first"] += self.slab.frame0  # the rank's local frame ids -> global ids
+        m.add(ex, p0, w.rank * job.k)
+
+    def verify(self, space: Workspace, m: Measured) -> int:
+        maybe_corrupt(self.w.rank, space.work)
+        return space.bad_rows()
 
 
-def _run_dynamic(w, cfg: RunConfig, slab: Slab, monitor, cpus, counter, seat=None,
-                 split: str = "dynamic") -> _RankResult:
-    res = _RankResult(w.rank, w.host)
-    chunks = dynamic_chunks(cfg.frames, w.size, cfg.k, split)
-    work = slab.work
-    gen_threads = max(1, min(cfg.k, len(cpus)))
-    mine: list[tuple[int, int]] = []
-    slow = slowdown(w.rank)
-    if monitor is not None and schedulers.get(cfg.scheduler).needs_monitor:
-        monitor.reset()
-    counter.reset()
-    p0, w0 = perf_counter(), w.wtime()
-    t_last = p0
-    while res.error == "":
-        ticket = counter.take()
-        if ticket >= len(chunks):
-            break
-        first, count = chunks[ticket]
-        g0 = perf_counter()
-        over_frames(lambda a, n: kernels.generate_frames(work[first + a:first + a + n], slab.seed,
-                                                         first + a), count, gen_threads)
-        res.gen_s += perf_counter() - g0
-        job, backend = _job(cfg, work[first:first + count], monitor, cpus, seat)
+class DynamicSplit:
+    """Ranks take chunks of the frames from an RMA ticket counter and run the local
+    scheduler over each, generating the chunk first (inside the timed region: it stands
+    for the data movement a real dynamic split pays, measured as ``gen_s``)."""
+
+    fresh = False  # a rank materialises only the frames it claims
+
+    def __init__(self, w: World, slab, counter, cpus: list[int], split: str):
+        self.w, self.slab, self.counter, self.split = w, slab, counter, split
+        self.gen_threads = max(1, len(cpus))
+        self.prefix = f"rank {w.rank} on {w.host}: "
+        self.mine: list[tuple[int, int]] = []
+
+    def run(self, job: Job, m: Measured) -> None:
+        w, work, slab = self.w, job.work, self.slab
+        chunks = dynamic_chunks(job.frames, w.size, job.k, self.split)
+        threads = min(job.k, self.gen_threads)
+        slow = slowdown(w.rank)
+        self.counter.reset()
+        p0, w0 = perf_counter(), w.wtime()
+        t_last = p0
         try:
-            ex = get_backend(backend)(job)
-        except HybridschedError as exc:
-            res.error = f"rank {w.rank} on {w.host}: {exc}"
-            break
-        _dilate(ex, slow)
-        ex.trace["first"] += first  # local frame ids of the chunk -> global ids
-        _add_execution(res, ex, p0, w.rank * cfg.k)
-        t_last = ex.t_end
-        mine.append((first, count))
-        res.frames += count
-        res.chunks += 1
-    res.wtime_s = w.wtime() - w0
-    res.time_s = float("nan") if res.error else t_last - p0
-    # untimed: make the original of the claimed frames and check them
-    if mine:
-        maybe_corrupt(w.rank, work[mine[0][0]:])
-    for first, count in mine:
-        slab.generate(first, count)
-        res.bad_rows += slab.bad_rows(first, count)
-    return res
+            while (ticket := self.counter.take()) < len(chunks):
+                first, count = chunks[ticket]
+                g0 = perf_counter()
+                over_frames(lambda a, n: kernels.generate_frames(
+                    work[first + a:first + a + n], slab.seed, first + a), count, threads)
+                m.gen_s += perf_counter() - g0
+                ex = get_backend(job.info.backend)(replace(job, work=work[first:first + count]))
+                _dilate(ex, slow)
+                ex.trace["first"] += first  # local frame ids of the chunk -> global ids
+                m.add(ex, p0, w.rank * job.k)
+                t_last = ex.t_end
+                self.mine.append((first, count))
+                m.frames += count
+                m.chunks += 1
+        finally:
+            m.wtime_s = w.wtime() - w0
+            m.time_s = t_last - p0
+
+    def verify(self, space, m: Measured) -> int:
+        """Untimed: make the original of the claimed frames and check them."""
+        if self.mine:
+            maybe_corrupt(self.w.rank, space.work[self.mine[0][0]:])
+        bad = 0
+        for first, count in self.mine:
+            self.slab.generate(first, count)
+            bad += self.slab.bad_rows(first, count)
+        return bad
 
 
-def combine(cfg: RunConfig, family: str, results: list[_RankResult], total_bad: int,
-            split: str, started: float) -> RunRecord:
-    """One RunRecord from every rank's result (rank 0 only)."""
-    errors = [r.error for r in results if r.error]
-    times = [r.time_s for r in results]
-    time_s = float("nan") if errors else max(times)
-    extra = {
-        "split": split,
-        "rank_host": [r.host for r in results],
-        "rank_time_s": times,
-        "rank_wtime_s": [r.wtime_s for r in results],
-        "rank_frames": [r.frames for r in results],
-        "rank_chunks": [r.chunks for r in results],
-        "rank_bad_rows": [r.bad_rows for r in results],
-    }
-    shares = [round(r.foreign, 4) for r in results if r.foreign == r.foreign]
-    if shares:  # the most disturbed rank: the run's time is the slowest rank's
-        extra["rank_foreign_cpu"] = [round(r.foreign, 4) if r.foreign == r.foreign else None
-                                     for r in results]
-        extra["foreign_cpu"] = max(shares)
-    if split != "static":
-        extra["rank_gen_s"] = [r.gen_s for r in results]
-        extra["compute_time_s"] = (float("nan") if errors else
-                                   max(r.time_s - r.gen_s for r in results))
-    workers = np.concatenate([r.workers for r in results]) if results else np.zeros(0, WORKER_DTYPE)
-    trace = np.concatenate([r.trace for r in results])
-    trace = trace[np.argsort(trace["start"], kind="stable")]
-    notes = f"split={split}" + "".join(f"; rank {r.rank}: {r.notes}" for r in results if r.notes)
-    return RunRecord(cfg, family, time_s, not errors and total_bad == 0, bad_rows=total_bad,
-                     chunk_used=max(r.chunk_used for r in results), workers_used=len(workers),
-                     lost_workers=sum(r.lost for r in results), error="; ".join(errors),
-                     notes=notes, started_at=started, workers=workers, trace=trace, extra=extra,
-                     technique=results[0].technique if results else "")
-
-
-def run_configurations(w, configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
-                       split: str = "static") -> int:
+def run_configurations(w: World, configs: Iterable[RunConfig],
+                       on_record: Callable[[RunRecord], None], split: str = "static") -> int:
     """Run every configuration on all ranks; rank 0 gets each combined record through
     ``on_record`` (which writes and flushes it). Returns the number of failed or
     unverified runs (on every rank)."""
     configs = [replace(c, P=w.size) for c in configs]
     check_split(configs, w.size, split)
     cpus = local_cpus(usable_cpus(), w.local_rank, w.local_size)
-    failed = 0
     with contextlib.ExitStack() as stack:
-        shared = stack.enter_context(Resources(configs, lambda cfg: _slab(w, cfg, split)))
-        monitor = shared.monitor
-        counter = None
-        if split != "static":
-            from .rma import TicketCounter
+        counter = stack.enter_context(TicketCounter(w)) if split != "static" else None
 
-            counter = stack.enter_context(TicketCounter(w))
-        for i, cfg in enumerate(configs):
-            maybe_fail(w.rank, i)
-            slab = shared.slab(cfg)
-            started = time.time()
-            probe = ForeignLoad(cpus)  # outside the timed region, as on one node
-            with _seat(cfg, shared.arbiter) as seat:
-                if split == "static":
-                    res = _run_static(w, cfg, slab, monitor, cpus, seat)
-                else:
-                    res = _run_dynamic(w, cfg, slab, monitor, cpus, counter, seat, split)
-            res.foreign = probe.share()
-            total_bad = w.allreduce_sum(res.bad_rows)
-            results = w.gather(res)
-            ok = None
-            if w.rank == 0:
-                record = combine(cfg, schedulers.get(cfg.scheduler).family, results, total_bad,
-                                 split, started)
-                if not record.verified or record.lost_workers:
-                    warn_unverified(record)
-                on_record(record)
-                ok = record.verified
-            # nobody starts the next run (where it might fail and abort the job) before
-            # rank 0 has flushed this one
-            failed += not w.bcast(ok)
-    return failed
+        def body(cfg: RunConfig, slab: Workspace) -> Body:
+            return StaticSplit(w, slab) if split == "static" else \
+                DynamicSplit(w, slab, counter, cpus, split)
+        loop = study_loop(w, configs, on_record, lambda cfg: _slab(w, cfg, split), cpus=cpus,
+                          body_for=body, split=split, before_run=lambda i: maybe_fail(w.rank, i))
+        return sum(not ok for _, ok in loop)
 
 
-def _slab(w, cfg: RunConfig, split: str) -> Slab:
+def _slab(w: World, cfg: RunConfig, split: str) -> Workspace:
     if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:
-        from ..workloads.build import build
-
         first, count = policies.static_blocks(cfg.frames, w.size)[w.rank][0]
         # only this rank's tasks, global ids frame0.. (a Slab for the paper's workload)
         slab = build(cfg, frames=count, frame0=first)

@@ -139,7 +139,7 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
 
 def section(path: str, out_dir: str | None, plots: bool, n: int) -> tuple[list[str], list[str]]:
     """The co-location section of a report (Markdown lines, files) when `path` has rows."""
-    from ..coop.output import read_colocate
+    from ..colocate.output import read_colocate
 
     rows = read_colocate(path)
     if len(rows) == 0:

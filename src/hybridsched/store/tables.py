@@ -5,15 +5,13 @@ one-writer, always-complete :class:`writer.StudyWriter` and read through the sam
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
 from ..errors import BadStudy, UsageError
-from .files import StudyLock, check_output
 from .format import decode
 from .reader import check_ours, open_study
-from .writer import StudyWriter
+from .writer import open_new
 
 
 class TableWriter:
@@ -24,17 +22,8 @@ class TableWriter:
 
     def __init__(self, path: str, table: str, dtype: np.dtype, metadata: dict, spec: dict,
                  overwrite: bool = False):
-        check_output(path)
         self.table, self.dtype = table, np.dtype(dtype)
-        lock = StudyLock(path).acquire()
-        try:
-            if os.path.lexists(path) and not overwrite:
-                raise UsageError(f"--out {path}: file exists (use --overwrite to replace it)")
-            self.writer = StudyWriter(path, metadata, {}, lock=lock)
-        except BaseException:
-            lock.release()
-            raise
-        self._lock = lock
+        self.writer = open_new(path, metadata, {}, overwrite=overwrite)
         self.writer.h5.attrs[f"{table}_spec"] = json.dumps(spec, sort_keys=True)
 
     def append_row(self, row: np.ndarray) -> int:
@@ -43,10 +32,7 @@ class TableWriter:
         return self.writer.append_row(self.table, row)
 
     def close(self, failed: bool = False) -> None:
-        try:
-            self.writer.close(failed)
-        finally:
-            self._lock.release()
+        self.writer.close(failed)
 
     def __enter__(self) -> "TableWriter":
         return self

@@ -35,9 +35,9 @@ from typing import Iterator
 
 import h5py
 
-from ..errors import NotOurFile
+from ..errors import NotOurFile, UsageError
 from ..records import RunRecord
-from .files import StudyLock, publish
+from .files import StudyLock, check_output, publish
 from .format import FORMAT, FORMAT_VERSION, RUN_DTYPE, RUNS_CHUNK, conform, record_row
 from .reader import check_ours, read_runs
 
@@ -55,10 +55,12 @@ class StudyWriter:
     before it looked at the file); without one the writer takes its own."""
 
     def __init__(self, path: str, metadata: dict | None = None, study: dict | None = None,
-                 append: bool = False, lock: StudyLock | None = None):
+                 append: bool = False, lock: StudyLock | None = None,
+                 release_lock: bool | None = None):
         self.path = path
         self.h5 = None
-        self._own_lock = lock is None
+        # release the lock on close: the writer's own, or one handed over (open_new)
+        self._own_lock = lock is None if release_lock is None else release_lock
         self._lock = StudyLock(path).acquire() if lock is None else lock
         try:
             if append:
@@ -211,6 +213,26 @@ class StudyWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(failed=exc_type is not None)
+
+
+def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
+             lock: StudyLock | None = None, what: str = "--out",
+             hint: str = "use --overwrite to replace it") -> StudyWriter:
+    """The writer of a new study at ``path``: refused (one UsageError line) when something
+    is there already unless ``overwrite``, and then replaced only once the new study is
+    published. Checked under the study's lock: ``lock`` when the caller holds it (taken
+    before it looked at the file), else taken here and released with the writer."""
+    check_output(path, what)
+    own = lock is None
+    lock = StudyLock(path).acquire() if own else lock
+    try:
+        if os.path.lexists(path) and not overwrite:
+            raise UsageError(f"{what} {path}: file exists ({hint})")
+        return StudyWriter(path, metadata, study, lock=lock, release_lock=own)
+    except BaseException:
+        if own:
+            lock.release()
+        raise
 
 
 @contextmanager

@@ -1,18 +1,31 @@
-"""One timed run: fresh work copy (untimed), the scheduler (timed), verification (untimed)."""
+"""One timed run, the only one: a single-node run, each rank's share of an MPI run, a
+co-located job and ``parallel_for`` all go through :class:`TimedRun`.
+
+Untimed before: the scheduler's preparation (a technique's profiling run), a fresh work
+copy, the run's seat on the cooperative arbiter, the foreign-load probe and the AIMD
+monitor's reset. Timed: the *body* (:class:`Single`: one backend execution; the MPI splits
+bring theirs), with the garbage collector paused. Untimed after: verification. A failure
+of the scheduler (a lost worker, a raising kernel of the workspace) is a failed
+measurement, not an exception, so a sweep goes on; Ctrl-C and SystemExit propagate.
+"""
 from __future__ import annotations
 
 import gc
 import sys
 import time
 from contextlib import contextmanager
+from typing import Protocol
 
-from ..core import registry as schedulers
 from ..backends import get_backend
-from ..backends.base import job_for
-from . import profile
+from ..backends.base import Job, job_for
+from ..core import registry
 from ..errors import HybridschedError
-from ..records import RunConfig, RunRecord, relative
 from ..oslayer.procfs import ForeignLoad
+from ..records import RunConfig, RunRecord
+from ..workloads.space import Workspace
+from . import profile
+from .measure import Measured, single_record
+from .resources import Resources, Seat
 
 
 @contextmanager
@@ -34,60 +47,103 @@ def gc_paused():
             gc.enable()
 
 
-def timed_run(slab, config: RunConfig, monitor=None, cpus: list[int] | None = None,
-              arbiter=None) -> RunRecord:
-    """Run one configuration on ``slab`` (a workload.Slab or any workspace of
-    :mod:`workloads.space`: work, original, fresh_copy, bad_rows, kernel) and verify it.
+class Body(Protocol):
+    """What runs inside the timed region, and how its result is checked."""
 
-    A scheduler failure (a lost worker, say) is returned as a record with ``error`` set
-    and ``verified=False`` rather than raised, so a sweep can go on with the next
-    configuration. Ctrl-C and SystemExit propagate.
-    """
-    info = schedulers.get(config.scheduler)
-    job = job_for(config, slab.work, monitor, cpus, original=slab.original)
-    if slab.kernel is not None:  # the workspace's own kernel (irregular, Mandelbrot, user's)
-        job.kernel = slab.kernel
-    chunk = job.chunk
-    started = time.time()
-    try:
-        profile.prepare(job)  # untimed: e.g. a technique's profiling run (on the slab)
-    except HybridschedError as exc:
-        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
-                         error=f"profiling run: {exc}", started_at=started)
-    slab.fresh_copy()
-    if config.coop:
-        if arbiter is None:
-            raise ValueError("a --coop run needs the study's arbiter")
-        job.coop, job.coop_job = arbiter, arbiter.join_job()  # untimed: the job registers once
-    probe = ForeignLoad(job.cpus)  # outside the timed region: two reads of /proc/stat
-    if monitor is not None and info.needs_monitor:
-        monitor.reset()  # this run's utilisation history only (monitor.py says why)
-    try:
-        with gc_paused():
-            ex = get_backend(info.backend)(job)
-    except HybridschedError as exc:
-        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
-                         error=str(exc), started_at=started, notes=getattr(exc, "notes", ""))
-    except Exception as exc:
-        if slab.kernel is None:
-            raise  # a built-in kernel does not raise: this is a bug, not a failed run
-        # a workspace's or user's kernel raised on the calling thread (serial): a failed run
-        return RunRecord(config, info.family, float("nan"), False, chunk_used=chunk,
-                         error=f"kernel raised {type(exc).__name__}: {exc}", started_at=started)
-    finally:
-        if job.coop is not None:
-            arbiter.leave_job(job.coop_job)
-    foreign = probe.share()
-    bad = slab.bad_rows()  # NOT_CHECKED (-1): --verify none, accepted by choice
-    workers, trace, series = relative(ex)
-    extra = dict(job.extra)
-    if foreign == foreign:
-        extra["foreign_cpu"] = round(foreign, 4)
-    return RunRecord(config, info.family, ex.seconds, bad <= 0, bad_rows=bad,
-                     chunk_used=ex.chunk_used or chunk, workers_used=len(ex.workers),
-                     lost_workers=ex.lost_workers, notes=ex.notes, started_at=started,
-                     workers=workers, trace=trace, series=series, extra=extra,
-                     technique=ex.technique)
+    fresh: bool      # the whole work copy is restored from the original before the run
+    prefix: str      # put before a failure's message ("rank 1 on node7: ")
+
+    def run(self, job: Job, m: Measured) -> None:
+        """Execute; fold the executions and the time into ``m``."""
+
+    def verify(self, space: Workspace, m: Measured) -> int:
+        """Bad rows (tasks) after the run; -1 = not checked by choice."""
+
+
+class Single:
+    """One backend execution, timed by the backend itself: from just before its entry point
+    (fork, pipe set-up, thread start included) to the end of its last worker (§4)."""
+
+    fresh = True
+    prefix = ""
+
+    def run(self, job: Job, m: Measured) -> None:
+        ex = get_backend(job.info.backend)(job)
+        m.add(ex, ex.t_begin)
+        m.time_s = ex.seconds
+
+    def verify(self, space: Workspace, m: Measured) -> int:
+        return space.bad_rows()
+
+
+class TimedRun:
+    """One configuration on a workspace, in three steps that a caller may separate (a
+    co-located job prepares before the common start): :meth:`prepare`, :meth:`execute`,
+    :meth:`verify`; :meth:`run` does all three."""
+
+    def __init__(self, space: Workspace, config: RunConfig, res: Resources,
+                 cpus: list[int] | None = None, body: Body | None = None,
+                 seat: Seat | None = None, rank: int = 0, host: str = ""):
+        self.space, self.config, self.res = space, config, res
+        self.body = body if body is not None else Single()
+        self.info = registry.get(config.scheduler)
+        self.job = job_for(config, space.work, res.monitor, cpus, original=space.original)
+        if space.kernel is not None:  # the workspace's own kernel (irregular, user's)
+            self.job.kernel = space.kernel
+        self.seat = seat
+        self.m = Measured(config, self.info.family, time.time(), rank=rank, host=host,
+                          chunk_used=self.job.chunk)
+
+    def prepare(self) -> bool:
+        """Untimed: the entry's preparation, then a fresh work copy. False if it failed."""
+        try:
+            profile.prepare(self.job)  # e.g. a technique's profiling run (on the workspace)
+        except HybridschedError as exc:
+            self.m.failed(f"{self.body.prefix}profiling run: {exc}")
+            return False
+        self.m.extra = dict(self.job.extra)
+        if self.body.fresh:
+            self.space.fresh_copy()
+        return True
+
+    def execute(self) -> None:
+        """The timed region, between its untimed probes."""
+        job, m = self.job, self.m
+        with self.res.seat(self.config, self.seat) as seat:
+            if seat is not None:
+                job.coop, job.coop_job = seat
+            probe = ForeignLoad(job.cpus)  # outside the timed region: two reads of /proc/stat
+            if job.monitor is not None and self.info.needs_monitor:
+                job.monitor.reset()  # this run's utilisation history only (core/monitor.py)
+            try:
+                with gc_paused():
+                    self.body.run(job, m)
+            except HybridschedError as exc:
+                m.failed(f"{self.body.prefix}{exc}", getattr(exc, "notes", ""))
+            except Exception as exc:
+                if self.space.kernel is None:
+                    raise  # a built-in kernel does not raise: a bug, not a failed run
+                # a workspace's or user's kernel raised on the calling thread (serial)
+                m.failed(f"{self.body.prefix}kernel raised {type(exc).__name__}: {exc}")
+        m.foreign = probe.share()
+
+    def verify(self) -> None:
+        """Untimed: check the result (NOT_CHECKED, -1, for --verify none)."""
+        if not self.m.error:
+            self.m.bad_rows = self.body.verify(self.space, self.m)
+
+    def run(self) -> Measured:
+        if self.prepare():
+            self.execute()
+            self.verify()
+        return self.m
+
+
+def timed_run(space: Workspace, config: RunConfig, monitor=None, cpus: list[int] | None = None,
+              arbiter=None) -> RunRecord:
+    """Run one configuration on ``space`` on this node and verify it: its ``/runs`` record.
+    ``monitor`` and ``arbiter``: the study's, when the scheduler needs them."""
+    return single_record(TimedRun(space, config, Resources.given(monitor, arbiter), cpus).run())
 
 
 def warn_unverified(record: RunRecord, stream=None) -> None:

@@ -1,87 +1,70 @@
-"""A study run configuration by configuration, for single-node and MPI runs alike: the
-resources every run shares (the tensor slab, AIMD's monitor), the checks before a study
-is continued (``--resume``), and the record of every invocation kept in the file."""
+"""A study, configuration by configuration, over a world of ranks (:class:`world.Solo` for
+P = 1, the MPI ranks otherwise): one loop for both; the checks before a study is
+continued (``--resume``), and the record of every invocation kept in the file."""
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from typing import Callable, Iterable, Iterator
 
-from ..core import registry
 from ..errors import UsageError
-from ..core.monitor import UtilisationMonitor
 from ..records import RunConfig, RunRecord
-from ..workloads.slab import Slab
-from .runner import timed_run, warn_unverified
+from ..store import has_table, read_attrs, stored_keys, study_spec
+from ..workloads.build import build
+from ..workloads.space import Workspace
+from .measure import ranks_record, single_record
+from .resources import MakeSpace, Resources
+from .runner import Body, TimedRun, warn_unverified
 from .spec import StudySpec
+from .world import Solo, World
 
 
-def _local_slab(cfg: RunConfig, input_path: str = ""):
-    from ..workloads.build import build
-
-    return build(cfg, input_path)
-
-
-class Resources:
-    """What consecutive runs share, owned for the whole study: the utilisation monitor
-    (started once before the first timed run if any configuration needs it, §4) and the
-    slab of the current tensor shape, replaced only when the shape or seed changes."""
-
-    def __init__(self, configs: list[RunConfig], make_slab: Callable[[RunConfig], Slab] = _local_slab):
-        self._configs = configs
-        self._make_slab = make_slab
-        self._stack = contextlib.ExitStack()
-        self._slab: Slab | None = None
-        self._shape: tuple | None = None
-        self.monitor: UtilisationMonitor | None = None
-        self.arbiter = None  # coop.arbiter.Arbiter when a configuration runs with --coop
-
-    def __enter__(self) -> "Resources":
-        with self._stack as stack:
-            if any(registry.get(c.scheduler).needs_monitor for c in self._configs):
-                self.monitor = stack.enter_context(UtilisationMonitor())
-            if any(c.coop for c in self._configs):
-                from ..coop.arbiter import Arbiter
-
-                self.arbiter = stack.enter_context(Arbiter())
-            self._stack = stack.pop_all()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._slab = None
-        self._stack.close()
-
-    def slab(self, cfg: RunConfig) -> Slab:
-        want = (cfg.frames, cfg.height, cfg.width, cfg.seed, cfg.workload, cfg.workload_params,
-                cfg.kernel, cfg.verify, cfg.input_hash)
-        if want != self._shape:
-            if self._slab is not None:
-                self._slab.close()
-            self._slab, self._shape = None, None
-            self._slab = self._stack.enter_context(self._make_slab(cfg))
-            self._shape = want
-        return self._slab
+def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunRecord], None],
+               make_space: MakeSpace, *, cpus: list[int] | None = None,
+               body_for: Callable[[RunConfig, Workspace], Body] | None = None,
+               split: str = "static",
+               on_start: Callable[[RunConfig], None] | None = None,
+               before_run: Callable[[int], None] | None = None
+               ) -> Iterator[tuple[RunRecord | None, bool]]:
+    """Run ``configs`` in order on every rank of ``world``, one workspace per tensor shape
+    and seed; rank 0 gets each run's record through ``on_record`` (which writes it). Every
+    rank yields (the record on rank 0, None on the others; whether the run verified).
+    ``body_for(cfg, space)``: what runs in the timed region (default: one backend
+    execution); ``on_start(cfg)`` is called just before each timed run (progress);
+    ``before_run(i)`` before run number i (a test hook under MPI)."""
+    with Resources(configs, make_space) as res:
+        for i, cfg in enumerate(configs):
+            if before_run is not None:
+                before_run(i)
+            space = res.space(cfg)
+            if on_start is not None:
+                on_start(cfg)
+            body = body_for(cfg, space) if body_for is not None else None
+            run = TimedRun(space, cfg, res, cpus, body, rank=world.rank, host=world.host)
+            m = run.run()
+            total_bad = world.allreduce_sum(m.bad_rows)
+            results = world.gather(m)
+            record = ok = None
+            if world.rank == 0:
+                record = ranks_record(results, total_bad, split) if world.is_mpi else single_record(m)
+                if not record.verified or record.lost_workers:
+                    warn_unverified(record)
+                on_record(record)
+                ok = record.verified
+            # nobody starts the next run (where it might fail and abort the job) before
+            # rank 0 has stored this one
+            yield record, bool(world.bcast(ok))
 
 
 def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRecord], None],
                        cpus: list[int] | None = None,
                        on_start: Callable[[RunConfig], None] | None = None,
                        input_path: str = "") -> Iterator[RunRecord]:
-    """Run configurations in order on this node, one slab per tensor shape and seed.
-    ``on_start(cfg)`` is called just before each timed run (progress display);
-    ``input_path``: the --input file the configurations' tensor is read from."""
-    configs = list(configs)
-    with Resources(configs, lambda cfg: _local_slab(cfg, input_path)) as res:
-        for cfg in configs:
-            slab = res.slab(cfg)
-            if on_start is not None:
-                on_start(cfg)
-            record = timed_run(slab, cfg, res.monitor, cpus, res.arbiter)
-            if not record.verified or record.lost_workers:
-                warn_unverified(record)
-            on_record(record)
-            yield record
+    """Run configurations in order on this node (P = 1); ``input_path``: the --input file
+    the configurations' tensor is read from."""
+    for record, _ in study_loop(Solo(), list(configs), on_record,
+                                lambda cfg: build(cfg, input_path), cpus=cpus, on_start=on_start):
+        yield record
 
 
 # What a resumed study must share with the stored one: runs of another tensor (seed, shape,
@@ -118,10 +101,6 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
 
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
-    from ..store import read_attrs, stored_keys, study_spec
-
-    from ..store import has_table
-
     attrs = read_attrs(out)
     others = [t for t in ("ge", "colocate") if has_table(out, t)]
     if others:

@@ -1,16 +1,11 @@
-"""A workspace: what one timed run needs besides the scheduler, for any array of tasks.
-
-The study runner (:func:`study.runner.timed_run`) asks a workspace for ``work`` (the array
-the workers write, in shared memory), ``original`` (read-only input, for restoring and
-verifying), ``fresh_copy()`` (untimed, before every run), ``bad_rows()`` (untimed, after
-it) and ``kernel`` (the chunk kernel, or None for the run configuration's built-in one).
-:class:`workload.Slab` is the uint8 sort tensor's workspace; :class:`ArraySpace` holds any
-dtype and shape (``--input``, Mandelbrot, the Python API).
+"""A workspace: what one timed run needs besides the scheduler, for any array of tasks
+(:class:`Workspace`). :class:`slab.Slab` is the uint8 sort tensor's workspace;
+:class:`ArraySpace` holds any dtype and shape (``--input``, Mandelbrot, the Python API).
 """
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -22,6 +17,28 @@ from ..oslayer.shm import sweep_orphans
 Checker = Callable[[np.ndarray, np.ndarray, int, int], int]
 
 NOT_CHECKED = -1
+
+
+class Workspace(Protocol):
+    """What the timed run (:class:`study.runner.TimedRun`) asks of the tasks: ``work``, the
+    array the workers write (shared memory for forked workers); ``original``, the read-only
+    input (restoring, verifying); ``kernel``, the chunk kernel or None for the run
+    configuration's built-in one; a fresh copy before every run and the bad tasks after
+    it (both untimed); a context manager that releases its memory."""
+
+    work: np.ndarray
+    original: np.ndarray | None
+    kernel: Callable | None
+
+    def fresh_copy(self) -> None: ...
+
+    def bad_rows(self, first: int = 0, count: int | None = None) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Workspace": ...
+
+    def __exit__(self, *exc) -> None: ...
 
 
 def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 
 from ..store import TableWriter, read_table
-from .colocate import JobRecord
+from .spec import JobRecord
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731
 

@@ -18,138 +18,17 @@ import os
 import select
 import signal
 import time
-from dataclasses import asdict, dataclass, field
 from time import perf_counter
 from typing import Callable
 
 import numpy as np
 
-from ..oslayer.proctree import ProcessTeam
-from ..errors import UsageError
-from ..oslayer.cpus import usable_cpus
+from ..coop.arbiter import Arbiter
 from ..oslayer import futex
+from ..oslayer.cpus import usable_cpus
+from ..oslayer.proctree import ProcessTeam
 from ..oslayer.shm import SharedArrays
-from .arbiter import DEFAULT_QUANTUM_S, Arbiter
-from .barrier import POLICIES as BARRIERS
-
-WORKLOADS = ("bsp", "blas", "run")
-MAX_JOBS = 64
-MAX_WORKERS = 1024          # per job
-MAX_STEPS = 1_000_000
-MAX_STEP_US = 10_000_000    # 10 s per step is surely a typo
-MAX_TRACE = 20_000_000      # jobs x workers x steps timestamps kept for the barrier check
-
-
-# --- placement policies: data, not names tested in the code ------------------------------
-
-def _unpinned(j: int, t: int, jobs: int, cpus: list[int]) -> int:
-    return -1
-
-
-def _partition(j: int, t: int, jobs: int, cpus: list[int]) -> int:
-    """Job j on its own N/J CPUs (jobs share CPUs round-robin when J > N)."""
-    n = len(cpus)
-    if jobs >= n:
-        return cpus[j % n]
-    share = n // jobs
-    mine = cpus[j * share:(j + 1) * share]
-    return mine[t % len(mine)]
-
-
-@dataclass(frozen=True)
-class Policy:
-    name: str
-    place: Callable[[int, int, int, list[int]], int]  # (job, worker, jobs, cpus) -> cpu or -1
-    coop: bool = False
-    description: str = ""
-
-
-POLICIES = {p.name: p for p in (
-    Policy("linux", _unpinned, description="plain Linux scheduling: every worker runnable, unpinned"),
-    Policy("coop", _unpinned, coop=True,
-           description="the cooperative arbiter: one token per CPU, switch only at scheduling points"),
-    Policy("partition", _partition, description="each job pinned to its own N/J CPUs"),
-)}
-
-
-@dataclass
-class ColocateSpec:
-    workload: str = "bsp"
-    jobs: int = 2
-    workers: int = 0                 # per job; 0 = N
-    policies: list[str] = field(default_factory=lambda: ["linux", "coop"])
-    barrier: str = "spin-block"
-    step_us: float = 200.0
-    steps: int = 500
-    reps: int = 3
-    quantum_s: float = DEFAULT_QUANTUM_S
-    matrix: int = 384                # blas: n of the n x n products (~10 ms a call on 2 cores)
-    scheduler: str = "dynamic"       # run: the scheduler every job runs (--steps frames of H x W)
-    height: int = 256
-    width: int = 256
-
-    def validate(self, n: int) -> None:
-        if self.workload not in WORKLOADS:
-            raise UsageError(f"unknown workload {self.workload!r}; choose from {', '.join(WORKLOADS)}")
-        bad = [p for p in self.policies if p not in POLICIES]
-        if bad or not self.policies:
-            raise UsageError(f"unknown policy {bad[0] if bad else ''!r}; choose from {', '.join(POLICIES)}")
-        if self.barrier not in BARRIERS:
-            raise UsageError(f"unknown barrier {self.barrier!r}; choose from {', '.join(BARRIERS)}")
-        if not 1 <= self.jobs <= MAX_JOBS:
-            raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}, got {self.jobs}")
-        if self.workers == 0:
-            self.workers = n
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise UsageError(f"--workers must be from 1 to {MAX_WORKERS}, got {self.workers}")
-        if not 1 <= self.steps <= MAX_STEPS:
-            raise UsageError(f"--steps must be from 1 to {MAX_STEPS}, got {self.steps}")
-        if not 0 < self.step_us <= MAX_STEP_US:
-            raise UsageError(f"--step-us must be above 0 and at most {MAX_STEP_US}, got {self.step_us}")
-        if self.reps < 1:
-            raise UsageError(f"--reps must be at least 1, got {self.reps}")
-        if not 0 < self.quantum_s <= 10:
-            raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
-        if self.workload == "run":
-            from ..core import registry
-            from ..workloads.slab import check_sizes
-
-            registry.get(self.scheduler)
-            check_sizes(self.steps, self.height, self.width, copies=2 * self.jobs)
-        if not 16 <= self.matrix <= 8192:
-            raise UsageError(f"--matrix must be from 16 to 8192, got {self.matrix}")
-        if self.jobs * self.workers * self.steps > MAX_TRACE:
-            raise UsageError(f"{self.jobs} jobs x {self.workers} workers x {self.steps} steps is more "
-                             f"than {MAX_TRACE:,} barrier timestamps to keep; fewer --steps")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class JobRecord:
-    """One row of ``/colocate``: one job in one repetition of one policy."""
-
-    workload: str
-    policy: str
-    barrier: str
-    jobs: int
-    job: int
-    workers: int
-    rep: int
-    step_us: float
-    steps: int
-    time_s: float
-    makespan_s: float
-    invol_ctx: float        # involuntary context switches per worker
-    runq_wait_s: float      # run-queue wait per worker (schedstat)
-    spin_s: float           # time spent spinning in the barrier, per worker
-    switches: float         # coop: token grants after waiting, per worker
-    verified: bool
-    error: str = ""
-    matrix: int = 0         # blas: n of the products (0 for bsp)
-    scheduler: str = ""     # run: the scheduler every job ran
-
+from .spec import POLICIES, ColocateSpec, JobRecord, Policy
 
 _WORKER = np.dtype([("start", "f8"), ("end", "f8"), ("invol", "i8"), ("runq_ns", "i8"),
                     ("switches", "i8"), ("checksum", "f8"), ("ready", "i4"), ("done", "i4")])

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from .errors import UsageError
+from ..errors import UsageError
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help: appended as "(default: X)" unless the help already
     says it; flags read "(default: off)". Descriptions and epilogs keep their line breaks
     (the examples)."""
@@ -23,11 +23,11 @@ class _Help(argparse.RawDescriptionHelpFormatter):
         return text + f" (default: {shown})"
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (no usage dump) and exit status 2."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", _Help)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
@@ -37,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 _INT_LIMIT = 2**63
 
 
-def _int_list(what: str, minimum: int = 1):
+def int_list(what: str, minimum: int = 1):
     def parse(text: str) -> list[int]:
         out = []
         for part in text.split(","):
@@ -55,18 +55,18 @@ def _int_list(what: str, minimum: int = 1):
     return parse
 
 
-def _chunk_list(text: str) -> list[int]:
+def chunk_list(text: str) -> list[int]:
     """--chunk: sizes >= 1, or 'auto' (policies.AUTO_CHUNK: the pipe backend searches it)."""
-    from .core.policies import AUTO_CHUNK
+    from ..core.policies import AUTO_CHUNK
 
     parts = [p.strip() for p in text.split(",")]
-    sizes = _int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \
+    sizes = int_list("--chunk")(",".join(p for p in parts if p.lower() != "auto")) \
         if any(p.lower() != "auto" for p in parts) else []
     return [AUTO_CHUNK] * any(p.lower() == "auto" for p in parts) + sizes
 
 
-def _positive(what: str, minimum: int = 1):
-    parse_list = _int_list(what, minimum)
+def positive(what: str, minimum: int = 1):
+    parse_list = int_list(what, minimum)
 
     def parse(text: str) -> int:
         vals = parse_list(text)
@@ -76,7 +76,7 @@ def _positive(what: str, minimum: int = 1):
     return parse
 
 
-def _nonnegative_int(what: str):
+def nonnegative_int(what: str):
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -88,14 +88,14 @@ def _nonnegative_int(what: str):
     return parse
 
 
-def _name_list(text: str) -> list[str]:
+def name_list(text: str) -> list[str]:
     return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
 
 
-def _choice_list(choices, what: str):
+def choice_list(choices, what: str):
     """A comma list of names from ``choices`` (order kept, repeats dropped)."""
     def parse(text: str) -> list[str]:
-        names = _name_list(text)
+        names = name_list(text)
         bad = [t for t in names if t not in choices]
         if bad or not names:
             raise argparse.ArgumentTypeError(
@@ -104,7 +104,7 @@ def _choice_list(choices, what: str):
     return parse
 
 
-def _fraction(name: str):
+def fraction(name: str):
     def parse(text: str) -> float:
         try:
             v = float(text)

@@ -12,12 +12,20 @@ start and their end, how that is verified, and what interference is counted.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
 import numpy as np
 
-from .barrier import TeamBarrier
+from .. import kernels
+from ..backends import compiled
+from ..coop.barrier import TeamBarrier
+from ..errors import HybridschedError
+from ..records import RunConfig
+from ..study.resources import Resources
+from ..study.runner import TimedRun
+from ..workloads.build import build
 from ..oslayer.cpus import allow_all_threads
 from ..oslayer.procfs import process_counters, thread_counters
 from .work import busy, iters_per_us
@@ -167,8 +175,11 @@ class Blas:
 class Run:
     """Each job is one ordinary scheduler run (``--scheduler``, k = --workers) on its own
     L x H x W tensor: the paper's schedulers co-located, e.g. two dynamic jobs against two
-    aimd jobs (AIMD was designed for shared machines, §6.2). The job's time is the
-    scheduler's own timed region; the run is verified as in `run`."""
+    aimd jobs (AIMD was designed for shared machines, §6.2). The job is the study's own
+    timed run (:class:`study.runner.TimedRun`): prepared (a technique's profile, a fresh
+    copy) before the common start, its time the scheduler's timed region, verified as in
+    `run`. The jobs' tensors are made by the parent before it forks and their /dev/shm
+    names dropped at once, so a job killed outright leaves no segment behind."""
 
     counters = staticmethod(process_counters)
 
@@ -177,51 +188,55 @@ class Run:
         return 1
 
     @staticmethod
-    def prepare(spec, jobs: int, per_job: int):
-        from .. import kernels
+    def config(spec, j: int, coop: bool = False) -> RunConfig:
+        return RunConfig(spec.scheduler, spec.workers, spec.steps, spec.height, spec.width,
+                         seed=j, coop=coop)
 
-        kernels.prepare()  # before any fork
-        return {}
+    @staticmethod
+    def prepare(spec, jobs: int, per_job: int):
+        configs = [Run.config(spec, j) for j in range(jobs)]
+        kernels.prepare(configs[0].kernel, loop=compiled.wanted(configs))  # before any fork
+        spaces = []
+        try:
+            for cfg in configs:
+                space = build(cfg)
+                spaces.append(space)
+                space.unlink_names()  # the mappings live on in the jobs; no name is left
+        except BaseException:
+            Run.close({"spaces": spaces})
+            raise
+        return {"spaces": spaces}
 
     @staticmethod
     def worker(spec, ctx, policy, cpus, j, t, w, sh, seat):
-        from ..core import registry
-        from ..backends import get_backend
-        from ..backends.base import job_for
-        from ..core.monitor import UtilisationMonitor
-        from ..records import RunConfig
-        from ..workloads.slab import Slab
-
-        cfg = RunConfig(spec.scheduler, spec.workers, spec.steps, spec.height, spec.width,
-                        seed=j, coop=seat is not None)
-        slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed)
-        info = registry.get(cfg.scheduler)
-        monitor = UtilisationMonitor().start() if info.needs_monitor else None
-        job = job_for(cfg, slab.work, monitor, original=slab.original)
+        cfg = Run.config(spec, j, coop=seat is not None)
         mine = sorted({policy.place(j, i, spec.jobs, cpus) for i in range(spec.workers)} - {-1})
-        if mine:
-            job.cpus = mine  # partition: the job's workers round-robin over its own CPUs
-        else:
-            job.affinity = False  # linux: let the kernel place them; coop: the tokens do
-        if seat is not None:
-            job.coop, job.coop_job = seat
-        slab.fresh_copy()
-        if monitor is not None:
-            monitor.reset()
+        # this job's resources (its own monitor: threads do not cross a fork), held from
+        # here, before the common start, until the job's run has ended
+        stack = contextlib.ExitStack()
+        with stack:
+            res = stack.enter_context(Resources([cfg]))
+            run = TimedRun(ctx["spaces"][j], cfg, res, cpus=mine or None, seat=seat)
+            if not mine:
+                run.job.affinity = False  # linux: let the kernel place them; coop: the tokens
+            prepared = run.prepare()  # untimed, before the common start
+            stack = stack.pop_all()
 
-        def run():
+        def go():
             try:
-                ex = get_backend(info.backend)(job)
+                if prepared:
+                    run.execute()
+                    run.verify()
+                m = run.m
+                if m.error:
+                    raise HybridschedError(m.error)
                 row = sh.rows[w]
-                ok = slab.bad_rows() == 0
-                row["start"], row["end"] = ex.t_begin, ex.t_end  # the scheduler's timed region
-                return (1.0 if ok else 0.0), 0
+                row["start"], row["end"] = m.t_begin, m.t_end  # the scheduler's timed region
+                return (1.0 if m.bad_rows == 0 else 0.0), 0
             finally:
-                if monitor is not None:
-                    monitor.stop()
-                slab.close()
-        run.sets_times = True
-        return run
+                stack.close()
+        go.sets_times = True
+        return go
 
     @staticmethod
     def verify(spec, ctx, sh, j, sl) -> bool:
@@ -233,7 +248,8 @@ class Run:
 
     @staticmethod
     def close(ctx) -> None:
-        pass
+        for space in ctx.get("spaces", []):
+            space.close()
 
 
 WORKLOADS = {"bsp": Bsp, "blas": Blas, "run": Run}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .records import RunConfig
+from ..records import RunConfig
 
 
 def run_cost(cfg: RunConfig, n: int) -> int:

@@ -4,39 +4,13 @@ from __future__ import annotations
 import os
 import sys
 
-from ..argtypes import _nonnegative_int, _positive
+from ..errors import UsageError
+from ..results import metrics, perfetto, timeline
+from ..results.files import default_out_dir
+from ..store import check_output, our_directory, read_runs
 
 
-def add_parser(sub) -> None:
-    tr = sub.add_parser("trace", help="one run's timeline: a Gantt PNG and a Perfetto / "
-                        "chrome://tracing JSON")
-    tr.add_argument("file", metavar="FILE.h5")
-    tr.add_argument("--run", type=_nonnegative_int("--run"), metavar="ID",
-                    help="the run_id (see /runs) (default: the first verified run, lowest rep, "
-                    "matching the options below)")
-    tr.add_argument("-s", "--scheduler", help="scheduler of the run (default: any)")
-    tr.add_argument("-k", type=_positive("-k"), help="workers k (default: any)")
-    tr.add_argument("--frames", "-L", type=_positive("--frames"), help="L (default: any)")
-    tr.add_argument("--rep", type=_nonnegative_int("--rep"), help="repetition (default: the lowest)")
-    tr.add_argument("--png", metavar="OUT.png",
-                    help="Gantt chart (default, with neither --png nor --perfetto: "
-                    "<stem>_report/trace_run<ID>.png beside FILE)")
-    tr.add_argument("--perfetto", metavar="OUT.json",
-                    help="Chrome Trace Event JSON for ui.perfetto.dev or chrome://tracing "
-                    "(default as for --png, .json)")
-    tr.add_argument("--overwrite", action="store_true",
-                    help="replace an existing --png/--perfetto file (default: refuse; the "
-                    "default files in <stem>_report/ are always replaced, as report's are)")
-    tr.set_defaults(func=cmd_trace)
-
-
-def cmd_trace(args) -> int:
-    from ..store import check_output, our_directory, read_runs
-    from . import metrics, perfetto, timeline
-    from .files import default_out_dir
-
-    from ..errors import UsageError
-
+def main(args) -> int:
     given = [o for o, v in (("-s", args.scheduler), ("-k", args.k), ("-L", args.frames),
                             ("--rep", args.rep)) if v is not None]
     if args.run is not None and given:

@@ -1,0 +1,258 @@
+"""Every subcommand's parser, in one place (as pyperf keeps them): ``add_<name>(sub)`` adds
+one, :data:`SUBCOMMANDS` lists them in ``--help`` order. A parser names the module of
+:mod:`hybridsched.commands` that runs it (``command``); nothing heavier than the names its
+options offer is imported here, so a command pays only for what it runs."""
+from __future__ import annotations
+
+import argparse
+
+from .args import chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, positive
+
+EXAMPLES = """examples:
+  hybridsched check                          is this machine quiet enough to time on?
+  hybridsched run --preset smoke -o s.h5     a study in seconds (every scheduler, tiny tensor)
+  hybridsched run -s dynamic,serial -k 1,2,4 -L 200 --reps 5 -o d.h5
+  hybridsched report s.h5                    tables on stdout; CSV and PNG in s_report/
+  hybridsched trace s.h5 -s prolific -k 2    Gantt PNG and Perfetto JSON in s_report/
+  hybridsched fit s.h5 --model usl --plot usl.png
+  mpiexec -n 2 hybridsched run -s dynamic -k 1,2 -o p2.h5 && hybridsched merge s.h5 p2.h5 -o all.h5
+  hybridsched plan --policy guided --tasks 20 --workers 3
+"""
+
+DESCRIPTION = ("Fork-, pipe- and thread-based scheduler study on a shared-memory row-sorting "
+               "workload: every row of every frame of a uint8 L x H x W tensor is sorted, and "
+               "each scheduler hands the frames to k workers.")
+
+def _technique_options(p) -> None:
+    """LB4OMP's environment parameters as options (its defaults when absent)."""
+    p.add_argument("--fiss-stages", type=nonnegative_int("--fiss-stages"), default=None,
+                   help="fiss: stages (KMP_FISS_STAGES; default k - 1)")
+    p.add_argument("--viss-param", type=positive("--viss-param"), default=None,
+                   help="viss: divisor of N/k for the first chunk (KMP_VISS_PARAM; default k)")
+    p.add_argument("--pls-swr", type=fraction("--pls-swr"), default=None,
+                   help="pls: static workload ratio 0..1 (KMP_PLS_SWR; default 0.5)")
+
+
+def _tasks_options(r) -> None:
+    """--kernel, --input, --verify, --workload: what the tasks are."""
+    from ..kernels import KERNELS
+    from ..workloads.catalogue import WORKLOADS
+
+    r.add_argument("--kernel", metavar="NAME|MODULE:FUNCTION",
+                   help="chunk kernel (default: quicksort): "
+                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items())
+                   + "; or your own package.module:function, fn(data, first, count) or "
+                   "fn(task), imported and compiled before any fork")
+    r.add_argument("--input", metavar="FILE.npy",
+                   help="the tasks from a .npy array (first axis) instead of the generator; "
+                   "its sha256 is stored with every run (default: none, the generator)")
+    r.add_argument("--verify", metavar="MODULE:FUNCTION|none",
+                   help="verifier fn(original, result) -> bool, or none to store runs as "
+                   "unverified by choice (default: the workload's own check)")
+    r.add_argument("--workload", metavar="NAME[:KEY=V,...]",
+                   help="tasks and their cost (default: uniform): "
+                   + "; ".join(f"{n}: {w.description}" for n, w in WORKLOADS.items())
+                   + "; parameters after a colon, e.g. heavytail:alpha=1.2")
+
+
+def add_run(sub) -> None:
+    from ..core.techniques.deterministic import RULES
+    from ..study.spec import PRESETS
+
+    r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
+    r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
+                   help="scheduler names, comma separated or repeated; 'paper' for the "
+                   "paper's 13, 'all' for every one (with the named variants and the LB4OMP "
+                   "techniques on threads), 'techniques' for those techniques and auto; "
+                   "pipe-MtoM:<technique> by name (default: paper)")
+    r.add_argument("-k", type=int_list("-k"), metavar="K[,K...]",
+                   help="worker counts (default: 1,2,N,2N; N = usable CPUs)")
+    r.add_argument("--frames", "-L", type=int_list("--frames"), metavar="L[,L...]",
+                   help="frames per tensor (the paper's L) (default: 120)")
+    r.add_argument("--height", type=positive("--height"), help="rows per frame (H) (default: 640)")
+    r.add_argument("--width", type=positive("--width"), help="bytes per row (W) (default: 640)")
+    r.add_argument("--chunk", type=chunk_list, metavar="C[,C...]",
+                   help="chunk size(s); default: each policy's own; 'auto' (pipe schedulers "
+                   "only) searches the fastest chunk for each L and k, stored as chunk=-1")
+    r.add_argument("--reps", type=positive("--reps"), help="repetitions per configuration (default: 3)")
+    r.add_argument("--seed", type=nonnegative_int("--seed"), help="tensor seed (default: 0)")
+    _tasks_options(r)
+    r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin worker w to CPU w mod N (default on)")
+    r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the --out study: run only the configurations not stored yet "
+                   "(same seed, shape, kernel and machine required)")
+    r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default (~2 min on "
+                   "2 cores), scaled (the §5 shape on this machine's N cores), paper (the §5 matrix)")
+    r.add_argument("--pipe-batch", type=positive("--pipe-batch"), metavar="B",
+                   help="variant: pipe records per producer write for pipe-1to1/1toN (default "
+                   "1, the paper's one chunk per message; up to 256 = one PIPE_BUF)")
+    r.add_argument("--inflight", type=positive("--inflight"), metavar="D",
+                   help="variant: pipe-MtoM chunks in flight per worker (default 1, the "
+                   "paper's next chunk on done)")
+    r.add_argument("--coop", action="store_true",
+                   help="workers run on the node's cooperative arbiter: one token per CPU, "
+                   "switching only at chunk boundaries and when blocking (SCHED_COOP)")
+    r.add_argument("--dispatch", choices=["auto", "python", "compiled"],
+                   help="thread workers' chunk loop: auto (default) compiles it, GIL-free, for "
+                   "dynamic/guided/chunk with a numba kernel; python always runs the Python "
+                   "loop; compiled refuses what cannot be compiled")
+    _technique_options(r)
+    r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",
+                   help="under mpiexec: frames to ranks in contiguous blocks (static), by "
+                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), or "
+                   "by an LB4OMP technique's chunks through that counter (e.g. fac2); "
+                   "no effect at P = 1")
+    r.set_defaults(command="run")
+
+
+def add_ge(sub) -> None:
+    ge = sub.add_parser("ge", help="cooperative scheduler A0/A1/A2 on blocked Gaussian "
+                        "elimination (seed 002)")
+    ge.add_argument("--arch", type=name_list, default=["A0", "A1", "A2"], metavar="A[,A...]",
+                    help="architectures: A0 (OS threads), A1 (one blocked queue), A2 "
+                    "(per-primitive queues); default all three")
+    ge.add_argument("--algo", type=name_list, default=["rows", "tiles"], metavar="ALGO[,...]",
+                    help="rows (block rows) and/or tiles (a g x g grid, g = round(sqrt(T)))")
+    ge.add_argument("--n", type=positive("--n"), default=512, help="matrix size (default 512)")
+    ge.add_argument("--threads", type=int_list("--threads"), default=[32], metavar="T[,T...]",
+                    help="user threads, 1 to 7936 (default 32); rows: T <= n; tiles: the "
+                    "nearest square grid, at most n tiles per side")
+    ge.add_argument("--reps", type=positive("--reps"), default=1, help="repetitions")
+    ge.add_argument("--seed", type=nonnegative_int("--seed"), default=0, help="matrix seed")
+    ge.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default "
+                    "hybridsched-ge-<time>.h5)")
+    ge.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    ge.set_defaults(command="ge")
+
+
+def add_colocate(sub) -> None:
+    from ..colocate.spec import BARRIERS, POLICIES, WORKLOADS as KINDS
+
+    co = sub.add_parser("colocate", help="co-located jobs under Linux, the coop arbiter or a "
+                        "partition: makespan and interference")
+    co.add_argument("--workload", choices=list(KINDS), default="bsp",
+                    help="bsp: compute steps separated by a barrier (default); blas: numpy "
+                    "matrix products with the BLAS pool at --workers threads; run: one "
+                    "scheduler run per job (--scheduler, k = --workers)")
+    co.add_argument("--jobs", "-J", type=positive("--jobs"), default=2,
+                    help="jobs started together (default 2)")
+    co.add_argument("--workers", "-T", type=positive("--workers"), default=0,
+                    help="workers per job (default N, every job sized for the whole machine)")
+    co.add_argument("--policy", type=choice_list(list(POLICIES), "policy"), default=["linux", "coop"],
+                    help=f"comma list of {', '.join(POLICIES)} (default linux,coop)")
+    co.add_argument("--barrier", choices=list(BARRIERS), default="spin-block",
+                    help="how a barrier waits (default spin-block, libgomp's)")
+    co.add_argument("--step-us", type=float, default=200.0, help="compute per step in µs (default 200)")
+    co.add_argument("--steps", type=positive("--steps"), default=500,
+                    help="steps per job (bsp) or matrix products per job (blas) (default 500)")
+    co.add_argument("--matrix", type=positive("--matrix"), default=384,
+                    help="blas: the n of the n x n products (default 384)")
+    co.add_argument("--scheduler", "-s", default="dynamic",
+                    help="run: the scheduler every job runs, on --steps frames (default dynamic)")
+    co.add_argument("--height", type=positive("--height"), default=256, help="run: rows per frame")
+    co.add_argument("--width", type=positive("--width"), default=256, help="run: bytes per row")
+    co.add_argument("--reps", type=positive("--reps"), default=3, help="repetitions (default 3)")
+    co.add_argument("--quantum-ms", type=float, default=20.0,
+                    help="coop: a job's time on a CPU before it yields to a waiting job (default 20)")
+    co.add_argument("--out", "-o", metavar="FILE.h5",
+                    help="HDF5 output (default hybridsched-colocate-<time>.h5)")
+    co.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    co.set_defaults(command="colocate")
+
+
+def add_trace(sub) -> None:
+    tr = sub.add_parser("trace", help="one run's timeline: a Gantt PNG and a Perfetto / "
+                        "chrome://tracing JSON")
+    tr.add_argument("file", metavar="FILE.h5")
+    tr.add_argument("--run", type=nonnegative_int("--run"), metavar="ID",
+                    help="the run_id (see /runs) (default: the first verified run, lowest rep, "
+                    "matching the options below)")
+    tr.add_argument("-s", "--scheduler", help="scheduler of the run (default: any)")
+    tr.add_argument("-k", type=positive("-k"), help="workers k (default: any)")
+    tr.add_argument("--frames", "-L", type=positive("--frames"), help="L (default: any)")
+    tr.add_argument("--rep", type=nonnegative_int("--rep"), help="repetition (default: the lowest)")
+    tr.add_argument("--png", metavar="OUT.png",
+                    help="Gantt chart (default, with neither --png nor --perfetto: "
+                    "<stem>_report/trace_run<ID>.png beside FILE)")
+    tr.add_argument("--perfetto", metavar="OUT.json",
+                    help="Chrome Trace Event JSON for ui.perfetto.dev or chrome://tracing "
+                    "(default as for --png, .json)")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="replace an existing --png/--perfetto file (default: refuse; the "
+                    "default files in <stem>_report/ are always replaced, as report's are)")
+    tr.set_defaults(command="trace")
+
+
+def add_check(sub) -> None:
+    ck = sub.add_parser("check", help="what could make timings here untrustworthy (governor, "
+                        "boost, SMT, cpuset, other load, memory, /dev/shm)")
+    ck.add_argument("--frames", "-L", type=positive("--frames"),
+                    help="planned L, for the /dev/shm check (default: the default study's)")
+    ck.add_argument("--height", type=positive("--height"), help="planned H (default 640)")
+    ck.add_argument("--width", type=positive("--width"), help="planned W (default 640)")
+    ck.add_argument("--json", action="store_true", help="print the facts as one JSON object")
+    ck.set_defaults(command="check")
+
+
+def add_list(sub) -> None:
+    ls = sub.add_parser("list", help="schedulers with one-line descriptions")
+    ls.set_defaults(command="listing")
+
+
+def add_plan(sub) -> None:
+    from ..core.policies import PLAN_HELP, PLAN_POLICIES
+
+    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV (worker -1: "
+                        "first come first served)", epilog="policies:\n" + "\n".join(
+                            f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
+    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
+    pl.add_argument("--tasks", "-L", required=True, type=positive("--tasks"), help="frames L")
+    pl.add_argument("--workers", "-k", required=True, type=positive("--workers"), help="workers k")
+    pl.add_argument("--chunk", type=positive("--chunk"), default=0,
+                    help="chunk size (default 0: the policy's own)")
+    _technique_options(pl)
+    pl.set_defaults(command="plan")
+
+
+def add_report(sub) -> None:
+    rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
+    rp.add_argument("file", metavar="FILE.h5")
+    rp.add_argument("--out-dir", metavar="DIR",
+                    help="where CSV and PNG files go (default <stem>_report/ beside FILE)")
+    rp.add_argument("--no-plots", action="store_true", help="tables and CSV only, no PNG")
+    rp.set_defaults(command="report")
+
+
+def add_fit(sub) -> None:
+    ft = sub.add_parser("fit", help="fit Amdahl, Gustafson or USL to speedups over N = P x k")
+    ft.add_argument("file", metavar="FILE.h5|FILE.csv",
+                    help="a study, or a CSV with columns N and speedup or throughput")
+    ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl",
+                    help="the scalability model (default: usl)")
+    ft.add_argument("--scheduler", help="study: the scheduler to fit (default dynamic, "
+                    "else the one measured at the most N)")
+    ft.add_argument("--frames", "-L", type=positive("--frames"), help="study: which L "
+                    "(default: the L with the most runs)")
+    ft.add_argument("--cores", type=positive("--cores"), help="physical cores per node: N "
+                    "beyond are warned about and marked (default: the study's recorded cores; "
+                    "none for a CSV)")
+    ft.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    ft.add_argument("--plot", metavar="PNG", help="write data and fitted curve to PNG (default: no plot)")
+    ft.set_defaults(command="fit")
+
+
+def add_merge(sub) -> None:
+    mg = sub.add_parser("merge", help="combine study files (e.g. one per Slurm job) into one")
+    mg.add_argument("files", nargs="+", metavar="FILE.h5")
+    mg.add_argument("--out", "-o", required=True, metavar="ALL.h5", help="the merged study")
+    mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    mg.set_defaults(command="merge")
+
+
+# name -> parser builder, in --help order
+SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "trace": add_trace,
+               "check": add_check, "list": add_list, "plan": add_plan, "report": add_report,
+               "fit": add_fit, "merge": add_merge}

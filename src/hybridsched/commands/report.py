@@ -1,0 +1,28 @@
+"""`hybridsched report`: the paper's tables, claims, CSV and plots of a study."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import UsageError
+from ..results.files import default_out_dir
+from ..results.report import build_report, load_study
+from ..results.sections import side_report
+from .common import PROG
+
+
+def main(args) -> int:
+    study = load_study(args.file)
+    out_dir = args.out_dir or default_out_dir(args.file)
+    try:
+        if len(study.runs):
+            text, files = build_report(study, out_dir, plots=not args.no_plots)
+        else:  # a `ge` or `colocate` study: its side tables only
+            text, files = side_report(study, out_dir, plots=not args.no_plots)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    if text is None:
+        print(f"{args.file}: the study holds no runs yet")
+        return 0
+    print(text)
+    print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
+    return 0

@@ -1,0 +1,82 @@
+"""`hybridsched run` under mpiexec: every rank runs, rank 0 alone checks the input, writes
+the study and prints. Input is checked on rank 0 and its verdict broadcast, so bad input
+stops every rank with one line (exit 2); a rank that fails later aborts the whole job
+(:func:`mpi.ranks.abort_on_error`), and one killed outright is named by its watchdog."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..errors import UsageError
+from ..machine.probes import LoadCheck
+from ..mpi.ranks import World, abort_on_error, agree
+from ..mpi.runs import check_split, run_configurations
+from ..mpi.watchdog import RankWatchdog
+from ..oslayer.cpus import usable_cpus
+from ..results.report import run_summary
+from ..store import StudyLock, check_output
+from ..study.options import build_spec
+from ..study.output import new_study, this_machine
+from ..study.progress import describe
+from .common import check_test_hooks, load, out_name
+
+
+def main_mpi(args, w: World) -> int:
+    """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
+    try:
+        spec = build_spec(args)  # the same arguments, so the same verdict, on every rank
+    except UsageError:
+        if w.rank:
+            raise SystemExit(2)
+        raise
+    configs = spec.configurations()
+    out = w.bcast(out_name(args.out) if args.out is None else args.out)
+    lock = StudyLock(out)
+
+    def check() -> None:
+        if getattr(args, "resume", False):
+            raise UsageError("--resume is not supported under mpiexec yet; use a new --out "
+                             "and `hybridsched merge`")
+        out_name(out)
+        check_output(out)
+        check_test_hooks()
+        check_split(configs, w.size, args.split)
+        lock.acquire()  # held by rank 0 until the study is written
+        if os.path.lexists(out) and not args.overwrite:
+            raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+
+    try:
+        # a rank killed outright (SIGKILL, OOM) is named by its watchdog (mpi/watchdog.py)
+        with RankWatchdog(w.rank, w.size, w.host) as w.watchdog:
+            agree(w, check)
+            with abort_on_error(w):
+                return _study(args, w, spec, configs, out, lock)
+    finally:
+        lock.release()
+
+
+def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
+    if w.rank:
+        load(spec, configs)  # before any worker or fork exists
+        return 1 if run_configurations(w, configs, lambda rec: None, args.split) else 0
+    probe = LoadCheck(usable_cpus()).start()  # rank 0's node, while the kernels load
+    load(spec, configs)
+    meta = this_machine(check_load=json.dumps(probe.result()),
+                        check_planned_bytes=2 * max(spec.frames) * spec.height * spec.width)
+    study = dict(spec.to_dict(), P=w.size, split=args.split)
+    with new_study(out, study, overwrite=True, lock=lock, metadata=meta) as writer:
+        done = iter(range(1, len(configs) + 1))
+
+        def on_record(rec):
+            writer.append(rec)  # flushed: a later abort keeps this run
+            # one line per run (mpiexec pipes stderr: no bar), in the bar's words
+            print(f"[{next(done)}/{len(configs)}] P={rec.config.P} "
+                  f"{describe(rec.config, spec.reps)}: {rec.time_s * 1e3:.2f} ms"
+                  f"{'' if rec.verified else ' UNVERIFIED'}", file=sys.stderr)
+        failed = run_configurations(w, configs, on_record, args.split)
+    # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
+    print(run_summary(out))
+    print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
+          f"written to {out}", file=sys.stderr)
+    return 1 if failed else 0

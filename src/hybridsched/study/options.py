@@ -1,0 +1,97 @@
+"""The study that `run`'s options ask for: :func:`build_spec` (the same on every MPI rank)."""
+from __future__ import annotations
+
+from ..core import registry as schedulers
+from ..errors import UsageError
+from ..workloads.catalogue import file_hash, get, input_dims, load_input, parse
+from .spec import StudySpec, default_spec, preset
+
+# The longest name a run row stores (store.format: kernel and verify are 120 bytes).
+MAX_REF = 120
+
+
+def _scheduler_names(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    out: list[str] = []
+    for v in values:
+        for name in v.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if name == "all":
+                out += schedulers.names(everything=False)
+            elif name == "techniques":
+                out += schedulers.names("thread", technique=True)
+            elif name == "paper":
+                out += schedulers.paper_names()
+            else:
+                schedulers.get(name)
+                out.append(name)
+    if not out:
+        raise UsageError("--scheduler: no scheduler given")
+    return list(dict.fromkeys(out))
+
+
+def build_spec(args) -> StudySpec:
+    """The study the options of `run` ask for, validated (UsageError otherwise)."""
+    spec: StudySpec = preset(args.preset) if args.preset else default_spec()
+    names = _scheduler_names(args.scheduler)
+    if names is not None:
+        spec.schedulers = names
+    if args.k is not None:
+        spec.ks = args.k
+    if args.frames is not None:
+        spec.frames = args.frames
+    if args.height is not None:
+        spec.height = args.height
+    if args.width is not None:
+        spec.width = args.width
+    if args.chunk is not None:
+        spec.chunks = args.chunk
+    if args.reps is not None:
+        spec.reps = args.reps
+    if args.seed is not None:
+        spec.seed = args.seed
+    _tasks(args, spec)  # --kernel, --input, --verify, --workload
+    if args.affinity is not None:
+        spec.affinity = [args.affinity]
+    if args.pipe_batch is not None:
+        spec.pipe_batch = args.pipe_batch
+    if args.inflight is not None:
+        spec.inflight = args.inflight
+    if getattr(args, "coop", False):
+        spec.coop = True
+    if getattr(args, "dispatch", None) is not None:
+        spec.dispatch = args.dispatch
+    spec.params = {k: v for k, v in (("fiss_stages", getattr(args, "fiss_stages", None)),
+                                     ("viss_param", getattr(args, "viss_param", None)),
+                                     ("pls_swr", getattr(args, "pls_swr", None))) if v is not None}
+    spec.validate()
+    return spec
+
+
+def _tasks(args, spec: StudySpec) -> None:
+    """Put the options into ``spec`` (validated later with the rest of it)."""
+    for opt in ("kernel", "verify"):
+        v = getattr(args, opt, None)
+        if v is not None and len(v.encode()) > MAX_REF:
+            raise UsageError(f"--{opt}: names longer than {MAX_REF} bytes cannot be stored")
+    if args.kernel is not None:
+        spec.kernel = args.kernel
+    if args.verify is not None:
+        spec.verify = args.verify
+    if args.workload is not None:
+        spec.workload, spec.workload_params = parse(args.workload)
+        if args.kernel is not None and not get(spec.workload).sort:
+            raise UsageError(f"--workload {spec.workload} computes its own tasks with its own "
+                             f"kernel; --kernel {args.kernel} does not apply")
+    if args.input is not None:
+        arr = load_input(args.input)
+        L, H, W = input_dims(arr.shape)
+        if args.frames is not None and args.frames != [L]:
+            raise UsageError(f"--input {args.input} holds {L} tasks; --frames must be {L} or left out")
+        if args.height is not None or args.width is not None:
+            raise UsageError("--input gives the shape; leave out --height and --width")
+        spec.input, spec.input_hash = args.input, file_hash(args.input)
+        spec.frames, spec.height, spec.width = [L], H, W
