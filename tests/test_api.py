@@ -207,7 +207,8 @@ def test_kernel_that_does_not_compile_is_one_usage_error():
 
 
 def test_results_write_a_study_the_report_reads(tmp_path, no_leaks):
-    from hybridsched.results.report import build_report, load_study
+    from hybridsched.results.data import load_study
+    from hybridsched.results.report import build_report
 
     results = [hybridsched.parallel_for(nb_task, fresh(), scheduler=s, k=2, verify=check, rep=0)
                for s in ("serial", "dynamic", "prolific")]

@@ -14,7 +14,8 @@ from hybridsched.core import registry
 from hybridsched.records import RunConfig, RunRecord, WORKER_DTYPE
 from hybridsched.results import claims
 from hybridsched.results.claims.common import VERDICTS
-from hybridsched.results.report import build_report, load_study, summarise
+from hybridsched.results.data import load_study, summarise
+from hybridsched.results.report import build_report
 from hybridsched.store import StudyWriter
 
 S, B = 100, 1000          # the study's smaller and larger L

@@ -235,7 +235,7 @@ def test_unverified_runs_are_warned_and_kept_out_of_tables(tmp_path, monkeypatch
     assert len(dyn) == 2 and not dyn["verified"].any() and (dyn["bad_rows"] > 0).all()
     assert runs[runs["scheduler"] == "serial"]["verified"].all()
     # and the report's tables leave them out too: no timing from an unverified run
-    from hybridsched.results.report import summarise
+    from hybridsched.results.data import summarise
 
     rows = summarise(runs)
     assert [r.reps for r in rows if r.scheduler == "serial"] == [2]

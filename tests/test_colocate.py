@@ -6,7 +6,6 @@ import signal
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from hybridsched.core import registry
@@ -15,7 +14,7 @@ from hybridsched.backends import get_backend
 from hybridsched.cli import main
 from hybridsched.coop.arbiter import Arbiter, segment_path
 from hybridsched.coop.barrier import POLICIES as BARRIERS
-from hybridsched.colocate.experiment import run_colocate, run_once
+from hybridsched.colocate.experiment import run_once
 from hybridsched.colocate.spec import POLICIES, ColocateSpec
 from hybridsched.colocate.output import read_colocate
 from hybridsched.records import RunConfig
@@ -224,3 +223,58 @@ def test_run_coop_is_stored_and_reported_apart(tmp_path):
     assert sorted(r.coop for r in rows) == [False, True]
     assert [r.paper_protocol for r in rows if r.coop] == [False]  # never judged as the paper
     assert not os.path.exists(segment_path())  # the study's arbiter left with it
+
+
+PROFILED = [n for n, i in registry.SCHEDULERS.items() if i.profiled and i.backend == "threads"]
+
+
+@pytest.mark.parametrize("scheduler", PROFILED + ["pipe-MtoM:fac", "pipe-MtoM:fsc"])
+def test_run_jobs_of_every_profiled_technique_verify(scheduler, seg):
+    """A technique that needs the loop's profile gets it before the common start (the study's
+    own timed run); it used to fail every job ("fac needs a profile (mu, sigma)")."""
+    assert {"fac", "faca", "fsc", "tap", "bold", "wf", "auto"} <= set(PROFILED)
+    spec = ColocateSpec(workload="run", jobs=2, workers=2, policies=["linux"], steps=12, reps=1,
+                        scheduler=scheduler, height=8, width=32)
+    spec.validate(N)
+    recs = run_once(spec, POLICIES["linux"], 0, arbiter_path=seg)
+    assert all(r.verified for r in recs), [r.error for r in recs]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_run_job_leaves_nothing_in_dev_shm(tmp_path):
+    """The jobs' tensors are made by colocate before it forks and their names dropped at
+    once: a job killed outright leaves no segment, during the run or after it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from hybridsched.oslayer.shm import our_shm_entries
+
+    out = str(tmp_path / "k.h5")
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", "--workload", "run",
+                             "-s", "dynamic", "--jobs", "2", "--workers", "1", "--steps", "1500",
+                             "--height", "256", "--width", "256", "--reps", "1", "--policy",
+                             "linux", "-o", out], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while len(parent.children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        jobs = parent.children()
+        assert len(jobs) == 2
+        pids = [proc.pid] + [j.pid for j in jobs]
+        assert not [e for p in pids for e in our_shm_entries(p)]  # no name while it runs
+        time.sleep(1.0)  # past the start: the jobs sort (about 1 s of work each)
+        os.kill(jobs[0].pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "SIGKILL" in err
+    assert not [e for p in pids for e in our_shm_entries(p)]
+    recs = read_colocate(out)
+    assert [bool(v) for v in recs["verified"]] == [False, True]

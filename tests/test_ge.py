@@ -7,8 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import h5py
 import numpy as np

@@ -15,7 +15,8 @@ import pytest
 from hybridsched import cli
 from hybridsched.core import registry as schedulers
 from hybridsched.records import RunConfig, RunRecord, WORKER_DTYPE
-from hybridsched.results.report import build_report, load_study, summarise
+from hybridsched.results.data import load_study, summarise
+from hybridsched.results.report import build_report
 from hybridsched.store import StudyWriter, read_runs
 from hybridsched.study.spec import StudySpec
 from hybridsched.study.session import run_configurations
@@ -232,7 +233,7 @@ def test_disturbed_serial_is_flagged(tmp_path):
 def test_summarise_keeps_mpi_ranks_apart_and_counts_p_times_k_units():
     import numpy as np
 
-    from hybridsched.results.report import summarise
+    from hybridsched.results.data import summarise
     from hybridsched.store import RUN_DTYPE, decode
 
     runs = decode(np.zeros(4, RUN_DTYPE))

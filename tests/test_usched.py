@@ -6,7 +6,6 @@ joined."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 
 from hybridsched import usched
 from hybridsched.usched import ARCHS, Deadlock, ThreadLimit, UserThreadError
-from hybridsched.usched import a0 as a0mod
 
 ALL = list(ARCHS)
 USER_MODE = ["A1", "A2"]

@@ -3,14 +3,16 @@ workload, measured one node at a time or across P nodes with MPI.
 
 The Python API (loaded on first use, so ``import hybridsched`` stays light):
 ``parallel_for`` runs a kernel over the tasks of an array under any scheduler,
-``shared_array`` allocates an array that forked workers write into directly, and
-``write_study`` stores results for ``hybridsched report``.
+``shared_array`` allocates an array that forked workers write into directly,
+``write_study`` stores results for ``hybridsched report``, and ``plan`` gives a policy's
+hand-out (what ``hybridsched plan`` prints).
 """
 
 from .version import __version__
 
 _API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "api",
-        "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref"}
+        "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref",
+        "plan": "core.policies"}
 
 __all__ = ["__version__", *_API]
 

@@ -30,7 +30,7 @@ from .shared import is_shared
 from .oslayer.shm import segment_array
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
-from .workloads.build import _sort_checker, _sortable
+from .workloads.build import sort_checker, sortable
 from .study.measure import single_record
 from .study.output import new_study
 from .study.resources import Resources
@@ -111,10 +111,10 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
     """(checker, stored verify mode)."""
     if verify is None:
         if kern.sort:
-            if not _sortable(data):
+            if not sortable(data):
                 raise UsageError(f"kernel {kern.name} sorts uint8[L, H, W] rows; got "
                                  f"{data.dtype}{list(data.shape)}")
-            return _sort_checker, ""
+            return sort_checker, ""
         return None, "none"
     fn = kernelref.resolve_verifier(verify)
     if fn is None:

@@ -30,7 +30,7 @@ Kernel = Callable[[np.ndarray, int, int], None]
 _INSERTION_THRESHOLD = 16
 # Explicit partition stack: introsort's depth limit (2*log2(n)) bounds its height, and 128
 # entries cover rows far longer than any tensor that fits in memory.
-_STACK = 128
+STACK = 128
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -86,7 +86,7 @@ def _insertion_sort(a, lo, hi):
 
 
 @_jit
-def _introsort(a, stack_lo, stack_hi, stack_d):
+def introsort(a, stack_lo, stack_hi, stack_d):
     """Introsort of a 1-D array in place using caller-provided partition stacks (one set
     per chunk of rows, in the caller's stack frame: allocating them per row cost 7 % of a
     64-byte row's time, per chunk ~0.3-0.6 µs)."""
@@ -154,7 +154,7 @@ def _introsort(a, stack_lo, stack_hi, stack_d):
 
 
 def _stack_array(dtype):
-    """An intrinsic giving a 1-D array of _STACK ``dtype`` items in the calling function's
+    """An intrinsic giving a 1-D array of STACK ``dtype`` items in the calling function's
     stack frame (LLVM alloca in its entry block): freed on return, no heap. Three np.empty
     per call cost 0.3-0.6 µs (measured), which compiled dispatch pays per chunk (7 µs
     tasks, chunk 1: 4-9 % of each task; libstdc++'s std::sort allocates nothing either)."""
@@ -164,7 +164,7 @@ def _stack_array(dtype):
     def stack_ptr(typingctx):
         def codegen(context, builder, sig, args):
             lty = context.get_data_type(nbty)
-            buf = cgutils.alloca_once(builder, ir.ArrayType(lty, _STACK))
+            buf = cgutils.alloca_once(builder, ir.ArrayType(lty, STACK))
             return builder.bitcast(buf, lty.as_pointer())
         return types.CPointer(nbty)(), codegen
 
@@ -178,12 +178,12 @@ _stack_i64 = _stack_array(np.int64)
 @_jit
 def quicksort_frames(t, first, count):
     """Sort every row of frames ``first .. first+count-1`` of ``t[L, H, W]`` in place."""
-    stack_lo = numba.carray(_stack_u64(), (_STACK,))
-    stack_hi = numba.carray(_stack_u64(), (_STACK,))
-    stack_d = numba.carray(_stack_i64(), (_STACK,))
+    stack_lo = numba.carray(_stack_u64(), (STACK,))
+    stack_hi = numba.carray(_stack_u64(), (STACK,))
+    stack_d = numba.carray(_stack_i64(), (STACK,))
     for f in range(first, first + count):
         for i in range(t.shape[1]):
-            _introsort(t[f, i], stack_lo, stack_hi, stack_d)
+            introsort(t[f, i], stack_lo, stack_hi, stack_d)
 
 
 @_jit
@@ -295,13 +295,13 @@ def direct_entry(kernel: Kernel, work: np.ndarray) -> Kernel:
 
 # --- generation -------------------------------------------------------------------------
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @_jit
-def _splitmix(x):
+def splitmix(x):
     z = x
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
@@ -318,11 +318,11 @@ def generate_frames(out, seed, frame0):
     n = out.shape[1] * out.shape[2]
     for j in range(out.shape[0]):
         flat = out[j].reshape(n)
-        state = _splitmix(np.uint64(seed) * _GOLDEN + _splitmix(np.uint64(frame0 + j) + _GOLDEN))
+        state = splitmix(np.uint64(seed) * GOLDEN + splitmix(np.uint64(frame0 + j) + GOLDEN))
         k = 0
         while k < n:
-            state += _GOLDEN
-            r = _splitmix(state)
+            state += GOLDEN
+            r = splitmix(state)
             for b in range(8):
                 if k < n:
                     flat[k] = np.uint8(r & np.uint64(0xFF))

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..coop.arbiter import Arbiter
-from ..coop.worker import Worker
 from ..core import registry
 from ..core.monitor import UtilisationMonitor
 from ..core.registry import SchedulerInfo
 from ..oslayer.cpus import usable_cpus
 from ..records import RunConfig
+
+if TYPE_CHECKING:  # the arbiter is loaded only by the runs that use it (--coop)
+    from ..coop.arbiter import Arbiter
+    from ..coop.worker import Worker
 
 
 @dataclass

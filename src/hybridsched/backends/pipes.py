@@ -124,26 +124,74 @@ class _Source:
             self.spent.add(w)
 
 
+def _plan(job: Job, c: int, depth: int) -> tuple[_Source | None, list | None, int]:
+    """(the chunk source, or 1toN's dealt lists; the most chunks one worker may run)."""
+    k, mtom = job.k, job.info.topology == "feedback"
+    if job.info.topology == "dealt":
+        dealt = pol.static_chunks(job.frames, k, c)
+        return None, dealt, max(len(d) for d in dealt)
+    if job.info.dispenser is not None:  # a technique sizes each chunk as it is sent
+        disp = job.info.dispenser(job.frames, k, job.chunk, job.monitor, job=job)
+        return _Source(disp=disp, k=k), None, job.frames + depth * k  # each chunk >= 1 frame
+    chunks = _Source(_chunks(job, c), k=k)
+    # one worker may run every chunk; MtoM also re-runs the chunks lost workers held
+    return chunks, None, len(chunks.queue) + (depth * k if mtom else 0)
+
+
+def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int]):
+    """``body(w)``: worker w reads (first, count) records from its task pipe until EOF or
+    a stop record, runs each chunk and, for pipe-MtoM, reports it done."""
+    kernel, work = get_kernel(job.kernel), job.work
+
+    def body(w: int) -> None:
+        token = team.begin(w, job.cpu_of(w))
+        rd = task_r[w]
+        dn = done_w[w] if done_w else -1
+        if dn >= 0:
+            os.write(dn, REC.pack(w, -1))  # ready: the first handshake
+        record, fault = team.recorder(w), team.fault is not None
+        wk = job.coop_worker()
+        if wk is not None:
+            wk.acquire()
+        nth = 0
+        while True:
+            if wk is not None and not select.select([rd], [], [], 0)[0]:
+                wk.block()  # about to wait on the pipe: a scheduling point
+                msg = os.read(rd, REC.size)
+                wk.acquire()
+            else:
+                msg = os.read(rd, REC.size)
+            if len(msg) != REC.size:
+                if msg:
+                    raise RuntimeError(f"split message of {len(msg)} bytes")
+                break  # EOF: the producer closed the pipe
+            first, count = REC.unpack(msg)
+            if count <= 0:
+                break
+            nth += 1
+            if fault:
+                team.check_fault(w, nth)
+            t0 = perf_counter()
+            kernel(work, first, count)
+            record(first, count, t0, perf_counter())
+            if dn >= 0:
+                os.write(dn, REC.pack(w, first))
+            if wk is not None:
+                wk.boundary()
+        if wk is not None:
+            wk.leave()
+        team.end(w, token)
+    return body
+
+
 def _run(job: Job, c: int) -> Execution:
-    kernel = get_kernel(job.kernel)
-    work, k, s = job.work, job.k, job.scheduler
-    topology = job.info.topology
+    k, topology = job.k, job.info.topology
     mtom, shared = topology == "feedback", topology == "shared"
     depth = max(1, job.inflight)
 
     t_begin = perf_counter()
-    if topology == "dealt":
-        dealt = pol.static_chunks(job.frames, k, c)
-        cap = max(len(d) for d in dealt)
-    elif job.info.dispenser is not None:  # a technique sizes each chunk as it is sent
-        disp = job.info.dispenser(job.frames, k, job.chunk, job.monitor, job=job)
-        chunks = _Source(disp=disp, k=k)
-        cap = job.frames + depth * k  # every chunk is at least one frame
-    else:
-        chunks = _Source(_chunks(job, c), k=k)
-        # one worker may run every chunk; MtoM also re-runs the chunks lost workers held
-        cap = len(chunks.queue) + (depth * k if mtom else 0)
-    with ProcessTeam(s, k, cap) as team:
+    chunks, dealt, cap = _plan(job, c, depth)
+    with ProcessTeam(job.scheduler, k, cap) as team:
         if shared:
             r, w_ = team.pipe()
             task_r, task_w = [r] * k, [w_]
@@ -155,45 +203,7 @@ def _run(job: Job, c: int) -> Execution:
             pairs = [team.pipe() for _ in range(k)]
             done_r, done_w = [p[0] for p in pairs], [p[1] for p in pairs]
 
-        def body(w: int) -> None:
-            token = team.begin(w, job.cpu_of(w))
-            rd = task_r[w]
-            dn = done_w[w] if mtom else -1
-            if dn >= 0:
-                os.write(dn, REC.pack(w, -1))  # ready: the first handshake
-            record, fault = team.recorder(w), team.fault is not None
-            wk = job.coop_worker()
-            if wk is not None:
-                wk.acquire()
-            nth = 0
-            while True:
-                if wk is not None and not select.select([rd], [], [], 0)[0]:
-                    wk.block()  # about to wait on the pipe: a scheduling point
-                    msg = os.read(rd, REC.size)
-                    wk.acquire()
-                else:
-                    msg = os.read(rd, REC.size)
-                if len(msg) != REC.size:
-                    if msg:
-                        raise RuntimeError(f"split message of {len(msg)} bytes")
-                    break  # EOF: the producer closed the pipe
-                first, count = REC.unpack(msg)
-                if count <= 0:
-                    break
-                nth += 1
-                if fault:
-                    team.check_fault(w, nth)
-                t0 = perf_counter()
-                kernel(work, first, count)
-                record(first, count, t0, perf_counter())
-                if dn >= 0:
-                    os.write(dn, REC.pack(w, first))
-                if wk is not None:
-                    wk.boundary()
-            if wk is not None:
-                wk.leave()
-            team.end(w, token)
-
+        body = _consumer(job, team, task_r, done_w)
         for w in range(k):
             keep = (task_r[w],) + ((done_w[w],) if mtom else ())
             team.spawn(w, body, keep)
@@ -209,7 +219,7 @@ def _run(job: Job, c: int) -> Execution:
         trace = team.trace()
     ends = stats["end"][stats["end"] > 0]
     t_end = float(ends.max()) if len(ends) else perf_counter()
-    disp = getattr(chunks, "disp", None) if topology != "dealt" else None
+    disp = getattr(chunks, "disp", None) if chunks is not None else None
     if disp is not None:
         disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
         inner = disp.notes()
@@ -328,27 +338,33 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
             alive.discard(w)
             if team.exited(w):
                 continue
-            team.reap(w)
-            team.settle_lost(w)
-            how = team.lost(w).how
             if done_r[w] in src:
                 poller.unregister(done_r[w])
                 del src[done_r[w]]
-            team.close_fd(task_w[w])
-            team.close_fd(done_r[w])
-            what = f"worker {w} (pid {int(team.pids[w])}) {how}"
-            if held[w]:
-                restored = all([_restore(job, *c) for c in held[w]])
-                what += ("; re-sent chunks " + ",".join(f"{f}+{n}" for f, n in held[w])
-                         + ("" if restored else " (not restored)"))
+            lost.append(_bury(team, job, w, held[w], task_w[w], done_r[w]))
             queue.lost(w, list(held[w]))
             held[w].clear()
-            lost.append(what)
             if queue and not alive:
                 raise team.fail(w, "; no worker left to take its chunks")
             feed_all()
     notes = f"peak in flight={peak[0]} per worker"
     return len(lost), notes + ("; lost " + "; ".join(lost) if lost else "")
+
+
+def _bury(team: ProcessTeam, job: Job, w: int, held: deque, task_fd: int, done_fd: int) -> str:
+    """Worker w died unfinished: reap it, close its pipes, restore the chunks it held (they
+    go to the others); says what happened."""
+    team.reap(w)
+    team.settle_lost(w)
+    how = team.lost(w).how
+    team.close_fd(task_fd)
+    team.close_fd(done_fd)
+    what = f"worker {w} (pid {int(team.pids[w])}) {how}"
+    if held:
+        restored = all([_restore(job, *c) for c in held])
+        what += ("; re-sent chunks " + ",".join(f"{f}+{n}" for f, n in held)
+                 + ("" if restored else " (not restored)"))
+    return what
 
 
 def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:

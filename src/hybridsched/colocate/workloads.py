@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from .. import kernels
+from ..kernels import prepare as load_kernels
 from ..backends import compiled
 from ..coop.barrier import TeamBarrier
 from ..errors import HybridschedError
@@ -195,7 +195,7 @@ class Run:
     @staticmethod
     def prepare(spec, jobs: int, per_job: int):
         configs = [Run.config(spec, j) for j in range(jobs)]
-        kernels.prepare(configs[0].kernel, loop=compiled.wanted(configs))  # before any fork
+        load_kernels(configs[0].kernel, loop=compiled.wanted(configs))  # before any fork
         spaces = []
         try:
             for cfg in configs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .. import kernels
+from ..kernels import KERNELS, prepare as load_kernels
 from ..backends import compiled
 from ..errors import ResourceError, UsageError
 from ..oslayer.proctree import fault_plan
@@ -35,5 +35,5 @@ def load(spec: StudySpec, configs: list[RunConfig]) -> None:
     """Before any worker or fork exists: the built-in kernel and, when a run may use it, the
     compiled dispatch loop (a user's or a workload's kernel is compiled with its workspace,
     workloads.build)."""
-    kernels.prepare(spec.kernel if spec.kernel in kernels.KERNELS else "",
-                    loop=compiled.wanted(configs))
+    load_kernels(spec.kernel if spec.kernel in KERNELS else "",
+                 loop=compiled.wanted(configs))

@@ -5,7 +5,8 @@ import sys
 
 from ..errors import UsageError
 from ..results.files import default_out_dir
-from ..results.report import build_report, load_study
+from ..results.data import load_study
+from ..results.report import build_report
 from ..results.sections import side_report
 from .common import PROG
 

@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..machine.probes import LoadCheck
 from ..oslayer.cpus import n_cpus, usable_cpus
 from ..records import RunConfig
-from ..results.report import run_summary
+from ..results.summary import run_summary
 from ..store import StudyLock, StudyWriter, check_output
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine

@@ -14,7 +14,7 @@ from ..mpi.ranks import World, abort_on_error, agree
 from ..mpi.runs import check_split, run_configurations
 from ..mpi.watchdog import RankWatchdog
 from ..oslayer.cpus import usable_cpus
-from ..results.report import run_summary
+from ..results.summary import run_summary
 from ..store import StudyLock, check_output
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine

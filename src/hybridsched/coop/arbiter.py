@@ -32,7 +32,7 @@ from ..oslayer import futex, native
 from ..oslayer.procfs import pid_alive
 from . import handoff, warm
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
-from .worker import RECLAIM_POLL_S, Worker, _now
+from .worker import RECLAIM_POLL_S, Worker, now_ns
 
 __all__ = ["Arbiter", "Worker", "DEFAULT_QUANTUM_S", "RECLAIM_POLL_S", "segment_path"]
 
@@ -169,7 +169,7 @@ class Arbiter:
         try:
             native.lock_into(st.lock, held)
             if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
-                woken = st.reclaim(pid_alive, _now())
+                woken = st.reclaim(pid_alive, now_ns())
                 st.lock[native.DIED_AT] = 0
             yield st
         finally:
@@ -242,7 +242,7 @@ class Arbiter:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
         with self.locked() as st:
-            st.reclaim(pid_alive, _now())  # never trust a segment blindly: drop the dead
+            st.reclaim(pid_alive, now_ns())  # never trust a segment blindly: drop the dead
             busy, problems = st.participants(), st.check_invariants()
         if busy and problems:
             raise UsageError(f"{self.path}: coop segment inconsistent while in use "
@@ -381,7 +381,7 @@ class Arbiter:
             held = np.zeros(1, np.int8)
             try:
                 native.lock_into(s.lock, held)
-                s.reclaim(pid_alive, _now())
+                s.reclaim(pid_alive, now_ns())
                 busy = s.participants()
             finally:
                 native.unlock_from(s.lock, held)
@@ -423,7 +423,7 @@ class Arbiter:
             if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
                 st.jobs["used"][self._seat] = 0
             self._seat = -1
-            st.reclaim(pid_alive, _now())
+            st.reclaim(pid_alive, now_ns())
             return st.participants() == 0 and not st.workers["used"].any()
 
     def __exit__(self, *exc) -> None:
@@ -440,7 +440,7 @@ class Arbiter:
 
     def leave_job(self, job: int) -> None:
         with self.locked() as st:
-            st.reclaim(pid_alive, _now())
+            st.reclaim(pid_alive, now_ns())
             try:
                 st.leave_job(job)
             except ArbiterError:
@@ -464,10 +464,10 @@ class Arbiter:
         call made the period's scan."""
         h = self.state.header
         died = self.state.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
-        if not died and _now() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
+        if not died and now_ns() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
             return False
         with self.locked() as st:  # reclaims at once if the death notice is up
-            now = _now()
+            now = now_ns()
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
                 return False
             h["reclaim_ns"][0] = now

@@ -54,7 +54,7 @@ _IDLE_POLL_NS = int(0.5e9)
 HANDOFF_POLICY = getattr(os, "SCHED_BATCH", None)
 
 
-def _now() -> int:
+def now_ns() -> int:
     return time.monotonic_ns()
 
 
@@ -106,7 +106,7 @@ class Worker:
         if self._policy is None and HANDOFF_POLICY is not None:
             self._batch()  # before the first wait: the first grant must not preempt either
         with a.locked() as st:
-            woken = st.acquire(self.slot, _now())
+            woken = st.acquire(self.slot, now_ns())
         a.post([w for w in woken if w != self.slot])
         return self._wait_token(queued=self.slot not in woken)
 
@@ -117,10 +117,10 @@ class Worker:
         a = self.arbiter
         st = a.state
         # lock-free: nobody waiting (one read) or the quantum not over (a compiled test)
-        if self._waiting[0] <= 0 or not st.expired(self.slot, _now()):
+        if self._waiting[0] <= 0 or not st.expired(self.slot, now_ns()):
             return self.cpu
         with a.locked() as st:
-            woken = st.boundary(self.slot, _now())
+            woken = st.boundary(self.slot, now_ns())
         a.post(woken)
         return self._wait_token(queued=bool(woken))  # rotated out: we queue
 
@@ -128,7 +128,7 @@ class Worker:
         """Take a free token if one is idle right now (never waits); does not pin."""
         self._live()
         with self.arbiter.locked() as st:
-            got = st.try_acquire(self.slot, _now())
+            got = st.try_acquire(self.slot, now_ns())
         if got:
             self.cpu = int(self._ccpu[self._wcpu[self.slot]])
         return got
@@ -138,7 +138,7 @@ class Worker:
         self._live()
         a = self.arbiter
         with a.locked() as st:
-            woken = st.release(self.slot, _now())
+            woken = st.release(self.slot, now_ns())
         a.post(woken)
 
     def leave(self) -> None:
@@ -147,7 +147,7 @@ class Worker:
         a = self.arbiter
         if self._state is not None and a.state is not None:
             with a.locked() as st:
-                woken = st.leave_worker(self.slot, _now())
+                woken = st.leave_worker(self.slot, now_ns())
             a.post(woken)
         self._detach()
         if self.cpu >= 0:  # the thread goes back to where it could run before

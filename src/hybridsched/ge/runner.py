@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import usched
+from ..usched import get as architecture
 from ..errors import HybridschedError, UsageError
 from ..oslayer.shm import available_memory
 from . import kernels
@@ -67,7 +67,7 @@ class GeResult:
 def check_args(archs: list[str], algos: list[str], n: int, threads: list[int], reps: int) -> None:
     """Every bound, before any work: UsageError (one line, exit 2) otherwise."""
     for a in archs:
-        usched.get(a)
+        architecture(a)
     for a in algos:
         if a not in SOLVERS:
             raise UsageError(f"--algo: unknown algorithm {a!r} (known: {', '.join(SOLVERS)})")
@@ -104,7 +104,7 @@ def run_once(arch: str, algo: str, n: int, threads: int, rep: int, seed: int = 0
     ``error`` set (one line), every thread joined."""
     kernels.prepare()
     solver = SOLVERS[algo]
-    cls = usched.get(arch)
+    cls = architecture(arch)
     a, _, b = system(n, seed)
     x_ref, t_lapack = lapack_time(a, b)
     aug = np.empty((n, n + 1))

@@ -42,7 +42,7 @@ from dataclasses import replace
 from time import perf_counter
 from typing import Callable, Iterable
 
-from .. import kernels
+from ..kernels import KERNELS, generate_frames
 from ..backends import get_backend
 from ..backends.base import Job
 from ..core import policies, registry as schedulers
@@ -72,7 +72,7 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
         raise UsageError("--chunk auto is not supported under mpiexec (the search would run "
                          "inside the timed region on each rank); search on one node and pass "
                          "the chunk it reports")
-    if any(c.input_hash or c.verify or c.kernel not in kernels.KERNELS for c in configs):
+    if any(c.input_hash or c.verify or c.kernel not in KERNELS for c in configs):
         raise UsageError("--input, --verify and --kernel MODULE:FUNCTION are not supported "
                          "under mpiexec yet; run them at P = 1")
     if split != "static" and any(c.workload != "uniform" for c in configs):
@@ -176,7 +176,7 @@ class DynamicSplit:
             while (ticket := self.counter.take()) < len(chunks):
                 first, count = chunks[ticket]
                 g0 = perf_counter()
-                over_frames(lambda a, n: kernels.generate_frames(
+                over_frames(lambda a, n: generate_frames(
                     work[first + a:first + a + n], slab.seed, first + a), count, threads)
                 m.gen_s += perf_counter() - g0
                 ex = get_backend(job.info.backend)(replace(job, work=work[first:first + count]))

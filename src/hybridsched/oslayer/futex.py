@@ -14,8 +14,8 @@ import os
 
 import numpy as np
 
-_SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221, "s390x": 238}.get(os.uname().machine)
-_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98, "ppc64le": 221, "s390x": 238}.get(os.uname().machine)
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -32,7 +32,7 @@ class _Timespec(ctypes.Structure):
 
 
 def available() -> bool:
-    return _SYS_FUTEX is not None
+    return SYS_FUTEX is not None
 
 
 def address(words: np.ndarray, i: int) -> int:
@@ -49,7 +49,7 @@ def wait(addr: int, expected: int, timeout: float | None = None) -> bool:
     if timeout is not None:
         sec = int(timeout)
         ts = ctypes.byref(_Timespec(sec, int((timeout - sec) * 1e9)))
-    r = _syscall(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_int(expected), ts, None, 0)
+    r = _syscall(SYS_FUTEX, ctypes.c_void_p(addr), FUTEX_WAIT, ctypes.c_int(expected), ts, None, 0)
     if r == 0:
         return True
     e = ctypes.get_errno()
@@ -62,5 +62,5 @@ def wait(addr: int, expected: int, timeout: float | None = None) -> bool:
 
 def wake(addr: int, n: int = 1) -> int:
     """Wake up to ``n`` waiters on the word at ``addr``; returns how many woke."""
-    r = _syscall_gil(_SYS_FUTEX, ctypes.c_void_p(addr), _FUTEX_WAKE, ctypes.c_int(n), None, None, 0)
+    r = _syscall_gil(SYS_FUTEX, ctypes.c_void_p(addr), FUTEX_WAKE, ctypes.c_int(n), None, None, 0)
     return max(0, int(r))

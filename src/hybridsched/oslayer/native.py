@@ -31,8 +31,8 @@ from . import futex
 # A glibc pthread_mutex_t (40 bytes) and the death notice (DIED_AT) on a cache line of its own
 LOCK_BYTES = 64
 
-_SYS_FUTEX = -1 if futex._SYS_FUTEX is None else futex._SYS_FUTEX  # unused where unavailable
-_FUTEX_WAIT, _FUTEX_WAKE = futex._FUTEX_WAIT, futex._FUTEX_WAKE
+_SYS_FUTEX = -1 if futex.SYS_FUTEX is None else futex.SYS_FUTEX  # unused where unavailable
+_FUTEX_WAIT, _FUTEX_WAKE = futex.FUTEX_WAIT, futex.FUTEX_WAKE
 EOWNERDEAD = errno.EOWNERDEAD
 # futex_wait results: woken (or spurious), the timeout ran out, the word was not the
 # expected one, a signal came, any other error (a bad address or timeout)

@@ -14,7 +14,7 @@ from .data import Row, families, variant_label, variants
 _DPI = 110  # readable in a Markdown viewer without multi-megabyte files
 
 
-def _figure():
+def figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -57,7 +57,7 @@ def save_png(fig, path: str, dpi: int = _DPI) -> str:
     return path
 
 
-def _safe(text: str) -> str:
+def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")
 
 
@@ -79,7 +79,7 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
         if v[0] == "serial":
             continue
         vrows = [r for r in rows if r.variant == v]
-        fig, ax = _figure()
+        fig, ax = figure()
         allk = []
         for L in sorted({r.L for r in vrows}):
             ks, s, err = _curve([r for r in vrows if r.L == L])
@@ -90,7 +90,7 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
             continue
         sig = [r.sigma for r in vrows if not math.isnan(r.sigma)]
         chunk = f"_chunk{v[2]}" if v[2] > 0 else "_chunkauto" if v[2] < 0 else ""
-        name = (f"speedup_{_safe(v[0])}" + ("" if v[1] else "_noaff") + chunk
+        name = (f"speedup_{safe_name(v[0])}" + ("" if v[1] else "_noaff") + chunk
                 + (f"_P{v[3]}" if v[3] > 1 else "") + (f"_batch{v[4]}" if v[4] != 1 else "")
                 + (f"_inflight{v[5]}" if v[5] != 1 else "") + ("_coop" if v[6] else ""))
         out.append(_finish(fig, ax, allk, sig, n, variant_label(*v),
@@ -98,7 +98,7 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
     for fam in families(rows):
         for L in sorted({r.L for r in rows}):
             frows = [r for r in rows if r.family == fam and r.L == L]
-            fig, ax = _figure()
+            fig, ax = figure()
             allk = []
             for v in variants(frows):
                 ks, s, err = _curve([r for r in frows if r.variant == v])
@@ -111,5 +111,5 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
             if allk:
                 sig = [r.sigma for r in frows if not math.isnan(r.sigma)]
                 out.append(_finish(fig, ax, allk, sig, n, f"{fam} schedulers, L = {L}",
-                                   os.path.join(out_dir, f"family_{_safe(fam)}_L{L}.png")))
+                                   os.path.join(out_dir, f"family_{safe_name(fam)}_L{L}.png")))
     return out

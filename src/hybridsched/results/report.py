@@ -12,10 +12,11 @@ import numpy as np
 
 from . import claims, metrics
 from ..machine.rule import SHARED_MACHINE, dedicated
-from .data import (DISTURBED_MARK, SERIAL_CHECK, Row, Study, alpha_text, best_per_family,
-                   chunk_text, disturbed_mark, fmt, k_at_n, load_study, serial_gap, summarise,
+from .data import (SERIAL_CHECK, Row, Study, alpha_text, best_per_family,
+                   chunk_text, disturbed_mark, fmt, k_at_n, serial_gap, summarise,
                    t_text, variant_label, variants)
 from .files import write_csv
+from .summary import notes
 
 
 def serial_check(rows: list[Row], ser: list[Row]) -> list[str]:
@@ -47,49 +48,6 @@ def load_line(study: Study) -> str:
             f"runs above {SHARED_MACHINE * 100:.0f} %"
             + (" — a dedicated machine." if dedicated(list(vals)) else
                " — the machine was shared, so timings include other work."))
-
-
-def markdown_summary(rows: list[Row]) -> str:
-    """The flat table `hybridsched run` prints: T (ms) mean ± sd and min, sigma, sigma_E and
-    alpha per row; ‡ marks rows timed while other processes took the CPUs."""
-    lines = ["| scheduler | L | k (P×k) | chunk | affinity | reps | T (ms) | min | σ | σE | α |",
-             "|---|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        k = r.k if r.P == 1 else f"{r.P}×{r.k}"
-        chunk = r.chunk or "def" if r.chunk >= 0 else f"auto→{r.chunk_used or '?'}"
-        lines.append(f"| {r.scheduler} | {r.L} | {k} | {chunk} | "
-                     f"{'on' if r.affinity else 'off'} | {r.reps} | {t_text(r)}{disturbed_mark(r)} | "
-                     f"{fmt(r.t_min * 1e3, '.2f')} | "
-                     f"{fmt(r.sigma, '.3f')} | {fmt(r.sigma_e, '.3f')} | "
-                     f"{alpha_text(r.alpha, r.alpha_flagged)} |")
-    return "\n".join(lines + _notes(rows))
-
-
-def run_summary(path: str) -> str:
-    """What `run` prints at the end: the flat table of the study at ``path`` (with spread
-    and disturbed rows marked) and the command to run next."""
-    study = load_study(path)
-    rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
-    return markdown_summary(rows) + f"\n\nNext: hybridsched report {path}"
-
-
-def _notes(rows: list[Row]) -> list[str]:
-    notes = []
-    if any(r.disturbed for r in rows):
-        notes.append(f"{DISTURBED_MARK} other processes took more than {SHARED_MACHINE * 100:.0f} % "
-                     "of the CPUs (median over the row's runs): those timings include other work.")
-    if any(r.reps >= 2 for r in rows):
-        notes.append("± is the sample standard deviation over the verified repetitions; min the "
-                     "fastest of them.")
-    if any(math.isnan(r.sigma) and r.reps for r in rows):
-        notes.append("σ needs the study's single-node (P = 1) serial runs for the same L; — where "
-                     "there are none (an MPI study can `hybridsched merge` one in).")
-    if any(r.alpha_flagged or r.epsilon_flagged for r in rows):
-        notes.append("† α is a diagnostic where σ > k or σ < 1 (§3.3), not a serial fraction.")
-    if any(r.failed for r in rows):
-        notes.append(f"{sum(r.failed for r in rows)} failed or unverified runs are excluded "
-                     "from every mean.")
-    return [""] + notes if notes else []
 
 
 # --- the paper's per-scheduler tables -------------------------------------------------
@@ -213,7 +171,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             fam_md or "(no parallel runs)", "",
             "## The paper's claims", "", claims.claims_markdown(rows, study.n, study.attrs,
                                                              foreign=list(study.foreign.values()))]
-    body += _notes(rows)
+    body += notes(rows)
     from .portfolio import auto_section, has_techniques, portfolio_section
 
     if has_techniques(study):  # the LB4OMP portfolio's sections (issue 13)

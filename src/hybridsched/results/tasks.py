@@ -66,9 +66,9 @@ def cost_table(costs: np.ndarray) -> dict:
 
 
 def _histogram(costs: np.ndarray, title: str, path: str) -> str:
-    from .plots import _figure
+    from .plots import figure
 
-    fig, ax = _figure()
+    fig, ax = figure()
     us = np.maximum(costs * 1e6, 1e-3)
     if us.max() / max(us.min(), 1e-9) > LOG_SPAN:
         bins = np.geomspace(us.min(), us.max() * 1.0001, BINS)

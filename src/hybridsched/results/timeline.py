@@ -191,7 +191,7 @@ def report_gantts(study, rows, out_dir: str) -> list[str]:
     import os
 
     from .data import k_at_n
-    from .plots import _safe
+    from .plots import safe_name
 
     kn = k_at_n(rows, study.n)
     if kn is None:
@@ -210,5 +210,5 @@ def report_gantts(study, rows, out_dir: str) -> list[str]:
             rt = load(study.path, select(mine))
         except UsageError:
             continue
-        out.append(gantt(rt, os.path.join(out_dir, f"gantt_{_safe(name)}.png")))
+        out.append(gantt(rt, os.path.join(out_dir, f"gantt_{safe_name(name)}.png")))
     return out

@@ -8,7 +8,7 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
                      decode, record_row)
 from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
                      read_detail, read_runs, stored_keys, study_spec)
-from .writer import StudyWriter, _signals_held, open_new
+from .writer import StudyWriter, signals_held, open_new
 from .tables import TableWriter, has_table, read_table
 
 
@@ -21,4 +21,4 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output", "check_writable",
            "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "stored_keys",
-           "study_spec", "write_text", "_signals_held", "open_new", "TableWriter", "has_table", "read_table"]
+           "study_spec", "write_text", "signals_held", "open_new", "TableWriter", "has_table", "read_table"]

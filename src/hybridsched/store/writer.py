@@ -111,7 +111,7 @@ class StudyWriter:
     def append(self, record: RunRecord) -> int:
         """Store one run and publish the study. Ctrl-C or SIGTERM arriving meanwhile is held
         until the snapshot is on disk, then acted upon."""
-        with _signals_held():
+        with signals_held():
             run_id = self._append(record)
             self._pending += 1
             if self._due():
@@ -142,7 +142,7 @@ class StudyWriter:
     def append_row(self, table: str, row) -> int:
         """Add one row to side table ``/<table>`` (created with the row's dtype on first
         use) and publish; returns its index. Signals are held as in :meth:`append`."""
-        with _signals_held():
+        with signals_held():
             ds = self.h5.get(table)
             if ds is None:
                 ds = self.h5.create_dataset(table, shape=(0,), maxshape=(None,), dtype=row.dtype,
@@ -190,7 +190,7 @@ class StudyWriter:
             return
         try:
             if not failed or self._pending:
-                with _signals_held():
+                with signals_held():
                     self.publish()
         except Exception:
             if not failed:
@@ -236,7 +236,7 @@ def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """Hold SIGINT/SIGTERM for the duration of the block, then replay the first one to the
     handler that was installed. Python handlers always run in the main thread, so swapping
     them (unlike masking, which other threads would bypass) holds the signal everywhere."""

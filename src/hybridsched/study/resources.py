@@ -6,16 +6,18 @@ MPI rank, a co-located job and ``parallel_for`` all take theirs from here."""
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..coop.arbiter import Arbiter
 from ..core import registry
 from ..core.monitor import UtilisationMonitor
 from ..records import RunConfig
 from ..workloads.space import Workspace
 
+if TYPE_CHECKING:  # the arbiter is loaded only by studies that run with --coop
+    from ..coop.arbiter import Arbiter
+
 # A run's place on the cooperative arbiter: (arbiter, job id)
-Seat = tuple[Arbiter, int]
+Seat = tuple["Arbiter", int]
 MakeSpace = Callable[[RunConfig], Workspace]
 
 
@@ -50,6 +52,8 @@ class Resources:
             if any(registry.get(c.scheduler).needs_monitor for c in self._configs):
                 self.monitor = stack.enter_context(UtilisationMonitor())
             if any(c.coop for c in self._configs):
+                from ..coop.arbiter import Arbiter
+
                 self.arbiter = stack.enter_context(Arbiter())
             self._stack = stack.pop_all()
         return self

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from .. import kernels as K
+from ..kernels import KERNELS, count_bad_rows, generate_frames, is_compiled
 from ..errors import UsageError
 from ..records import RunConfig
 from .slab import Slab, check_sizes
@@ -17,8 +17,8 @@ from . import kernelref, mandelbrot, sorts
 from .space import ArraySpace, bool_checker
 
 
-def _sort_checker(orig, work, first, count):
-    return int(K.count_bad_rows(orig, work, first, count))
+def sort_checker(orig, work, first, count):
+    return int(count_bad_rows(orig, work, first, count))
 
 
 def _checker(cfg: RunConfig, default):
@@ -35,7 +35,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
     L = cfg.frames if frames is None else frames
     info = get(cfg.workload)
     params = json.loads(cfg.workload_params) if cfg.workload_params else dict(info.params)
-    plain = cfg.kernel in K.KERNELS
+    plain = cfg.kernel in KERNELS
     if cfg.input_hash or input_path:
         if file_hash(input_path) != cfg.input_hash:
             raise UsageError(f"--input {input_path}: the file changed since the study started")
@@ -45,7 +45,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
                              "study was planned")
         block = arr[frame0:frame0 + L]
         kern = kernelref.resolve(cfg.kernel, block.ndim, "--kernel")
-        default = _sort_checker if kern.sort and _sortable(block) else None
+        default = sort_checker if kern.sort and sortable(block) else None
         space = ArraySpace(block.shape, block.dtype, lambda out, a: np.copyto(out, block[a:a + len(out)]),
                            _checker(cfg, default), frame0, cfg.seed)
         space.kernel = kern.fn
@@ -53,12 +53,12 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
         return Slab(L, cfg.height, cfg.width, cfg.seed, frame0=frame0)  # the paper's path
     elif info.sort:
         def fill(out, a):
-            K.generate_frames(out, cfg.seed, frame0 + a)
+            generate_frames(out, cfg.seed, frame0 + a)
         rule, lo = sorts.RULES[info.name], params.get("min", 1.0)
         second = params.get("heavy", params.get("alpha", 0.0))
         if info.name == "uniform":
             kern = kernelref.resolve(cfg.kernel, 3, "--kernel")
-            default = _sort_checker if kern.sort else None
+            default = sort_checker if kern.sort else None
             kernel = kern.fn
         else:
             kernel = sorts.make_kernel(info.name, cfg.seed, frame0, cfg.frames, cfg.height,
@@ -88,7 +88,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
                            frame0, cfg.seed)
         space.kernel = kernel
     try:
-        if K.is_compiled(space.kernel):
+        if is_compiled(space.kernel):
             kernelref.compile_for(kernelref.KernelInfo(space.kernel, cfg.kernel, True, True),
                                   space.work)
     except BaseException:
@@ -97,14 +97,14 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
     return space
 
 
-def _sortable(arr: np.ndarray) -> bool:
+def sortable(arr: np.ndarray) -> bool:
     return arr.dtype == np.uint8 and arr.ndim == 3
 
 
 def validate_spec(spec) -> None:
     """Refuse, before any run, a combination that cannot run or cannot be verified."""
     info = get(spec.workload)
-    builtin = spec.kernel in K.KERNELS
+    builtin = spec.kernel in KERNELS
     kern = None
     if spec.verify not in ("", "none"):
         kernelref.resolve_verifier(spec.verify)
@@ -135,6 +135,6 @@ def validate_spec(spec) -> None:
                          "package.module:function (or --verify none to run unverified)")
     if spec.input and spec.verify == "" and builtin:
         arr = load_input(spec.input)
-        if not _sortable(arr):
+        if not sortable(arr):
             raise UsageError(f"--input {spec.input}: the sort kernels need uint8[L, H, W], "
                              f"got {arr.dtype}{list(arr.shape)}; give --kernel and --verify")

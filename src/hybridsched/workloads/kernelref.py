@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import kernels as builtin
+from ..kernels import KERNELS, compile_kernel, is_compiled
 from ..errors import UsageError
 
 
@@ -111,16 +111,16 @@ def resolve(kernel, ndim: int = 3, what: str = "kernel", per_task: bool | None =
     3 = per chunk).
     """
     if isinstance(kernel, str):
-        if kernel in builtin.KERNELS:
-            fn = builtin.KERNELS[kernel][0]
+        if kernel in KERNELS:
+            fn = KERNELS[kernel][0]
             return KernelInfo(fn, kernel, is_numba(fn), True, sort=True)
         if ":" not in kernel:
             raise UsageError(f"{what}: unknown kernel {kernel!r}; choose from "
-                             f"{', '.join(builtin.KERNELS)} or give package.module:function")
+                             f"{', '.join(KERNELS)} or give package.module:function")
         name, fn = kernel, import_ref(kernel, what)
     elif callable(kernel):
         name, fn = f"{getattr(kernel, '__module__', '?')}:{getattr(kernel, '__qualname__', repr(kernel))}", kernel
-        for bname, (bfn, _) in builtin.KERNELS.items():
+        for bname, (bfn, _) in KERNELS.items():
             if bfn is kernel:
                 return KernelInfo(bfn, bname, is_numba(bfn), True, sort=True)
     else:
@@ -153,10 +153,10 @@ def gil_warning(info: KernelInfo, family: str) -> None:
 def compile_for(info: KernelInfo, work: np.ndarray) -> None:
     """Compile a numba kernel for ``work``'s exact type before any fork (children never
     compile); a kernel that does not type-check is one UsageError line."""
-    if not info.numba or not builtin.is_compiled(info.fn):
+    if not info.numba or not is_compiled(info.fn):
         return
     try:
-        builtin.compile_kernel(info.fn, work)
+        compile_kernel(info.fn, work)
     except Exception as exc:  # numba's TypingError and friends: first line is the message
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"kernel {info.name} does not compile for {work.dtype}"

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import kernels
+from ..kernels import count_bad_rows, generate_frames
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
 from ..oslayer.shm import Segment, available_memory, sweep_orphans
@@ -105,7 +105,7 @@ class Slab:
     def generate(self, first: int, count: int) -> None:
         """Materialise local frames ``first .. first+count-1`` of the original."""
         orig = self._orig.array
-        over_frames(lambda a, n: kernels.generate_frames(orig[first + a:first + a + n], self.seed,
+        over_frames(lambda a, n: generate_frames(orig[first + a:first + a + n], self.seed,
                                                          self.frame0 + first + a), count)
 
     def fresh_copy(self) -> None:
@@ -117,7 +117,7 @@ class Slab:
         """Rows of the work copy that are unsorted or not a permutation of the original."""
         count = self.frames - first if count is None else count
         orig, work = self._orig.array, self._work.array
-        return sum(over_frames(lambda a, n: kernels.count_bad_rows(orig, work, first + a, n), count))
+        return sum(over_frames(lambda a, n: count_bad_rows(orig, work, first + a, n), count))
 
     def unlink_names(self) -> None:
         """Drop the segments' names at once, keeping the mappings: nothing can be left in

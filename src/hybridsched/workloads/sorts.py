@@ -19,7 +19,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .. import kernels as K
+from ..kernels import Bound, GOLDEN, STACK, introsort, sorted_permutation, splitmix
 
 RULES = {"uniform": 0, "ramp": 1, "skewed": 2, "heavytail": 3, "varying": 4}
 
@@ -31,7 +31,7 @@ _U = np.uint64
 def _unit(seed, g):
     """A uniform float in (0, 1] from (seed, g): splitmix64, independent of the bytes'
     stream (a different key constant)."""
-    x = K._splitmix(_U(seed) * K._GOLDEN + K._splitmix(_U(g) + _U(0x632BE59BD9B4E019)))
+    x = splitmix(_U(seed) * GOLDEN + splitmix(_U(g) + _U(0x632BE59BD9B4E019)))
     return (float(x >> _U(11)) + 1.0) / 9007199254740992.0
 
 
@@ -68,13 +68,13 @@ def _count_row(row, hist):
 def sort_chunk(t, first, count, params):
     """Introsort the active part of local frames first.. (params: see make_kernel)."""
     r, s, f0, total, H, W, a, b = params
-    stack_lo = np.empty(K._STACK, np.uint64)
-    stack_hi = np.empty(K._STACK, np.uint64)
-    stack_d = np.empty(K._STACK, np.int64)
+    stack_lo = np.empty(STACK, np.uint64)
+    stack_hi = np.empty(STACK, np.uint64)
+    stack_d = np.empty(STACK, np.int64)
     for f in range(first, first + count):
         rows, w = task_shape(r, f0 + f, s, total, H, W, a, b)
         for i in range(rows):
-            K._introsort(t[f, i, :w], stack_lo, stack_hi, stack_d)
+            introsort(t[f, i, :w], stack_lo, stack_hi, stack_d)
 
 
 @_jit
@@ -89,19 +89,18 @@ def count_chunk(t, first, count, params):
 
 
 def make_kernel(rule: str, seed: int, frame0: int, total: int, height: int, width: int,
-                a: float, b: float, counting: bool = False) -> K.Bound:
+                a: float, b: float, counting: bool = False) -> Bound:
     """The chunk kernel of an irregular sort workload for the frames of one node (local
     frame f is global frame frame0 + f): one cached function, its parameters bound."""
     params = (RULES[rule], int(seed), int(frame0), int(total), int(height), int(width),
               float(a), float(b))
-    return K.Bound(count_chunk if counting else sort_chunk, params)
+    return Bound(count_chunk if counting else sort_chunk, params)
 
 
 @_jit
 def count_bad(orig, work, first, count, rule, seed, frame0, total, a, b):
     """Rows of local frames first.. that are wrong: the active part not sorted or not a
     permutation of the original's, or any byte outside it changed."""
-    sorted_permutation = K.sorted_permutation
     H, W = work.shape[1], work.shape[2]
     hist = np.zeros(256, np.int64)
     bad = 0

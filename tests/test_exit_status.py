@@ -1,0 +1,131 @@
+"""One exit status contract over every subcommand (cli.py): 0 when everything ran and
+verified, 1 when a run, job or rank failed, 2 for bad input (one line on stderr, nothing
+left behind), 130/143 for SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hybridsched.cli import main
+from hybridsched.commands.parsers import SUBCOMMANDS
+from hybridsched.oslayer.proctree import FAULT_ENV
+
+TINY = ["-k", "2", "-L", "6", "--height", "4", "--width", "8", "--reps", "1"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("exit") / "s.h5")
+    assert main(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "6", "--height", "4",
+                 "--width", "8", "--reps", "1", "-o", path]) == 0
+    return path
+
+
+def _ok(study, tmp):
+    out = str(tmp / "o.h5")
+    return {
+        "run": ["run", "-s", "dynamic,prolific", *TINY, "-o", out],
+        "ge": ["ge", "--arch", "A2", "--algo", "rows", "--n", "16", "--threads", "4", "-o", out],
+        "colocate": ["colocate", "--jobs", "2", "--workers", "1", "--steps", "5",
+                     "--step-us", "50", "--reps", "1", "--policy", "linux", "-o", out],
+        "trace": ["trace", study, "--png", str(tmp / "t.png")],
+        "check": ["check", "-L", "2", "--height", "2", "--width", "2"],
+        "list": ["list"],
+        "plan": ["plan", "--policy", "guided", "--tasks", "10", "--workers", "2"],
+        "report": ["report", study, "--no-plots", "--out-dir", str(tmp / "r")],
+        "fit": ["fit", study, "--model", "amdahl"],
+        "merge": ["merge", study, "-o", out],
+    }
+
+
+# a run, job or rank of the command fails: (argv, environment)
+def _failing(tmp):
+    out = str(tmp / "f.h5")
+    return {
+        "run": (["run", "-s", "prolific", *TINY, "-o", out], {FAULT_ENV: "0:1"}),
+        "ge": (["ge", "--arch", "A2", "--algo", "rows", "--n", "16", "--threads", "8", "-o", out],
+               {"HYBRIDSCHED_GE_FAULT": "row5"}),
+        # a job's run loses a worker: the job fails, the others go on
+        "colocate": (["colocate", "--workload", "run", "-s", "prolific", "--jobs", "2",
+                      "--workers", "2", "--steps", "6", "--height", "4", "--width", "8",
+                      "--reps", "1", "--policy", "linux", "-o", out], {FAULT_ENV: "0:1"}),
+    }
+
+
+BAD = {
+    "run": ["run", "-k", "0"],
+    "ge": ["ge", "--n", "0"],
+    "colocate": ["colocate", "--jobs", "0"],
+    "trace": ["trace", "/nonexistent.h5"],
+    "check": ["check", "--frames", "x"],
+    "list": ["list", "--bogus"],
+    "plan": ["plan", "--policy", "guided", "--tasks", "0", "--workers", "2"],
+    "report": ["report", "/nonexistent.h5"],
+    "fit": ["fit", "/nonexistent.h5"],
+    "merge": ["merge", "/nonexistent.h5", "-o", "/tmp/never-written-by-hybridsched.h5"],
+}
+
+
+def test_every_subcommand_is_covered(tmp_path):
+    assert set(BAD) == set(SUBCOMMANDS) == set(_ok("s.h5", tmp_path))
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_0_when_everything_ran(name, study, tmp_path, capsys):
+    assert main(_ok(study, tmp_path)[name]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_2_for_bad_input_in_one_line(name, tmp_path, capsys):
+    before = set(os.listdir(tmp_path))
+    assert main(BAD[name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hybridsched"), err
+    assert set(os.listdir(tmp_path)) == before
+    assert not os.path.exists("/tmp/never-written-by-hybridsched.h5")
+
+
+@pytest.mark.parametrize("name", ["run", "ge", "colocate"])
+def test_1_when_a_run_or_job_failed(name, tmp_path, capsys, monkeypatch):
+    argv, env = _failing(tmp_path)[name]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert main(argv) == 1
+    assert capsys.readouterr().err.strip()  # said why
+
+
+@pytest.mark.mpi
+def test_1_when_a_rank_failed(tmp_path):
+    if shutil.which("mpiexec") is None:
+        pytest.skip("mpiexec not found")
+    env = dict(os.environ, HYBRIDSCHED_FAIL_RANK="1:0")
+    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "hybridsched", "run", "-s",
+                        "dynamic", *TINY, "-o", str(tmp_path / "m.h5")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("name", ["run", "colocate", "ge"])
+def test_130_and_143_for_the_signals(name, sig, rc, tmp_path):
+    long = {
+        "run": ["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "200", "--height", "64",
+                "--width", "64", "--reps", "50"],
+        "colocate": ["colocate", "--jobs", "2", "--workers", "1", "--steps", "100000",
+                     "--step-us", "50", "--reps", "5", "--policy", "linux"],
+        "ge": ["ge", "--arch", "A0,A1,A2", "--n", "256", "--threads", "64", "--reps", "50"],
+    }[name]
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", *long,
+                             "-o", str(tmp_path / "x.h5")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)  # past the start-up, into the runs
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == rc, err
