@@ -6,19 +6,16 @@ Each backend module exposes ``execute(job) -> Execution``; the chunking decision
 from __future__ import annotations
 
 import importlib
-from typing import Callable
-
-from ..records import Execution
-from .base import Job
+from .base import Backend, Job
 
 BACKENDS = ("serial", "threads", "forks", "pipes")
 
 
-def get_backend(name: str) -> Callable[[Job], Execution]:
+def get_backend(name: str) -> Backend:
     """The ``execute`` function of a backend module, imported on first use."""
     if name not in BACKENDS:
         raise KeyError(name)
     return importlib.import_module(f"{__name__}.{name}").execute
 
 
-__all__ = ["BACKENDS", "Job", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "Job", "get_backend"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from ..core import registry
 from ..core.monitor import UtilisationMonitor
 from ..core.registry import SchedulerInfo
 from ..oslayer.cpus import usable_cpus
-from ..records import RunConfig
+from ..records import Execution, RunConfig
 
 if TYPE_CHECKING:  # the arbiter is loaded only by the runs that use it (--coop)
     from ..coop.arbiter import Arbiter
@@ -76,3 +76,10 @@ def job_for(cfg: RunConfig, work: np.ndarray, monitor=None, cpus: list[int] | No
     if cpus is not None:
         job.cpus = cpus
     return job
+
+
+class Backend(Protocol):
+    """A backend module's entry point (``execute``): run one job, return what it measured
+    (:func:`backends.get_backend` picks it by the registry entry's ``backend``)."""
+
+    def __call__(self, job: Job) -> Execution: ...

@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 
 from ..errors import UsageError
-from ..store import (StudyLock, StudyWriter, check_ours, check_output, conform, open_study,
-                     read_attrs, read_runs, study_spec)
+from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
+from ..study.output import new_study
 
 
 def _same(a: str, b: str) -> bool:
@@ -60,13 +60,13 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
         sources.append({"path": os.path.abspath(p), "created": str(a.get("created", "")),
                         "hostname": str(a.get("machine.hostname", "")),
                         "study": study_spec(p, a)})
-    with StudyLock(out) as lock:  # before looking at -o: its writer may be creating it now
-        if os.path.lexists(out) and not overwrite:
-            raise UsageError(f"-o {out}: file exists (use --overwrite to replace it)")
-        total = 0
-        with StudyWriter(out, machine, {"merged_from": sources}, lock=lock) as w:
-            for i, p in enumerate(inputs):
-                total = _copy_runs(p, i, w.h5, total)
+    # the lock before looking at -o (its writer may be creating it now), the machine the
+    # studies ran on (the first input's) rather than this one
+    total = 0
+    with new_study(out, {"merged_from": sources}, overwrite=overwrite, metadata=machine,
+                   what="-o") as w:
+        for i, p in enumerate(inputs):
+            total = _copy_runs(p, i, w.h5, total)
     return total
 
 
