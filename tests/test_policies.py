@@ -410,3 +410,14 @@ def test_plan_cli_subprocess():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["worker,first,count", "-1,0,2", "-1,2,2", "-1,4,1"]
+
+
+def test_hybridsched_plan_is_the_policies_plan_with_its_signature():
+    import inspect
+
+    import hybridsched
+
+    assert hybridsched.plan is pol.plan
+    assert list(inspect.signature(pol.plan).parameters) == ["policy", "n", "k", "chunk", "params"]
+    rows = hybridsched.plan("guided", 10, 3)
+    assert [(r.worker, r.first, r.count) for r in rows][:2] == [(-1, 0, 4), (-1, 4, 2)]

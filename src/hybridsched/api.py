@@ -17,9 +17,12 @@ backends, the same per-worker table and chunk trace, the same record, which
 from __future__ import annotations
 
 import hashlib
+import signal
+import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -27,9 +30,10 @@ from .core import registry
 from .errors import HybridschedError, UsageError
 from .records import RunConfig, RunRecord
 from .shared import is_shared
-from .oslayer.shm import segment_array
+from .oslayer.shm import segment_array, sweep_orphans
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
+from .workloads.catalogue import check_dtype
 from .workloads.build import sort_checker, sortable
 from .study.measure import single_record
 from .study.output import new_study
@@ -163,7 +167,12 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
         raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
                          f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
+    check_dtype(data.dtype, "data")
     kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
+    if dispatch == compiled.COMPILED and info.backend == "threads":
+        why = compiled.refusal(info, kern.numba, False)
+        if why:  # refused before anything runs, as `run --dispatch compiled` is
+            raise UsageError(f"dispatch='compiled': {why}; use dispatch='auto'")
     kernelref.gil_warning(kern, info.family)
     checker, mode = _checker_for(verify, kern, data)
     forked = info.family in ("process", "pipe")
@@ -179,20 +188,46 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     kern.name[:120], 0, workload="user", verify=mode, input_hash=digest,
                     dispatch=dispatch)
-    space = _Space(data, in_place, checker is not None or info.topology == "feedback"
-                   or chunk < 0, checker)
-    with Resources([cfg], lambda c: space) as res:  # the monitor, if the scheduler needs it
-        space.kernel = kern.fn
-        kernelref.compile_for(kern, space.work)  # before any fork: children never compile
-        rec = single_record(TimedRun(res.space(cfg), cfg, res).run())
-        if not in_place:
-            np.copyto(data, space.work)
+    sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
+    with _sigterm_unwinds():
+        rec = _run(cfg, data, in_place, kern, checker, info)
     verified = None if mode == "none" and not rec.error else rec.verified
     result = Result(rec.time_s, verified, rec.workers, rec.trace, rec)
     if check and (rec.error or verified is False):
         what = rec.error or f"the result did not verify ({mode or 'sort check'})"
         raise RunFailed(f"{scheduler} k={k}: {what}", result)
     return result
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM as SIGINT is: an exception in the main thread that unwinds the run (workers
+    killed and reaped, segments removed), where the process left SIGTERM at its default,
+    which would end it on the spot and leave the run's segments behind."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def unwind(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) -> RunRecord:
+    space = _Space(data, in_place, checker is not None or info.topology == "feedback"
+                   or cfg.chunk < 0, checker)
+    with Resources([cfg], lambda c: space) as res:  # the monitor, if the scheduler needs it
+        space.kernel = kern.fn
+        kernelref.compile_for(kern, space.work)  # before any fork: children never compile
+        rec = single_record(TimedRun(res.space(cfg), cfg, res).run())
+        if not in_place:
+            np.copyto(data, space.work)
+    return rec
 
 
 def write_study(path: str, results, overwrite: bool = False) -> str:

@@ -52,6 +52,20 @@ def _launched_rank() -> int:
     return (launch.rank or 0) if launch is not None else 0
 
 
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The command line; under an MPI launch a `run` rank that cannot parse its own tells
+    the others (they wait for it in their first collective otherwise)."""
+    try:
+        return make_parser(_subcommand(argv)).parse_args(argv)
+    except UsageError as exc:
+        launch = detect_launch()
+        if launch is not None and _subcommand(argv) == "run":
+            from .commands.run_mpi import refuse
+
+            refuse(str(exc))
+        raise
+
+
 def _sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
@@ -61,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     old = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        args = make_parser(_subcommand(argv)).parse_args(argv)
+        args = _parse(argv)
         command = getattr(args, "command", None)
         if command is None:
             raise UsageError(f"{PROG}: a command is required ({', '.join(SUBCOMMANDS)}); "

@@ -118,15 +118,21 @@ def wanted(configs) -> bool:
     return False
 
 
-def why_not(job, kernel) -> str:
-    """Why ``job`` cannot run compiled ('' when it can)."""
-    if getattr(job.info, "sequence", None) is None:
-        return f"{job.scheduler}'s hand-out is not a fixed first-come-first-served sequence"
-    if not is_compiled(kernel):
+def refusal(info, compiled_kernel: bool, coop: bool) -> str:
+    """Why a thread scheduler (registry entry ``info``) cannot run in the compiled loop
+    ('' when it can)."""
+    if info.sequence is None:
+        return f"{info.name}'s hand-out is not a fixed first-come-first-served sequence"
+    if not compiled_kernel:
         return "the kernel is not a numba function"
-    if job.coop is not None:
+    if coop:
         return "--coop needs a scheduling point between chunks"
     return ""
+
+
+def why_not(job, kernel) -> str:
+    """Why ``job`` cannot run compiled ('' when it can)."""
+    return refusal(job.info, is_compiled(kernel), job.coop is not None)
 
 
 def use_compiled(job, kernel) -> bool:

@@ -38,7 +38,7 @@ import numpy as np
 from ..core import policies as pol
 from ..errors import UsageError
 from ..kernels import get_kernel
-from ..oslayer.proctree import ProcessTeam
+from ..oslayer.proctree import ProcessTeam, readable
 from ..records import Execution
 from .base import Job
 
@@ -155,7 +155,7 @@ def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int])
             wk.acquire()
         nth = 0
         while True:
-            if wk is not None and not select.select([rd], [], [], 0)[0]:
+            if wk is not None and not readable(rd):
                 wk.block()  # about to wait on the pipe: a scheduling point
                 msg = os.read(rd, REC.size)
                 wk.acquire()

@@ -26,7 +26,7 @@ import numpy as np
 from ..coop.arbiter import Arbiter
 from ..oslayer import futex
 from ..oslayer.cpus import usable_cpus
-from ..oslayer.proctree import ProcessTeam
+from ..oslayer.proctree import ProcessTeam, readable
 from ..oslayer.shm import SharedArrays
 from .spec import POLICIES, ColocateSpec, JobRecord, Policy
 
@@ -104,7 +104,7 @@ def _open_gate(team: ProcessTeam, sh: SharedArrays) -> float:
     the experiment before it starts); returns the common start time."""
     while not (sh.rows["ready"] == 1).all():
         for w, fd in team.pidfds.items():
-            if select.select([fd], [], [], 0)[0]:
+            if readable(fd):
                 raise team.fail(w, " before the start")
         time.sleep(0.001)
     t0 = perf_counter()

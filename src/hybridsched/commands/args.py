@@ -89,7 +89,11 @@ def nonnegative_int(what: str):
 
 
 def name_list(text: str) -> list[str]:
-    return list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    """A comma list of names (order kept, repeats dropped); an empty one is bad input."""
+    names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected one or more names, got {text!r}")
+    return names
 
 
 def choice_list(choices, what: str):

@@ -7,6 +7,8 @@ from ..results.merge import merge
 
 
 def main(args) -> int:
-    n = merge(args.files, args.out, args.overwrite)
-    print(f"{n} runs from {len(args.files)} files written to {args.out}", file=sys.stderr)
+    counts = merge(args.files, args.out, args.overwrite)
+    what = ", ".join([f"{counts['runs']} runs"] + [f"{n} {t} rows" for t, n in counts.items()
+                                                   if t != "runs"])
+    print(f"{what} from {len(args.files)} files written to {args.out}", file=sys.stderr)
     return 0

@@ -57,8 +57,9 @@ def _single(args, w: World) -> int:
         meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
         load(spec, todo)
         meta["check_load"] = json.dumps(probe.result())  # one warning if the machine is shared
-        writer = (StudyWriter(out, append=True, lock=lock) if resume else
-                  new_study(out, spec.to_dict(), overwrite=True, lock=lock, metadata=meta))
+        writer = (StudyWriter(out, append=True, lock=lock, resumable=True) if resume else
+                  new_study(out, spec.to_dict(), overwrite=True, lock=lock, metadata=meta,
+                            resumable=True))
         with writer:
             if resume:
                 record_resume(writer, spec, meta)

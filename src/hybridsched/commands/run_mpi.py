@@ -10,7 +10,7 @@ import sys
 
 from ..errors import UsageError
 from ..machine.probes import LoadCheck
-from ..mpi.ranks import World, abort_on_error, agree
+from ..mpi.ranks import World, abort_on_error, agree, world
 from ..mpi.runs import check_split, run_configurations
 from ..mpi.watchdog import RankWatchdog
 from ..oslayer.cpus import usable_cpus
@@ -24,13 +24,10 @@ from .common import check_test_hooks, load, out_name
 
 def main_mpi(args, w: World) -> int:
     """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
-    try:
-        spec = build_spec(args)  # the same arguments, so the same verdict, on every rank
-    except UsageError:
-        if w.rank:
-            raise SystemExit(2)
-        raise
+    spec = _agreed_spec(args, w)
     configs = spec.configurations()
+    _same_everywhere(w, dict(spec.to_dict(), split=args.split, out=args.out,
+                             overwrite=args.overwrite))
     out = w.bcast(out_name(args.out) if args.out is None else args.out)
     lock = StudyLock(out)
 
@@ -54,6 +51,60 @@ def main_mpi(args, w: World) -> int:
                 return _study(args, w, spec, configs, out, lock)
     finally:
         lock.release()
+
+
+def refuse(message: str) -> None:
+    """This rank's command line is bad (it did not even parse): say so to the others in
+    the collectives a good rank enters (:func:`_agreed_spec`), so every rank stops."""
+    w = world()
+    if not w.is_mpi:
+        raise UsageError(message)
+    _agree_on(w, message)
+
+
+def _agreed_spec(args, w: World):
+    """Each rank's study from its own command line; a rank whose input is bad stops every
+    rank (rank 0 says why, naming the rank when it is not itself), not only itself while
+    the others wait for it in the next collective."""
+    error = None
+    try:
+        spec = build_spec(args)
+    except UsageError as exc:
+        spec, error = None, str(exc)
+    _agree_on(w, error)
+    return spec
+
+
+def _agree_on(w: World, error: str | None) -> None:
+    """Gather every rank's error (None: fine); any error stops all: exit 2 everywhere,
+    rank 0 printing the first one."""
+    errors = w.gather(error) or []
+    verdict = w.bcast(next((e if r == 0 else f"rank {r}: {e}"
+                            for r, e in enumerate(errors) if e), None))
+    if verdict is not None:
+        if w.rank == 0:
+            raise UsageError(verdict)
+        raise SystemExit(2)
+
+
+def _same_everywhere(w: World, mine: dict) -> None:
+    """Every rank must run the same study: rank 0's options are sent to all (one
+    broadcast) and a rank started with other ones (an MPMD launch, a wrong script) stops
+    the job before any run, one line and exit 2 on every rank. Otherwise a run would be
+    stored as verified for frames the other ranks never worked on, or a collective would
+    wait forever for a rank with fewer repetitions."""
+    text = json.dumps(mine, sort_keys=True, default=str)
+    root = w.bcast(text)
+    differ = [r for r, d in enumerate(w.gather(int(text != root)) or []) if d]
+    differ = w.bcast(differ)
+    if differ:
+        if w.rank == 0:
+            theirs = json.loads(root)
+            raise UsageError(f"the {w.size} MPI ranks were started with different options: "
+                             f"rank {differ[0]} differs from rank 0 (every rank must be given "
+                             f"the same command line; rank 0 runs {theirs.get('schedulers')} "
+                             f"at L = {theirs.get('frames')}, seed {theirs.get('seed')})")
+        raise SystemExit(2)
 
 
 def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:

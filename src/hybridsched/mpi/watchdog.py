@@ -11,13 +11,13 @@ ranks the launcher kills afterwards do not each print a line of their own.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import time
 
 import numpy as np
 
 from ..oslayer.procfs import wait_status
+from ..oslayer.proctree import readable
 from ..oslayer.shm import SharedArrays
 
 # How long the marker of a death stays, so that the watchdogs of the ranks the launcher
@@ -85,7 +85,7 @@ class RankWatchdog:
             fd = os.pidfd_open(rank_pid)
         except OSError:
             return
-        select.select([fd], [], [])
+        readable(fd, None)
         flag = int(self._flag[0])
         marker = _marker(self._proxy)
         if flag == ABORTING:  # the rank named itself; keep the marker up for the others

@@ -89,6 +89,15 @@ def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
     return w, n, mode
 
 
+def readable(fd: int, timeout: float | None = 0) -> bool:
+    """Whether ``fd`` (a pipe, a pidfd) is readable within ``timeout`` seconds (None: wait).
+    poll, not select: select refuses descriptors from FD_SETSIZE (1024) up, which a
+    process team of many workers (or a high `ulimit -n`) reaches."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(None if timeout is None else int(timeout * 1000)))
+
+
 def describe_status(status: int | None) -> str:
     """A wait status as words: 'was killed by signal 9 (SIGKILL)', ..."""
     if status is None:

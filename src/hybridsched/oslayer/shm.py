@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import math
 import mmap
 import os
 import re
@@ -156,9 +157,15 @@ def sweep_orphans() -> list[str]:
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes of a ``dtype[shape]`` array, in Python integers (numpy's int64 product wraps
+    around silently); refused when it cannot be placed in shared memory."""
     if any(int(s) < 0 for s in shape):
         raise UsageError(f"shared_array: negative dimension in shape {shape}")
-    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    n = math.prod(int(s) for s in shape) * dtype.itemsize
+    if n > available_memory():
+        raise UsageError(f"shared_array: shape {shape} of {dtype} needs {n:,} bytes, more than "
+                         f"the {available_memory():,} available for shared memory")
+    return n
 
 
 def segment_array(shape, dtype, role: str = "user") -> tuple[Segment, np.ndarray]:

@@ -25,10 +25,17 @@ def _same(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
-    """Write the union of the studies ``inputs`` to ``out``; returns the number of runs.
+# The side tables a merge carries over with /runs: `hybridsched ge` and `colocate` rows
+# are results as much as runs are.
+SIDE_TABLES = ("ge", "colocate")
 
-    Raises NotOurFile (a UsageError) for an input that is not a hybridsched study.
+
+def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int]:
+    """Write the union of the studies ``inputs`` to ``out`` (runs and side tables); returns
+    the rows written per table ({"runs": 12, "ge": 4}).
+
+    Raises NotOurFile (a UsageError) for an input that is not a hybridsched study, and
+    UsageError where two inputs hold the same side table in different layouts.
     """
     if not inputs:
         raise UsageError("merge: no input files")
@@ -62,12 +69,44 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> int:
                         "study": study_spec(p, a)})
     # the lock before looking at -o (its writer may be creating it now), the machine the
     # studies ran on (the first input's) rather than this one
-    total = 0
+    counts = {"runs": 0}
     with new_study(out, {"merged_from": sources}, overwrite=overwrite, metadata=machine,
                    what="-o") as w:
         for i, p in enumerate(inputs):
-            total = _copy_runs(p, i, w.h5, total)
-    return total
+            counts["runs"] = _copy_runs(p, i, w.h5, counts["runs"])
+            _copy_tables(p, w.h5, counts)
+    return counts
+
+
+def _copy_tables(path: str, dst: h5py.File, counts: dict[str, int]) -> None:
+    """Append the side tables of ``path`` to ``dst``'s; a table's ``run_id`` (`ge`) is
+    renumbered on, as the runs' are, and its spec kept per source (``<table>_specs``)."""
+    with open_study(path) as src:
+        for name in SIDE_TABLES:
+            ds = src.get(name)
+            if not isinstance(ds, h5py.Dataset) or ds.dtype.names is None or ds.ndim != 1:
+                continue
+            rows = ds[()]
+            have = dst.get(name)
+            if have is None:
+                have = dst.create_dataset(name, shape=(0,), maxshape=(None,), dtype=rows.dtype,
+                                          chunks=True)
+                for key, value in src.attrs.items():  # its layout version, say
+                    if key.startswith(f"{name}_") and key != f"{name}_spec":
+                        dst.attrs[key] = value
+            elif have.dtype != rows.dtype:
+                raise UsageError(f"merge: {path}: /{name} rows have another layout than the "
+                                 "earlier inputs' (a study of another hybridsched version)")
+            first = int(have.shape[0])
+            if "run_id" in (rows.dtype.names or ()):
+                rows["run_id"] = np.arange(first, first + len(rows))
+            have.resize((first + len(rows),))
+            have[first:] = rows
+            specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))
+            specs.append(json.loads(src.attrs.get(f"{name}_spec", "{}")))
+            dst.attrs[f"{name}_specs"] = json.dumps(specs, sort_keys=True)
+            dst.attrs[f"{name}_spec"] = json.dumps(specs[0], sort_keys=True)
+            counts[name] = counts.get(name, 0) + len(rows)
 
 
 def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:

@@ -114,10 +114,13 @@ def remove_stale_temps(path: str) -> list[str]:
     return removed
 
 
-def publish(path: str, data, safe_runs: int, replacing_old: bool = False) -> None:
+def publish(path: str, data, safe: str, replacing_old: bool = False,
+            then: str = "free space and run it again to a new --out") -> None:
     """Write ``data`` (bytes-like) to ``path`` by rename; DiskFull if space runs out (the
-    previous content of ``path`` is then untouched). ``replacing_old``: the file at ``path``
-    is an older study being overwritten, not this one's earlier snapshot."""
+    previous content of ``path`` is then untouched). ``safe``: what the file at ``path``
+    holds already ("3 runs", "" for nothing); ``then``: what the user can do next (only
+    `run` can continue a study); ``replacing_old``: the file at ``path`` is an older
+    study being overwritten, not this one's earlier snapshot."""
     try:
         with replacing(path) as fh:
             fh.write(data)
@@ -126,9 +129,9 @@ def publish(path: str, data, safe_runs: int, replacing_old: bool = False) -> Non
             if replacing_old:
                 raise DiskFull(f"disk full: the new study could not be written; {path} still "
                                "holds the old one, unchanged (free space and run again)") from None
-            where = (f"{safe_runs} runs are safe in {path}" if safe_runs or os.path.exists(path)
+            where = (f"{safe or '0 runs'} are safe in {path}" if safe or os.path.exists(path)
                      else f"nothing could be stored in {path}")
-            raise DiskFull(f"disk full: {where} (free space, then continue with --resume)") from None
+            raise DiskFull(f"disk full: {where} ({then})") from None
         raise
 
 

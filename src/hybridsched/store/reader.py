@@ -109,6 +109,21 @@ def _check_values(path: str, runs: np.ndarray) -> None:
     if wrong.any():
         i = int(np.flatnonzero(runs["verified"])[np.flatnonzero(wrong)[0]])
         raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be finite and > 0)")
+    if "workload_params" in (runs.dtype.names or ()):
+        for text in set(runs["workload_params"].tolist()) - {""}:
+            if not _params_object(text):
+                i = int(np.flatnonzero(runs["workload_params"] == text)[0])
+                raise bad(i, f"workload_params {text[:60]!r} is not a JSON object of numbers")
+
+
+def _params_object(text: str) -> bool:
+    """Whether ``text`` is what a run stores as workload_params: {"name": number, ...}."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
 
 
 def read_runs(path: str) -> np.ndarray:
@@ -188,6 +203,10 @@ def _detail(h5: h5py.File, run_id: int) -> Detail:
     for arr, dt in ((workers, WORKER_DTYPE), (trace, TRACE_DTYPE)):
         if arr.dtype.names is None or not set(dt.names) <= set(arr.dtype.names):
             raise ValueError(f"/detail/{name}: a table of another layout")
+    if len(trace) and not (np.isfinite(trace["start"]).all() and np.isfinite(trace["end"]).all()
+                           and (trace["count"] >= 1).all() and (trace["first"] >= 0).all()):
+        raise ValueError(f"/detail/{name}: a chunk of the trace with a time that is not finite, "
+                         "a first task below 0 or a count below 1")
     text = g.attrs.get("extra")
     try:
         extra = json.loads(text.decode() if isinstance(text, bytes) else text) if text is not None else {}

@@ -56,7 +56,7 @@ class StudyWriter:
 
     def __init__(self, path: str, metadata: dict | None = None, study: dict | None = None,
                  append: bool = False, lock: StudyLock | None = None,
-                 release_lock: bool | None = None):
+                 release_lock: bool | None = None, resumable: bool = False):
         self.path = path
         self.h5 = None
         # release the lock on close: the writer's own, or one handed over (open_new)
@@ -103,6 +103,10 @@ class StudyWriter:
         self._existed = append
         self._pending = 0            # runs appended since the last snapshot
         self._published_runs = int(self.runs.shape[0]) if append else 0
+        self._safe = self._stored() if append else ""  # what the file on disk holds
+        # what a full disk leaves the user to do: only `run` continues a study (--resume)
+        self._then = ("free space, then continue with --resume" if resumable else
+                      "free space and run it again to a new --out")
         self._publish_cost = 0.0
         self._published_at = 0.0
 
@@ -168,12 +172,22 @@ class StudyWriter:
         self.h5.flush()
         n = int(self.runs.shape[0])
         with self._image.getbuffer() as image:
-            publish(self.path, image, self._published_runs,
-                    replacing_old=not self._existed and os.path.lexists(self.path))
+            publish(self.path, image, self._safe,
+                    replacing_old=not self._existed and os.path.lexists(self.path),
+                    then=self._then)
         self._published_runs, self._pending = n, 0
+        self._safe = self._stored()
         self._existed = True
         self._published_at = time.monotonic()
         self._publish_cost = self._published_at - t0
+
+    def _stored(self) -> str:
+        """The rows of the study as it is now: "3 runs", "3 runs and 4 ge rows"."""
+        parts = [f"{int(self.runs.shape[0])} runs"] if self.runs.shape[0] else []
+        parts += [f"{int(ds.shape[0])} {name} rows" for name, ds in self.h5.items()
+                  if name not in ("runs", "detail") and isinstance(ds, h5py.Dataset)
+                  and ds.ndim == 1 and ds.shape[0]]
+        return " and ".join(parts)
 
     @property
     def published_runs(self) -> int:
@@ -217,7 +231,7 @@ class StudyWriter:
 
 def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
              lock: StudyLock | None = None, what: str = "--out",
-             hint: str = "use --overwrite to replace it") -> StudyWriter:
+             hint: str = "use --overwrite to replace it", resumable: bool = False) -> StudyWriter:
     """The writer of a new study at ``path``: refused (one UsageError line) when something
     is there already unless ``overwrite``, and then replaced only once the new study is
     published. Checked under the study's lock: ``lock`` when the caller holds it (taken
@@ -228,7 +242,8 @@ def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
     try:
         if os.path.lexists(path) and not overwrite:
             raise UsageError(f"{what} {path}: file exists ({hint})")
-        return StudyWriter(path, metadata, study, lock=lock, release_lock=own)
+        return StudyWriter(path, metadata, study, lock=lock, release_lock=own,
+                           resumable=resumable)
     except BaseException:
         if own:
             lock.release()

@@ -24,8 +24,8 @@ def this_machine(**extra) -> dict:
 
 def new_study(path: str, study: dict, *, overwrite: bool = False, lock: StudyLock | None = None,
               metadata: dict | None = None, what: str = "--out",
-              hint: str = "use --overwrite to replace it") -> StudyWriter:
+              hint: str = "use --overwrite to replace it", resumable: bool = False) -> StudyWriter:
     """The writer of a new study at ``path`` with this machine's metadata (or ``metadata``:
     a merge keeps its inputs'); see :func:`store.open_new` for the lock and the refusal."""
     return open_new(path, this_machine() if metadata is None else metadata, study,
-                    overwrite=overwrite, lock=lock, what=what, hint=hint)
+                    overwrite=overwrite, lock=lock, what=what, hint=hint, resumable=resumable)

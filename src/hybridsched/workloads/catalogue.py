@@ -126,17 +126,41 @@ def file_hash(path: str) -> str:
     return "sha256:" + h.hexdigest()
 
 
+# The element kinds every kernel (numba's and the workers' shared memory) takes: bool,
+# signed and unsigned integers, floats, complex. Anything else is refused, never converted.
+KERNEL_KINDS = "biufc"
+
+
+def check_dtype(dtype: np.dtype, what: str) -> None:
+    """Refuse (one UsageError line naming the conversion to make) a dtype the kernels
+    cannot take: another byte order than this machine's, dates and times, text, records,
+    Python objects."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in KERNEL_KINDS and not dtype.isnative:
+        raise UsageError(f"{what}: dtype {dtype.str} is not in this machine's byte order; "
+                         "convert it first, e.g. a.astype(a.dtype.newbyteorder('='))")
+    if dtype.kind in "mM":
+        raise UsageError(f"{what}: dtype {dtype} (dates and times) is not taken by the kernels; "
+                         "convert it first, e.g. a.view('i8')")
+    if dtype.kind not in KERNEL_KINDS:
+        raise UsageError(f"{what}: dtype {dtype} is not supported: kernels take bool, integer, "
+                         "float or complex arrays (object, text and record arrays are not)")
+
+
 def load_input(path: str) -> np.ndarray:
-    """The --input array, memory-mapped read-only; one UsageError line if it is not one."""
+    """The --input array, memory-mapped read-only; one UsageError line if it is not one:
+    unreadable, no task, an empty inner axis, a dtype the kernels cannot take."""
     _regular(path)
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError, MemoryError) as exc:
         raise UsageError(f"--input {path}: not a readable .npy array ({exc})") from None
     if not isinstance(arr, np.ndarray) or arr.ndim < 1 or arr.shape[0] < 1:
         raise UsageError(f"--input {path}: needs an array with at least one task (first axis)")
-    if arr.dtype.hasobject:
-        raise UsageError(f"--input {path}: object arrays are not supported")
+    if 0 in arr.shape[1:]:
+        raise UsageError(f"--input {path}: shape {arr.shape} has an empty axis; every task "
+                         "needs at least one element")
+    check_dtype(arr.dtype, f"--input {path}")
     return arr
 
 

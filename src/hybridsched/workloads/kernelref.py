@@ -66,6 +66,8 @@ def import_ref(ref: str, what: str) -> Callable:
         sys.path.append(here)  # `hybridsched run` from the directory holding the module
     try:
         obj = importlib.import_module(mod_name)
+    except SystemExit as exc:  # the module ends the interpreter while it is imported
+        raise UsageError(f"{what} {ref!r}: importing {mod_name!r} called exit({exc.code!r})") from None
     except ImportError as exc:
         raise UsageError(f"{what} {ref!r}: cannot import {mod_name!r}: {exc}") from None
     except Exception as exc:  # the module itself fails on import

@@ -1,0 +1,283 @@
+"""Issue 23: every input path refuses cleanly (one line, exit 2 / UsageError, nothing left
+behind), no table is dropped, MPI ranks agree, descriptors above FD_SETSIZE, the API after
+SIGTERM. Each case failed before its fix."""
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numba
+import numpy as np
+import pytest
+
+import hybridsched
+from hybridsched import store
+from hybridsched.cli import main
+from hybridsched.errors import DiskFull, UsageError
+from hybridsched.oslayer.shm import our_shm_entries
+
+TINY = ["-k", "2", "--reps", "1"]
+
+
+def one_line_2(capsys, argv, out=None):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hybridsched"), err
+    if out is not None:
+        assert not os.path.exists(out)
+    return err[0]
+
+
+# --- 1-3: --input ----------------------------------------------------------------------
+
+def test_input_with_an_empty_inner_axis_is_refused_before_anything_is_written(tmp_path, capsys):
+    src, out = str(tmp_path / "e.npy"), str(tmp_path / "e.h5")
+    np.save(src, np.zeros((5, 0, 3), np.uint8))
+    line = one_line_2(capsys, ["run", "-s", "dynamic", *TINY, "--input", src, "-o", out], out)
+    assert "empty axis" in line
+
+
+def test_input_in_another_byte_order_is_refused_not_converted(tmp_path, capsys):
+    mod = tmp_path / "bekern.py"
+    mod.write_text("def k(task):\n    task[:] = task * 2\n\ndef ok(a, b):\n    return True\n")
+    src, out = str(tmp_path / "b.npy"), str(tmp_path / "b.h5")
+    np.save(src, np.ones((4, 3), ">f8"))
+    line = one_line_2(capsys, ["run", "-s", "dynamic", *TINY, "--input", src, "--kernel",
+                               "bekern:k", "--verify", "bekern:ok", "-o", out], out)
+    assert ">f8" in line and "byte order" in line and "astype" in line
+
+
+@pytest.mark.parametrize("dtype,words", [(">f8", "byte order"), ("datetime64[s]", "view('i8')"),
+                                         ("U4", "not supported")])
+def test_parallel_for_refuses_dtypes_the_kernels_cannot_take(dtype, words):
+    @numba.njit(nogil=True)
+    def k(task):
+        pass
+
+    with pytest.raises(UsageError, match=None) as exc:
+        hybridsched.parallel_for(k, np.zeros((4, 2), dtype), k=2)
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_input_whose_header_holds_a_negative_dimension(tmp_path, capsys):
+    src, out = tmp_path / "n.npy", str(tmp_path / "n.h5")
+    np.save(src, np.zeros((4, 3), np.uint8))
+    raw = src.read_bytes().replace(b"(4, 3)", b"(-4, 3)")
+    src.write_bytes(raw)
+    line = one_line_2(capsys, ["run", "-s", "dynamic", *TINY, "--input", str(src), "-o", out], out)
+    assert "not a readable .npy array" in line
+
+
+# --- 4-7 ---------------------------------------------------------------------------------
+
+def test_shared_array_refuses_a_size_that_overflows_or_exceeds_memory():
+    for shape in ((2**40, 2**40), (2**62,)):
+        with pytest.raises(UsageError, match="available for shared memory"):
+            with hybridsched.shared_array(shape):
+                pass
+
+
+@pytest.mark.parametrize("scheduler,kernel", [("dynamic", "python"), ("static", "quicksort"),
+                                              ("aimd", "quicksort")])
+def test_parallel_for_refuses_compiled_dispatch_it_cannot_run_before_running(scheduler, kernel):
+    def py(task):
+        task[:] = task
+
+    data = np.random.default_rng(0).integers(0, 255, (6, 2, 8), dtype=np.uint8)
+    with pytest.raises(UsageError, match="dispatch='compiled'"):
+        hybridsched.parallel_for(py if kernel == "python" else kernel, data, scheduler=scheduler,
+                                 k=2, dispatch="compiled")
+
+
+def test_a_kernel_module_that_exits_while_imported_is_refused(tmp_path, capsys, monkeypatch):
+    (tmp_path / "quitter.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.chdir(tmp_path)
+    out = str(tmp_path / "q.h5")
+    line = one_line_2(capsys, ["run", "-s", "dynamic", *TINY, "-L", "4", "--kernel", "quitter:k",
+                               "--verify", "none", "-o", out], out)
+    assert "exit(0)" in line
+
+
+@pytest.mark.parametrize("opt", ["--arch", "--algo"])
+def test_ge_refuses_an_empty_list(opt, tmp_path, capsys):
+    out = str(tmp_path / "g.h5")
+    one_line_2(capsys, ["ge", "--n", "16", "--threads", "4", opt, "", "-o", out], out)
+
+
+# --- 8: crafted values, checked where the reader decodes them ----------------------------
+
+@pytest.fixture
+def small(tmp_path):
+    out = str(tmp_path / "s.h5")
+    assert main(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "6", "--height", "4",
+                 "--width", "8", "--reps", "1", "-o", out]) == 0
+    return out
+
+
+def _detail_trace(path, change):
+    with h5py.File(path, "a") as h5:
+        ds = h5["detail"]["000001"]["trace"]
+        rows = ds[()]
+        change(rows)
+        ds[...] = rows
+
+
+@pytest.mark.parametrize("change", [lambda t: t["start"].__setitem__(0, np.nan),
+                                    lambda t: t["count"].__setitem__(0, -3)],
+                         ids=["nan-start", "negative-count"])
+def test_trace_of_a_crafted_chunk_trace_is_one_line_and_writes_nothing(small, change, tmp_path,
+                                                                         capsys):
+    _detail_trace(small, change)
+    png, js = str(tmp_path / "t.png"), str(tmp_path / "t.json")
+    one_line_2(capsys, ["trace", small, "--run", "1", "--png", png, "--perfetto", js])
+    assert not os.path.exists(png) and not os.path.exists(js)
+    assert main(["report", small, "--out-dir", str(tmp_path / "r")]) == 0  # figures left out
+
+
+def test_report_of_workload_params_that_are_not_an_object(small, tmp_path, capsys):
+    with h5py.File(small, "a") as h5:
+        rows = h5["runs"][()]
+        rows["workload_params"][0] = b"[1, 2]"
+        h5["runs"][...] = rows
+    out_dir = str(tmp_path / "r")
+    line = one_line_2(capsys, ["report", small, "--out-dir", out_dir])
+    assert "workload_params" in line and not os.path.exists(out_dir)
+
+
+# --- 9: merge carries the side tables ------------------------------------------------------
+
+def test_merge_carries_ge_and_colocate_rows_over(small, tmp_path, capsys):
+    ge, co, out = (str(tmp_path / n) for n in ("g.h5", "c.h5", "all.h5"))
+    assert main(["ge", "--arch", "A1,A2", "--algo", "rows", "--n", "16", "--threads", "4",
+                 "-o", ge]) == 0
+    assert main(["colocate", "--jobs", "2", "--workers", "1", "--steps", "5", "--step-us", "50",
+                 "--reps", "1", "--policy", "linux", "-o", co]) == 0
+    capsys.readouterr()
+    assert main(["merge", small, ge, co, "-o", out]) == 0
+    assert "3 runs, 2 ge rows, 2 colocate rows" in capsys.readouterr().err
+    assert len(store.read_table(out, "ge")) == 2 and len(store.read_table(out, "colocate")) == 2
+    assert list(store.read_table(out, "ge")["run_id"]) == [0, 1]
+    again = str(tmp_path / "g2.h5")
+    shutil.copy(ge, again)
+    assert main(["merge", ge, again, "-o", str(tmp_path / "gg.h5")]) == 0
+    assert list(store.read_table(str(tmp_path / "gg.h5"), "ge")["run_id"]) == [0, 1, 2, 3]
+
+
+# --- 10: a full disk says what is safe and what to do ---------------------------------------
+
+def _full(*a, **k):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_disk_full_names_what_is_safe_and_offers_resume_only_to_run(tmp_path, monkeypatch):
+    from hybridsched.colocate.output import ColocateWriter
+    from hybridsched.colocate.spec import JobRecord
+    from hybridsched.store import files
+
+    rec = JobRecord("bsp", "linux", "block", 2, 0, 1, 0, 50.0, 5, 0.1, 0.1, 0, 0, 0, 0, True)
+    path = str(tmp_path / "c.h5")
+    with pytest.raises(DiskFull) as exc:
+        with ColocateWriter(path, {"N": 2}, {}) as w:
+            w.append(rec)
+            w.append(rec)
+            monkeypatch.setattr(files, "replacing", _full)
+            w.append(rec)
+    text = str(exc.value)
+    assert "2 colocate rows are safe in" in text and "--resume" not in text
+    monkeypatch.undo()
+    path = str(tmp_path / "r.h5")
+    with pytest.raises(DiskFull) as exc:
+        with store.StudyWriter(path, {"N": 2}, {}, resumable=True) as w:
+            monkeypatch.setattr(files, "replacing", _full)
+            w.publish()
+    assert "nothing could be stored" in str(exc.value) and "--resume" in str(exc.value)
+
+
+# --- 11: MPI ranks agree on the study -----------------------------------------------------------
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("second", [["-L", "48", "--seed", "7"], ["--reps", "2"], ["-k", "0"]],
+                         ids=["other-L-and-seed", "other-reps", "bad-on-rank-1"])
+def test_ranks_started_with_different_options_stop_with_one_line(second, tmp_path):
+    if shutil.which("mpiexec") is None:
+        pytest.skip("mpiexec not found")
+    out = str(tmp_path / "m.h5")
+    base = ["-m", "hybridsched", "run", "-s", "dynamic", "-k", "1", "-L", "24", "--height", "8",
+            "--width", "8", "--reps", "1", "-o", out]
+    p = subprocess.run(["mpiexec", "-n", "1", sys.executable, *base, ":", "-n", "1",
+                        sys.executable, *base, *second], capture_output=True, text=True,
+                       timeout=240)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "rank" in lines[0], p.stderr
+    assert not os.path.exists(out)
+
+
+# --- 13: descriptors above FD_SETSIZE ---------------------------------------------------------
+
+@pytest.fixture
+def many_fds():
+    """Hold 1100 descriptors, so the next ones a run opens (pidfds, pipes) are above 1024,
+    where select() refuses them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip(f"the hard limit of open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1400), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_colocate_gate_and_coop_pipes_work_with_descriptors_above_1024(many_fds, tmp_path, seg):
+    from hybridsched.colocate.experiment import run_once
+    from hybridsched.colocate.spec import POLICIES, ColocateSpec
+    from hybridsched.oslayer.cpus import n_cpus
+
+    spec = ColocateSpec(jobs=2, workers=2, policies=["linux"], step_us=50, steps=5, reps=1)
+    spec.validate(n_cpus())
+    assert all(r.verified for r in run_once(spec, POLICIES["linux"], 0, arbiter_path=seg))
+    out = str(tmp_path / "p.h5")
+    assert main(["run", "-s", "pipe-1to1,pipe-MtoM", "-k", "2", "-L", "8", "--height", "4",
+                 "--width", "8", "--reps", "1", "--coop", "-o", out]) == 0
+
+
+# --- 14: the API after SIGTERM ----------------------------------------------------------------
+
+def test_parallel_for_sweeps_the_segments_of_a_process_killed_outright():
+    code = ("import os, signal\nfrom hybridsched.oslayer.shm import segment_array\n"
+            "segment_array((16,), 'u1', 'api')\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    assert proc.wait(timeout=60) == -signal.SIGKILL and our_shm_entries(proc.pid)
+    hybridsched.parallel_for("quicksort", np.zeros((2, 2, 4), np.uint8), scheduler="dynamic", k=1)
+    assert our_shm_entries(proc.pid) == []
+
+
+def test_sigterm_inside_parallel_for_leaves_no_segment(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np, hybridsched, sys
+        data = np.random.default_rng(0).integers(0, 255, (4000, 64, 64), dtype=np.uint8)
+        print("ready", flush=True)
+        hybridsched.parallel_for("quicksort", data, scheduler="prolific", k=2, check=False)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 60
+    while not our_shm_entries(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert our_shm_entries(proc.pid), "the run's segment never appeared"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 143
+    assert our_shm_entries(proc.pid) == []
