@@ -90,26 +90,25 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
-def _timed(cmd: list[str], env: dict, cwd: str) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
-    t = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return t
-
-
-def _counted(args: list[str], env: dict, cwd: str, launcher: list[str] | None = None) -> list[dict]:
-    """Run the counter child (under ``launcher``, e.g. mpiexec); one report per process."""
-    cmd = (launcher or []) + [sys.executable, "-c", COUNTER, *args]
+def _run(cmd: list[str], env: dict, cwd: str) -> tuple[float, str]:
+    """(wall seconds, stderr) of a command that must succeed."""
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    out = [json.loads(line.split(" ", 1)[1]) for line in proc.stderr.splitlines()
+    return wall, proc.stderr
+
+
+def _timed(cmd: list[str], env: dict, cwd: str) -> float:
+    return _run(cmd, env, cwd)[0]
+
+
+def _counted(args: list[str], env: dict, cwd: str, launcher: list[str] | None = None) -> list[dict]:
+    """Run the counter child (under ``launcher``, e.g. mpiexec); one report per process."""
+    wall, stderr = _run((launcher or []) + [sys.executable, "-c", COUNTER, *args], env, cwd)
+    out = [json.loads(line.split(" ", 1)[1]) for line in stderr.splitlines()
            if line.startswith("COMPILES ")]
     for o in out:
         o["wall_s"] = wall

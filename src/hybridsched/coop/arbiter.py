@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ResourceError, UsageError
 from ..oslayer import futex, native
 from ..oslayer.procfs import pid_alive
+from ..oslayer.shm import unmap
 from . import handoff, warm
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, now_ns
@@ -230,12 +231,7 @@ class Arbiter:
             # a segment is created and initialised under the lock, so no one ever sees one
             # half made: a file without the magic is not ours
             del h
-            self.state = None
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # views still alive: the mapping goes with them
-            self._map = None
+            self._unmap()
             raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
                              "coop run is active): refusing it")
         if int(h["version"]) != VERSION:
@@ -281,12 +277,8 @@ class Arbiter:
 
     def _unmap(self) -> None:
         self.state, self.regions = None, ()
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # numpy views still alive somewhere: the kernel frees it later
-                pass
-            self._map = None
+        unmap(self._map)
+        self._map = None
 
     def _bind(self) -> None:
         self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))

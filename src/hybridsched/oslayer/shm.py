@@ -51,6 +51,16 @@ def live_segments() -> list[str]:
     return [n for n, pid in _live.items() if pid == os.getpid()]
 
 
+def unmap(m: mmap.mmap | None) -> None:
+    """Close a mapping now, or, while a numpy view of it is still referenced somewhere,
+    leave it to go with the last view (closing would raise BufferError)."""
+    if m is not None:
+        try:
+            m.close()
+        except BufferError:
+            pass
+
+
 class Segment:
     """One POSIX shared-memory segment mapped as a numpy array; a context manager.
 
@@ -93,13 +103,8 @@ class Segment:
     def close(self) -> None:
         self.unlink_name()
         self.array = None  # type: ignore[assignment]
-        m = getattr(self, "_map", None)
-        if m is not None:
-            try:
-                m.close()
-            except BufferError:
-                pass  # a view is still referenced; the mapping goes with it
-            self._map = None
+        unmap(getattr(self, "_map", None))
+        self._map = None
 
     def __enter__(self) -> "Segment":
         return self
@@ -220,12 +225,8 @@ class SharedArrays:
     def close(self) -> None:
         for name in self._names:
             setattr(self, name, None)
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # a view is still alive; the mapping goes with it
-            self._map = None
+        unmap(self._map)
+        self._map = None
 
     def __enter__(self) -> "SharedArrays":
         return self
