@@ -160,9 +160,9 @@ def test_unknown_format_version_is_refused(tmp_h5):
 
 
 def test_check_writable(tmp_path):
-    store.check_writable(str(tmp_path / "new.h5"))
+    store.check_output(str(tmp_path / "new.h5"))
     with pytest.raises(UsageError):
-        store.check_writable(str(tmp_path / "no" / "such" / "dir.h5"))
+        store.check_output(str(tmp_path / "no" / "such" / "dir.h5"))
     with pytest.raises(UsageError):
-        store.check_writable(str(tmp_path))
+        store.check_output(str(tmp_path))
     assert not (tmp_path / "new.h5").exists()

@@ -10,7 +10,7 @@
     res = hybridsched.parallel_for(square, data, scheduler="guided", k=2)
     res.time_s, res.verified, res.workers, res.trace
 
-The run is the same timed run as the CLI's (:func:`study.runner.timed_run`): the same
+The run is the same timed run as the CLI's (:class:`study.runner.TimedRun`): the same
 backends, the same per-worker table and chunk trace, the same record, which
 :func:`write_study` stores in a study file that ``hybridsched report`` reads.
 """
@@ -33,6 +33,8 @@ from .shared import is_shared
 from .oslayer.shm import segment_array, sweep_orphans
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
+from .store.format import fit_text
+from .study.options import MAX_REF
 from .workloads.catalogue import check_dtype
 from .workloads.build import sort_checker, sortable
 from .study.measure import single_record
@@ -125,7 +127,7 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
         return None, "none"
     name = verify if isinstance(verify, str) else \
         f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
-    return bool_checker(fn), name[:120]
+    return bool_checker(fn), fit_text(name, MAX_REF)
 
 
 def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | None = None,
@@ -157,13 +159,13 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
 
     if dispatch not in compiled.DISPATCH_MODES:
         raise UsageError(f"dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, got {dispatch!r}")
-    from .core.policies import AUTO_CHUNK
+    from .core.policies import AUTO_CHUNK, whole
     from .study.spec import MAX_WORKERS
 
-    k = n_cpus() if k is None else int(k)
+    k = n_cpus() if k is None else whole(k, "k")
     if not 1 <= k <= MAX_WORKERS:
         raise UsageError(f"k must be from 1 to {MAX_WORKERS}, got {k}")
-    chunk = int(chunk)
+    chunk = whole(chunk, "chunk")
     if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
         raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
                          f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
@@ -186,7 +188,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     W = int(np.prod(data.shape[2:], dtype=np.int64)) if data.ndim > 2 else 1
     digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
-                    kern.name[:120], 0, workload="user", verify=mode, input_hash=digest,
+                    fit_text(kern.name, MAX_REF), 0, workload="user", verify=mode, input_hash=digest,
                     dispatch=dispatch)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
@@ -219,12 +221,16 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 
 def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) -> RunRecord:
-    space = _Space(data, in_place, checker is not None or info.topology == "feedback"
-                   or cfg.chunk < 0, checker)
-    with Resources([cfg], lambda c: space) as res:  # the monitor, if the scheduler needs it
+    # the original is kept where anything reads it: a verifier, pipe-MtoM restoring a lost
+    # worker's chunk, --chunk auto's trials, and a profiling run, after which the array is
+    # put back (the profile runs the kernel over it once)
+    keep = (checker is not None or info.topology == "feedback" or cfg.chunk < 0
+            or info.profiled)
+    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker)) as res:
+        space = res.space(cfg)  # owned (closed on every exit) from here
         space.kernel = kern.fn
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile
-        rec = single_record(TimedRun(res.space(cfg), cfg, res).run())
+        rec = single_record(TimedRun(space, cfg, res).run())
         if not in_place:
             np.copyto(data, space.work)
     return rec
@@ -234,6 +240,8 @@ def write_study(path: str, results, overwrite: bool = False) -> str:
     """Store API results in a new study file (``hybridsched report`` reads it); refuses an
     existing file unless ``overwrite``."""
     results = list(results)
+    if not all(isinstance(r, Result) for r in results):
+        raise UsageError("write_study: expected the Result objects of parallel_for")
     study = {"api": True, "created_by": "hybridsched.parallel_for",
              "schedulers": sorted({r.record.config.scheduler for r in results}),
              "kernel": sorted({r.record.config.kernel for r in results}),

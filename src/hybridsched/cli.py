@@ -13,7 +13,7 @@ import signal
 import sys
 
 from .commands.args import Parser
-from .commands.parsers import DESCRIPTION, EXAMPLES, SUBCOMMANDS
+from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
 from .errors import HybridschedError, UsageError
 from .machine.launch import detect_launch
 from .version import __version__
@@ -24,7 +24,8 @@ _KEPT = "; completed runs are kept in the output file"
 
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every subcommand's parser, or with ``only`` that one's in full and the others by name
-    (what a command line that names its subcommand needs: nothing else is imported)."""
+    and help line (what a command line needs: ``only=""`` for one that names none, e.g.
+    --version or --help; nothing else is imported)."""
     p = Parser(prog=PROG, description=DESCRIPTION, epilog=EXAMPLES)
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command_name", parser_class=Parser, metavar="COMMAND")
@@ -32,13 +33,13 @@ def make_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or only == name:
             add(sub)
         else:
-            sub.add_parser(name)
+            sub.add_parser(name, help=HELP[name])
     return p
 
 
-def _subcommand(argv: list[str]) -> str | None:
-    """The subcommand a command line names (its first word), if it is one."""
-    return argv[0] if argv and argv[0] in SUBCOMMANDS else None
+def _subcommand(argv: list[str]) -> str:
+    """The subcommand a command line names (its first word), "" if none."""
+    return argv[0] if argv and argv[0] in SUBCOMMANDS else ""
 
 
 def _is_run(argv: list[str]) -> bool:

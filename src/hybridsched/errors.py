@@ -47,3 +47,8 @@ class StudyBusy(UsageError):
 class DiskFull(HybridschedError):
     """The file system ran out of space while a study was being written; the runs of the
     last published snapshot are safe."""
+
+
+class KernelRaised(HybridschedError):
+    """A workspace's or user's kernel raised on the calling thread (the serial backend):
+    the run fails with one line, the study goes on."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from time import perf_counter
 
+from ..errors import KernelRaised
 from ..kernels import get_kernel
-from ..records import Execution
 from ..oslayer.cpus import pinned
-from .base import Job
 from ..oslayer.procfs import thread_usage
-from ..records import trace_table, worker_table
+from ..records import Execution, trace_table, worker_table
+from .base import Job
 
 
 def execute(job: Job) -> Execution:
@@ -23,7 +23,12 @@ def execute(job: Job) -> Execution:
     with pinned(cpu if cpu >= 0 else None):
         u0 = thread_usage()
         t_begin = perf_counter()
-        kernel(job.work, 0, job.frames)
+        try:
+            kernel(job.work, 0, job.frames)
+        except Exception as exc:
+            if isinstance(job.kernel, str):
+                raise  # a built-in kernel does not raise: a bug, not a failed run
+            raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc
         t_end = perf_counter()
         u1 = thread_usage()
     row = stats[0]

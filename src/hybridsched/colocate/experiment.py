@@ -14,6 +14,7 @@ and the arbiter reclaims the dead job's tokens.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -28,6 +29,7 @@ from ..oslayer import futex
 from ..oslayer.cpus import usable_cpus
 from ..oslayer.proctree import ProcessTeam, readable
 from ..oslayer.shm import SharedArrays
+from ..oslayer.signals import signals_held
 from .spec import POLICIES, ColocateSpec, JobRecord, Policy
 
 _WORKER = np.dtype([("start", "f8"), ("end", "f8"), ("invol", "i8"), ("runq_ns", "i8"),
@@ -51,15 +53,20 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
     kind = KINDS[spec.workload]
     J = spec.jobs
     P = kind.processes_per_job(spec)      # forked processes per job
-    sh = _shared(J * P, spec.steps)
-    ctx = kind.prepare(spec, J, P)
-    arbiter = Arbiter(cpus, spec.quantum_s, arbiter_path) if policy.coop else None
     failed: dict[int, str] = {}
     job_ids: list[int] = []
-    try:
-        if arbiter is not None:
-            arbiter.__enter__()
-            job_ids = [arbiter.join_job() for _ in range(J)]
+    with contextlib.ExitStack() as stack:
+        sh = stack.enter_context(_shared(J * P, spec.steps))
+        ctx = kind.prepare(spec, J, P)
+        stack.callback(kind.close, ctx)
+        with signals_held():  # an attachment and its release registered together
+            arbiter = stack.enter_context(Arbiter(cpus, spec.quantum_s, arbiter_path)) \
+                if policy.coop else None
+            if arbiter is not None:  # after the jobs' teams: their workers die with them
+                stack.callback(arbiter.settle)
+            for _ in range(J if arbiter is not None else 0):
+                job_ids.append(arbiter.join_job())
+                stack.callback(arbiter.leave_job, job_ids[-1])
         with ProcessTeam("colocate", J * P, 1) as team:
             def body(w: int) -> None:
                 j, t = divmod(w, P)
@@ -87,25 +94,39 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
 
             for w in range(J * P):
                 team.spawn(w, body)
-            t0 = _open_gate(team, sh)
+            t0 = _open_gate(team, sh, P, failed)
             _wait_jobs(team, J, P, failed)
         return _records(spec, policy, rep, sh, kind, ctx, failed, t0, P)
-    finally:
-        if arbiter is not None:
-            for j in job_ids:
-                arbiter.leave_job(j)
-            arbiter.close()
-        kind.close(ctx)
-        sh.close()
 
 
-def _open_gate(team: ProcessTeam, sh: SharedArrays) -> float:
-    """Release every worker at once, after all are forked and waiting (a dead one fails
-    the experiment before it starts); returns the common start time."""
-    while not (sh.rows["ready"] == 1).all():
-        for w, fd in team.pidfds.items():
-            if readable(fd):
-                raise team.fail(w, " before the start")
+def _fail_job(team: ProcessTeam, w: int, P: int, failed: dict[int, str], when: str = "") -> None:
+    """Worker w died unfinished: its job fails (the reason kept), its partners are killed
+    (they would wait for it forever); the other jobs go on."""
+    j = w // P
+    if j in failed:
+        return
+    team.reap(w)
+    failed[j] = f"{team.lost(w)}{when}"
+    for other in range(j * P, (j + 1) * P):
+        if other != w and int(team.pids[other]) not in team.statuses:  # never a reaped pid
+            try:
+                os.kill(int(team.pids[other]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _open_gate(team: ProcessTeam, sh: SharedArrays, P: int, failed: dict[int, str]) -> float:
+    """Release every worker at once, once all the workers of the jobs still alive are
+    forked and waiting (a job whose worker died meanwhile has failed, before the start);
+    returns the common start time."""
+    while True:
+        alive = [w for w in range(len(sh.rows)) if w // P not in failed]
+        if (sh.rows["ready"][alive] == 1).all():
+            break
+        for w in alive:
+            fd = team.pidfds.get(w)
+            if fd is not None and readable(fd) and not team.exited(w):
+                _fail_job(team, w, P, failed, " before the start")
         time.sleep(0.001)
     t0 = perf_counter()
     sh.gate[0] = 1
@@ -126,18 +147,8 @@ def _wait_jobs(team: ProcessTeam, J: int, T: int, failed: dict[int, str]) -> Non
             w = worker_of.pop(fd)
             poller.unregister(fd)
             left.discard(w)
-            if team.exited(w):
-                continue
-            j = w // T
-            if j not in failed:
-                team.reap(w)
-                failed[j] = str(team.lost(w))
-                for other in range(j * T, (j + 1) * T):
-                    if other in left:
-                        try:
-                            os.kill(int(team.pids[other]), signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
+            if not team.exited(w):
+                _fail_job(team, w, T, failed)
 
 
 def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]:

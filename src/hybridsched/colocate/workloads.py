@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -215,7 +217,8 @@ class Run:
         # here, before the common start, until the job's run has ended
         stack = contextlib.ExitStack()
         with stack:
-            res = stack.enter_context(Resources([cfg]))
+            # its monitor only: the job's seat on the arbiter is the experiment's (coop)
+            res = stack.enter_context(Resources([replace(cfg, coop=False)]))
             run = TimedRun(ctx["spaces"][j], cfg, res, cpus=mine or None, seat=seat)
             if not mine:
                 run.job.affinity = False  # linux: let the kernel place them; coop: the tokens
@@ -230,6 +233,9 @@ class Run:
                 m = run.m
                 if m.error:
                     raise HybridschedError(m.error)
+                if m.lost:  # pipe-MtoM recovered: the job verified, but say so, as `run` does
+                    print(f"hybridsched: colocate job {j}: {cfg.scheduler} lost {m.lost} "
+                          f"worker(s) and completed on the others ({m.notes})", file=sys.stderr)
                 row = sh.rows[w]
                 row["start"], row["end"] = m.t_begin, m.t_end  # the scheduler's timed region
                 return (1.0 if m.bad_rows == 0 else 0.0), 0

@@ -6,21 +6,28 @@ import sys
 from ..colocate.experiment import run_colocate
 from ..colocate.output import ColocateWriter, read_colocate
 from ..colocate.spec import ColocateSpec
+from ..coop.sweep import sweep as sweep_coop
+from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
 from ..results.colocate_report import markdown
-from ..store import check_writable
+from ..store import check_output
 from ..study.output import this_machine
 from .common import PROG, out_name
 
 
 def main(args) -> int:
     n = n_cpus()
+    given = [o for o, v in (("--scheduler", args.scheduler), ("--height", args.height),
+                            ("--width", args.width)) if v is not None]
+    if given and args.workload != "run":
+        raise UsageError(f"{', '.join(given)}: for --workload run only, not {args.workload}")
     spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,
                         args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix,
-                        args.scheduler, args.height, args.width)
+                        args.scheduler or "dynamic", args.height or 256, args.width or 256)
     spec.validate(n)
     out = out_name(args.out, "hybridsched-colocate")
-    check_writable(out)
+    check_output(out)
+    sweep_coop()  # a coop segment whose participants all died outright
     failed = 0
     with ColocateWriter(out, this_machine(), spec.to_dict(), args.overwrite) as writer:
         def on_record(rec):

@@ -2,11 +2,15 @@
 what `run` loads before any fork (at P = 1 and on every MPI rank)."""
 from __future__ import annotations
 
+import json
 import time
 
 from ..kernels import KERNELS, prepare as load_kernels
 from ..backends import compiled
 from ..errors import ResourceError, UsageError
+from ..machine.probes import LoadCheck
+from ..oslayer.cpus import usable_cpus
+from ..mpi.ranks import rank_hooks
 from ..oslayer.proctree import fault_plan
 from ..records import RunConfig
 from ..study.spec import StudySpec
@@ -24,9 +28,11 @@ def out_name(out: str | None, stem: str = "hybridsched") -> str:
 
 
 def check_test_hooks() -> None:
-    """Refuse a malformed test hook (HYBRIDSCHED_FAULT) before the first run, not at it."""
+    """Refuse a malformed test hook (HYBRIDSCHED_FAULT, the MPI ones) before the first run,
+    not at it."""
     try:
         fault_plan()
+        rank_hooks()
     except ResourceError as exc:
         raise UsageError(str(exc)) from None
 
@@ -37,3 +43,13 @@ def load(spec: StudySpec, configs: list[RunConfig]) -> None:
     workloads.build)."""
     load_kernels(spec.kernel if spec.kernel in KERNELS else "",
                  loop=compiled.wanted(configs))
+
+
+def load_checked(spec: StudySpec, configs: list[RunConfig]) -> dict:
+    """:func:`load` while the machine's load is sampled (`run` at P = 1 and on MPI rank 0):
+    the metadata they add to the study (the load windows, warned about once if the machine
+    looks shared, and the planned tensor's bytes)."""
+    probe = LoadCheck(usable_cpus()).start()  # input is good: it samples while we load
+    load(spec, configs)
+    return {"check_load": json.dumps(probe.result()),
+            "check_planned_bytes": 2 * max(spec.frames) * spec.height * spec.width}

@@ -10,7 +10,7 @@ from ..ge.output import GeWriter, read_ge
 from ..ge.runner import check_args
 from ..ge.sweep import GeSpec, run_sweep
 from ..results.ge_report import ge_markdown
-from ..store import check_writable
+from ..store import check_output
 from ..study.output import this_machine
 from .common import out_name
 
@@ -19,7 +19,7 @@ def main(args) -> int:
     spec = GeSpec(args.arch, args.algo, args.n, args.threads, args.reps, args.seed)
     check_args(spec.archs, spec.algos, spec.n, spec.threads, spec.reps)
     out = out_name(args.out, "hybridsched-ge")
-    check_writable(out)
+    check_output(out)
     if os.path.exists(out) and not args.overwrite:
         raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
     meta = this_machine()

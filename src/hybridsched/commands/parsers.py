@@ -23,6 +23,23 @@ DESCRIPTION = ("Fork-, pipe- and thread-based scheduler study on a shared-memory
                "workload: every row of every frame of a uint8 L x H x W tensor is sorted, and "
                "each scheduler hands the frames to k workers.")
 
+# one line per subcommand in --help (also for the parsers built by name only)
+HELP = {
+    "run": "run a study (schedulers x k x L x repetitions)",
+    "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination (seed 002)",
+    "colocate": ("co-located jobs under Linux, the coop arbiter or a partition: makespan and "
+                 "interference"),
+    "trace": "one run's timeline: a Gantt PNG and a Perfetto / chrome://tracing JSON",
+    "check": ("what could make timings here untrustworthy (governor, boost, SMT, cpuset, "
+              "other load, memory, /dev/shm)"),
+    "list": "schedulers with one-line descriptions",
+    "plan": "print a policy's chunk hand-out as CSV (worker -1: first come first served)",
+    "report": "tables, CSV and speedup plots of a study file",
+    "fit": "fit Amdahl, Gustafson or USL to speedups over N = P x k",
+    "merge": "combine study files (e.g. one per Slurm job) into one",
+}
+
+
 def _technique_options(p) -> None:
     """LB4OMP's environment parameters as options (its defaults when absent)."""
     p.add_argument("--fiss-stages", type=nonnegative_int("--fiss-stages"), default=None,
@@ -59,7 +76,7 @@ def add_run(sub) -> None:
     from ..core.techniques.deterministic import RULES
     from ..study.spec import PRESETS
 
-    r = sub.add_parser("run", help="run a study (schedulers x k x L x repetitions)")
+    r = sub.add_parser("run", help=HELP["run"])
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
                    "paper's 13, 'all' for every one (with the named variants and the LB4OMP "
@@ -109,8 +126,7 @@ def add_run(sub) -> None:
 
 
 def add_ge(sub) -> None:
-    ge = sub.add_parser("ge", help="cooperative scheduler A0/A1/A2 on blocked Gaussian "
-                        "elimination (seed 002)")
+    ge = sub.add_parser("ge", help=HELP["ge"])
     ge.add_argument("--arch", type=name_list, default=["A0", "A1", "A2"], metavar="A[,A...]",
                     help="architectures: A0 (OS threads), A1 (one blocked queue), A2 "
                     "(per-primitive queues); default all three")
@@ -131,8 +147,7 @@ def add_ge(sub) -> None:
 def add_colocate(sub) -> None:
     from ..colocate.spec import BARRIERS, POLICIES, WORKLOADS as KINDS
 
-    co = sub.add_parser("colocate", help="co-located jobs under Linux, the coop arbiter or a "
-                        "partition: makespan and interference")
+    co = sub.add_parser("colocate", help=HELP["colocate"])
     co.add_argument("--workload", choices=list(KINDS), default="bsp",
                     help="bsp: compute steps separated by a barrier (default); blas: numpy "
                     "matrix products with the BLAS pool at --workers threads; run: one "
@@ -150,10 +165,11 @@ def add_colocate(sub) -> None:
                     help="steps per job (bsp) or matrix products per job (blas) (default 500)")
     co.add_argument("--matrix", type=positive("--matrix"), default=384,
                     help="blas: the n of the n x n products (default 384)")
-    co.add_argument("--scheduler", "-s", default="dynamic",
+    co.add_argument("--scheduler", "-s",
                     help="run: the scheduler every job runs, on --steps frames (default dynamic)")
-    co.add_argument("--height", type=positive("--height"), default=256, help="run: rows per frame")
-    co.add_argument("--width", type=positive("--width"), default=256, help="run: bytes per row")
+    co.add_argument("--height", type=positive("--height"),
+                    help="run: rows per frame (default 256)")
+    co.add_argument("--width", type=positive("--width"), help="run: bytes per row (default 256)")
     co.add_argument("--reps", type=positive("--reps"), default=3, help="repetitions (default 3)")
     co.add_argument("--quantum-ms", type=float, default=20.0,
                     help="coop: a job's time on a CPU before it yields to a waiting job (default 20)")
@@ -164,8 +180,7 @@ def add_colocate(sub) -> None:
 
 
 def add_trace(sub) -> None:
-    tr = sub.add_parser("trace", help="one run's timeline: a Gantt PNG and a Perfetto / "
-                        "chrome://tracing JSON")
+    tr = sub.add_parser("trace", help=HELP["trace"])
     tr.add_argument("file", metavar="FILE.h5")
     tr.add_argument("--run", type=nonnegative_int("--run"), metavar="ID",
                     help="the run_id (see /runs) (default: the first verified run, lowest rep, "
@@ -187,8 +202,7 @@ def add_trace(sub) -> None:
 
 
 def add_check(sub) -> None:
-    ck = sub.add_parser("check", help="what could make timings here untrustworthy (governor, "
-                        "boost, SMT, cpuset, other load, memory, /dev/shm)")
+    ck = sub.add_parser("check", help=HELP["check"])
     ck.add_argument("--frames", "-L", type=positive("--frames"),
                     help="planned L, for the /dev/shm check (default: the default study's)")
     ck.add_argument("--height", type=positive("--height"), help="planned H (default 640)")
@@ -198,15 +212,14 @@ def add_check(sub) -> None:
 
 
 def add_list(sub) -> None:
-    ls = sub.add_parser("list", help="schedulers with one-line descriptions")
+    ls = sub.add_parser("list", help=HELP["list"])
     ls.set_defaults(command="listing")
 
 
 def add_plan(sub) -> None:
     from ..core.policies import PLAN_HELP, PLAN_POLICIES
 
-    pl = sub.add_parser("plan", help="print a policy's chunk hand-out as CSV (worker -1: "
-                        "first come first served)", epilog="policies:\n" + "\n".join(
+    pl = sub.add_parser("plan", help=HELP["plan"], epilog="policies:\n" + "\n".join(
                             f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
     pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
     pl.add_argument("--tasks", "-L", required=True, type=positive("--tasks"), help="frames L")
@@ -218,7 +231,7 @@ def add_plan(sub) -> None:
 
 
 def add_report(sub) -> None:
-    rp = sub.add_parser("report", help="tables, CSV and speedup plots of a study file")
+    rp = sub.add_parser("report", help=HELP["report"])
     rp.add_argument("file", metavar="FILE.h5")
     rp.add_argument("--out-dir", metavar="DIR",
                     help="where CSV and PNG files go (default <stem>_report/ beside FILE)")
@@ -227,7 +240,7 @@ def add_report(sub) -> None:
 
 
 def add_fit(sub) -> None:
-    ft = sub.add_parser("fit", help="fit Amdahl, Gustafson or USL to speedups over N = P x k")
+    ft = sub.add_parser("fit", help=HELP["fit"])
     ft.add_argument("file", metavar="FILE.h5|FILE.csv",
                     help="a study, or a CSV with columns N and speedup or throughput")
     ft.add_argument("--model", choices=["amdahl", "gustafson", "usl"], default="usl",
@@ -245,7 +258,7 @@ def add_fit(sub) -> None:
 
 
 def add_merge(sub) -> None:
-    mg = sub.add_parser("merge", help="combine study files (e.g. one per Slurm job) into one")
+    mg = sub.add_parser("merge", help=HELP["merge"])
     mg.add_argument("files", nargs="+", metavar="FILE.h5")
     mg.add_argument("--out", "-o", required=True, metavar="ALL.h5", help="the merged study")
     mg.add_argument("--overwrite", action="store_true", help="replace an existing -o file")

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from ..core.policies import plan
+from ..study.options import technique_params
 
 
 def main(args) -> int:
-    params = {k: v for k, v in (("fiss_stages", args.fiss_stages), ("viss_param", args.viss_param),
-                                ("pls_swr", args.pls_swr)) if v is not None}
-    rows = plan(args.policy, args.tasks, args.workers, args.chunk, params or None)
+    rows = plan(args.policy, args.tasks, args.workers, args.chunk, technique_params(args) or None)
     print("\n".join(["worker,first,count"] + [f"{r.worker},{r.first},{r.count}" for r in rows]))
     return 0

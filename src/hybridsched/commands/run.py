@@ -2,13 +2,12 @@
 ranks' flow is :mod:`.run_mpi`)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from ..coop.sweep import sweep as sweep_coop
 from ..errors import UsageError
-from ..machine.probes import LoadCheck
-from ..oslayer.cpus import n_cpus, usable_cpus
+from ..oslayer.cpus import n_cpus
 from ..records import RunConfig
 from ..results.summary import run_summary
 from ..store import StudyLock, StudyWriter, check_output
@@ -19,7 +18,7 @@ from ..study.session import record_resume, resume_check, run_configurations
 from ..study.spec import StudySpec
 from ..study.world import World
 from ..mpi.ranks import world
-from .common import PROG, check_test_hooks, load, out_name
+from .common import PROG, check_test_hooks, load_checked, out_name
 
 
 def main(args) -> int:
@@ -38,6 +37,7 @@ def _single(args, w: World) -> int:
         raise UsageError("--resume and --overwrite exclude each other")
     check_output(out)
     check_test_hooks()
+    sweep_coop()  # a coop segment whose participants all died outright
     # the lock first: nothing is read for --resume or replaced for --overwrite before it
     with StudyLock(out) as lock:
         exists = os.path.lexists(out)
@@ -53,10 +53,7 @@ def _single(args, w: World) -> int:
         if resume:
             print(f"{PROG}: resuming {out}: {len(skipped)} of {len(configs)} runs already "
                   f"stored, {len(todo)} to go", file=sys.stderr)
-        probe = LoadCheck(usable_cpus()).start()  # input is good: it samples while we load
-        meta["check_planned_bytes"] = 2 * max(spec.frames) * spec.height * spec.width
-        load(spec, todo)
-        meta["check_load"] = json.dumps(probe.result())  # one warning if the machine is shared
+        meta.update(load_checked(spec, todo))
         writer = (StudyWriter(out, append=True, lock=lock, resumable=True) if resume else
                   new_study(out, spec.to_dict(), overwrite=True, lock=lock, metadata=meta,
                             resumable=True))

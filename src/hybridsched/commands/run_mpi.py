@@ -6,24 +6,30 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from ..errors import UsageError
-from ..machine.probes import LoadCheck
 from ..mpi.ranks import World, abort_on_error, agree, world
-from ..mpi.runs import check_split, run_configurations
+from ..mpi.runs import check_split, run_split
 from ..mpi.watchdog import RankWatchdog
-from ..oslayer.cpus import usable_cpus
 from ..results.summary import run_summary
 from ..store import StudyLock, check_output
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from ..study.progress import describe
-from .common import check_test_hooks, load, out_name
+from .common import check_test_hooks, load, load_checked, out_name
 
 
 def main_mpi(args, w: World) -> int:
     """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
+    # A rank blocked in an MPI call (a collective, waiting for a dead peer) never returns to
+    # Python to run a handler, so Ctrl-C and SIGTERM keep their default action and end the
+    # rank at once. Nothing is lost: each run is stored when it ends, the slab's names are
+    # gone already, forked workers die with their parent, and the study lock is removed by
+    # the rank's watchdog.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     spec = _agreed_spec(args, w)
     configs = spec.configurations()
     _same_everywhere(w, dict(spec.to_dict(), split=args.split, out=args.out,
@@ -40,6 +46,7 @@ def main_mpi(args, w: World) -> int:
         check_test_hooks()
         check_split(configs, w.size, args.split)
         lock.acquire()  # held by rank 0 until the study is written
+        w.watchdog.holds(lock.path)  # removed by it if this rank is killed
         if os.path.lexists(out) and not args.overwrite:
             raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
 
@@ -110,11 +117,8 @@ def _same_everywhere(w: World, mine: dict) -> None:
 def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
     if w.rank:
         load(spec, configs)  # before any worker or fork exists
-        return 1 if run_configurations(w, configs, lambda rec: None, args.split) else 0
-    probe = LoadCheck(usable_cpus()).start()  # rank 0's node, while the kernels load
-    load(spec, configs)
-    meta = this_machine(check_load=json.dumps(probe.result()),
-                        check_planned_bytes=2 * max(spec.frames) * spec.height * spec.width)
+        return 1 if run_split(w, configs, lambda rec: None, args.split) else 0
+    meta = this_machine(**load_checked(spec, configs))  # rank 0's node
     study = dict(spec.to_dict(), P=w.size, split=args.split)
     with new_study(out, study, overwrite=True, lock=lock, metadata=meta) as writer:
         done = iter(range(1, len(configs) + 1))
@@ -125,7 +129,7 @@ def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
             print(f"[{next(done)}/{len(configs)}] P={rec.config.P} "
                   f"{describe(rec.config, spec.reps)}: {rec.time_s * 1e3:.2f} ms"
                   f"{'' if rec.verified else ' UNVERIFIED'}", file=sys.stderr)
-        failed = run_configurations(w, configs, on_record, args.split)
+        failed = run_split(w, configs, on_record, args.split)
     # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
     print(run_summary(out))
     print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "

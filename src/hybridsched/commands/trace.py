@@ -16,6 +16,9 @@ def main(args) -> int:
     if args.run is not None and given:
         raise UsageError(f"--run selects one run by its id: give it alone, not with {', '.join(given)}")
     runs = read_runs(args.file)
+    if not len(runs):
+        raise UsageError(f"{args.file}: the study holds no runs to trace (a `ge` or `colocate` "
+                         "study has only its own table; `hybridsched report` shows it)")
     row = timeline.select(runs, args.run, args.scheduler, args.k, args.frames, args.rep)
     png, js = args.png, args.perfetto
     if png is None and js is None:

@@ -21,6 +21,7 @@ import mmap
 import os
 import stat
 import threading
+import time
 import weakref
 from contextlib import contextmanager
 from typing import Iterator
@@ -466,6 +467,18 @@ class Arbiter:
             woken = st.reclaim(pid_alive, now)
         self.post(woken)
         return True
+
+    def settle(self, timeout_s: float = 2.0) -> None:
+        """Wait (bounded) until no worker is registered: after this process killed its
+        jobs, their own forked workers die a moment later (the parent-death signal), and
+        the segment is removed on close only once they are gone from it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.locked() as st:
+                st.reclaim(pid_alive, now_ns())
+                if not st.workers["used"].any() or time.monotonic() >= deadline:
+                    return
+            time.sleep(0.02)
 
     def post(self, slots: list[int]) -> None:
         """Wake the workers just granted a token (pinned to its CPU first: see handoff)."""

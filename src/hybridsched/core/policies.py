@@ -281,17 +281,27 @@ PLAN_HELP.update(_technique_help())
 PLAN_POLICIES = tuple(PLANS)
 
 
+def whole(value, what: str) -> int:
+    """``value`` as an int when it is a whole number (numpy's included, bool not); one
+    UsageError line otherwise (an API caller's "10" or 10.5)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise UsageError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
 def plan(policy: str, n: int, k: int, chunk: int = 0, params: dict | None = None) -> list[PlanRow]:
     """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
     if policy not in PLANS:
         raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
+    n, k, chunk = (whole(v, what) for v, what in ((n, "tasks"), (k, "workers"), (chunk, "chunk")))
     if n < 1 or k < 1 or chunk < 0:
-        raise UsageError("--tasks and --workers must be at least 1 and --chunk at least 1")
+        raise UsageError(f"tasks and workers must be at least 1 and chunk at least 0 (0: the "
+                         f"policy's own), got tasks {n}, workers {k}, chunk {chunk}")
     if n > PLAN_MAX_TASKS:
-        raise UsageError(f"--tasks {n} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
+        raise UsageError(f"tasks {n} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
     if k > PLAN_MAX_TASKS:
         # static builds one row per worker: a bound on k bounds the plan's memory too
-        raise UsageError(f"--workers {k} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
+        raise UsageError(f"workers {k} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
     hand_out, default = PLANS[policy]
     if policy in TECHNIQUE_PLANS:
         return hand_out(n, k, chunk or default(n), params)

@@ -1,7 +1,7 @@
 """The distributed layer: MPI ranks over P nodes, each running a local scheduler.
 
 ``world()`` tells a process its rank (P = 1 without a launcher or without mpi4py; mpi4py
-is imported only then); ``runs.run_configurations`` runs a study across the ranks.
+is imported only then); ``runs.run_split`` runs a study across the ranks.
 """
 from __future__ import annotations
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import time
 from typing import Any, Callable, Iterator
 
-from ..errors import UsageError
+from ..errors import ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
 from ..study.world import Solo
 
@@ -196,3 +197,16 @@ def slowdown(rank: int) -> float:
         return 1.0
     r, _, f = spec.partition(":")
     return max(1.0, float(f or 2)) if int(r) == rank else 1.0
+
+
+def rank_hooks(env: dict | None = None) -> None:
+    """Check the MPI test hooks' values (HYBRIDSCHED_FAIL_RANK=R[:N[:kill]],
+    HYBRIDSCHED_CORRUPT_RANK=R, HYBRIDSCHED_SLOW_RANK=R[:F]): a malformed one is refused
+    before the first run (ResourceError), not at it on one rank."""
+    env = os.environ if env is None else env
+    forms = {"HYBRIDSCHED_FAIL_RANK": r"\d+(:\d+(:kill)?)?", "HYBRIDSCHED_CORRUPT_RANK": r"\d+",
+             "HYBRIDSCHED_SLOW_RANK": r"\d+(:\d+(\.\d*)?)?"}
+    for name, form in forms.items():
+        value = env.get(name, "")
+        if value and not re.fullmatch(form, value):
+            raise ResourceError(f"{name}={value!r}: expected {form.replace(chr(92) + 'd+', 'N')}")

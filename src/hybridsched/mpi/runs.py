@@ -179,7 +179,9 @@ class DynamicSplit:
                 over_frames(lambda a, n: generate_frames(
                     work[first + a:first + a + n], slab.seed, first + a), count, threads)
                 m.gen_s += perf_counter() - g0
-                ex = get_backend(job.info.backend)(replace(job, work=work[first:first + count]))
+                # no original for the chunk: this rank makes it only when it verifies
+                chunk_job = replace(job, work=work[first:first + count], original=None)
+                ex = get_backend(job.info.backend)(chunk_job)
                 _dilate(ex, slow)
                 ex.trace["first"] += first  # local frame ids of the chunk -> global ids
                 m.add(ex, p0, w.rank * job.k)
@@ -202,7 +204,7 @@ class DynamicSplit:
         return bad
 
 
-def run_configurations(w: World, configs: Iterable[RunConfig],
+def run_split(w: World, configs: Iterable[RunConfig],
                        on_record: Callable[[RunRecord], None], split: str = "static") -> int:
     """Run every configuration on all ranks; rank 0 gets each combined record through
     ``on_record`` (which writes and flushes it). Returns the number of failed or

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from ..oslayer.procfs import wait_status
+from ..store.files import remove_left_by
 from ..oslayer.proctree import readable
 from ..oslayer.shm import SharedArrays
 
@@ -25,6 +26,7 @@ from ..oslayer.shm import SharedArrays
 MARKER_HOLD_S = 2.0
 
 CLEAN, ABORTING = 1, 2
+_PATH_MAX = 4096  # bytes of the lock's path kept for the watchdog (Linux's PATH_MAX)
 
 
 def _marker(proxy: int) -> str:
@@ -61,7 +63,9 @@ class RankWatchdog:
 
     def __init__(self, rank: int, size: int, host: str):
         self.rank, self.size, self.host = rank, size, host
-        self._shared = SharedArrays([("flag", np.int32, 1)])  # lives as long as the rank
+        # the flag, and the study lock the rank holds (a path, NUL-terminated): both live as
+        # long as the rank
+        self._shared = SharedArrays([("flag", np.int32, 1), ("lock", np.uint8, _PATH_MAX)])
         self._flag = self._shared.flag
         self._proxy = os.getppid()  # the launcher's process on this node: one per job here
         self.pid = 0
@@ -87,6 +91,10 @@ class RankWatchdog:
             return
         readable(fd, None)
         flag = int(self._flag[0])
+        if flag != CLEAN:  # the rank cannot release its study's lock: remove it for it
+            lock = bytes(self._shared.lock).split(b"\0", 1)[0]
+            if lock:
+                remove_left_by(os.fsdecode(lock), rank_pid)
         marker = _marker(self._proxy)
         if flag == ABORTING:  # the rank named itself; keep the marker up for the others
             time.sleep(MARKER_HOLD_S)
@@ -109,6 +117,12 @@ class RankWatchdog:
             os.unlink(marker)
         except FileNotFoundError:
             pass
+
+    def holds(self, lock_path: str) -> None:
+        """The rank now holds this study lock: removed by the watchdog if the rank dies."""
+        raw = os.fsencode(os.path.abspath(lock_path))[:_PATH_MAX - 1]
+        self._shared.lock[:] = 0
+        self._shared.lock[:len(raw)] = np.frombuffer(raw, np.uint8)
 
     def aborting(self) -> None:
         """This rank is about to abort the job itself (and has said why)."""

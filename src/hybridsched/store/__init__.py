@@ -8,17 +8,12 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
                      decode, record_row)
 from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
                      read_detail, read_runs, stored_keys, study_spec)
-from .writer import StudyWriter, signals_held, open_new
+from .writer import StudyWriter, open_new
 from .tables import TableWriter, has_table, read_table
 
 
-def check_writable(path: str) -> None:
-    """Raise UsageError if ``path`` cannot be created or replaced by a study (creates nothing)."""
-    check_output(path)
-
-
 __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS", "RUN_DTYPE",
-           "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output", "check_writable",
+           "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output",
            "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "stored_keys",
-           "study_spec", "write_text", "signals_held", "open_new", "TableWriter", "has_table", "read_table"]
+           "study_spec", "write_text", "open_new", "TableWriter", "has_table", "read_table"]

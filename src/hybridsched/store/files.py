@@ -180,6 +180,35 @@ def our_directory(path: str, what: str = "--out-dir") -> str:
 STALE_WAIT_S = 2.0
 
 
+def remove_left_by(lock_path: str, pid: int) -> bool:
+    """Remove a study lock its holder ``pid`` left when it died (an MPI rank killed by the
+    launcher runs no exit path of its own): only a regular file whose holder line names
+    that pid on this host, and only while we hold its flock, so a live writer's lock or
+    one taken over meanwhile is never touched. Whether it was removed."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: not a dead writer's
+        words = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
+        if words[:2] != [str(pid), socket.gethostname()]:
+            return False
+        if os.stat(lock_path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
+            return False
+        os.unlink(lock_path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class StudyLock:
     """The one-writer lock of a study: ``<study>.lock`` beside it, holding the writer's pid,
     host and pid namespace, with an flock held on it for the writer's life.

@@ -73,6 +73,11 @@ def _clip(s: str, n: int) -> bytes:
     return b.decode("utf-8", "ignore").encode("utf-8")
 
 
+def fit_text(s: str, n: int) -> str:
+    """``s`` cut to at most ``n`` bytes of UTF-8 (a field's size), never inside a character."""
+    return _clip(s, n).decode("utf-8")
+
+
 # String fields that name what ran: never clipped (record_row refuses instead).
 _IDENTITY = ("kernel", "workload", "workload_params", "verify", "input_hash", "params")
 

@@ -27,15 +27,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
-import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
 
 import h5py
 
 from ..errors import NotOurFile, UsageError
+from ..oslayer.signals import signals_held
 from ..records import RunRecord
 from .files import StudyLock, check_output, publish
 from .format import FORMAT, FORMAT_VERSION, RUN_DTYPE, RUNS_CHUNK, conform, record_row
@@ -248,28 +245,3 @@ def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
         if own:
             lock.release()
         raise
-
-
-@contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for the duration of the block, then replay the first one to the
-    handler that was installed. Python handlers always run in the main thread, so swapping
-    them (unlike masking, which other threads would bypass) holds the signal everywhere."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if got:
-            handler = old.get(got[0])
-            if callable(handler):
-                handler(got[0], None)
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), got[0])

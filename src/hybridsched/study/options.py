@@ -64,11 +64,18 @@ def build_spec(args) -> StudySpec:
         spec.coop = True
     if getattr(args, "dispatch", None) is not None:
         spec.dispatch = args.dispatch
-    spec.params = {k: v for k, v in (("fiss_stages", getattr(args, "fiss_stages", None)),
-                                     ("viss_param", getattr(args, "viss_param", None)),
-                                     ("pls_swr", getattr(args, "pls_swr", None))) if v is not None}
+    spec.params = technique_params(args)
     spec.validate()
     return spec
+
+
+def technique_params(args) -> dict:
+    """LB4OMP's parameters given on the command line (--fiss-stages, --viss-param,
+    --pls-swr; `run` and `plan`), by their RunConfig.params names."""
+    given = (("fiss_stages", getattr(args, "fiss_stages", None)),
+             ("viss_param", getattr(args, "viss_param", None)),
+             ("pls_swr", getattr(args, "pls_swr", None)))
+    return {k: v for k, v in given if v is not None}
 
 
 def _tasks(args, spec: StudySpec) -> None:

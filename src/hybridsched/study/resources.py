@@ -59,17 +59,23 @@ class Resources:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._space = None
-        self._stack.close()
+        try:
+            self._drop_space()
+        finally:
+            self._stack.close()
+
+    def _drop_space(self) -> None:
+        space, self._space, self._shape = self._space, None, None
+        if space is not None:
+            space.close()
 
     def space(self, cfg: RunConfig) -> Workspace:
-        """The workspace of ``cfg``'s tensor: the current one, or a new one in its place."""
+        """The workspace of ``cfg``'s tensor: the current one, or a new one in its place
+        (the old one released first: one tensor in memory at a time)."""
         want = _shape(cfg)
         if want != self._shape:
-            if self._space is not None:
-                self._space.close()
-            self._space, self._shape = None, None
-            self._space = self._stack.enter_context(self._make_space(cfg))
+            self._drop_space()
+            self._space = self._make_space(cfg)
             self._shape = want
         return self._space
 

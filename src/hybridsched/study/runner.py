@@ -6,7 +6,8 @@ copy, the run's seat on the cooperative arbiter, the foreign-load probe and the 
 monitor's reset. Timed: the *body* (:class:`Single`: one backend execution; the MPI splits
 bring theirs), with the garbage collector paused. Untimed after: verification. A failure
 of the scheduler (a lost worker, a raising kernel of the workspace) is a failed
-measurement, not an exception, so a sweep goes on; Ctrl-C and SystemExit propagate.
+measurement, not an exception, so a sweep goes on; Ctrl-C, SystemExit and anything
+else (a bug) propagate.
 """
 from __future__ import annotations
 
@@ -118,13 +119,8 @@ class TimedRun:
             try:
                 with gc_paused():
                     self.body.run(job, m)
-            except HybridschedError as exc:
+            except HybridschedError as exc:  # a lost worker, a kernel that raised
                 m.failed(f"{self.body.prefix}{exc}", getattr(exc, "notes", ""))
-            except Exception as exc:
-                if self.space.kernel is None:
-                    raise  # a built-in kernel does not raise: a bug, not a failed run
-                # a workspace's or user's kernel raised on the calling thread (serial)
-                m.failed(f"{self.body.prefix}kernel raised {type(exc).__name__}: {exc}")
         m.foreign = probe.share()
 
     def verify(self) -> None:

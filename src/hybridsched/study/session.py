@@ -106,6 +106,9 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     if others:
         raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
     stored = study_spec(out, attrs)
+    if int(stored.get("P", 1) or 1) > 1:
+        raise UsageError(f"--resume {out}: a study of {stored['P']} MPI ranks cannot be continued "
+                         "at P = 1 (nor under mpiexec yet): use a new --out and `hybridsched merge`")
     study_spec(out, attrs, "study_history")  # record_resume extends it: refuse a bad one now
     machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
     problems = resume_conflicts(stored, spec, machine, meta)
