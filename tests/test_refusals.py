@@ -281,3 +281,79 @@ def test_sigterm_inside_parallel_for_leaves_no_segment(tmp_path):
     proc.wait(timeout=60)
     assert proc.returncode == 143
     assert our_shm_entries(proc.pid) == []
+
+
+# --- from the 754-case hostile run (benchmarks/cases_hostile.py) ---------------------------------
+
+def test_a_python_kernel_calling_sys_exit_fails_its_serial_run(tmp_path):
+    def quitter(task):
+        raise SystemExit(3)
+
+    with pytest.raises(hybridsched.RunFailed, match="kernel raised SystemExit"):
+        hybridsched.parallel_for(quitter, np.zeros((4, 2)), scheduler="serial", verify="none")
+
+
+@pytest.mark.parametrize("call,says", [
+    (lambda: hybridsched.parallel_for("quicksort", np.zeros((2, 2, 2), np.uint8),
+                                      scheduler=["dynamic"]), "string"),
+    (lambda: hybridsched.parallel_for("quicksort", np.zeros((2, 2, 2), np.uint8), rep="x"), "rep"),
+    (lambda: hybridsched.shared_array(2.5).__enter__(), "whole numbers"),
+    (lambda: hybridsched.write_study("never.h5", 5), "iterable"),
+    (lambda: hybridsched.write_study(123, []), "path"),
+    (lambda: hybridsched.plan(["static"], 10, 2), "unknown policy"),
+    (lambda: hybridsched.plan("pls", 10, 2, 0, {"pls_swr": "x"}), "number"),
+    (lambda: hybridsched.plan("fiss", 10, 2, 0, "abc"), "dict"),
+], ids=["scheduler-list", "rep-text", "shape-fraction", "results-int", "path-int",
+        "plan-policy-list", "plan-param-text", "plan-params-text"])
+def test_api_values_of_the_wrong_type_are_one_usage_error(call, says):
+    with pytest.raises(UsageError, match=says):
+        call()
+    assert not os.path.exists("never.h5")
+
+
+def test_write_study_takes_a_pathlib_path(tmp_path):
+    res = hybridsched.parallel_for("quicksort", np.zeros((2, 2, 4), np.uint8), scheduler="serial")
+    hybridsched.write_study(tmp_path / "p.h5", [res])
+    assert len(store.read_runs(str(tmp_path / "p.h5"))) == 1
+
+
+def test_a_root_attribute_that_is_not_utf8_is_refused(small, tmp_path, capsys):
+    with h5py.File(small, "a") as h5:
+        h5.attrs["machine.hostname"] = b"host\xff\xfe"
+    one_line_2(capsys, ["report", small, "--no-plots", "--out-dir", str(tmp_path / "r")])
+    out = str(tmp_path / "m.h5")
+    one_line_2(capsys, ["merge", small, "-o", out], out)
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["colocate", "--workload", "bsp", "--matrix", "64"], "--workload blas only"),
+    (["colocate", "--workload", "run", "--matrix", "64"], "--workload blas only"),
+    (["colocate", "--workload", "run", "-s", "paper"], "name one"),
+    (["colocate", "--policy", "coop", "--jobs", "64"], "at most 63 jobs"),
+])
+def test_colocate_refuses_what_it_cannot_run(argv, says, tmp_path, capsys):
+    out = str(tmp_path / "c.h5")
+    assert says in one_line_2(capsys, [*argv, "-o", out], out)
+
+
+def test_ge_runs_a_repeated_thread_count_once(tmp_path):
+    out = str(tmp_path / "g.h5")
+    assert main(["ge", "--arch", "A2,A2", "--algo", "rows", "--n", "16", "--threads", "4,4",
+                 "-o", out]) == 0
+    assert len(store.read_table(out, "ge")) == 1
+
+
+def test_a_signal_during_numba_loading_is_held_not_lost():
+    from hybridsched.oslayer.signals import loading
+
+    done = []
+
+    @loading
+    def load():
+        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C landed in llvmlite's callback
+        time.sleep(0.05)
+        done.append(True)
+
+    with pytest.raises(KeyboardInterrupt):
+        load()
+    assert done == [True]

@@ -17,6 +17,7 @@ backends, the same per-worker table and chunk trace, the same record, which
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Iterator
 import numpy as np
 
 from .core import registry
-from .errors import HybridschedError, UsageError
+from .errors import HybridschedError, Terminated, UsageError
 from .records import RunConfig, RunRecord
 from .shared import is_shared
 from .oslayer.shm import segment_array, sweep_orphans
@@ -166,6 +167,9 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     if not 1 <= k <= MAX_WORKERS:
         raise UsageError(f"k must be from 1 to {MAX_WORKERS}, got {k}")
     chunk = whole(chunk, "chunk")
+    rep = whole(rep, "rep")
+    if rep < 0:
+        raise UsageError(f"rep must be 0 or more, got {rep}")
     if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
         raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
                          f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
@@ -212,7 +216,7 @@ def _sigterm_unwinds() -> Iterator[None]:
         return
 
     def unwind(signum, frame):
-        raise SystemExit(128 + signum)
+        raise Terminated(128 + signum)
     signal.signal(signal.SIGTERM, unwind)
     try:
         yield
@@ -236,10 +240,16 @@ def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) 
     return rec
 
 
-def write_study(path: str, results, overwrite: bool = False) -> str:
+def write_study(path, results, overwrite: bool = False) -> str:
     """Store API results in a new study file (``hybridsched report`` reads it); refuses an
-    existing file unless ``overwrite``."""
-    results = list(results)
+    existing file unless ``overwrite``. ``path``: a str or os.PathLike."""
+    try:
+        path = os.fspath(path)
+        results = list(results)
+    except TypeError as exc:
+        raise UsageError(f"write_study: expected a path and an iterable of results ({exc})") from None
+    if not isinstance(path, str):
+        raise UsageError("write_study: the path must be text")
     if not all(isinstance(r, Result) for r in results):
         raise UsageError("write_study: expected the Result objects of parallel_for")
     study = {"api": True, "created_by": "hybridsched.parallel_for",

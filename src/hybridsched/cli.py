@@ -14,7 +14,7 @@ import sys
 
 from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
-from .errors import HybridschedError, UsageError
+from .errors import HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
 from .version import __version__
 
@@ -68,7 +68,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,3 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def entry() -> None:
+    """The ``hybridsched`` command and ``python -m hybridsched``: :func:`main`'s status as
+    the process's. After Ctrl-C the process ends with 130 by ``os._exit`` (the exit
+    handlers run first): CPython ends a process by SIGINT itself when a KeyboardInterrupt
+    crossed its C-level code during start-up, even one main() caught and reported."""
+    code = main()
+    if code == 130:
+        import atexit
+        import os
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)

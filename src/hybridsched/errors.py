@@ -52,3 +52,8 @@ class DiskFull(HybridschedError):
 class KernelRaised(HybridschedError):
     """A workspace's or user's kernel raised on the calling thread (the serial backend):
     the run fails with one line, the study goes on."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM, turned into an exception that unwinds the run (the CLI's and the API's
+    handler raise it): a SystemExit, but never taken for a kernel's own sys.exit()."""

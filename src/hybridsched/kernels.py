@@ -21,6 +21,7 @@ from .errors import UsageError
 
 from .oslayer.atomics import fetch_add
 from .oslayer.native import monotonic_ns
+from .oslayer.signals import loading
 
 Kernel = Callable[[np.ndarray, int, int], None]
 
@@ -241,6 +242,7 @@ def _parts(kernel) -> tuple[Callable, tuple]:
     return (kernel.fn, kernel.params) if isinstance(kernel, Bound) else (kernel, ())
 
 
+@loading
 def compile_kernel(kernel, data: np.ndarray):
     """Compile (or load) numba ``kernel`` for ``data``'s exact array type; returns the
     compiled overload. Raises numba's error when it does not compile for it."""
@@ -418,6 +420,7 @@ _I64 = numba.types.int64
 _I64_ARRAY = numba.types.Array(_I64, 1, "C")
 
 
+@loading
 def loop_entry(kernel, data: np.ndarray) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
     """``run(bounds, ctl, capacity)``: the compiled :func:`claim_loop` of numba ``kernel``
     (or a :class:`Bound` one) over ``data``. The loop is loaded from numba's on-disk cache
@@ -435,6 +438,7 @@ def loop_entry(kernel, data: np.ndarray) -> Callable[[np.ndarray, np.ndarray, in
     return lambda bounds, ctl, capacity: entry(fn, data, bounds, ctl, capacity, params)
 
 
+@loading
 def prepare(kernel: str | None = None, loop: bool = False) -> None:
     """Load the numba functions a study calls from numba's cache (compiling them the first
     time ever): the generator, the checker, built-in ``kernel`` (every one when None, none

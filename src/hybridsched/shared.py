@@ -27,10 +27,13 @@ def shared_array(shape, dtype=np.float64) -> Iterator[np.ndarray]:
     segment's name is removed from /dev/shm on leaving the block; keep no view beyond it.
     """
     try:
-        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        shape = (shape,) if np.ndim(shape) == 0 else tuple(shape)
         dtype = np.dtype(dtype)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"shared_array: bad shape or dtype ({exc})") from None
+    if any(isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)) for s in shape):
+        raise UsageError(f"shared_array: the shape must be whole numbers, got {shape}")
+    shape = tuple(int(s) for s in shape)
     if dtype.hasobject:
         raise UsageError("shared_array: object arrays cannot be shared between processes")
     sweep_orphans()

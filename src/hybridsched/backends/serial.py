@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from time import perf_counter
 
-from ..errors import KernelRaised
+from ..errors import KernelRaised, Terminated
 from ..kernels import get_kernel
 from ..oslayer.cpus import pinned
 from ..oslayer.procfs import thread_usage
@@ -25,9 +25,9 @@ def execute(job: Job) -> Execution:
         t_begin = perf_counter()
         try:
             kernel(job.work, 0, job.frames)
-        except Exception as exc:
-            if isinstance(job.kernel, str):
-                raise  # a built-in kernel does not raise: a bug, not a failed run
+        except (Exception, SystemExit) as exc:  # a kernel's sys.exit() fails its run too
+            if isinstance(job.kernel, str) or isinstance(exc, Terminated):
+                raise  # a built-in kernel does not raise (a bug); SIGTERM ends the study
             raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc
         t_end = perf_counter()
         u1 = thread_usage()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..coop.arbiter import DEFAULT_QUANTUM_S
+from ..coop.arbiter import DEFAULT_QUANTUM_S, MAX_JOBS as COOP_TABLE
 from ..coop.barrier import POLICIES as BARRIERS
 from ..errors import UsageError
 
@@ -92,10 +92,17 @@ class ColocateSpec:
             from ..core import registry
             from ..workloads.slab import check_sizes
 
+            if self.scheduler in ("paper", "all", "techniques"):
+                raise UsageError(f"--scheduler {self.scheduler}: every job runs one scheduler; "
+                                 "name one (see `hybridsched list`)")
             registry.get(self.scheduler)
             check_sizes(self.steps, self.height, self.width, copies=2 * self.jobs)
         if not 16 <= self.matrix <= 8192:
             raise UsageError(f"--matrix must be from 16 to 8192, got {self.matrix}")
+        if "coop" in self.policies and self.jobs > COOP_TABLE - 1:
+            # the arbiter's job table also holds the experiment's own attachment
+            raise UsageError(f"--jobs {self.jobs}: with --policy coop at most {COOP_TABLE - 1} jobs "
+                             "(the arbiter's table holds the experiment's own seat too)")
         if self.jobs * self.workers * self.steps > MAX_TRACE:
             raise UsageError(f"{self.jobs} jobs x {self.workers} workers x {self.steps} steps is more "
                              f"than {MAX_TRACE:,} barrier timestamps to keep; fewer --steps")

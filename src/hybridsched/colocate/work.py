@@ -5,6 +5,8 @@ import time
 
 import numba
 
+from ..oslayer.signals import loading
+
 
 @numba.njit(nogil=True, cache=True)
 def busy(iters):
@@ -19,6 +21,7 @@ def busy(iters):
 _calibrated: float | None = None
 
 
+@loading
 def iters_per_us() -> float:
     """Iterations of :func:`busy` per microsecond on this machine (best of 5, so a moment
     of interference does not shorten every step)."""

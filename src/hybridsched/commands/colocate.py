@@ -17,12 +17,14 @@ from .common import PROG, out_name
 
 def main(args) -> int:
     n = n_cpus()
-    given = [o for o, v in (("--scheduler", args.scheduler), ("--height", args.height),
-                            ("--width", args.width)) if v is not None]
-    if given and args.workload != "run":
-        raise UsageError(f"{', '.join(given)}: for --workload run only, not {args.workload}")
+    for workload, options in (("run", ("scheduler", "height", "width")), ("blas", ("matrix",))):
+        given = [f"--{o}" for o in options if getattr(args, o) is not None]
+        if given and args.workload != workload:
+            raise UsageError(f"{', '.join(given)}: for --workload {workload} only, "
+                             f"not {args.workload}")
     spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,
-                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3, args.matrix,
+                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3,
+                        args.matrix or 384,
                         args.scheduler or "dynamic", args.height or 256, args.width or 256)
     spec.validate(n)
     out = out_name(args.out, "hybridsched-colocate")

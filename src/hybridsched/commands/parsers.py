@@ -163,7 +163,7 @@ def add_colocate(sub) -> None:
     co.add_argument("--step-us", type=float, default=200.0, help="compute per step in µs (default 200)")
     co.add_argument("--steps", type=positive("--steps"), default=500,
                     help="steps per job (bsp) or matrix products per job (blas) (default 500)")
-    co.add_argument("--matrix", type=positive("--matrix"), default=384,
+    co.add_argument("--matrix", type=positive("--matrix"),
                     help="blas: the n of the n x n products (default 384)")
     co.add_argument("--scheduler", "-s",
                     help="run: the scheduler every job runs, on --steps frames (default dynamic)")

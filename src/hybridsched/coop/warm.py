@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..oslayer import native
+from ..oslayer.signals import loading
 from . import handoff, rules
 from .state import State
 
@@ -41,6 +42,7 @@ def _handoff() -> None:
     handoff.post(S, -1)
 
 
+@loading
 def prepare() -> None:
     """Every rule, every hand-off entry point and the Python-side lock helpers."""
     _rules()

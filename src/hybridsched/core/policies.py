@@ -291,7 +291,7 @@ def whole(value, what: str) -> int:
 
 def plan(policy: str, n: int, k: int, chunk: int = 0, params: dict | None = None) -> list[PlanRow]:
     """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
-    if policy not in PLANS:
+    if not isinstance(policy, str) or policy not in PLANS:
         raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
     n, k, chunk = (whole(v, what) for v, what in ((n, "tasks"), (k, "workers"), (chunk, "chunk")))
     if n < 1 or k < 1 or chunk < 0:

@@ -265,6 +265,8 @@ ALL_NAMES = tuple(s.name for s in _ALL)
 
 
 def get(name: str) -> SchedulerInfo:
+    if not isinstance(name, str):
+        raise UsageError(f"a scheduler is named by a string, got {type(name).__name__}")
     try:
         return SCHEDULERS[name]
     except KeyError:

@@ -21,6 +21,8 @@ import warnings
 import numba
 import numpy as np
 
+from ..oslayer.signals import loading
+
 _jit = numba.njit(nogil=True, cache=True)
 
 
@@ -161,6 +163,7 @@ def _scipy_openblas():
 _PREPARED = False
 
 
+@loading
 def prepare() -> None:
     """Compile (or load from cache) every kernel and run the BLAS used by numba's ``@`` on
     one thread. Call once before any timed run."""

@@ -23,6 +23,11 @@ class GeSpec:
     reps: int
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        # a value given twice (--threads 4,4) is one configuration, as for the other options
+        self.archs, self.algos, self.threads = (list(dict.fromkeys(v)) for v in
+                                                (self.archs, self.algos, self.threads))
+
     def to_dict(self) -> dict:
         return asdict(self)
 

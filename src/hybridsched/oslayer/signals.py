@@ -2,6 +2,7 @@
 being published, an attachment and its release being registered)."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -32,3 +33,15 @@ def signals_held() -> Iterator[None]:
                 handler(got[0], None)
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), got[0])
+
+
+def loading(fn):
+    """Decorate a function that loads or compiles numba code: Ctrl-C and SIGTERM wait for
+    its end. numba reads its on-disk cache through ctypes callbacks of llvmlite, where an
+    exception raised by a signal handler is printed and dropped, so a Ctrl-C landing there
+    was lost and the command ran to its end."""
+    @functools.wraps(fn)
+    def held(*args, **kwargs):
+        with signals_held():
+            return fn(*args, **kwargs)
+    return held

@@ -145,6 +145,11 @@ def read_attrs(path: str) -> dict:
                     v = v.decode("utf-8")
                 except UnicodeDecodeError:
                     raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
+            elif isinstance(v, str):  # h5py hands bytes that are not UTF-8 over as escapes
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
             out[k] = v
     return out
 

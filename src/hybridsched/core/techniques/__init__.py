@@ -62,9 +62,13 @@ FIXED = tuple(RULES) + tuple(PROFILED)
 def check_params(params: dict | None) -> dict:
     """LB4OMP's environment parameters with their defaults; UsageError for a bad value."""
     out = dict(PARAM_DEFAULTS)
+    if params is not None and not isinstance(params, dict):
+        raise UsageError(f"technique parameters: expected a dict, got {type(params).__name__}")
     for key, v in (params or {}).items():
         if key not in out:
             raise UsageError(f"unknown technique parameter {key!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise UsageError(f"technique parameter {key} must be a number, got {v!r}")
         out[key] = v
     if out["fiss_stages"] is not None and int(out["fiss_stages"]) < 0:
         raise UsageError("--fiss-stages must be at least 0")

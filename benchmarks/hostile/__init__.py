@@ -1,0 +1,1 @@
+"""The cases of benchmarks/cases_hostile.py, one module per area."""
