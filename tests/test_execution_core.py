@@ -156,9 +156,7 @@ def test_the_sweep_removes_a_segment_whose_participants_all_died(seg, monkeypatc
     assert os.path.exists(seg)
     from hybridsched.coop import sweep
 
-    monkeypatch.setattr(sweep, "segment_path", lambda: seg)
-    monkeypatch.setattr(sweep, "Arbiter", lambda: arb.Arbiter(path=seg))
-    sweep.sweep()
+    sweep.sweep(seg)
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 

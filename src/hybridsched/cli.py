@@ -8,9 +8,12 @@ job or rank failed, 2 bad input (one line on stderr), 130 Ctrl-C, 143 SIGTERM.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import signal
 import sys
+import threading
 
 from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
@@ -105,16 +108,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The ``hybridsched`` command and ``python -m hybridsched``: :func:`main`'s status as
-    the process's. After Ctrl-C the process ends with 130 by ``os._exit`` (the exit
-    handlers run first): CPython ends a process by SIGINT itself when a KeyboardInterrupt
-    crossed its C-level code during start-up, even one main() caught and reported."""
+    the process's, with the exit handlers run and the streams flushed, but without the
+    interpreter's teardown of every module: numba's and llvmlite's finalizers alone take
+    0.4 s of every command's wall time here (benchmarks/bench_startup.py). It also keeps
+    130 after Ctrl-C: CPython ends a process by SIGINT itself when a KeyboardInterrupt
+    crossed its C-level code during start-up, even one that main() caught and reported.
+    With a thread of ours still running (none should be), or MPI initialised (MPI_Finalize
+    is collective: every rank must reach it), the ordinary exit runs instead."""
     code = main()
-    if code == 130:
-        import atexit
-        import os
-
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
-    sys.exit(code)
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if others or "mpi4py.MPI" in sys.modules:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`): nothing more to say
+            pass
+    os._exit(code)

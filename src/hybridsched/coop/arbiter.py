@@ -33,6 +33,7 @@ from ..oslayer import futex, native
 from ..oslayer.procfs import pid_alive
 from ..oslayer.shm import unmap
 from . import handoff, warm
+from .paths import segment_path
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, now_ns
 
@@ -47,10 +48,6 @@ DEFAULT_QUANTUM_S = 0.020
 MAX_JOBS = 64
 _UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
 MAX_WORKERS = 4096
-
-
-def segment_path(uid: int | None = None) -> str:
-    return f"/dev/shm/hybridsched-coop.{os.getuid() if uid is None else uid}"
 
 
 def _header(fd: int):

@@ -4,18 +4,21 @@ from __future__ import annotations
 import os
 
 from ..errors import ResourceError, UsageError
-from .arbiter import Arbiter, segment_path
+from .paths import segment_path
 
 
-def sweep() -> None:
+def sweep(path: str | None = None) -> None:
     """Remove this user's segment when every participant died without leaving (a
     SIGKILLed run, a killed MPI job): attaching reclaims the dead and the last one to
     leave removes the segment. A segment still in use, or one that cannot be attached, is
-    left alone, silently."""
-    if not os.path.exists(segment_path()):
+    left alone, silently. Costs nothing (no arbiter code loaded) when there is none."""
+    path = path or segment_path()
+    if not os.path.exists(path):
         return
+    from .arbiter import Arbiter
+
     try:
-        with Arbiter():
+        with Arbiter(path=path):
             pass
     except (UsageError, ResourceError, OSError):
         pass

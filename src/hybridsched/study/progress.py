@@ -24,13 +24,24 @@ def describe(cfg: RunConfig, reps: int) -> str:
     return f"{cfg.scheduler} k={cfg.k} L={cfg.frames}{chunk}{aff} rep {cfg.rep + 1}/{reps}"
 
 
+class _Silent:
+    """The bar where nobody watches: what the loop calls, doing nothing."""
+
+    def set_description_str(self, *a, **k) -> None:
+        pass
+
+    def update(self, *a) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Progress:
     """A context manager around tqdm; ``start(cfg)`` before a run, ``done(cfg)`` after."""
 
     def __init__(self, configs: list[RunConfig], n: int, reps: int, done_already: int = 0,
                  done_cost: int = 0, stream=None):
-        from tqdm import tqdm
-
         self.stream = stream if stream is not None else sys.stderr
         self.n, self.reps = n, reps
         self.total_runs = len(configs) + done_already
@@ -40,9 +51,12 @@ class Progress:
         # the bar draws on stderr but is for a user watching a terminal: off when either
         # stream is redirected (a log file, a pipe) unless the caller chose the stream
         self.enabled = bool(isatty and isatty()) and (stream is not None or sys.stdout.isatty())
-        self.bar = tqdm(total=total, initial=done_cost, file=self.stream,
-                        disable=not self.enabled, dynamic_ncols=True,
-                        bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
+        self.bar = _Silent()
+        if self.enabled:  # tqdm is loaded only for a terminal
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done_cost, file=self.stream, dynamic_ncols=True,
+                            bar_format="{desc} |{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]")
 
     def start(self, cfg: RunConfig) -> None:
         self.bar.set_description_str(f"run {self.runs + 1}/{self.total_runs}: "
