@@ -418,6 +418,8 @@ def test_hybridsched_plan_is_the_policies_plan_with_its_signature():
     import hybridsched
 
     assert hybridsched.plan is pol.plan
-    assert list(inspect.signature(pol.plan).parameters) == ["policy", "n", "k", "chunk", "params"]
+    # issue 24 item 7 names the public signature: plan(policy, tasks, workers, chunk=0, params=None)
+    assert list(inspect.signature(pol.plan).parameters) == ["policy", "tasks", "workers", "chunk",
+                                                            "params"]
     rows = hybridsched.plan("guided", 10, 3)
     assert [(r.worker, r.first, r.count) for r in rows][:2] == [(-1, 0, 4), (-1, 4, 2)]

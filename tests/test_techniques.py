@@ -4,6 +4,7 @@ the thread backend and on pipe-MtoM on odd shapes, and auto converging on the te
 that is fastest by construction."""
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -18,7 +19,8 @@ from hybridsched.core.techniques import adaptive, auto, dispense
 from hybridsched.core.techniques.profiled import Profile
 
 PROFILE = Profile(mu=1e-4, sigma=4e-5, h=1e-6, speeds=(1.0, 1.0, 1.0, 1.0))
-GRID = dict(n=st.integers(1, 3000), p=st.integers(1, 17), c=st.integers(1, 40))
+# p >= 2: at one worker every LB4OMP technique hands out [0, N) in one chunk (tested apart)
+GRID = dict(n=st.integers(1, 3000), p=st.integers(2, 17), c=st.integers(1, 40))
 NON_INCREASING = ("trapezoidal", "fac2", "fac2a", "fac2b", "tfss", "fac", "faca", "tap")
 NON_DECREASING = ("fiss", "viss")
 
@@ -134,8 +136,35 @@ def test_rnd_is_a_pure_function_of_the_step_and_seed():
 @given(**GRID)
 def test_static_steal_ranges_cover_all_chunks(n, p, c):
     size, ranges = tq.steal_blocks(n, p, c)
+    if size == 0:  # fewer chunks than workers: one balanced block per worker
+        assert -(-n // c) < p
+        blocks = [tq.balanced_block(n, p, lo) for lo, hi in ranges if hi > lo]
+        assert [f for f, _ in blocks] == list(itertools.accumulate([0] + [b for _, b in blocks]))[:-1]
+        assert sum(b for _, b in blocks) == n and max(b for _, b in blocks) - min(b for _, b in blocks) <= 1
+        return
     assert ranges[0][0] == 0 and ranges[-1][1] == -(-n // size)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+@pytest.mark.parametrize("name", tq.NAMES)
+def test_one_worker_gets_the_whole_loop_as_one_chunk(name):
+    """LB4OMP at one thread: [0, N) in a single chunk, every technique (issue 24 item 6)."""
+    d = dispense.dispenser(name, 1000, 1, 7, tq.check_params(None), PROFILE)
+    assert d.claim(0) == (0, 1000) and d.claim(0) is None
+    if name in tq.FIXED:
+        assert tq.sequence(name, 1000, 1, 7, None, PROFILE) == [(0, 1000)]
+
+
+def test_static_steal_falls_back_to_balanced_blocks_ignoring_the_chunk():
+    """N = 37, chunk 4, 24 workers: ceil(37/4) = 10 chunks < 24, so 13 blocks of 2 and 11
+    of 1 (LB4OMP), not 37 chunks of 1."""
+    rows = policies.plan("static_steal", 37, 24, 4)
+    assert sorted(r.count for r in rows) == [1] * 11 + [2] * 13
+    assert [r.worker for r in rows] == list(range(24))
+    d = dispense.StaticSteal(37, 24, 4)
+    got = [d.claim(w) for w in range(24)]
+    assert got[:2] == [(0, 2), (2, 2)] and got[-1] == (36, 1)
+    assert all(d.claim(w) is None for w in range(24))
 
 
 def test_static_steal_idle_workers_steal_everything():

@@ -4,15 +4,16 @@ workload, measured one node at a time or across P nodes with MPI.
 The Python API (loaded on first use, so ``import hybridsched`` stays light):
 ``parallel_for`` runs a kernel over the tasks of an array under any scheduler,
 ``shared_array`` allocates an array that forked workers write into directly,
-``write_study`` stores results for ``hybridsched report``, and ``plan`` gives a policy's
-hand-out (what ``hybridsched plan`` prints).
+``write_study`` stores results for ``hybridsched report``, ``plan`` gives a policy's
+hand-out (what ``hybridsched plan`` prints), and ``Technique`` is the base class of a
+scheduling technique of your own.
 """
 
 from .version import __version__
 
 _API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "api",
         "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref",
-        "plan": "core.policies"}
+        "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "core.contract"}
 
 __all__ = ["__version__", *_API]
 

@@ -131,10 +131,10 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
     return bool_checker(fn), fit_text(name, MAX_REF)
 
 
-def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | None = None,
+def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = None,
                  chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
                  per_task: bool | None = None, rep: int = 0, check: bool = True,
-                 dispatch: str = "auto") -> Result:
+                 dispatch: str = "auto", params: dict | None = None) -> Result:
     """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
     with ``k`` workers (default: the usable CPUs) and return the timed :class:`Result`.
 
@@ -147,8 +147,12 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     :func:`hybridsched.shared_array` (no copy); ``copy=False`` refuses to copy instead.
     ``check``: raise :class:`RunFailed` when the run fails or does not verify.
     ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
+    ``scheduler`` may be a :class:`hybridsched.Technique` (instance or class) or
+    ``"package.module:Class"``; ``params``: its ``self.params`` (or an LB4OMP technique's).
     """
-    info = registry.get(scheduler)
+    info = registry.lookup(scheduler)
+    scheduler = info.name
+    param_text = registry.run_params(info, params)
     if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
         raise UsageError("data: expected a numpy array with at least one task (first axis)")
     if not data.flags.writeable:
@@ -193,7 +197,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler: str = "dynamic", k: int | 
     digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     fit_text(kern.name, MAX_REF), 0, workload="user", verify=mode, input_hash=digest,
-                    dispatch=dispatch)
+                    dispatch=dispatch, params=param_text)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
         rec = _run(cfg, data, in_place, kern, checker, info)

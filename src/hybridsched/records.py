@@ -23,6 +23,17 @@ TRACE_DTYPE = np.dtype([
 WINDOW_DTYPE = np.dtype([("t", "f8"), ("window", "i4"), ("u", "f8")])
 
 
+def param_value(text: str):
+    """A technique parameter's value as given (``--param KEY=VALUE``): an int, else a
+    float, else the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One timed run of a study: a scheduler at k workers on an L x H x W tensor."""
@@ -55,13 +66,15 @@ class RunConfig:
     # LB4OMP technique parameters, "name=value" joined by "," in sorted order ("" = its
     # defaults); only the techniques that read a parameter get it (registry options)
     params: str = ""
+    # auto's portfolio: the technique names it races, joined by ',' ("" = its default)
+    portfolio: str = ""
 
     def param_dict(self) -> dict:
-        """``params`` as {name: number}."""
+        """``params`` as {name: value}."""
         out = {}
         for item in filter(None, self.params.split(",")):
             name, _, value = item.partition("=")
-            out[name] = float(value) if "." in value else int(value)
+            out[name] = param_value(value)
         return out
 
     def key(self) -> tuple:
@@ -108,7 +121,9 @@ class RunRecord:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
     extra: dict = field(default_factory=dict)  # backend-specific scalars (e.g. per-rank times)
     series: dict = field(default_factory=dict)  # name -> time series, "t" relative to the start
-    technique: str = ""                      # the technique `auto` chose ("" otherwise)
+    technique: str = ""                      # the technique `auto` chose, a user's module:qualname
+    technique_hash: str = ""                 # sha256 of a user technique's source ("" otherwise)
+    simulated: bool = False                  # made by `hybridsched simulate`, not measured
 
 
 def worker_table(n: int) -> np.ndarray:

@@ -183,7 +183,8 @@ def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
         return None
     params = {k: v for k, v in (job.params or {}).items() if k != "profile"}
     chunk = arm.resolve_chunk(job.chunk, job.frames)
-    return Delegated(arm.sequence(job.frames, workers, chunk, params or None), workers, disp)
+    return Delegated(arm.sequence(job.frames, workers, chunk, params or None, job=job),
+                     workers, disp)
 
 
 def compile_for(kernel, data: np.ndarray) -> None:

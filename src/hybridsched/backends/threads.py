@@ -154,7 +154,7 @@ def execute(job: Job) -> Execution:
 
     t_begin = perf_counter()
     if native:
-        bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None)
+        bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None, job=job)
         disp = compiled.CompiledTickets(bounds, workers)
     else:
         disp = make_dispenser(job, workers)

@@ -17,7 +17,7 @@ COLOCATE_DTYPE = np.dtype([
     ("workers", "i4"), ("rep", "i4"), ("step_us", "f8"), ("steps", "i8"), ("time_s", "f8"),
     ("makespan_s", "f8"), ("invol_ctx", "f8"), ("runq_wait_s", "f8"), ("spin_s", "f8"),
     ("switches", "f8"), ("verified", "?"), ("error", _S(240)), ("matrix", "i4"),
-    ("scheduler", _S(24)),
+    ("scheduler", _S(64)),  # 24 bytes before format version 2
 ])
 assert [f.name for f in fields(JobRecord)] == list(COLOCATE_DTYPE.names)
 

@@ -95,7 +95,8 @@ class ColocateSpec:
             if self.scheduler in ("paper", "all", "techniques"):
                 raise UsageError(f"--scheduler {self.scheduler}: every job runs one scheduler; "
                                  "name one (see `hybridsched list`)")
-            registry.get(self.scheduler)
+            # a user technique's reference runs (and is stored) under its name
+            self.scheduler = registry.get(self.scheduler).name
             check_sizes(self.steps, self.height, self.width, copies=2 * self.jobs)
         if not 16 <= self.matrix <= 8192:
             raise UsageError(f"--matrix must be from 16 to 8192, got {self.matrix}")

@@ -118,3 +118,21 @@ def fraction(name: str):
             raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
         return v
     return parse
+
+
+def param_item(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of --param: the key a name, the value an int, a float or text without
+    ',' or '=' (a run stores its parameters as ``key=value,...``)."""
+    from ..records import param_value
+
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--param {text!r}: expected KEY=VALUE")
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--param {text!r}: the key must be a name (letters, "
+                                         "digits, '_')")
+    if not value or "," in value or "=" in value:
+        raise argparse.ArgumentTypeError(f"--param {text!r}: the value must be non-empty, "
+                                         "without ',' or '='")
+    return key, param_value(value)

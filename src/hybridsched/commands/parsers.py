@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from .args import chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, positive
+from .args import (chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, param_item,
+                   positive)
 
 EXAMPLES = """examples:
   hybridsched check                          is this machine quiet enough to time on?
@@ -48,6 +49,10 @@ def _technique_options(p) -> None:
                    help="viss: divisor of N/k for the first chunk (KMP_VISS_PARAM; default k)")
     p.add_argument("--pls-swr", type=fraction("--pls-swr"), default=None,
                    help="pls: static workload ratio 0..1 (KMP_PLS_SWR; default 0.5)")
+    p.add_argument("--param", type=param_item, action="append", default=None, metavar="KEY=VALUE",
+                   help="a technique parameter (repeatable): a user technique's self.params, "
+                        "or an LB4OMP one by its name (fiss_stages, viss_param, pls_swr, "
+                        "rnd_start, seed)")
 
 
 def _tasks_options(r) -> None:
@@ -117,10 +122,14 @@ def add_run(sub) -> None:
                    "dynamic/guided/chunk with a numba kernel; python always runs the Python "
                    "loop; compiled refuses what cannot be compiled")
     _technique_options(r)
-    r.add_argument("--split", choices=["static", "dynamic", *RULES], default="static",
+    r.add_argument("--portfolio", type=name_list, default=None, metavar="NAME,...",
+                   help="auto: the techniques it races (built-in names and package.module:Class; "
+                        "default: static, dynamic, guided and LB4OMP's 24)")
+    r.add_argument("--split", default="static", metavar="SPLIT",
                    help="under mpiexec: frames to ranks in contiguous blocks (static), by "
-                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), or "
-                   "by an LB4OMP technique's chunks through that counter (e.g. fac2); "
+                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), "
+                   f"by an LB4OMP technique's chunks through that counter ({', '.join(RULES)}), "
+                   "or by a deterministic technique of yours (package.module:Class); "
                    "no effect at P = 1")
     r.set_defaults(command="run")
 
@@ -221,7 +230,9 @@ def add_plan(sub) -> None:
 
     pl = sub.add_parser("plan", help=HELP["plan"], epilog="policies:\n" + "\n".join(
                             f"  {k:<12} {v}" for k, v in PLAN_HELP.items()))
-    pl.add_argument("--policy", required=True, choices=list(PLAN_POLICIES), help="see below")
+    pl.add_argument("--policy", required=True, metavar="POLICY",
+                    help=f"one of {', '.join(PLAN_POLICIES)}, or a deterministic technique "
+                         "package.module:Class (see below)")
     pl.add_argument("--tasks", "-L", required=True, type=positive("--tasks"), help="frames L")
     pl.add_argument("--workers", "-k", required=True, type=positive("--workers"), help="workers k")
     pl.add_argument("--chunk", type=positive("--chunk"), default=0,

@@ -230,6 +230,9 @@ def _plan_steal(n: int, k: int, c: int, params: dict | None = None) -> list[Plan
     from . import techniques as tq
 
     size, ranges = tq.steal_blocks(n, k, c)
+    if size == 0:  # fewer chunks than workers: balanced static blocks, one per worker
+        return [PlanRow(w, *tq.balanced_block(n, k, w)) for w, (lo, hi) in enumerate(ranges)
+                if hi > lo]
     return [PlanRow(w, i * size, min(size, n - i * size))
             for w, (lo, hi) in enumerate(ranges) for i in range(lo, hi)]
 
@@ -289,11 +292,22 @@ def whole(value, what: str) -> int:
     return int(value)
 
 
-def plan(policy: str, n: int, k: int, chunk: int = 0, params: dict | None = None) -> list[PlanRow]:
-    """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order."""
+def plan(policy, tasks: int, workers: int, chunk: int = 0,
+         params: dict | None = None) -> list[PlanRow]:
+    """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order.
+
+    ``policy``: a name of :data:`PLAN_POLICIES`, or a deterministic user technique (a
+    :class:`hybridsched.Technique` instance or class, or ``"package.module:Class"``)."""
+    user = None
     if not isinstance(policy, str) or policy not in PLANS:
-        raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}")
-    n, k, chunk = (whole(v, what) for v, what in ((n, "tasks"), (k, "workers"), (chunk, "chunk")))
+        if not (isinstance(policy, str) and ":" in policy) and not _technique_like(policy):
+            raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)} "
+                             "or give package.module:Class")
+        from . import usertech
+
+        user = usertech.resolve(policy, "--policy")
+    n, k, chunk = (whole(v, what) for v, what in ((tasks, "tasks"), (workers, "workers"),
+                                                  (chunk, "chunk")))
     if n < 1 or k < 1 or chunk < 0:
         raise UsageError(f"tasks and workers must be at least 1 and chunk at least 0 (0: the "
                          f"policy's own), got tasks {n}, workers {k}, chunk {chunk}")
@@ -302,12 +316,37 @@ def plan(policy: str, n: int, k: int, chunk: int = 0, params: dict | None = None
     if k > PLAN_MAX_TASKS:
         # static builds one row per worker: a bound on k bounds the plan's memory too
         raise UsageError(f"workers {k} is more than {PLAN_MAX_TASKS:,} (the plan is built in memory)")
+    if user is not None:
+        return _plan_user(user, n, k, chunk, params)
     hand_out, default = PLANS[policy]
     if policy in TECHNIQUE_PLANS:
         return hand_out(n, k, chunk or default(n), params)
     if params and any(v is not None for v in params.values()):
         raise UsageError(f"--policy {policy} takes no technique parameters")
     return hand_out(n, k, chunk or default(n))
+
+
+def _technique_like(obj) -> bool:
+    from .contract import Technique
+
+    return isinstance(obj, Technique) or (isinstance(obj, type) and issubclass(obj, Technique))
+
+
+def _plan_user(user, n: int, k: int, chunk: int, params: dict | None) -> list[PlanRow]:
+    """A deterministic user technique's hand-out: ``chunk(remaining, i, -1)`` in claim order."""
+    from .contract import configure, hand_out
+
+    if not user.deterministic:
+        raise UsageError(f"--policy {user.ref}: technique {user.name} is not deterministic, "
+                         "so its hand-out is decided at run time (set deterministic = True "
+                         "if chunk() uses neither worker nor what record() learned)")
+    tech = user.new()
+    configure(tech, n, k, chunk or 1, dict(params or {}))
+    rows, first = [], 0
+    for size in hand_out(tech, n).tolist():
+        rows.append(PlanRow(-1, first, size))
+        first += size
+    return rows
 
 
 def log2_levels(k: int) -> int:

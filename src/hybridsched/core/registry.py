@@ -10,11 +10,11 @@ part of a preset, so the presets stay the paper's study.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
-from . import dispatch
+from . import contract, dispatch, usertech
 from . import policies as pol
 from ..errors import UsageError
 
@@ -72,18 +72,18 @@ def _aimd(n, workers, c, monitor, job=None):
 # serialised by one counter): the thread backend may then run them in compiled code
 # (backends/compiled.py) with exactly the hand-out of the dispenser above.
 
-def _fixed_sequence(n, workers, c, params=None):
+def _fixed_sequence(n, workers, c, params=None, job=None):
     return pol.fixed_bounds(n, c)
 
 
-def _guided_sequence(n, workers, c, params=None):
+def _guided_sequence(n, workers, c, params=None, job=None):
     return pol.fcfs_bounds(n, partial(pol.guided_size, k=workers, c=c))
 
 
 def _technique_sequence(name: str):
     """A rule technique's hand-out (techniques.bounds: the rule applied in claim order, as
     its RuleCounter does; sized from i or from what remains, it is fixed either way)."""
-    def seq(n, workers, c, params=None):
+    def seq(n, workers, c, params=None, job=None):
         from . import techniques as tq
 
         return tq.bounds(name, n, workers, c, params)
@@ -111,12 +111,13 @@ def _auto(n, workers, c, monitor, job=None):
     from .techniques import auto, dispense
 
     key = dispense.loop_key(job) if job is not None else ("auto", n, workers, c)
+    arms = tuple(job.portfolio.split(",")) if job is not None and job.portfolio else auto.PORTFOLIO
 
     def make(name: str):
         # every portfolio entry's thread dispenser: the pipe producer claims from it too
         info = get(name)
         return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
-    return auto.AutoDispenser(auto.racer_for(key), make, n, arm=get)
+    return auto.AutoDispenser(auto.racer_for(key, arms), make, n, arm=get)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,8 @@ class SchedulerInfo:
     # its dispenser picks another entry per execution (auto): the thread backend may run
     # that entry's fixed hand-out compiled (backends/compiled.delegated)
     chooses: bool = False
+    # a user's technique (core/contract.Technique): it reads every --param
+    user: usertech.UserTechnique | None = None
 
     @property
     def baseline(self) -> bool:
@@ -216,7 +219,9 @@ _ALL = [
 # The technique parameters (RunConfig.params names) each technique reads; auto reads
 # those of the techniques in its portfolio.
 _TECH_OPTIONS = {"fiss": ("fiss_stages",), "viss": ("viss_param",), "pls": ("pls_swr",),
-                 "auto": ("fiss_stages", "viss_param", "pls_swr")}
+                 "rnd": ("rnd_start", "seed"),
+                 "auto": ("fiss_stages", "viss_param", "pls_swr", "rnd_start", "seed",
+                          "portfolio")}
 
 
 def _portfolio() -> list[SchedulerInfo]:
@@ -265,14 +270,89 @@ ALL_NAMES = tuple(s.name for s in _ALL)
 
 
 def get(name: str) -> SchedulerInfo:
+    """The entry of a scheduler name; a ``package.module:Class`` reference (optionally
+    after ``pipe-MtoM:``) or an installed technique's entry-point name is registered first."""
     if not isinstance(name, str):
         raise UsageError(f"a scheduler is named by a string, got {type(name).__name__}")
-    try:
-        return SCHEDULERS[name]
-    except KeyError:
+    info = SCHEDULERS.get(name)
+    if info is not None:
+        return info
+    pipe, _, rest = name.partition(_MTOM)
+    user = None
+    if not pipe and rest:  # pipe-MtoM:<technique>
+        user = _find_user(rest)
+    elif not name.startswith(_MTOM):
+        user = _find_user(name)
+    if user is None:
         shown = [n for n in ALL_NAMES if SCHEDULERS[n].in_all]
         raise UsageError(f"unknown scheduler {name!r}; choose from {', '.join(shown)}, "
-                         "pipe-MtoM:<technique>, techniques, paper or all") from None
+                         "pipe-MtoM:<technique>, package.module:Class, techniques, paper or all")
+    threads, pipes = register(user)
+    return pipes if name.startswith(_MTOM) else threads
+
+
+_MTOM = "pipe-MtoM:"
+
+
+def _find_user(name: str) -> usertech.UserTechnique | None:
+    if usertech.is_reference(name):
+        return usertech.resolve(name, f"scheduler {name}")
+    return usertech.from_entry_point(name)
+
+
+def register(user: usertech.UserTechnique) -> tuple[SchedulerInfo, SchedulerInfo]:
+    """Enter a user technique under its name and ``pipe-MtoM:<name>`` (again: replaced);
+    a name taken by a built-in scheduler or by another technique is refused."""
+    name = user.name
+    had = SCHEDULERS.get(name)
+    if (had is not None and had.user is not None and had.user.hash == user.hash
+            and had.user.ref == user.ref and had.user.instance is user.instance):
+        return had, SCHEDULERS[_MTOM + name]  # the same technique: keep its loops' state
+    if had is not None and (had.user is None or had.user.ref != user.ref):
+        what = "a built-in scheduler" if had.user is None else f"technique {had.user.ref}"
+        raise UsageError(f"technique {user.ref}: its name {name!r} is already {what}; "
+                         "give it another name (class attribute name = ...)")
+    threads, pipes = _on_both(name, f"user technique {user.ref}", _user_dispenser(user),
+                              default_chunk=_one, profiled=False,
+                              sequence=_user_sequence(user) if user.deterministic and not user.learns else None)
+    threads = _as_user(threads, user)
+    pipes = _as_user(pipes, user)
+    SCHEDULERS[threads.name], SCHEDULERS[pipes.name] = threads, pipes
+    return threads, pipes
+
+
+def _as_user(info: SchedulerInfo, user: usertech.UserTechnique) -> SchedulerInfo:
+    return replace(info, description=info.description.replace("LB4OMP ", "", 1), user=user,
+                   technique="")
+
+
+def _user_dispenser(user: usertech.UserTechnique):
+    def make(n, workers, c, monitor, job=None):
+        tech = user.for_loop(_user_loop(job, n, workers, c), n, workers, c, _user_params(job))
+        from .techniques.dispense import TechniqueCounter
+
+        return TechniqueCounter(tech, n, user.ref)
+    return make
+
+
+def _user_sequence(user: usertech.UserTechnique):
+    def seq(n, workers, c, params=None, job=None):
+        tech = user.for_loop(_user_loop(job, n, workers, c), n, workers, c,
+                             _user_params(job) if job is not None else dict(params or {}))
+        return contract.bounds(tech, n)
+    return seq
+
+
+def _user_loop(job, n: int, workers: int, c: int) -> tuple:
+    from .techniques import dispense
+
+    return dispense.loop_key(job) if job is not None else ("user", n, workers, c)
+
+
+def _user_params(job) -> dict:
+    params = dict(job.params) if job is not None else {}
+    params.pop("profile", None)
+    return params
 
 
 def names(family: str | None = None, paper_only: bool = False, technique: bool | None = None,
@@ -289,3 +369,46 @@ def names(family: str | None = None, paper_only: bool = False, technique: bool |
 def paper_names() -> list[str]:
     """The paper's schedulers: what every preset runs."""
     return names(paper_only=True)
+
+
+def identity(scheduler: str, chosen: str = "") -> tuple[str, str]:
+    """(technique, technique_hash) that a run of ``scheduler`` stores: what ``auto`` chose
+    (``chosen``), or a user technique's ``module:qualname`` and the sha256 of its source."""
+    user = get(scheduler).user
+    if chosen:  # auto's choice (a name) or a user technique's dispenser (its reference)
+        chosen_info = SCHEDULERS.get(chosen)
+        users = [i.user for i in SCHEDULERS.values() if i.user is not None and i.user.ref == chosen]
+        user = chosen_info.user if chosen_info is not None else users[0] if users else None
+        if user is None:
+            return chosen, ""
+    return (user.ref, user.hash) if user is not None else ("", "")
+
+
+def lookup(scheduler) -> SchedulerInfo:
+    """:func:`get` for a name, or the entry of a user technique given as a
+    :class:`~hybridsched.core.contract.Technique` instance or class (registered first)."""
+    if isinstance(scheduler, str):
+        return get(scheduler)
+    return register(usertech.resolve(scheduler, "scheduler"))[0]
+
+
+def run_params(info: SchedulerInfo, params: dict | None) -> str:
+    """The parameters a run of ``info`` stores (RunConfig.params): those its entry reads
+    (a user technique reads all), as sorted ``key=value`` joined by ','; bad ones refused."""
+    if params is None:
+        return ""
+    if not isinstance(params, dict):
+        raise UsageError(f"technique parameters: expected a dict, got {type(params).__name__}")
+    for key, value in params.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UsageError(f"technique parameter {key!r}: the key must be a name")
+        if (isinstance(value, bool) or not isinstance(value, (int, float, str))
+                or (isinstance(value, str) and (not value or "," in value or "=" in value))):
+            raise UsageError(f"technique parameter {key}={value!r}: a number, or text "
+                             "without ',' or '='")
+    mine = {k: v for k, v in params.items() if k in info.options or info.user is not None}
+    if info.technique:
+        from .techniques import check_params
+
+        check_params(mine)
+    return ",".join(f"{k}={v}" for k, v in sorted(mine.items()))

@@ -37,6 +37,7 @@ template in launch/ sets it).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from dataclasses import replace
 from time import perf_counter
@@ -66,8 +67,9 @@ SPLITS = ("static", "dynamic") + SPLIT_TECHNIQUES
 
 def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     """Raise UsageError for a split that cannot give every rank work."""
-    if split not in SPLITS:
-        raise UsageError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split not in SPLITS and not (":" in split and _split_technique(split)):
+        raise UsageError(f"--split must be one of {', '.join(SPLITS)} or a deterministic "
+                         f"technique package.module:Class, got {split!r}")
     if any(c.chunk < 0 for c in configs):
         raise UsageError("--chunk auto is not supported under mpiexec (the search would run "
                          "inside the timed region on each rank); search on one node and pass "
@@ -108,12 +110,32 @@ def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple
     """The chunk sequence over P ranks that the ticket counter indexes: guided's, or an
     LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
     c = inter_node_min_chunk(k)
+    if ":" in split:  # a user's deterministic technique over the P ranks
+        from ..core.contract import configure, hand_out
+
+        tech = _split_technique(split).new()
+        configure(tech, L, P, c, {})
+        sizes = hand_out(tech, L).tolist()
+        starts = [0] + list(itertools.accumulate(sizes))[:-1]
+        return list(zip(starts, sizes))
     if split in SPLIT_TECHNIQUES:
         from ..core import techniques
 
         return techniques.sequence(split, L, P, c)
     d = DYNAMIC_DIVISOR_PER_RANK * P
     return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
+
+
+def _split_technique(ref: str):
+    """The user technique of ``--split package.module:Class`` (it must be deterministic:
+    every rank computes the same chunk sequence)."""
+    from ..core import usertech
+
+    user = usertech.resolve(ref, "--split")
+    if not user.deterministic:
+        raise UsageError(f"--split {ref}: technique {user.name} is not deterministic; every "
+                         "rank must compute the same chunk sequence (deterministic = True)")
+    return user
 
 
 def _dilate(ex, factor: float) -> None:

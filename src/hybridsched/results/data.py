@@ -85,7 +85,7 @@ def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
     from ..store import iter_details, machine_n, read_attrs, read_runs
 
-    runs = read_runs(path)
+    runs = versions_apart(read_runs(path))
     attrs = read_attrs(path)
     n = machine_n(path, attrs)
     util: dict[int, tuple[float, float]] = {}
@@ -108,6 +108,22 @@ def load_study(path: str, utilisation: bool = True) -> Study:
             util[rid] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
                          metrics.many_core_utilisation(d.workers, n))
     return Study(path, runs, attrs, n, util, foreign, imbalance)
+
+
+def versions_apart(runs: np.ndarray) -> np.ndarray:
+    """Runs of two versions of one user technique (a different technique_hash under one
+    scheduler name) are never pooled: each version's runs get the scheduler name
+    ``<name>@<first 8 hex digits of its hash>`` when a study holds more than one."""
+    if not len(runs) or "technique_hash" not in (runs.dtype.names or ()):
+        return runs
+    split = {s for s in np.unique(runs["scheduler"])
+             if len(np.unique(runs["technique_hash"][runs["scheduler"] == s])) > 1}
+    if not split:
+        return runs
+    out = runs.astype([(n, "U80" if n == "scheduler" else runs.dtype[n]) for n in runs.dtype.names])
+    for i in np.flatnonzero(np.isin(runs["scheduler"], list(split))):
+        out["scheduler"][i] = f"{runs['scheduler'][i]}@{runs['technique_hash'][i][:8]}"
+    return out
 
 
 def serial_times(runs: np.ndarray) -> dict[int, float]:

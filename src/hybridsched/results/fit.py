@@ -298,7 +298,9 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     from verified runs only, at one tensor size L."""
     from ..store import read_attrs, read_runs
 
-    runs = read_runs(path)
+    from .data import versions_apart
+
+    runs = versions_apart(read_runs(path))
     cores = _physical_cores(read_attrs(path))
     ok = runs[runs["verified"]]
     serial = ok[(ok["scheduler"] == "serial") & (ok["P"] == 1) & (ok["k"] == 1)]

@@ -1,4 +1,4 @@
-"""The layout of a study file (format_version 1; DESIGN.md §6) and the row codec.
+"""The layout of a study file (format_version 2; DESIGN.md §6) and the row codec.
 
 Layout::
 
@@ -12,6 +12,13 @@ The layout did not change when live reading became safe: safety comes from how t
 published (writer.py: a complete snapshot renamed into place), not from what is in it, so
 files written before and after read the same and older hybridsched versions still read
 new files.
+
+Version 2 (users' techniques and simulation, issues 24-25): ``scheduler`` widened from 24 to
+64 bytes (a user technique's name, ``pipe-MtoM:<name>``), ``technique`` from 24 to 120
+(``module:qualname``), and three new fields: ``technique_hash`` (sha256 of a user technique's
+source, so runs of two versions are never pooled), ``simulated`` (a row of `hybridsched
+simulate`) and ``portfolio`` (the techniques ``auto`` raced, "" for its default). Version-1 files read as version 2 with those fields empty/false; a version-1
+study continued with ``--resume`` is rewritten as version 2.
 """
 from __future__ import annotations
 
@@ -22,13 +29,15 @@ from ..errors import HybridschedError
 from ..records import RunRecord
 
 FORMAT = "hybridsched"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Versions this hybridsched reads (older ones through conform())
+READABLE_VERSIONS = (1, 2)
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731  fixed-length UTF-8 fields
 
 RUN_DTYPE = np.dtype([
     ("run_id", "i8"),
-    ("scheduler", _S(24)), ("family", _S(8)), ("kernel", _S(120)),
+    ("scheduler", _S(64)), ("family", _S(8)), ("kernel", _S(120)),
     ("P", "i4"), ("k", "i4"), ("L", "i8"), ("H", "i4"), ("W", "i4"),
     ("chunk", "i8"), ("chunk_used", "i8"), ("affinity", "?"), ("rep", "i4"), ("seed", "i8"),
     ("time_s", "f8"), ("verified", "?"), ("bad_rows", "i8"),
@@ -39,14 +48,17 @@ RUN_DTYPE = np.dtype([
     # not checked, by --verify none); kernel widened from 16 bytes for module:function
     ("workload", _S(16)), ("workload_params", _S(240)), ("verify", _S(120)),
     ("input_hash", _S(80)),
-    ("technique", _S(24)), ("params", _S(64)),
+    ("technique", _S(120)), ("params", _S(64)),
+    # version 2
+    ("technique_hash", _S(64)), ("simulated", "?"), ("portfolio", _S(240)),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
 # pipe variants were added later; files written before them ran the defaults stated here).
 RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "workload": b"uniform",
                 "workload_params": b"", "verify": b"", "input_hash": b"", "technique": b"",
-                "params": b""}
+                "params": b"", "technique_hash": b"", "simulated": False,
+                "portfolio": b""}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -79,7 +91,8 @@ def fit_text(s: str, n: int) -> str:
 
 
 # String fields that name what ran: never clipped (record_row refuses instead).
-_IDENTITY = ("kernel", "workload", "workload_params", "verify", "input_hash", "params")
+_IDENTITY = ("scheduler", "kernel", "workload", "workload_params", "verify", "input_hash",
+             "params", "technique", "technique_hash", "portfolio")
 
 
 def record_row(run_id: int, r: RunRecord) -> np.ndarray:
@@ -91,7 +104,8 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
               c.coop, c.workload.encode(), c.workload_params.encode(), c.verify.encode(),
-              c.input_hash.encode(), _clip(r.technique, 24), c.params.encode())
+              c.input_hash.encode(), r.technique.encode(), c.params.encode(), r.technique_hash.encode(),
+              r.simulated, c.portfolio.encode())
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind

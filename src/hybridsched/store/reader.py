@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import BadStudy, NotOurFile
 from ..records import TRACE_DTYPE, WORKER_DTYPE
-from .format import FORMAT, FORMAT_VERSION, RUN_DEFAULTS, RUN_DTYPE, conform, decode
+from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 
 
 def open_study(path: str) -> h5py.File:
@@ -45,9 +45,10 @@ def check_ours(path: str) -> None:
         version = int(version)
     except (TypeError, ValueError):
         raise BadStudy(f"{path}: format_version {version!r} is not a number") from None
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise NotOurFile(f"{path}: format_version {version} is not supported "
-                         f"(this hybridsched reads {FORMAT_VERSION})")
+                         f"(this hybridsched reads {', '.join(map(str, READABLE_VERSIONS))}; "
+                         f"it writes {FORMAT_VERSION})")
 
 
 # /runs fields and the kinds of stored dtype that may fill them
@@ -256,6 +257,7 @@ def stored_keys(path: str) -> set[tuple]:
                       int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
                       int(r["inflight"]), bool(r["coop"]), workload=str(r["workload"]),
                       workload_params=str(r["workload_params"]), verify=str(r["verify"]),
-                      input_hash=str(r["input_hash"]), params=str(r["params"])).key()
+                      input_hash=str(r["input_hash"]), params=str(r["params"]),
+                      portfolio=str(r["portfolio"])).key()
             for r in runs}
 

@@ -76,6 +76,7 @@ class StudyWriter:
                     del self.h5["runs"]
                     self.h5.create_dataset("runs", data=rows, maxshape=(None,),
                                            chunks=(RUNS_CHUNK,))
+                    self.h5.attrs["format_version"] = FORMAT_VERSION
                 if not isinstance(self.h5.get("detail"), h5py.Group):
                     if "detail" in self.h5:
                         raise NotOurFile(f"{path}: /detail is not a group")

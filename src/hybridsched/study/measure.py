@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.registry import identity
 from ..records import TRACE_DTYPE, WORKER_DTYPE, Execution, RunConfig, RunRecord
 
 # Per-worker columns that add up when the same local workers run several executions (the
@@ -84,9 +85,11 @@ class Measured:
 
 def single_record(m: Measured) -> RunRecord:
     """The ``/runs`` record of a single-node run (P = 1: the paper's)."""
+    technique, digest = identity(m.config.scheduler, m.technique)
     if m.error:
         return RunRecord(m.config, m.family, math.nan, False, chunk_used=m.chunk_used,
-                         error=m.error, started_at=m.started, notes=m.notes)
+                         error=m.error, started_at=m.started, notes=m.notes,
+                         technique=technique, technique_hash=digest)
     extra = dict(m.extra)
     if m.foreign == m.foreign:
         extra["foreign_cpu"] = round(m.foreign, 4)
@@ -94,7 +97,7 @@ def single_record(m: Measured) -> RunRecord:
                      chunk_used=m.chunk_used, workers_used=len(m.workers),
                      lost_workers=m.lost, notes=m.notes, started_at=m.started,
                      workers=m.workers, trace=m.trace, series=m.series, extra=extra,
-                     technique=m.technique)
+                     technique=technique, technique_hash=digest)
 
 
 def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunRecord:
@@ -126,8 +129,10 @@ def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunReco
     trace = np.concatenate([r.trace for r in results])
     trace = trace[np.argsort(trace["start"], kind="stable")]
     notes = f"split={split}" + "".join(f"; rank {r.rank}: {r.notes}" for r in results if r.notes)
+    technique, digest = identity(first.config.scheduler, first.technique)
     return RunRecord(first.config, first.family, time_s, not errors and total_bad == 0,
                      bad_rows=total_bad, chunk_used=max(r.chunk_used for r in results),
                      workers_used=len(workers), lost_workers=sum(r.lost for r in results),
                      error="; ".join(errors), notes=notes, started_at=first.started,
-                     workers=workers, trace=trace, extra=extra, technique=first.technique)
+                     workers=workers, trace=trace, extra=extra, technique=technique,
+                     technique_hash=digest)

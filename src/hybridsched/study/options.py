@@ -25,9 +25,8 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
                 out += schedulers.names("thread", technique=True)
             elif name == "paper":
                 out += schedulers.paper_names()
-            else:
-                schedulers.get(name)
-                out.append(name)
+            else:  # a reference to a user's technique is stored under the technique's name
+                out.append(schedulers.get(name).name)
     if not out:
         raise UsageError("--scheduler: no scheduler given")
     return list(dict.fromkeys(out))
@@ -65,17 +64,40 @@ def build_spec(args) -> StudySpec:
     if getattr(args, "dispatch", None) is not None:
         spec.dispatch = args.dispatch
     spec.params = technique_params(args)
+    if getattr(args, "portfolio", None):
+        spec.portfolio = portfolio(args.portfolio)
     spec.validate()
     return spec
 
 
 def technique_params(args) -> dict:
-    """LB4OMP's parameters given on the command line (--fiss-stages, --viss-param,
-    --pls-swr; `run` and `plan`), by their RunConfig.params names."""
+    """Technique parameters given on the command line (`run` and `plan`), by their
+    RunConfig.params names: LB4OMP's own options (--fiss-stages, --viss-param, --pls-swr)
+    and every --param KEY=VALUE."""
     given = (("fiss_stages", getattr(args, "fiss_stages", None)),
              ("viss_param", getattr(args, "viss_param", None)),
              ("pls_swr", getattr(args, "pls_swr", None)))
-    return {k: v for k, v in given if v is not None}
+    out = {k: v for k, v in given if v is not None}
+    for key, value in getattr(args, "param", None) or ():
+        if key in out and out[key] != value:
+            raise UsageError(f"--param {key}={value}: {key} is already {out[key]}")
+        out[key] = value
+    return out
+
+
+def portfolio(names: list[str]) -> list[str]:
+    """--portfolio: the techniques auto races, by name (a reference is registered and
+    stored under its technique's name); each a thread technique auto can run."""
+    out = []
+    for name in names:
+        info = schedulers.get(name)
+        if info.backend != "threads" or info.dispenser is None or info.chooses or info.needs_monitor:
+            raise UsageError(f"--portfolio {name}: auto races thread techniques with their own "
+                             "hand-out (not serial, forks, pipes, aimd or auto itself)")
+        out.append(info.name)
+    if not out:
+        raise UsageError("--portfolio: no technique given")
+    return list(dict.fromkeys(out))
 
 
 def _tasks(args, spec: StudySpec) -> None:

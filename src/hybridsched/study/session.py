@@ -7,6 +7,8 @@ import json
 import time
 from typing import Callable, Iterable, Iterator
 
+import numpy as np
+
 from ..errors import UsageError
 from ..records import RunConfig, RunRecord
 from ..store import has_table, read_attrs, stored_keys, study_spec
@@ -99,6 +101,26 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
     return out
 
 
+def technique_changes(out: str, spec: StudySpec) -> list[str]:
+    """User techniques of ``spec`` whose source differs from the version the stored runs
+    of the same name ran (their technique_hash)."""
+    from ..core import registry
+    from ..store import read_runs
+
+    runs = read_runs(out)
+    problems = []
+    for name in spec.schedulers:
+        user = registry.get(name).user
+        if user is None:
+            continue
+        mine = runs["technique_hash"][np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"])]
+        old = sorted({h for h in mine if h and h != user.hash})
+        if old:
+            problems.append(f"technique {name} ({user.ref}) changed since its stored runs "
+                            f"(source sha256 {user.hash[:12]}, stored {old[0][:12]})")
+    return problems
+
+
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
     attrs = read_attrs(out)
@@ -111,7 +133,7 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
                          "at P = 1 (nor under mpiexec yet): use a new --out and `hybridsched merge`")
     study_spec(out, attrs, "study_history")  # record_resume extends it: refuse a bad one now
     machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
-    problems = resume_conflicts(stored, spec, machine, meta)
+    problems = resume_conflicts(stored, spec, machine, meta) + technique_changes(out, spec)
     if problems:
         raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
     return stored_keys(out)

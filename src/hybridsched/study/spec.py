@@ -49,6 +49,8 @@ class StudySpec:
     # LB4OMP technique parameters {name: value} (--fiss-stages, --viss-param, --pls-swr);
     # each technique gets the ones its registry entry reads, as RunConfig.params
     params: dict = field(default_factory=dict)
+    # auto's portfolio (--portfolio): technique names, [] = its default
+    portfolio: list = field(default_factory=list)
     # Pipe schedulers also run at k = tuned_k (if in ks) with chunk tuned_chunks[L] (Tables 8-9).
     tuned_k: int = 0
     tuned_chunks: dict[int, int] = field(default_factory=dict)
@@ -69,10 +71,26 @@ class StudySpec:
         if not self.schedulers:
             raise UsageError("no scheduler given")
         for name in self.params:
+            if any(name in schedulers.get(s).options or schedulers.get(s).user
+                   for s in self.schedulers):
+                continue
             readers = [n for n in schedulers.names() if name in schedulers.get(n).options]
-            if not any(name in schedulers.get(s).options for s in self.schedulers):
-                raise UsageError(f"--{name.replace('_', '-')} is read by {', '.join(readers[:4])} "
-                                 "only; no scheduler of this study uses it")
+            if not readers:
+                raise UsageError(f"--param {name}: no scheduler of this study reads it (user "
+                                 "techniques read any; LB4OMP's: fiss_stages, viss_param, "
+                                 "pls_swr, rnd_start, seed)")
+            raise UsageError(f"--{name.replace('_', '-')} is read by {', '.join(readers[:4])} "
+                             "only; no scheduler of this study uses it")
+        if self.portfolio and not any("portfolio" in schedulers.get(s).options
+                                      for s in self.schedulers):
+            raise UsageError("--portfolio is the set auto races; no scheduler of this study "
+                             "is auto (add -s auto)")
+        from ..core.techniques import check_params
+
+        for s in self.schedulers:  # LB4OMP's parameters checked before anything runs
+            info = schedulers.get(s)
+            if info.technique:
+                check_params({k: v for k, v in self.params.items() if k in info.options})
         if not self.ks or min(self.ks) < 1:
             raise UsageError("-k must be at least 1")
         if self.reps < 1:
@@ -160,12 +178,14 @@ class StudySpec:
         return out
 
     def _with_options(self, c: RunConfig) -> RunConfig:
-        opts = schedulers.get(c.scheduler).options
-        mine = ",".join(f"{k}={v}" for k, v in sorted(self.params.items()) if k in opts)
+        info = schedulers.get(c.scheduler)
+        opts = info.options
+        mine = schedulers.run_params(info, self.params)
         return replace(c, pipe_batch=self.pipe_batch if "pipe_batch" in opts else 1,
                        inflight=self.inflight if "inflight" in opts else 1,
                        coop=self.coop and not schedulers.get(c.scheduler).baseline,
-                       dispatch=self.dispatch, params=mine)
+                       dispatch=self.dispatch, params=mine,
+                       portfolio=",".join(self.portfolio) if "portfolio" in opts else "")
 
     def _with_tasks(self, c: RunConfig) -> RunConfig:
         """What every run's tasks are: the same for the whole study."""

@@ -11,10 +11,7 @@ a plain Python ``f`` into a Python loop, with :class:`GILWarning`.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
-import os
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -23,6 +20,7 @@ import numpy as np
 
 from ..kernels import KERNELS, compile_kernel, is_compiled
 from ..errors import UsageError
+from ..refs import import_object
 
 
 class GILWarning(UserWarning):
@@ -56,28 +54,8 @@ def _arity(fn, what: str) -> int:
 
 
 def import_ref(ref: str, what: str) -> Callable:
-    """The callable named by ``package.module:function`` (dots after the colon walk
-    attributes); every failure is one UsageError line."""
-    mod_name, sep, attr = ref.partition(":")
-    if not sep or not mod_name or not attr:
-        raise UsageError(f"{what} {ref!r}: expected package.module:function")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.append(here)  # `hybridsched run` from the directory holding the module
-    try:
-        obj = importlib.import_module(mod_name)
-    except SystemExit as exc:  # the module ends the interpreter while it is imported
-        raise UsageError(f"{what} {ref!r}: importing {mod_name!r} called exit({exc.code!r})") from None
-    except ImportError as exc:
-        raise UsageError(f"{what} {ref!r}: cannot import {mod_name!r}: {exc}") from None
-    except Exception as exc:  # the module itself fails on import
-        raise UsageError(f"{what} {ref!r}: importing {mod_name!r} raised "
-                         f"{type(exc).__name__}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise UsageError(f"{what} {ref!r}: {mod_name!r} has no attribute {attr!r}") from None
+    """The function named by ``package.module:function``; every failure is one UsageError."""
+    obj = import_object(ref, what, "package.module:function")
     if not callable(obj) or isinstance(obj, type):
         raise UsageError(f"{what} {ref!r}: {type(obj).__name__} is not a function")
     return obj

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import UsageError
 from .adaptive import LEARNERS
-from .deterministic import PARAM_DEFAULTS, RULES, Rule, hand_out, steal_blocks
+from .deterministic import PARAM_DEFAULTS, RULES, Rule, Whole, balanced_block, hand_out, steal_blocks
 from .profiled import PROFILED, Profile
 
 DESCRIPTIONS = {
@@ -83,6 +83,8 @@ def rule(name: str, n: int, p: int, chunk: int = 1, params: dict | None = None,
          profile: Profile | None = None) -> Rule:
     """The first-come-first-served rule of a fixed technique (profiled ones need ``profile``)."""
     params = check_params(params)
+    if p <= 1 and name in NAMES:  # LB4OMP at one worker: [0, N) in one chunk
+        return Whole(n, p, chunk, params)
     if name in RULES:
         return RULES[name](n, p, chunk, params)
     if name in PROFILED:
@@ -112,4 +114,4 @@ def bounds(name: str, n: int, p: int, chunk: int = 1, params: dict | None = None
 
 __all__ = ["ADAPTIVE", "BY_INDEX", "DESCRIPTIONS", "DETERMINISTIC", "FIXED", "NAMES",
            "NEEDS_PROFILE", "OWN_DEFAULT_CHUNK", "Profile", "bounds", "check_params",
-           "chunk_sizes", "rule", "sequence", "steal_blocks"]
+           "balanced_block", "chunk_sizes", "rule", "sequence", "steal_blocks"]

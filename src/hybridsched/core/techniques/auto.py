@@ -125,10 +125,11 @@ class Racing:
 _racers: dict[tuple, Racing] = {}
 
 
-def racer_for(key: tuple) -> Racing:
+def racer_for(key: tuple, arms: tuple[str, ...] = PORTFOLIO) -> Racing:
+    """The racer of one loop (its key), over ``arms`` (``--portfolio``; default PORTFOLIO)."""
     r = _racers.get(key)
-    if r is None:
-        r = _racers[key] = Racing()
+    if r is None or r.arms != tuple(arms):
+        r = _racers[key] = Racing(arms)
     return r
 
 

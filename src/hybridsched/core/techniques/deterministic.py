@@ -61,6 +61,14 @@ class Rule:
         raise NotImplementedError
 
 
+class Whole(Rule):
+    """One worker: LB4OMP hands out [0, N) as a single chunk whatever the technique (its
+    one-thread path); libgomp's dynamic, guided and chunk keep their own hand-out."""
+
+    def size(self, i, remaining):
+        return remaining
+
+
 class Trapezoidal(Rule):
     """TSS (Tzen & Ni): first chunk F = N/(2P), last L = chunk, decreasing by a constant
     step; LB4OMP/LLVM's integer arithmetic on the start of chunk i."""
@@ -241,13 +249,15 @@ def hand_out(rule: Rule, start: int = 0) -> list[tuple[int, int]]:
 
 def steal_blocks(n: int, p: int, chunk: int) -> tuple[int, list[tuple[int, int]]]:
     """static_steal's initial assignment: ceil(N/chunk) chunk indices in P contiguous
-    ranges [lo, hi) of chunk indices (the first N mod P ranges one longer); LB4OMP falls
-    back to static balanced blocks when there are fewer chunks than workers (chunk 1 then).
+    ranges [lo, hi) of chunk indices (the first N mod P ranges one longer). With fewer
+    chunks than workers (one worker included) LB4OMP falls back to balanced static blocks
+    and ignores the chunk: the chunk used is then 0, worker w's range is its one block
+    index w (:func:`balanced_block`), empty for workers beyond N.
     Returns (the chunk used, the ranges)."""
     c = max(1, chunk)
     ntc = -(-n // c)
     if p <= 1 or ntc < p:
-        c, ntc = 1, n
+        return 0, [(w, w + 1) if w < n else (w, w) for w in range(max(1, p))]
     q, r = divmod(ntc, p)
     out, lo = [], 0
     for w in range(p):
@@ -255,3 +265,10 @@ def steal_blocks(n: int, p: int, chunk: int) -> tuple[int, list[tuple[int, int]]
         out.append((lo, hi))
         lo = hi
     return c, out
+
+
+def balanced_block(n: int, p: int, w: int) -> tuple[int, int]:
+    """(first, count) of worker w's block in OpenMP's balanced static split: the first
+    N mod P workers one frame more (N = 37, P = 24: 13 blocks of 2, 11 of 1)."""
+    q, r = divmod(n, max(1, p))
+    return w * q + min(w, r), q + (1 if w < r else 0)

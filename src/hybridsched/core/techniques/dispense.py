@@ -12,9 +12,10 @@ import threading
 from time import perf_counter
 from typing import Callable
 
+from ..contract import Technique, TechniqueError, learns, sized
 from ..dispatch import Dispenser
 from .adaptive import LEARNERS, AwfHistory, Learner
-from .deterministic import RULES, Rule, steal_blocks
+from .deterministic import RULES, Rule, Whole, balanced_block, steal_blocks
 from .profiled import PROFILED
 
 _histories: dict[tuple, AwfHistory] = {}
@@ -24,7 +25,7 @@ def loop_key(job) -> tuple:
     """What makes two executions the same loop: scheduler, shape, k, kernel, chunk,
     placement and the run options."""
     return (job.scheduler, tuple(job.work.shape), job.k, job.kernel, job.chunk, job.affinity,
-            tuple(job.cpus), job.pipe_batch, job.inflight)
+            tuple(job.cpus), job.pipe_batch, job.inflight, job.portfolio)
 
 
 def awf_history(key: tuple, p: int) -> AwfHistory:
@@ -43,7 +44,10 @@ def reset_state() -> None:
 def dispenser(name: str, n: int, p: int, chunk: int, params: dict, profile=None,
                job=None) -> Dispenser:
     """Technique ``name``'s thread-safe dispenser for one execution of the loop ``job``
-    (its learned state is per loop), built as :data:`BUILDERS` says."""
+    (its learned state is per loop), built as :data:`BUILDERS` says; at one worker every
+    LB4OMP technique hands out [0, N) as one chunk, as LB4OMP does."""
+    if p <= 1:
+        return RuleCounter(Whole(n, p, chunk, params))
     return BUILDERS[name](name, n, p, chunk, params, profile, job)
 
 
@@ -150,6 +154,8 @@ class StaticSteal(Dispenser):
         return 0 if self.stopped else sum(max(0, h - l) for l, h in zip(self.lo, self.hi))
 
     def _chunk(self, idx: int):
+        if self.c == 0:  # the balanced-blocks fallback: index w is worker w's block
+            return balanced_block(self.n, self.p, idx)
         first = idx * self.c
         return first, min(self.c, self.n - first)
 
@@ -180,3 +186,43 @@ class StaticSteal(Dispenser):
 
     def notes(self):
         return f"steals={self.steals}"
+
+
+class TechniqueCounter(Dispenser):
+    """A user technique on one shared counter: chunk i sized by ``chunk()`` under one lock,
+    each finished chunk reported to ``record()`` (only when the technique overrides it)."""
+
+    def __init__(self, tech: Technique, tasks: int, ref: str = ""):
+        super().__init__()
+        self.tech, self.n, self.ref = tech, int(tasks), ref
+        self.feedback = learns(tech)
+        self.next = self.i = 0
+        self._firsts: dict[int, list[int]] = {}  # per worker: chunks in flight, claim order
+        self._lock = threading.Lock()
+
+    def remaining(self) -> int:
+        return 0 if self.stopped else self.n - self.next
+
+    def claim(self, w):
+        with self._lock:
+            first = self.next
+            if first >= self.n or self.stopped:
+                return None
+            count = sized(self.tech, self.n - first, self.i, w)
+            self.i += 1
+            self.next = first + count
+            if self.feedback:
+                self._firsts.setdefault(w, []).append(first)
+        return first, count
+
+    def done(self, w, count, seconds):
+        with self._lock:
+            first = self._firsts[w].pop(0)
+            try:
+                self.tech.record(w, first, count, seconds)
+            except Exception as exc:
+                raise TechniqueError(f"technique {self.tech.name}: record() raised "
+                                     f"{type(exc).__name__}: {exc} (worker {w})") from exc
+
+    def technique(self) -> str:
+        return self.ref

@@ -1,0 +1,103 @@
+"""The public technique contract: :class:`Technique`, a user's loop-scheduling rule, and the
+dispenser that runs one on every backend.
+
+hybridsched sets ``tasks``, ``workers``, ``min_chunk`` and ``params`` before ``start()``;
+``chunk(remaining, request, worker)`` sizes each claim; ``record(worker, first, count,
+seconds)`` hears each chunk's measured time. Calls into one technique object never overlap:
+the dispenser holds its lock around them, as LB4OMP's shared counter serialises claims.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import HybridschedError, UsageError
+
+
+class TechniqueError(HybridschedError):
+    """A technique's chunk(), start() or record() misbehaved: the run fails with one line
+    naming the technique, the worker and the value."""
+
+
+class Technique:
+    """A loop-scheduling technique: subclass it and define :meth:`chunk`.
+
+    ``name`` is the scheduler column (default: the class name in lower case);
+    ``deterministic = True`` declares that ``chunk()`` uses neither ``worker`` nor anything
+    ``record()`` learned, so the whole hand-out may be precomputed (``plan``, compiled
+    dispatch, ``--split``).
+    """
+
+    name: str = ""
+    deterministic: bool = False
+    # set by hybridsched before start(): N, the claiming workers (k, or P ranks under
+    # --split), --chunk (1 when absent) and --param KEY=VALUE
+    tasks: int = 0
+    workers: int = 1
+    min_chunk: int = 1
+    params: dict = {}
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__.lower()
+
+    def chunk(self, remaining: int, request: int, worker: int) -> int:
+        """Tasks for claim number ``request`` by ``worker`` (-1: any) with ``remaining``
+        tasks not yet handed out."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Called before each execution of the loop (each repetition)."""
+
+    def record(self, worker: int, first: int, count: int, seconds: float) -> None:
+        """Called after each chunk with its measured time, before ``worker`` claims again."""
+
+
+def learns(tech: Technique | type) -> bool:
+    """Whether the technique overrides record(): it then needs the Python loop."""
+    cls = tech if isinstance(tech, type) else type(tech)
+    return getattr(cls, "record", None) is not Technique.record
+
+
+def configure(tech: Technique, tasks: int, workers: int, min_chunk: int, params: dict) -> None:
+    """Set what hybridsched promises before start(), then call it."""
+    tech.tasks, tech.workers = int(tasks), max(1, int(workers))
+    tech.min_chunk, tech.params = max(1, int(min_chunk)), dict(params)
+    try:
+        tech.start()
+    except Exception as exc:
+        raise TechniqueError(f"technique {tech.name}: start() raised "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+
+def sized(tech: Technique, remaining: int, request: int, worker: int) -> int:
+    """``tech.chunk(...)`` checked and cut to ``remaining``."""
+    try:
+        value = tech.chunk(remaining, request, worker)
+    except Exception as exc:
+        raise TechniqueError(f"technique {tech.name}: chunk() raised {type(exc).__name__}: "
+                             f"{exc} (worker {worker}, claim {request})") from exc
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise TechniqueError(f"technique {tech.name}: chunk() returned {value!r} for worker "
+                             f"{worker} (claim {request}, {remaining} remaining); it must "
+                             "return a positive integer")
+    return min(int(value), remaining)
+
+
+def hand_out(tech: Technique, tasks: int) -> np.ndarray:
+    """A deterministic technique's chunk sizes, claimed as ``chunk(remaining, i, -1)``."""
+    if not tech.deterministic:
+        raise UsageError(f"technique {tech.name} is not deterministic (deterministic = True "
+                         "declares that its hand-out can be computed ahead)")
+    sizes, remaining, i = [], int(tasks), 0
+    while remaining > 0:
+        c = sized(tech, remaining, i, -1)
+        sizes.append(c)
+        remaining -= c
+        i += 1
+    return np.array(sizes, np.int64)
+
+
+def bounds(tech: Technique, tasks: int) -> np.ndarray:
+    """Prefix sums of :func:`hand_out` with a leading 0 (compiled dispatch's boundaries)."""
+    return np.concatenate([[0], np.cumsum(hand_out(tech, tasks))]).astype(np.int64)

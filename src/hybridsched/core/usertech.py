@@ -1,0 +1,132 @@
+"""Users' techniques found and identified: a ``package.module:Class`` reference, an
+installed package's entry point (group ``hybridsched.techniques``), a class or an instance
+becomes a :class:`UserTechnique` -- its name, its ``module:qualname`` and the sha256 of its
+source, which a study stores so that runs of two versions are never pooled."""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+
+from ..errors import UsageError
+from ..refs import import_object
+from .contract import Technique, configure, learns
+
+GROUP = "hybridsched.techniques"
+# The scheduler column is 64 bytes (store.format); "pipe-MtoM:" takes 10 of them
+MAX_NAME = 54
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # no ',' (lists), ':' (references) or spaces
+
+
+def source_hash(cls: type) -> str:
+    """sha256 of the source of ``cls`` and of its user-defined bases (the code of their
+    functions where the source cannot be read, e.g. a class typed into a REPL)."""
+    h = hashlib.sha256()
+    for klass in cls.__mro__:
+        if klass is Technique or klass is object:
+            continue
+        try:
+            h.update(inspect.getsource(klass).encode())
+        except (OSError, TypeError):
+            for key, value in sorted(vars(klass).items()):
+                code = getattr(value, "__code__", None)
+                h.update(key.encode())
+                h.update(code.co_code + repr(code.co_consts).encode() if code else repr(value).encode())
+    return h.hexdigest()
+
+
+@dataclass(eq=False)
+class UserTechnique:
+    """One user technique: its class and, when the caller gave one, the instance that
+    serves every execution; otherwise one instance per loop configuration."""
+
+    cls: type
+    ref: str                     # module:qualname (the study's technique field)
+    hash: str                    # technique_hash
+    instance: Technique | None = None
+    _loops: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.cls.name if self.instance is None else self.instance.name
+
+    @property
+    def deterministic(self) -> bool:
+        obj = self.instance if self.instance is not None else self.cls
+        return bool(obj.deterministic)
+
+    @property
+    def learns(self) -> bool:
+        return learns(self.cls)
+
+    def for_loop(self, key, tasks: int, workers: int, min_chunk: int, params: dict) -> Technique:
+        """The object for one execution of loop ``key``, configured and started."""
+        tech = self.instance
+        if tech is None:
+            tech = self._loops.get(key)
+            if tech is None:
+                tech = self._loops[key] = self.new()
+        configure(tech, tasks, workers, min_chunk, params)
+        return tech
+
+    def new(self) -> Technique:
+        """A fresh object (plans and precomputed hand-outs; the instance when one was given)."""
+        if self.instance is not None:
+            return self.instance
+        try:
+            return self.cls()
+        except Exception as exc:
+            raise UsageError(f"technique {self.ref}: {self.cls.__name__}() raised "
+                             f"{type(exc).__name__}: {exc} (a technique is built without "
+                             "arguments)") from None
+
+
+def is_reference(name: str) -> bool:
+    """Whether a scheduler name is a ``package.module:Class`` reference."""
+    return isinstance(name, str) and ":" in name
+
+
+def _checked(obj, what: str) -> UserTechnique:
+    instance = None
+    if isinstance(obj, Technique):
+        instance, cls = obj, type(obj)
+    elif isinstance(obj, type) and issubclass(obj, Technique) and obj is not Technique:
+        cls = obj
+    else:
+        raise UsageError(f"{what}: {type(obj).__name__} {obj!r:.60} is not a hybridsched."
+                         "Technique subclass or instance")
+    if cls.chunk is Technique.chunk:
+        raise UsageError(f"{what}: {cls.__qualname__} does not define chunk()")
+    name = instance.name if instance is not None else cls.name
+    if not isinstance(name, str) or not _NAME.match(name) or len(name.encode()) > MAX_NAME:
+        raise UsageError(f"{what}: technique name {name!r} must be 1 to {MAX_NAME} letters, "
+                         "digits, '_', '-' or '.'")
+    ref = f"{cls.__module__}:{cls.__qualname__}"
+    return UserTechnique(cls, ref, source_hash(cls), instance)
+
+
+def resolve(obj, what: str = "technique") -> UserTechnique:
+    """A UserTechnique for a reference string, a Technique class or an instance."""
+    if isinstance(obj, str):
+        obj = import_object(obj, what, "package.module:Class")
+    return _checked(obj, what)
+
+
+def entry_points() -> dict[str, metadata.EntryPoint]:
+    """Installed techniques: entry-point name -> entry point (nothing imported yet)."""
+    return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
+
+
+def from_entry_point(name: str) -> UserTechnique | None:
+    """The installed technique registered under entry-point ``name`` (None: there is none)."""
+    ep = entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        obj = ep.load()
+    except Exception as exc:
+        raise UsageError(f"technique {name!r} (entry point {ep.value} of "
+                         f"{GROUP}) failed to load: {type(exc).__name__}: {exc}") from None
+    return _checked(obj, f"entry point {name} = {ep.value}")
