@@ -52,7 +52,7 @@ def _technique_options(p) -> None:
     p.add_argument("--param", type=param_item, action="append", default=None, metavar="KEY=VALUE",
                    help="a technique parameter (repeatable): a user technique's self.params, "
                         "or an LB4OMP one by its name (fiss_stages, viss_param, pls_swr, "
-                        "rnd_start, seed)")
+                        "rnd_start, seed) (default: none)")
 
 
 def _tasks_options(r) -> None:
@@ -125,12 +125,11 @@ def add_run(sub) -> None:
     r.add_argument("--portfolio", type=name_list, default=None, metavar="NAME,...",
                    help="auto: the techniques it races (built-in names and package.module:Class; "
                         "default: static, dynamic, guided and LB4OMP's 24)")
-    r.add_argument("--split", default="static", metavar="SPLIT",
-                   help="under mpiexec: frames to ranks in contiguous blocks (static), by "
-                   "self-scheduled guided chunks through an MPI RMA counter (dynamic), "
-                   f"by an LB4OMP technique's chunks through that counter ({', '.join(RULES)}), "
-                   "or by a deterministic technique of yours (package.module:Class); "
-                   "no effect at P = 1")
+    r.add_argument("--split", default="static",
+                   metavar="{static,dynamic," + ",".join(RULES) + ",package.module:Class}",
+                   help="under mpiexec: frames to ranks in blocks (static), by guided chunks "
+                   "from an MPI RMA counter (dynamic), by an LB4OMP technique's chunks or by "
+                   "a deterministic technique of yours from that counter; none at P = 1")
     r.set_defaults(command="run")
 
 

@@ -389,6 +389,9 @@ def lookup(scheduler) -> SchedulerInfo:
     :class:`~hybridsched.core.contract.Technique` instance or class (registered first)."""
     if isinstance(scheduler, str):
         return get(scheduler)
+    if not (isinstance(scheduler, contract.Technique) or isinstance(scheduler, type)):
+        raise UsageError(f"a scheduler is named by a string or is a hybridsched.Technique, got "
+                         f"{type(scheduler).__name__}")
     return register(usertech.resolve(scheduler, "scheduler"))[0]
 
 
