@@ -139,10 +139,10 @@ def section_guided(shape: tuple[int, int, int], reps: int, order: random.Random)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 reps, a quarter of the tasks")
-    ap.add_argument("--reps", type=int, help="reps per variant (default 9, quick 3)")
+    ap.add_argument("--reps", type=int, help="reps per variant (default 25, quick 3)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    reps = args.reps or (3 if args.quick else 9)
+    reps = args.reps or (3 if args.quick else 25)
     scale = 4 if args.quick else 1
     order = random.Random(args.seed)
     print(f"# hybridsched user-technique benchmark ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})\n")
