@@ -368,3 +368,30 @@ def test_pipe_variant_bounds(bad, capsys):
     assert main(["run", "-s", "pipe-1to1", "-L", "4", "-k", "1"] + bad) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_teams_in_several_threads_never_hold_each_others_pipes():
+    """parallel_for from four threads at once on forks and pipes: a child forked by one team
+    closes every other team's pipe ends, or that team never sees end of file (a hang found
+    by the hostile list, about one call in ten)."""
+    import threading
+
+    import hybridsched
+
+    scheds = ["prolific", "collective", "pipe-1to1", "pipe-MtoM"]
+    for _ in range(6):
+        results: dict[int, object] = {}
+        barrier = threading.Barrier(len(scheds))
+
+        def one(i: int, sched: str) -> None:
+            d = np.random.default_rng(100 + i).integers(0, 256, (24, 8, 16 + i), dtype=np.uint8)
+            barrier.wait(timeout=30)
+            results[i] = bool(hybridsched.parallel_for("quicksort", d, scheduler=sched, k=2).verified)
+
+        ts = [threading.Thread(target=one, args=(i, s), daemon=True) for i, s in enumerate(scheds)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in ts), "a parallel_for call hung"
+        assert results == {0: True, 1: True, 2: True, 3: True}

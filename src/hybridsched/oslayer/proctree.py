@@ -28,6 +28,7 @@ import ctypes
 import os
 import select
 import signal
+import threading
 from time import perf_counter
 from typing import Callable
 
@@ -46,6 +47,13 @@ STARTING, RUNNING, DONE, FAILED = 0, 1, 2, 3
 
 _DEFERRED = {signal.SIGINT, signal.SIGTERM}
 _ERRLEN = 200  # bytes of the exception text a failing worker leaves for the parent
+# Every pipe end and pidfd that a team of this process owns. A child closes all of them but
+# the ones it keeps, not only its own team's: with teams in several threads at once (the
+# API from threads), a child that kept another team's pipe end open would hold back that
+# team's end of file forever. The lock makes "created and registered" one step as seen by
+# a fork from another thread.
+_TEAM_FDS: set[int] = set()
+_FD_LOCK = threading.Lock()
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -172,8 +180,10 @@ class ProcessTeam:
         try:
             self.kill_all()
             self.reap_all()
-            for fd in list(self.pidfds.values()) + self.parent_fds:
-                _close(fd)
+            with _FD_LOCK:
+                for fd in list(self.pidfds.values()) + self.parent_fds:
+                    _TEAM_FDS.discard(fd)
+                    _close(fd)
             self.pidfds.clear()
             self.parent_fds.clear()
             if self._subreaper and _prctl is not None and not self._old_subreaper:
@@ -222,7 +232,10 @@ class ProcessTeam:
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED) if from_parent else None
         try:
             try:
-                pid = os.fork()
+                with _FD_LOCK:  # no other team's pipe half-registered at the fork
+                    pid = os.fork()
+                    if pid and from_parent:
+                        self.watch(w, pid)
             except OSError as exc:
                 raise ResourceError(f"{self.scheduler}: fork of worker {w} failed: {exc}") from exc
             if pid == 0:
@@ -234,7 +247,6 @@ class ProcessTeam:
                     os.setpgid(pid, self.pgid)  # also done by the child: whoever runs first
                 except OSError:
                     pass  # the child already joined, or has exited
-                self.watch(w, pid)
         finally:
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -247,6 +259,8 @@ class ProcessTeam:
     def _child(self, w: int, body, from_parent: bool, keep_fds, old_mask) -> None:
         code = 1
         try:
+            global _FD_LOCK
+            _FD_LOCK = threading.Lock()  # the copy may be held by a thread the child lacks
             if from_parent:
                 try:
                     os.setpgid(0, self.pgid or 0)
@@ -261,9 +275,7 @@ class ProcessTeam:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # no inherited SystemExit handler
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-            for fd in self.pidfds.values():
-                _close(fd)
-            for fd in self.parent_fds:
+            for fd in set(self.pidfds.values()) | set(self.parent_fds) | _TEAM_FDS:
                 if fd not in keep_fds:
                     _close(fd)
             self.pids[w] = os.getpid()
@@ -287,6 +299,7 @@ class ProcessTeam:
             return
         try:
             self.pidfds[w] = os.pidfd_open(pid)
+            _TEAM_FDS.add(self.pidfds[w])
         except ProcessLookupError:
             self.pidfds[w] = -1  # already reaped: cannot happen while we are the reaper
         except OSError as exc:
@@ -398,19 +411,23 @@ class ProcessTeam:
     def pipe(self) -> tuple[int, int]:
         """A pipe (read end, write end) owned by the team: closed by :meth:`close` unless
         released earlier with :meth:`close_fd`; children close it unless they keep it."""
-        try:
-            r, w = os.pipe2(os.O_CLOEXEC)
-        except OSError as exc:
-            raise ResourceError(f"{self.scheduler}: cannot create a pipe for {self.k} workers: "
-                                f"{exc} (raise `ulimit -n`?)") from exc
-        self.parent_fds += [r, w]
+        with _FD_LOCK:
+            try:
+                r, w = os.pipe2(os.O_CLOEXEC)
+            except OSError as exc:
+                raise ResourceError(f"{self.scheduler}: cannot create a pipe for {self.k} "
+                                    f"workers: {exc} (raise `ulimit -n`?)") from exc
+            self.parent_fds += [r, w]
+            _TEAM_FDS.update((r, w))
         return r, w
 
     def close_fd(self, fd: int) -> None:
         """Close one of the team's fds in the parent (a child-side pipe end, say)."""
         if fd in self.parent_fds:
-            self.parent_fds.remove(fd)
-            _close(fd)
+            with _FD_LOCK:
+                self.parent_fds.remove(fd)
+                _TEAM_FDS.discard(fd)
+                _close(fd)
 
     def wait_static(self) -> None:
         """Wait until all k workers have finished, discovering tree-forked workers as they
