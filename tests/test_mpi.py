@@ -15,7 +15,7 @@ import pytest
 
 from hybridsched.core import registry as schedulers
 from hybridsched.cli import main
-from hybridsched.mpi.runs import dynamic_chunks
+from hybridsched.core.splits import dynamic_chunks
 from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus
 from hybridsched.store import read_runs
 

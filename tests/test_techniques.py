@@ -386,7 +386,7 @@ def test_percent_imbalance_is_the_papers_formula():
 @pytest.mark.parametrize("split", ["fac2", "trapezoidal", "fiss", "pls"])
 @pytest.mark.parametrize("L,P,k", [(1, 1, 1), (10, 2, 1), (97, 3, 4), (1000, 8, 24)])
 def test_split_chunks_are_the_techniques_sequence(split, L, P, k):
-    from hybridsched.mpi.runs import dynamic_chunks, inter_node_min_chunk
+    from hybridsched.core.splits import dynamic_chunks, inter_node_min_chunk
 
     chunks = dynamic_chunks(L, P, k, split)
     assert chunks == tq.sequence(split, L, P, inter_node_min_chunk(k))

@@ -136,3 +136,14 @@ def param_item(text: str) -> tuple[str, object]:
         raise argparse.ArgumentTypeError(f"--param {text!r}: the value must be non-empty, "
                                          "without ',' or '='")
     return key, param_value(value)
+
+
+def split_name(choices):
+    """--split: one of ``choices`` or a ``package.module:Class`` reference (imported and
+    checked later, with one line if it is not a deterministic technique)."""
+    def parse(text: str) -> str:
+        if text in choices or (":" in text and all(text.partition(":")[::2])):
+            return text
+        raise argparse.ArgumentTypeError(f"invalid choice {text!r} (choose from "
+                                         f"{', '.join(choices)} or package.module:Class)")
+    return parse

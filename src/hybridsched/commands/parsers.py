@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from .args import (chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, param_item,
-                   positive)
+                   positive, split_name)
 
 EXAMPLES = """examples:
   hybridsched check                          is this machine quiet enough to time on?
@@ -38,6 +38,9 @@ HELP = {
     "report": "tables, CSV and speedup plots of a study file",
     "fit": "fit Amdahl, Gustafson or USL to speedups over N = P x k",
     "merge": "combine study files (e.g. one per Slurm job) into one",
+    "simulate": ("the study `run` would make, simulated on --cores virtual CPUs and -P nodes "
+                 "(or --validate a measured one)"),
+    "calibrate": "measure this machine's scheduling overheads for `simulate --calibration`",
 }
 
 
@@ -78,10 +81,19 @@ def _tasks_options(r) -> None:
 
 
 def add_run(sub) -> None:
-    from ..core.techniques.deterministic import RULES
+    r = sub.add_parser("run", help=HELP["run"])
+    _study_options(r)
+    r.add_argument("--resume", action="store_true",
+                   help="continue the --out study: run only the configurations not stored yet "
+                   "(same seed, shape, kernel and machine required)")
+    _split_option(r, "under mpiexec: ")
+    r.set_defaults(command="run")
+
+
+def _study_options(r) -> None:
+    """What a study runs: the options `run` and `simulate` share."""
     from ..study.spec import PRESETS
 
-    r = sub.add_parser("run", help=HELP["run"])
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "
                    "paper's 13, 'all' for every one (with the named variants and the LB4OMP "
@@ -103,9 +115,6 @@ def add_run(sub) -> None:
                    help="pin worker w to CPU w mod N (default on)")
     r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    r.add_argument("--resume", action="store_true",
-                   help="continue the --out study: run only the configurations not stored yet "
-                   "(same seed, shape, kernel and machine required)")
     r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default (~2 min on "
                    "2 cores), scaled (the §5 shape on this machine's N cores), paper (the §5 matrix)")
     r.add_argument("--pipe-batch", type=positive("--pipe-batch"), metavar="B",
@@ -125,12 +134,16 @@ def add_run(sub) -> None:
     r.add_argument("--portfolio", type=name_list, default=None, metavar="NAME,...",
                    help="auto: the techniques it races (built-in names and package.module:Class; "
                         "default: static, dynamic, guided and LB4OMP's 24)")
-    r.add_argument("--split", default="static",
+
+
+def _split_option(r, where: str) -> None:
+    from ..core.techniques.deterministic import RULES
+
+    r.add_argument("--split", default="static", type=split_name(("static", "dynamic", *RULES)),
                    metavar="{static,dynamic," + ",".join(RULES) + ",package.module:Class}",
-                   help="under mpiexec: frames to ranks in blocks (static), by guided chunks "
+                   help=f"{where}frames to ranks in blocks (static), by guided chunks "
                    "from an MPI RMA counter (dynamic), by an LB4OMP technique's chunks or by "
                    "a deterministic technique of yours from that counter; none at P = 1")
-    r.set_defaults(command="run")
 
 
 def add_ge(sub) -> None:
@@ -275,7 +288,41 @@ def add_merge(sub) -> None:
     mg.set_defaults(command="merge")
 
 
+def add_simulate(sub) -> None:
+    sm = sub.add_parser("simulate", help=HELP["simulate"])
+    _study_options(sm)
+    sm.add_argument("--cores", type=positive("--cores"),
+                    help="virtual CPUs per node (default: this machine's N)")
+    sm.add_argument("-P", type=int_list("-P"), metavar="P[,P...]",
+                    help="virtual nodes; the frames split across them by --split (default: 1)")
+    src = sm.add_mutually_exclusive_group()
+    src.add_argument("--from", dest="source", metavar="STUDY.h5",
+                     help="re-simulate every run of a measured study with the task costs and "
+                     "overheads its traces hold (default: the workload's cost model)")
+    src.add_argument("--costs", metavar="FILE.npy",
+                     help="seconds per task, a 1-D .npy array (default: the workload's cost model)")
+    src.add_argument("--validate", metavar="STUDY.h5",
+                     help="re-simulate a measured study and print measured against simulated "
+                     "time, the errors and the rankings (default: off)")
+    sm.add_argument("--calibration", metavar="FILE.json",
+                    help="overheads measured by `hybridsched calibrate` (default: the built-in "
+                    "figures of a 2-core VM; the per-row sort time measured now)")
+    _split_option(sm, "over the -P virtual nodes: ")
+    sm.set_defaults(command="simulate")
+
+
+def add_calibrate(sub) -> None:
+    cb = sub.add_parser("calibrate", help=HELP["calibrate"])
+    cb.add_argument("-o", "--out", metavar="FILE.json", default="hybridsched-calibration.json",
+                    help="where to write it (default: hybridsched-calibration.json)")
+    cb.add_argument("--overwrite", action="store_true", help="replace an existing -o file")
+    cb.add_argument("--width", type=positive("--width"), default=640,
+                    help="row width of the per-row sort time (default: 640)")
+    cb.set_defaults(command="calibrate")
+
+
 # name -> parser builder, in --help order
 SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "trace": add_trace,
                "check": add_check, "list": add_list, "plan": add_plan, "report": add_report,
-               "fit": add_fit, "merge": add_merge}
+               "fit": add_fit, "merge": add_merge, "simulate": add_simulate,
+               "calibrate": add_calibrate}

@@ -37,7 +37,6 @@ template in launch/ sets it).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import time
 from dataclasses import replace
 from time import perf_counter
@@ -47,7 +46,7 @@ from ..kernels import KERNELS, generate_frames
 from ..backends import get_backend
 from ..backends.base import Job
 from ..core import policies, registry as schedulers
-from ..core.techniques.deterministic import RULES
+from ..core.splits import SPLITS, dynamic_chunks, split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import usable_cpus
 from ..records import RunConfig, RunRecord
@@ -61,13 +60,11 @@ from ..workloads.space import Workspace
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 from .rma import TicketCounter
 
-SPLIT_TECHNIQUES = tuple(RULES)  # deterministic: chunk i a function of (L, P, k, i) alone
-SPLITS = ("static", "dynamic") + SPLIT_TECHNIQUES
 
 
 def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     """Raise UsageError for a split that cannot give every rank work."""
-    if split not in SPLITS and not (":" in split and _split_technique(split)):
+    if split not in SPLITS and not (":" in split and split_technique(split)):
         raise UsageError(f"--split must be one of {', '.join(SPLITS)} or a deterministic "
                          f"technique package.module:Class, got {split!r}")
     if any(c.chunk < 0 for c in configs):
@@ -89,53 +86,6 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
                          "every rank needs at least one frame")
-
-
-def inter_node_min_chunk(k: int) -> int:
-    """Smallest inter-node chunk: k frames, so a claimed chunk can occupy every local
-    worker. Smaller chunks balance the ranks more finely but pay one RMA round trip and
-    one local scheduler start per chunk; larger ones leave a long tail on one rank."""
-    return max(1, k)
-
-
-# Guided's divisor between ranks, per rank. Plain guided (divisor P) hands the first
-# claimer 1/P of the tensor: if that rank is the slow one, the run is as long as static's
-# worst case. Dividing by 2P (as factoring does) keeps every chunk at most half a fair
-# share, so the others can take back up to half of a slow rank's share, for about twice
-# as many claims (still only O(P log(L/P)) RMA operations in all).
-DYNAMIC_DIVISOR_PER_RANK = 2
-
-
-def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple[int, int]]:
-    """The chunk sequence over P ranks that the ticket counter indexes: guided's, or an
-    LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
-    c = inter_node_min_chunk(k)
-    if ":" in split:  # a user's deterministic technique over the P ranks
-        from ..core.contract import configure, hand_out
-
-        tech = _split_technique(split).new()
-        configure(tech, L, P, c, {})
-        sizes = hand_out(tech, L).tolist()
-        starts = [0] + list(itertools.accumulate(sizes))[:-1]
-        return list(zip(starts, sizes))
-    if split in SPLIT_TECHNIQUES:
-        from ..core import techniques
-
-        return techniques.sequence(split, L, P, c)
-    d = DYNAMIC_DIVISOR_PER_RANK * P
-    return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
-
-
-def _split_technique(ref: str):
-    """The user technique of ``--split package.module:Class`` (it must be deterministic:
-    every rank computes the same chunk sequence)."""
-    from ..core import usertech
-
-    user = usertech.resolve(ref, "--split")
-    if not user.deterministic:
-        raise UsageError(f"--split {ref}: technique {user.name} is not deterministic; every "
-                         "rank must compute the same chunk sequence (deterministic = True)")
-    return user
 
 
 def _dilate(ex, factor: float) -> None:

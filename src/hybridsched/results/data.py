@@ -110,20 +110,40 @@ def load_study(path: str, utilisation: bool = True) -> Study:
     return Study(path, runs, attrs, n, util, foreign, imbalance)
 
 
+SIMULATED_MARK = " [sim]"  # a simulated row's scheduler in a study that also holds measured ones
+
+
 def versions_apart(runs: np.ndarray) -> np.ndarray:
-    """Runs of two versions of one user technique (a different technique_hash under one
-    scheduler name) are never pooled: each version's runs get the scheduler name
-    ``<name>@<first 8 hex digits of its hash>`` when a study holds more than one."""
-    if not len(runs) or "technique_hash" not in (runs.dtype.names or ()):
+    """Runs that must never be pooled get apart names: two versions of one user technique
+    (a different technique_hash under one scheduler name) become ``<name>@<first 8 hex
+    digits of its hash>``, and in a study that holds both, simulated runs ``<name> [sim]``."""
+    names = runs.dtype.names or ()
+    if not len(runs) or "technique_hash" not in names:
         return runs
     split = {s for s in np.unique(runs["scheduler"])
              if len(np.unique(runs["technique_hash"][runs["scheduler"] == s])) > 1}
-    if not split:
+    mixed = "simulated" in names and 0 < int(runs["simulated"].sum()) < len(runs)
+    if not split and not mixed:
         return runs
-    out = runs.astype([(n, "U80" if n == "scheduler" else runs.dtype[n]) for n in runs.dtype.names])
+    out = runs.astype([(n, "U90" if n == "scheduler" else runs.dtype[n]) for n in names])
     for i in np.flatnonzero(np.isin(runs["scheduler"], list(split))):
         out["scheduler"][i] = f"{runs['scheduler'][i]}@{runs['technique_hash'][i][:8]}"
+    if mixed:
+        sim = np.flatnonzero(runs["simulated"])
+        out["scheduler"][sim] = np.char.add(out["scheduler"][sim], SIMULATED_MARK)
     return out
+
+
+def simulated_line(runs: np.ndarray) -> str:
+    """The report's label for simulated runs ('' when there are none)."""
+    if "simulated" not in (runs.dtype.names or ()) or not runs["simulated"].any():
+        return ""
+    n = int(runs["simulated"].sum())
+    if n == len(runs):
+        return ("**Simulated study** (`hybridsched simulate`): every time below is a simulated "
+                "makespan, not a measurement.")
+    return (f"**{n} of the {len(runs)} runs are simulated** (`hybridsched simulate`): they are "
+            f"reported apart, as `<scheduler>{SIMULATED_MARK}`, never pooled with measured runs.")
 
 
 def serial_times(runs: np.ndarray) -> dict[int, float]:

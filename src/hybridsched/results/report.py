@@ -12,7 +12,7 @@ import numpy as np
 
 from . import claims, metrics
 from ..machine.rule import SHARED_MACHINE, dedicated
-from .data import (SERIAL_CHECK, Row, Study, alpha_text, best_per_family,
+from .data import (SERIAL_CHECK, Row, Study, alpha_text, best_per_family, simulated_line,
                    chunk_text, disturbed_mark, fmt, k_at_n, serial_gap, summarise,
                    t_text, variant_label, variants)
 from .files import write_csv
@@ -147,6 +147,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             f"host {a.get('machine.hostname', '?')}; load average at start "
             f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
             load_line(study), "",
+            *([simulated_line(study.runs), ""] if simulated_line(study.runs) else []),
             f"Runs: {len(study.runs)} stored, {ok} verified"
             + (f" ({by_choice} of them unverified by choice, --verify none)" if by_choice else "")
             + ". T is the mean over verified "

@@ -73,8 +73,10 @@ def _histogram(costs: np.ndarray, title: str, path: str) -> str:
     if us.max() / max(us.min(), 1e-9) > LOG_SPAN:
         bins = np.geomspace(us.min(), us.max() * 1.0001, BINS)
         ax.set_xscale("log")
-    else:
+    elif us.max() - us.min() > 1e-9 * us.max():
         bins = BINS
+    else:  # every task the same cost (a uniform cost model): one bar, not 40 empty ones
+        bins = np.array([us.min() * 0.99, us.max() * 1.01])
     ax.hist(us, bins=bins, color="#4477aa")
     ax.set_xlabel("task cost (µs, from the chunk trace)")
     ax.set_ylabel("tasks")

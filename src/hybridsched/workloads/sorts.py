@@ -121,10 +121,17 @@ def count_bad(orig, work, first, count, rule, seed, frame0, total, a, b):
     return bad
 
 
+@_jit
+def _shapes(out, rule, seed, frame0, total, H, W, a, b):
+    for j in range(out.shape[0]):
+        out[j, 0], out[j, 1] = task_shape(rule, frame0 + j, seed, total, H, W, a, b)
+
+
 def shapes(rule: str, seed: int, frame0: int, count: int, total: int, height: int, width: int,
            a: float, b: float) -> np.ndarray:
-    """(rows, width) of global frames frame0 .. frame0+count-1 (for tests and reports)."""
+    """(rows, width) of global frames frame0 .. frame0+count-1 (tests, reports and the
+    simulator's cost model), computed in one compiled loop."""
     out = np.zeros((count, 2), np.int64)
-    for j in range(count):
-        out[j] = task_shape(RULES[rule], frame0 + j, seed, total, height, width, float(a), float(b))
+    _shapes(out, RULES[rule], int(seed), int(frame0), int(total), int(height), int(width),
+            float(a), float(b))
     return out

@@ -1,0 +1,40 @@
+"""`hybridsched calibrate`: measure this machine's scheduling overheads into a JSON file
+that `simulate --calibration` reads."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from ..errors import UsageError
+from ..sim.calibrate import calibrate
+from ..study.output import this_machine
+
+PROG = "hybridsched"
+
+
+def main(args) -> int:
+    out = args.out
+    if not out.strip():
+        raise UsageError("--out: an empty file name")
+    if os.path.lexists(out) and not args.overwrite:
+        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    t0 = time.perf_counter()
+    ov = calibrate(args.width, lambda text: print(f"{PROG}: calibrating {text}", file=sys.stderr))
+    meta = {k: v for k, v in this_machine().items() if isinstance(v, (str, int, float))}
+    data = {"format": "hybridsched-calibration", "version": 1,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": meta,
+            "overheads": ov.to_dict()}
+    tmp = f"{out}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    for key, value in ov.to_dict().items():
+        print(f"{key:<18} {value:.4g}")
+    print(f"\ncalibration written to {out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,125 @@
+"""`hybridsched simulate`: the study `run` would make, simulated on ``--cores`` virtual CPUs
+per node and ``-P`` virtual nodes, written as a study file with every row marked simulated;
+``--validate STUDY.h5`` re-simulates a measured study and compares."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from ..errors import UsageError
+from ..oslayer.cpus import n_cpus
+from ..records import RunConfig
+from ..results.summary import run_summary
+from ..sim import costs as cost_src
+from ..sim.fromstudy import MeasuredStudy
+from ..sim.models import Overheads
+from ..sim.run import simulate, with_P
+from ..sim.validate import compare, print_validation
+from ..study.options import build_spec
+from ..study.output import new_study, this_machine
+from .common import out_name
+
+MAX_CORES = 1 << 20  # virtual CPUs per node: far beyond any machine, far below int32
+
+
+def main(args) -> int:
+    cores = args.cores or n_cpus()
+    if not 1 <= cores <= MAX_CORES:
+        raise UsageError(f"--cores must be from 1 to {MAX_CORES}, got {cores}")
+    ov, calib = _overheads(args)
+    if args.validate:
+        return _validate(args, cores, ov)
+    if args.source is not None:
+        study = MeasuredStudy(args.source)
+        ov = study.overheads(ov)
+        records = [simulate(_config(r), study.costs_for(r), None, cores, ov, args.split,
+                            f"--from {args.source}") for r in study.runs]
+        spec_dict = {"simulated_from": args.source}
+    else:
+        spec = build_spec(args)
+        records, spec_dict = _from_spec(args, spec, cores, ov), spec.to_dict()
+    return _write(args, records, {**spec_dict, "simulate": {
+        "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),
+        "calibration": calib}})
+
+
+def _overheads(args) -> tuple[Overheads, str]:
+    if args.calibration:
+        data = cost_src.load_calibration(args.calibration)
+        return Overheads.from_dict(data["overheads"]), args.calibration
+    return Overheads(), ""
+
+
+def _config(row) -> RunConfig:
+    """The configuration of a stored row, as `run` made it."""
+    return RunConfig(str(row["scheduler"]), int(row["k"]), int(row["L"]), int(row["H"]),
+                     int(row["W"]), int(row["chunk"]), bool(row["affinity"]), int(row["rep"]),
+                     str(row["kernel"]), int(row["seed"]), int(row["P"]), int(row["pipe_batch"]),
+                     int(row["inflight"]), bool(row["coop"]), workload=str(row["workload"]),
+                     workload_params=str(row["workload_params"]), verify=str(row["verify"]),
+                     input_hash=str(row["input_hash"]), params=str(row["params"]),
+                     portfolio=str(row["portfolio"]))
+
+
+def _from_spec(args, spec, cores: int, ov: Overheads) -> list:
+    given = cost_src.from_file(args.costs) if args.costs else None
+    if given is not None:
+        if args.frames not in (None, [len(given)]):
+            raise UsageError(f"--costs {args.costs} holds {len(given)} tasks; --frames must be "
+                             f"{len(given)} or left out")
+        spec.frames = [len(given)]
+    if given is None and (ov.row_sort_s <= 0 or ov.row_width != spec.width):
+        t0 = time.perf_counter()
+        row_s = cost_src.row_sort_seconds(spec.width)
+        ov = Overheads.from_dict({**ov.to_dict(), "row_sort_s": row_s, "row_width": spec.width})
+        print(f"hybridsched: one row of {spec.width} bytes sorts in {row_s * 1e6:.2f} us here "
+              f"(measured in {time.perf_counter() - t0:.2f} s)", file=sys.stderr)
+    cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    out = []
+    for P in (args.P or [1]):
+        for cfg in spec.configurations():
+            if P > 1 and cfg.scheduler == "serial":
+                continue  # the baseline is a single-node run (as `merge` expects)
+            cfg = with_P(cfg, P)
+            key = (cfg.frames, cfg.height, cfg.width, cfg.workload, cfg.workload_params, cfg.seed)
+            if key not in cache:
+                c = given if given is not None else cost_src.workload_costs(
+                    cfg.workload, _workload_params(cfg), cfg.frames, cfg.height, cfg.width,
+                    cfg.seed, ov.row_sort_s, ov.row_width)
+                cache[key] = (c, cost_src.prefix(c))
+            c, cum = cache[key]
+            source = f"--costs {args.costs}" if given is not None else f"model {cfg.workload}"
+            out.append(simulate(cfg, c, cum, cores, ov, args.split, source))
+    return out
+
+
+def _workload_params(cfg: RunConfig) -> dict:
+    return json.loads(cfg.workload_params) if cfg.workload_params else {}
+
+
+def _write(args, records: list, study: dict) -> int:
+    out = out_name(args.out, "hybridsched-sim")
+    meta = this_machine()
+    with new_study(out, study, overwrite=args.overwrite, metadata=meta) as writer:
+        for rec in records:
+            writer.append(rec)
+    failed = sum(not r.verified for r in records)
+    print(run_summary(out))
+    print(f"\n{len(records)} simulated runs ({failed} not covering every task once) written "
+          f"to {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _validate(args, cores: int, ov: Overheads) -> int:
+    study = MeasuredStudy(args.validate)
+    ov = study.overheads(ov)
+    pairs = [(r, simulate(_config(r), study.costs_for(r), None, cores, ov, args.split,
+                          f"--from {args.validate}")) for r in study.runs if r["P"] == 1]
+    result = compare(pairs)
+    print_validation(result, args.validate)
+    if args.out:
+        _write(args, [rec for _, rec in pairs], {"simulated_from": args.validate})
+    return 0

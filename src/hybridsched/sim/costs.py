@@ -1,0 +1,125 @@
+"""Where the simulator's task costs come from: a file of seconds per task (``--costs``), a
+built-in workload's cost model scaled by this machine's per-row sort time (the default), or
+the traces of a measured study (``--from``)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from ..errors import UsageError
+from ..kernels import KERNELS, generate_frames, prepare
+from ..workloads import catalogue, sorts
+
+# Rows sorted to measure the per-row cost on the spot: enough for a stable mean (about
+# 0.1 s at 640 bytes a row), few enough that `simulate` starts in well under a second.
+_PROBE_ROWS = 4096
+_PROBE_MAX_S = 0.3
+
+
+def from_file(path: str) -> np.ndarray:
+    """``--costs FILE.npy``: a 1-D array of seconds per task, finite and non-negative."""
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise UsageError(f"--costs {path}: cannot read a .npy array ({exc})") from None
+    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iuf":
+        raise UsageError(f"--costs {path}: expected a non-empty 1-D array of numbers (seconds "
+                         f"per task), got {arr.dtype} of shape {arr.shape}")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)) or (arr < 0).any():
+        raise UsageError(f"--costs {path}: every cost must be a finite number of seconds >= 0")
+    if not arr.sum() > 0:
+        raise UsageError(f"--costs {path}: every cost is 0; nothing to schedule")
+    return arr
+
+
+def row_sort_seconds(width: int) -> float:
+    """This machine's time to quicksort one row of ``width`` random bytes, measured now
+    (numba's cached kernel, a few thousand rows)."""
+    prepare("quicksort")
+    kernel = KERNELS["quicksort"][0]
+    rows = max(64, min(_PROBE_ROWS, 2_000_000 // max(1, width)))
+    frames = max(1, rows // 64)
+    data = np.empty((frames, 64, width), np.uint8)
+    generate_frames(data, 12345, 0)
+    kernel(data[:1].copy(), 0, 1)  # warm the caches and the page tables
+    best = math.inf
+    deadline = time.perf_counter() + _PROBE_MAX_S
+    while True:
+        work = data.copy()
+        t0 = time.perf_counter()
+        kernel(work, 0, frames)
+        best = min(best, (time.perf_counter() - t0) / (frames * 64))
+        if time.perf_counter() > deadline:
+            return best
+
+
+def _width_factor(widths: np.ndarray, ref: int) -> np.ndarray:
+    """Sorting cost of a row of width w relative to one of width ``ref`` (n log n)."""
+    w = np.maximum(widths.astype(np.float64), 2.0)
+    r = max(float(ref), 2.0)
+    return (w * np.log2(w)) / (r * math.log2(r))
+
+
+def workload_costs(workload: str, params: dict, L: int, H: int, W: int, seed: int,
+                   row_s: float, row_width: int) -> np.ndarray:
+    """Seconds per task of a built-in workload on this machine: rows x width of each task
+    (the workload's own rule, sorts.task_shape) times the per-row sort time."""
+    info = catalogue.get(workload)
+    if not info.sort:
+        return mandelbrot_costs(params, L, H, W, row_s, row_width)
+    lo = params.get("min", 1.0)
+    second = params.get("heavy", params.get("alpha", 0.0))
+    shp = sorts.shapes(workload, seed, 0, L, L, H, W, lo, second)
+    return shp[:, 0] * row_s * _width_factor(shp[:, 1], row_width)
+
+
+def mandelbrot_costs(params: dict, L: int, H: int, W: int, row_s: float, row_width: int) -> np.ndarray:
+    """Mandelbrot bands: cost proportional to escape iterations, scaled by the time of one
+    iteration, measured now on a sample band."""
+    from ..workloads import mandelbrot
+
+    p = {**catalogue.get("mandelbrot").params, **params}
+    counts = np.empty((L, H, W), mandelbrot.DTYPE)
+    t0 = time.perf_counter()
+    mandelbrot.bands(counts, 0, 0, L, L, p["x0"], p["x1"], p["y0"], p["y1"], int(p["iters"]))
+    per_iter = (time.perf_counter() - t0) / max(1, int(counts.sum(dtype=np.int64)))
+    return counts.reshape(L, -1).sum(axis=1, dtype=np.int64) * per_iter
+
+
+def check_costs(costs: np.ndarray) -> np.ndarray:
+    if costs.ndim != 1 or costs.size == 0 or not np.all(np.isfinite(costs)) or (costs < 0).any():
+        raise UsageError("task costs must be a non-empty list of finite seconds >= 0")
+    return np.ascontiguousarray(costs, np.float64)
+
+
+def prefix(costs: np.ndarray) -> np.ndarray:
+    """Prefix sums with a leading 0: the work of tasks [a, b) is cum[b] - cum[a]."""
+    return np.concatenate([[0.0], np.cumsum(costs)])
+
+
+def describe(source: str, costs: np.ndarray) -> str:
+    return (f"{source}: {len(costs)} tasks, mean {costs.mean() * 1e6:.1f} us, cv "
+            f"{costs.std() / costs.mean() if costs.mean() else 0:.2f}")
+
+
+def load_calibration(path: str) -> dict:
+    """A calibration file written by `hybridsched calibrate` (JSON)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--calibration {path}: no such file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--calibration {path}: not a calibration file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != "hybridsched-calibration":
+        raise UsageError(f"--calibration {path}: not a hybridsched calibration file")
+    values = data.get("overheads")
+    if not isinstance(values, dict) or not all(
+            isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values.values()):
+        raise UsageError(f"--calibration {path}: overheads must be finite numbers >= 0")
+    return data

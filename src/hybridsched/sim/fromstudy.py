@@ -1,0 +1,127 @@
+"""``simulate --from STUDY.h5``: the task costs and overheads a measured study holds.
+
+Per-task costs come from the chunk traces: a chunk's measured time (the kernel alone, as
+the backends stamp it) spread evenly over its tasks. A configuration is re-simulated with
+the costs measured by the *other* verified runs of its tensor at the same k and placement
+(so no run predicts itself), falling back to every other run of the tensor, then to its
+own. Overheads come from the gaps between a worker's consecutive chunks (the claim, the
+pipe round trip) and from the forked workers' start times, in the study's runs at the
+smallest k.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UsageError
+from ..store import iter_details, machine_n, read_attrs, read_runs
+from .models import Overheads
+
+TENSOR = ("L", "H", "W", "workload", "workload_params", "seed", "kernel", "input_hash")
+
+
+class MeasuredStudy:
+    """The verified runs of one study with their traces, indexed for cost look-ups."""
+
+    def __init__(self, path: str):
+        runs = read_runs(path)
+        self.path = path
+        self.n = max(1, machine_n(path, read_attrs(path)) or 1)
+        self.runs = runs[runs["verified"] & ~runs["simulated"]]
+        if not len(self.runs):
+            raise UsageError(f"--from {path}: no verified measured runs to take costs from")
+        self.traces: dict[int, np.ndarray] = {}
+        self.workers: dict[int, np.ndarray] = {}
+        for rid, d in iter_details(path, self.runs["run_id"]):
+            if d is not None and len(d.trace):
+                self.traces[rid] = d.trace
+                self.workers[rid] = d.workers
+        if not self.traces:
+            raise UsageError(f"--from {path}: its runs hold no chunk traces to take task costs from")
+
+    def tensor(self, row) -> tuple:
+        return tuple(row[f] for f in TENSOR)
+
+    def _per_task(self, rids: list[int], L: int) -> np.ndarray | None:
+        est = []
+        for rid in rids:
+            tr = self.traces.get(rid)
+            if tr is None or int(tr["count"].sum()) != L:
+                continue
+            per = np.zeros(L)
+            each = (tr["end"] - tr["start"]) / np.maximum(tr["count"], 1)
+            for f, c, v in zip(tr["first"], tr["count"], each):
+                per[f:f + c] = v
+            est.append(per)
+        return np.median(np.array(est), axis=0) if est else None
+
+    def costs_for(self, row) -> np.ndarray:
+        """Seconds per task for re-simulating the configuration of ``row``. Chunk times of
+        runs with more workers than CPUs include the time slices of the others, so only
+        runs with k <= N serve: the same k where it is within N, else the largest."""
+        same = [r for r in self.runs if self.tensor(r) == self.tensor(row) and r["P"] == 1]
+        L = int(row["L"])
+        fit = [r for r in same if int(r["k"]) <= self.n]
+        others = [r for r in fit if r["scheduler"] != row["scheduler"]]
+        k = min(int(row["k"]), self.n)
+        top = max((int(r["k"]) for r in others), default=0)
+        for pool in ([r for r in others if int(r["k"]) == k and r["affinity"] == row["affinity"]],
+                     [r for r in others if int(r["k"]) == min(k, top)], others, fit, same):
+            costs = self._per_task([int(r["run_id"]) for r in pool], L)
+            if costs is not None:
+                return costs
+        raise UsageError(f"--from {self.path}: no trace covers the {L} tasks of "
+                         f"{row['scheduler']} k={row['k']}")
+
+    def overheads(self, base: Overheads) -> Overheads:
+        """``base`` with the overheads this study measured."""
+        got = dict(base.to_dict())
+        for key, rows in (("claim_python_s", self._rows("thread", compiled=False)),
+                          ("claim_compiled_s", self._rows("thread", compiled=True)),
+                          ("pipe_rtt_s", self._rows("pipe", mtom=True)),
+                          ("pipe_msg_s", self._rows("pipe", mtom=False))):
+            gap = self._gap(rows)
+            if gap is not None:
+                got[key] = gap
+        fork = self._fork_interval()
+        if fork is not None:
+            got["fork_s"] = fork
+        return Overheads.from_dict(got)
+
+    def _rows(self, family: str, compiled: bool | None = None, mtom: bool | None = None):
+        out = []
+        for r in self.runs:
+            if r["family"] != family or r["P"] != 1 or int(r["run_id"]) not in self.traces:
+                continue
+            if compiled is not None and ("dispatch=compiled" in r["notes"]) != compiled:
+                continue
+            if mtom is not None and r["scheduler"].startswith("pipe-MtoM") != mtom:
+                continue
+            out.append(r)
+        if not out:
+            return []
+        kmin = min(int(r["k"]) for r in out)
+        return [r for r in out if int(r["k"]) == kmin]
+
+    def _gap(self, rows) -> float | None:
+        gaps = []
+        for r in rows:
+            tr = self.traces[int(r["run_id"])]
+            for w in np.unique(tr["worker"]):
+                mine = np.sort(tr[tr["worker"] == w], order="start")
+                if len(mine) > 1:
+                    gaps.append(mine["start"][1:] - mine["end"][:-1])
+        if not gaps:
+            return None
+        g = np.concatenate(gaps)
+        g = g[g >= 0]
+        return float(np.median(g)) if len(g) else None
+
+    def _fork_interval(self) -> float | None:
+        steps = []
+        for r in self.runs:
+            w = self.workers.get(int(r["run_id"]))
+            if r["family"] != "process" or w is None or len(w) < 2:
+                continue
+            s = np.sort(w["start"])
+            steps.append(np.median(np.diff(s)))
+        return float(np.median(steps)) if steps else None

@@ -1,0 +1,152 @@
+"""One simulated execution of a scheduler: the backend's overheads around the engine.
+
+Every scheduler hands out work through what its real backend uses -- the registry entry's
+thread dispenser (fixed, profiled, adaptive, ``auto``, users' techniques), the fork
+backends' frame i to worker i mod k, the pipe producer's chunk source -- and only the
+costs around a chunk are modelled, each from :class:`Overheads` (``hybridsched calibrate``
+measures them):
+
+threads   thread starts one after the other; each claim holds the hand-out's lock for the
+          compiled loop's claim or the Python loop's per-chunk time (the GIL), whichever
+          dispatch the real run would use;
+forks     the parent forks k children one after the other (prolific), or each child forks
+          its own in ceil(log2 k) mitosis rounds (collective); each reaped at the end;
+pipes     the forks, then every chunk message passes the producer, one at a time: a
+          write and read (1to1, 1toN) or, for pipe-MtoM, the done/next round trip.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..backends.base import Job
+from ..core import dispatch, policies as pol, registry
+from ..core.techniques.profiled import Profile
+from .engine import COOP, PINNED, SHARED, Engine, Outcome, Placement
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The modelled costs, in seconds. The defaults were measured on the project's 2-core
+    VM (``hybridsched calibrate``); a calibration file replaces them."""
+
+    claim_compiled_s: float = 8.0e-8    # one claim of the compiled loop (atomic ticket)
+    claim_python_s: float = 9.5e-7      # the Python loop's per-chunk time, GIL held
+    pipe_msg_s: float = 6.0e-6          # one chunk message through a pipe (write + read)
+    pipe_rtt_s: float = 2.0e-5          # pipe-MtoM: done message, next chunk, both ways
+    fork_s: float = 1.5e-4              # fork() of one worker by its parent
+    reap_s: float = 3.0e-5              # waitpid + pidfd close per worker at the end
+    thread_start_s: float = 4.0e-5      # starting one worker thread
+    wake_s: float = 5.0e-6              # a blocked thread woken (barrier, coop token)
+    slice_s: float = 3.0e-3             # the kernel's time slice under oversubscription
+    switch_s: float = 5.0e-6            # one context switch
+    row_sort_s: float = 0.0             # quicksort of one row (the workload cost model)
+    row_width: int = 0                  # the width that row_sort_s was measured at
+    mpi_latency_s: float = 5.0e-6       # one MPI message or RMA fetch-and-add
+    mpi_bandwidth: float = 5.0e9        # bytes per second between ranks
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Overheads":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def placement(k: int, cores: int, affinity: bool, coop: bool, ov: Overheads) -> Placement:
+    mode = COOP if coop else PINNED if affinity else SHARED
+    return Placement(cores, mode, ov.slice_s, ov.switch_s)
+
+
+def _job(info, L: int, k: int, chunk: int, params: dict, cpus: list[int]) -> Job:
+    """A backend job that never touches memory: what a dispenser factory reads (the frame
+    count, the loop key, the parameters) on a zero-strided stand-in for the slab."""
+    work = np.broadcast_to(np.zeros(1, np.uint8), (L, 1, 1))
+    return Job(info, work, "simulated", k, chunk, params=dict(params), cpus=cpus)
+
+
+def _virtual_clock(disp, clock) -> None:
+    """Learners read the engine's virtual time instead of perf_counter."""
+    for d in (disp, getattr(disp, "_inner", None)):
+        if d is not None and hasattr(d, "clock"):
+            d.clock = clock
+
+
+def profile_of(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
+    """The loop's profile (μ, σ per task, h the claim overhead) as the untimed dynamic,1
+    profiling run would measure it from these costs."""
+    return Profile(float(np.mean(costs)), float(np.std(costs)), h=ov.claim_python_s,
+                   speeds=tuple([1.0] * max(1, k)))
+
+
+def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: int,
+            cores: int, ov: Overheads, affinity: bool = True, coop: bool = False,
+            params: dict | None = None, dispatch_mode: str = "auto") -> tuple[Outcome, object]:
+    """Simulate one execution of ``scheduler``; returns (outcome, the dispenser or None)."""
+    info = registry.get(scheduler)
+    L = len(costs)
+    if info.baseline:
+        eng = Engine(cum, 1, Placement(max(1, cores)))
+        return eng.run(dispatch.Preassigned([[(0, L)]])), None
+    c = info.resolve_chunk(chunk, L)
+    place = placement(k, cores, affinity, coop, ov)
+    if info.backend == "threads":
+        return _threads(info, costs, cum, k, c, cores, ov, place, params or {}, dispatch_mode)
+    return _processes(info, costs, cum, k, c, ov, place, params or {})
+
+
+def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
+    workers = info.workers(k, cores)
+    job = _job(info, len(costs), workers, c, params, list(range(cores)))
+    if info.profiled:
+        job.params["profile"] = profile_of(costs, ov, workers)
+    disp = info.dispenser(len(costs), workers, c, None, job=job)
+    compiled = (mode != "python" and info.sequence is not None and place.mode != COOP
+                and not getattr(disp, "feedback", False))
+    arm = getattr(disp, "arm", None)  # auto: its chosen technique may run compiled
+    if arm is not None and mode == "auto" and arm.sequence is not None and place.mode != COOP:
+        compiled = True
+    claim = ov.claim_compiled_s if compiled else ov.claim_python_s
+    starts = [w * ov.thread_start_s for w in range(workers)]
+    eng = Engine(cum, workers, place, claim, starts)
+    _virtual_clock(disp, eng.clock)
+    out = eng.run(disp)
+    disp.executed(out.makespan)
+    return out, disp
+
+
+def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
+    """When each forked worker starts: one after the other from the parent, or in mitosis
+    rounds where each worker forks its own children in turn."""
+    if forker != "mitosis":
+        return [(w + 1) * fork_s for w in range(k)]
+    start = [0.0] * k
+    for w in range(k):  # a parent is always below its children
+        for i, child in enumerate(pol.mitosis_children(w, k)):
+            start[child] = start[w] + (i + 1) * fork_s
+    return start
+
+
+def _processes(info, costs, cum, k, c, ov, place, params):
+    L = len(costs)
+    starts = _fork_starts(k, info.forker or "parent", ov.fork_s)
+    if info.family == "process":
+        disp, claim = dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0
+    elif info.topology == "dealt":
+        disp, claim = dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s
+    elif info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
+        job = _job(info, L, k, c, params, list(range(place.cores)))
+        if info.profiled:
+            job.params["profile"] = profile_of(costs, ov, k)
+        disp, claim = info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s
+    else:
+        disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
+        claim = ov.pipe_rtt_s if info.topology == "feedback" else ov.pipe_msg_s
+    eng = Engine(cum, k, place, claim, starts)
+    _virtual_clock(disp, eng.clock)
+    out = eng.run(disp)
+    out.makespan += k * ov.reap_s
+    disp.executed(out.makespan)
+    return out, disp

@@ -1,0 +1,158 @@
+"""Issue 25 (first increment): the simulator -- hand-computed makespans, every scheduler and
+technique, hand-outs equal to `plan`, placement (pinned, shared, coop), the --from round
+trip, the CLI's bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from hybridsched.core import policies, registry
+from hybridsched.records import RunConfig
+from hybridsched.sim import costs as cost_src
+from hybridsched.sim.models import Overheads, execute
+from hybridsched.sim.run import covered_once, simulate
+
+HS = [sys.executable, "-m", "hybridsched"]
+# no overheads at all: the makespans below are pure arithmetic
+ZERO = Overheads(claim_compiled_s=0, claim_python_s=0, pipe_msg_s=0, pipe_rtt_s=0, fork_s=0,
+                 reap_s=0, thread_start_s=0, wake_s=0, switch_s=0)
+
+
+def run_sim(name, costs, k, cores, ov=ZERO, affinity=True, coop=False, chunk=0):
+    costs = np.asarray(costs, float)
+    out, disp = execute(name, costs, cost_src.prefix(costs), k, chunk, cores, ov, affinity, coop)
+    return out
+
+
+def hs(*argv, cwd):
+    return subprocess.run(HS + list(argv), cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(p):
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hybridsched"), p.stderr
+    return lines[0]
+
+
+def test_static_with_known_costs_is_the_largest_block():
+    costs = np.arange(1, 11)  # blocks of 5: 1..5 = 15 and 6..10 = 40
+    assert run_sim("static", costs, 2, 2).makespan == pytest.approx(40.0)
+
+
+def test_dynamic_with_equal_costs_and_a_serialised_claim():
+    assert run_sim("dynamic", np.ones(100), 4, 4).makespan == pytest.approx(25.0)
+    ov = Overheads.from_dict({**ZERO.to_dict(), "claim_compiled_s": 0.5})
+    # one worker: 100 chunks after their claims, and the 101st claim that finds nothing
+    assert run_sim("dynamic", np.ones(100), 1, 1, ov).makespan == pytest.approx(101 * 0.5 + 100)
+    # two workers, claims of 0.5 serialised: w0 runs 0.5-1.5, w1 waits for the lock and
+    # runs 1.0-2.0; w0's empty claim holds it 1.5-2.0 (granted 2.0), w1's then 2.0-2.5
+    assert run_sim("dynamic", np.ones(2), 2, 2, ov).makespan == pytest.approx(2.5)
+
+
+def test_pinned_oversubscription_k_n_plus_one_doubles_the_shared_core():
+    """k = N + 1 pinned round-robin: worker N shares core 0 with worker 0; under static
+    blocks both finish at twice the time (the paper's collapse comes from the model)."""
+    assert run_sim("static", np.ones(100), 5, 4).makespan == pytest.approx(40.0)
+    assert run_sim("static", np.ones(100), 5, 4, affinity=False).makespan == pytest.approx(25.0)
+    # self-scheduling rebalances around the slow core
+    assert run_sim("dynamic", np.ones(100), 5, 4).makespan == pytest.approx(25.0, rel=0.05)
+
+
+def test_prolific_collapses_at_32_on_24_pinned_not_unpinned():
+    t_serial = 2400.0
+    pinned = run_sim("prolific", np.ones(2400), 32, 24).makespan
+    shared = run_sim("prolific", np.ones(2400), 32, 24, affinity=False).makespan
+    assert t_serial / pinned == pytest.approx(16.0) and t_serial / shared == pytest.approx(24.0)
+
+
+def test_coop_runs_one_worker_per_token_and_switches_at_chunk_ends():
+    out = run_sim("dynamic", np.ones(40), 4, 2, coop=True)
+    assert out.makespan == pytest.approx(20.0, rel=0.01)
+    assert covered_once(np.array([tuple(r) for r in out.trace], dtype=[
+        ("worker", "i4"), ("first", "i8"), ("count", "i8"), ("start", "f8"), ("end", "f8")]), 40)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_scheduler_and_technique_runs_in_simulation(name):
+    costs = np.random.default_rng(3).exponential(1e-4, 57)
+    cfg = RunConfig(name, 3, 57, 4, 4)
+    rec = simulate(cfg, costs, None, 2, Overheads())
+    assert rec.verified and rec.simulated and rec.time_s > 0
+    assert rec.time_s >= costs.sum() / 3 * 0.99 or registry.get(name).baseline
+
+
+@pytest.mark.parametrize("policy", ["dynamic", "guided", "chunk", *[
+    t for t in policies.TECHNIQUE_PLANS if t != "static_steal"]])
+def test_the_simulated_hand_out_of_a_fixed_technique_equals_plan(policy):
+    costs = np.random.default_rng(1).uniform(1, 2, 311)
+    out = run_sim(policy, costs, 4, 4)
+    got = sorted((f, c) for _, f, c, _, _ in out.trace)
+    want = sorted((r.first, r.count) for r in policies.plan(policy, 311, 4,
+                                                           registry.get(policy).resolve_chunk(0, 311)))
+    assert got == want
+
+
+def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
+    out = tmp_path / "s.h5"
+    p = hs("simulate", "-s", "serial,dynamic,prolific", "-k", "1,4", "-L", "60", "--height", "8",
+           "--width", "8", "--reps", "1", "--cores", "24", "-o", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+        study = json.loads(h5.attrs["study"])
+    assert runs["simulated"].all() and runs["verified"].all() and len(runs) == 5
+    assert study["simulate"]["cores"] == 24
+    rep = hs("report", str(out), cwd=tmp_path)
+    assert rep.returncode == 0 and "Simulated study" in rep.stdout
+
+
+def test_from_round_trip_on_a_small_measured_study(tmp_path):
+    meas, sim = tmp_path / "m.h5", tmp_path / "s.h5"
+    assert hs("run", "-s", "serial,static,dynamic", "-k", "1,2", "-L", "40", "--height", "16",
+              "--width", "32", "--reps", "2", "-o", str(meas), cwd=tmp_path).returncode == 0
+    p = hs("simulate", "--from", str(meas), "-o", str(sim), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(meas) as a, h5py.File(sim) as b:
+        m, s = a["runs"][()], b["runs"][()]
+    for f in ("scheduler", "k", "L", "H", "W", "chunk", "affinity", "rep", "P"):
+        assert list(m[f]) == list(s[f]), f
+    assert s["simulated"].all() and s["verified"].all() and (s["time_s"] > 0).all()
+    v = hs("simulate", "--validate", str(meas), cwd=tmp_path)
+    assert v.returncode == 0 and "|error| over" in v.stdout and "simulated best" in v.stdout
+
+
+@pytest.mark.parametrize("content, says", [
+    (np.zeros(0), "non-empty"),
+    (np.array([1.0, -1.0]), "finite number"),
+    (np.array([1.0, np.nan]), "finite number"),
+    (np.zeros((2, 2)), "1-D"),
+    (b"not an array", "cannot read"),
+])
+def test_bad_costs_files_are_one_line(tmp_path, content, says):
+    path = tmp_path / "c.npy"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        np.save(path, content)
+    line = one_line_error(hs("simulate", "-s", "dynamic", "--costs", str(path), cwd=tmp_path))
+    assert says in line
+    assert os.listdir(tmp_path) == ["c.npy"]
+
+
+def test_bad_cores_and_a_study_without_traces_are_one_line(tmp_path):
+    assert "--cores" in one_line_error(hs("simulate", "--cores", "0", cwd=tmp_path))
+    meas = tmp_path / "m.h5"
+    assert hs("run", "-s", "dynamic", "-k", "1", "-L", "8", "--height", "8", "--width", "8",
+              "--reps", "1", "-o", str(meas), cwd=tmp_path).returncode == 0
+    with h5py.File(meas, "r+") as h5:
+        del h5["detail"]
+        h5.create_group("detail")
+    line = one_line_error(hs("simulate", "--from", str(meas), cwd=tmp_path))
+    assert "no chunk traces" in line
