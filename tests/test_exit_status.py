@@ -41,6 +41,8 @@ def _ok(study, tmp):
         "report": ["report", study, "--no-plots", "--out-dir", str(tmp / "r")],
         "fit": ["fit", study, "--model", "amdahl"],
         "merge": ["merge", study, "-o", out],
+        "simulate": ["simulate", "-s", "serial,dynamic,prolific", *TINY, "--cores", "8", "-o", out],
+        "calibrate": ["calibrate", "-o", str(tmp / "c.json")],
     }
 
 
@@ -69,6 +71,8 @@ BAD = {
     "report": ["report", "/nonexistent.h5"],
     "fit": ["fit", "/nonexistent.h5"],
     "merge": ["merge", "/nonexistent.h5", "-o", "/tmp/never-written-by-hybridsched.h5"],
+    "simulate": ["simulate", "--cores", "0"],
+    "calibrate": ["calibrate", "--width", "0"],
 }
 
 

@@ -8,7 +8,6 @@ import hashlib
 import inspect
 import re
 from dataclasses import dataclass, field
-from importlib import metadata
 
 from ..errors import UsageError
 from ..refs import import_object
@@ -114,8 +113,10 @@ def resolve(obj, what: str = "technique") -> UserTechnique:
     return _checked(obj, what)
 
 
-def entry_points() -> dict[str, metadata.EntryPoint]:
+def entry_points() -> dict:
     """Installed techniques: entry-point name -> entry point (nothing imported yet)."""
+    from importlib import metadata  # scanning the installed distributions: only when asked
+
     return {ep.name: ep for ep in metadata.entry_points(group=GROUP)}
 
 
