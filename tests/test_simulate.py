@@ -156,3 +156,31 @@ def test_bad_cores_and_a_study_without_traces_are_one_line(tmp_path):
         h5.create_group("detail")
     line = one_line_error(hs("simulate", "--from", str(meas), cwd=tmp_path))
     assert "no chunk traces" in line
+
+
+def test_auto_sim_predicts_on_the_loop_costs_and_resimulates_on_drift():
+    from hybridsched.core.techniques import autosim
+
+    costs = np.r_[np.full(90, 1e-4), np.full(10, 5e-3)]  # the costly tasks at the end
+    pred = autosim.Predictor(("static", "dynamic", "guided"), registry.get)
+    pred.ready(costs, 2, 0, 1e-6, None)
+    assert pred.choose() == "dynamic" and pred.predicted["static"] > pred.predicted["dynamic"]
+    pred.observe("dynamic", pred.predicted["dynamic"] * 1.05)
+    assert not pred.stale  # within 10 %: keep the prediction
+    pred.observe("dynamic", pred.predicted["dynamic"] * 2.0)
+    assert pred.stale
+    pred.ready(costs, 2, 0, 1e-6, None)
+    assert pred.simulations == 2 and pred.costs.sum() == pytest.approx(costs.sum() * 2.0)
+
+
+def test_auto_sim_runs_and_stores_its_choice_and_prediction(tmp_path):
+    out = tmp_path / "a.h5"
+    p = hs("run", "-s", "auto-sim,pipe-MtoM:auto-sim", "-k", "2", "-L", "60", "--height", "16",
+           "--width", "16", "--workload", "skewed", "--reps", "2", "-o", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+        extra = json.loads(h5["detail/000000"].attrs["extra"])
+    assert runs["verified"].all() and all(t for t in runs["technique"])
+    assert extra["auto_sim"]["technique"] == runs["technique"][0].decode()
+    assert extra["auto_sim"]["predicted_s"] > 0

@@ -39,7 +39,7 @@ def main(args) -> int:
                             f"--from {args.source}") for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
-        spec = build_spec(args)
+        spec = build_spec(args, virtual=True)
         records, spec_dict = _from_spec(args, spec, cores, ov), spec.to_dict()
     return _write(args, records, {**spec_dict, "simulate": {
         "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),

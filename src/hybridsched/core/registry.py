@@ -14,6 +14,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
+import numpy as np
+
 from . import contract, dispatch, usertech
 from . import policies as pol
 from ..errors import UsageError
@@ -120,6 +122,41 @@ def _auto(n, workers, c, monitor, job=None):
     return auto.AutoDispenser(auto.racer_for(key, arms), make, n, arm=get)
 
 
+def _auto_sim_predictor(job, n: int, workers: int, c: int):
+    from .techniques import auto, autosim, dispense
+
+    key = dispense.loop_key(job) if job is not None else ("auto-sim", n, workers, c)
+    arms = tuple(job.portfolio.split(",")) if job is not None and job.portfolio else auto.PORTFOLIO
+    return autosim.predictor_for(key, arms, get)
+
+
+def _auto_sim_prepare(job) -> None:
+    """Untimed, after the profiling run: simulate the portfolio on the loop's iteration
+    times (again when a measured time drifted from its prediction)."""
+    workers = job.info.workers(job.k, len(job.cpus))
+    pred = _auto_sim_predictor(job, job.frames, workers, job.chunk)
+    prof = job.params.get("profile")
+    costs = prof.costs if prof is not None and prof.costs is not None and \
+        len(prof.costs) == job.frames else np.full(job.frames, prof.mu if prof else 1e-6)
+    pred.ready(costs, workers, job.chunk, prof.h if prof else 1e-6, prof)
+    choice = pred.choose()  # stored with the run: what it will run and the time it expects
+    job.extra["auto_sim"] = {"technique": choice, "predicted_s": pred.predicted[choice],
+                             "simulations": pred.simulations}
+
+
+def _auto_sim(n, workers, c, monitor, job=None):
+    from .techniques import autosim
+
+    pred = _auto_sim_predictor(job, n, workers, c)
+    if not pred.predicted:  # no preparation ran (a bare dispenser): equal costs
+        pred.ready(np.full(n, 1e-6), workers, c, 1e-6, None)
+
+    def make(name: str):
+        info = get(name)
+        return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
+    return autosim.AutoSimDispenser(pred, make, arm=get)
+
+
 @dataclass(frozen=True)
 class SchedulerInfo:
     """One registered scheduler. Fields a backend does not use stay at their defaults."""
@@ -151,6 +188,8 @@ class SchedulerInfo:
     chooses: bool = False
     # a user's technique (core/contract.Technique): it reads every --param
     user: usertech.UserTechnique | None = None
+    # untimed preparation after the profiling run (auto-sim's predictions): (job) -> None
+    prepare: Callable | None = None
 
     @property
     def baseline(self) -> bool:
@@ -222,6 +261,7 @@ _TECH_OPTIONS = {"fiss": ("fiss_stages",), "viss": ("viss_param",), "pls": ("pls
                  "rnd": ("rnd_start", "seed"),
                  "auto": ("fiss_stages", "viss_param", "pls_swr", "rnd_start", "seed",
                           "portfolio")}
+_TECH_OPTIONS["auto-sim"] = _TECH_OPTIONS["auto"]
 
 
 def _portfolio() -> list[SchedulerInfo]:
@@ -242,6 +282,10 @@ def _portfolio() -> list[SchedulerInfo]:
     out += _on_both("auto", "picks a technique per repetition of the loop (successive halving "
                     "over 27 techniques, techniques/auto.py)", _auto, default_chunk=_blocks,
                     profiled=True, chooses=True)
+    out += [replace(i, prepare=_auto_sim_prepare) for i in _on_both(
+        "auto-sim", "picks a technique by simulating the portfolio on the loop's profiled "
+        "iteration times, before the first timed repetition (techniques/autosim.py)",
+        _auto_sim, default_chunk=_blocks, profiled=True, chooses=True)]
     return out
 
 

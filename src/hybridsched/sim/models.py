@@ -23,7 +23,7 @@ import numpy as np
 from ..backends.base import Job
 from ..core import dispatch, policies as pol, registry
 from ..core.techniques.profiled import Profile
-from .engine import COOP, PINNED, SHARED, Engine, Outcome, Placement
+from ..core.virtual import COOP, PINNED, SHARED, Engine, Outcome, Placement, virtual_clock
 
 
 @dataclass(frozen=True)
@@ -67,18 +67,11 @@ def _job(info, L: int, k: int, chunk: int, params: dict, cpus: list[int]) -> Job
     return Job(info, work, "simulated", k, chunk, params=dict(params), cpus=cpus)
 
 
-def _virtual_clock(disp, clock) -> None:
-    """Learners read the engine's virtual time instead of perf_counter."""
-    for d in (disp, getattr(disp, "_inner", None)):
-        if d is not None and hasattr(d, "clock"):
-            d.clock = clock
-
-
 def profile_of(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
     """The loop's profile (μ, σ per task, h the claim overhead) as the untimed dynamic,1
     profiling run would measure it from these costs."""
     return Profile(float(np.mean(costs)), float(np.std(costs)), h=ov.claim_python_s,
-                   speeds=tuple([1.0] * max(1, k)))
+                   speeds=tuple([1.0] * max(1, k)), costs=np.asarray(costs, float))
 
 
 def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: int,
@@ -102,6 +95,8 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     job = _job(info, len(costs), workers, c, params, list(range(cores)))
     if info.profiled:
         job.params["profile"] = profile_of(costs, ov, workers)
+    if info.prepare is not None:  # auto-sim: its predictions, from the same costs
+        info.prepare(job)
     disp = info.dispenser(len(costs), workers, c, None, job=job)
     compiled = (mode != "python" and info.sequence is not None and place.mode != COOP
                 and not getattr(disp, "feedback", False))
@@ -111,7 +106,7 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     claim = ov.claim_compiled_s if compiled else ov.claim_python_s
     starts = [w * ov.thread_start_s for w in range(workers)]
     eng = Engine(cum, workers, place, claim, starts)
-    _virtual_clock(disp, eng.clock)
+    virtual_clock(disp, eng.clock)
     out = eng.run(disp)
     disp.executed(out.makespan)
     return out, disp
@@ -140,12 +135,14 @@ def _processes(info, costs, cum, k, c, ov, place, params):
         job = _job(info, L, k, c, params, list(range(place.cores)))
         if info.profiled:
             job.params["profile"] = profile_of(costs, ov, k)
+        if info.prepare is not None:
+            info.prepare(job)
         disp, claim = info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s
     else:
         disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
         claim = ov.pipe_rtt_s if info.topology == "feedback" else ov.pipe_msg_s
     eng = Engine(cum, k, place, claim, starts)
-    _virtual_clock(disp, eng.clock)
+    virtual_clock(disp, eng.clock)
     out = eng.run(disp)
     out.makespan += k * ov.reap_s
     disp.executed(out.makespan)

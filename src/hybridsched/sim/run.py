@@ -13,7 +13,7 @@ import numpy as np
 from ..core import policies as pol, registry
 from ..core.splits import dynamic_chunks
 from ..records import TRACE_DTYPE, RunConfig, RunRecord, worker_table
-from .engine import Engine, Outcome, Placement
+from ..core.virtual import Engine, Outcome, Placement
 from .models import Overheads, execute
 
 

@@ -32,8 +32,9 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
-def build_spec(args) -> StudySpec:
-    """The study the options of `run` ask for, validated (UsageError otherwise)."""
+def build_spec(args, virtual: bool = False) -> StudySpec:
+    """The study the options of `run` ask for, validated (UsageError otherwise);
+    ``virtual``: for `simulate`, which builds no tensor."""
     spec: StudySpec = preset(args.preset) if args.preset else default_spec()
     names = _scheduler_names(args.scheduler)
     if names is not None:
@@ -66,7 +67,7 @@ def build_spec(args) -> StudySpec:
     spec.params = technique_params(args)
     if getattr(args, "portfolio", None):
         spec.portfolio = portfolio(args.portfolio)
-    spec.validate()
+    spec.validate(virtual)
     return spec
 
 

@@ -21,6 +21,8 @@ def prepare(job: Job) -> None:
     technique needs one (registry ``profiled``), nothing otherwise."""
     if job.info.profiled:
         attach(job)
+    if job.info.prepare is not None:
+        job.info.prepare(job)
 
 
 def attach(job: Job) -> None:

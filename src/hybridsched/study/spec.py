@@ -62,7 +62,9 @@ class StudySpec:
     input_hash: str = ""
     verify: str = ""
 
-    def validate(self) -> None:
+    def validate(self, virtual: bool = False) -> None:
+        """Refuse what cannot run (UsageError); ``virtual``: a simulated study, which
+        builds no tensor, so its size is not bounded by this machine's memory."""
         from ..workloads.build import validate_spec
 
         for s in self.schedulers:
@@ -114,7 +116,7 @@ class StudySpec:
         if not self.frames:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
-            if not self.input:  # an --input array is already in memory (mapped)
+            if not self.input and not virtual:  # an --input array is already in memory
                 check_sizes(L, self.height, self.width)
         runs = (len(self.frames) * len(self.schedulers) * len(self.affinity) * len(self.chunks)
                 * len(self.ks) * self.reps)

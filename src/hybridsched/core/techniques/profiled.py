@@ -11,7 +11,7 @@ zero); the papers' formulas use the real μ, and so do we. Only σ/μ (fac, faca
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +36,9 @@ class Profile:
     sigma: float
     h: float = DEFAULT_OVERHEAD_S
     speeds: tuple[float, ...] = ()
+    # each iteration's measured time, in iteration order (auto-sim simulates on them);
+    # not stored with the runs (to_dict), which keep the summary above
+    costs: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         return {"mu": self.mu, "sigma": self.sigma, "h": self.h, "speeds": list(self.speeds)}
@@ -55,7 +58,10 @@ def profile_of(trace: np.ndarray, workers: int, h: float = DEFAULT_OVERHEAD_S) -
     live = [r for r in rate if r > 0]
     mean = sum(live) / len(live) if live else 0.0
     speeds = tuple((r / mean if r > 0 else 1.0) if mean else 1.0 for r in rate)
-    return Profile(mu, sigma, h, speeds)
+    costs = np.zeros(int(trace["count"].sum()) if len(trace) else 0)
+    for f, c, v in zip(trace["first"], trace["count"], per):
+        costs[f:f + c] = v
+    return Profile(mu, sigma, h, speeds, costs)
 
 
 class _Profiled(Rule):

@@ -1,5 +1,6 @@
-"""The event loop of the simulator: k virtual workers claim chunks from a dispenser (the
-same objects the real backends claim from) and run them on virtual cores.
+"""Virtual workers: k of them claim chunks from a dispenser (the same objects the real
+backends claim from) and run them on virtual cores, in virtual time -- the event loop of
+`hybridsched simulate` and of ``auto-sim``'s predictions (pure scheduling: no OS, no I/O).
 
 Time is virtual (seconds). A chunk's work is the sum of its tasks' costs (prefix sums: O(1)
 per chunk). Claims go through one serialised resource, the hand-out's lock: a claim waits
@@ -225,3 +226,10 @@ class Engine:
             self._start_chunk(other, t1, work)
         else:
             self.free_tokens.append(token)
+
+
+def virtual_clock(disp, clock) -> None:
+    """Point a dispenser's learner (and a chooser's chosen one) at the virtual clock."""
+    for d in (disp, getattr(disp, "_inner", None)):
+        if d is not None and hasattr(d, "clock"):
+            d.clock = clock
