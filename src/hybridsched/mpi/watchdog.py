@@ -21,8 +21,9 @@ from ..store.files import remove_left_by
 from ..oslayer.proctree import readable
 from ..oslayer.shm import SharedArrays
 
-# How long the marker of a death stays, so that the watchdogs of the ranks the launcher
-# kills right after find it: longer only delays the watchdog's own exit.
+# The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
+# kills right after find it. It goes as soon as the launcher's process on this node ends
+# (the job is torn down: nobody is left to look), so it does not outlive the job.
 MARKER_HOLD_S = 2.0
 
 CLEAN, ABORTING = 1, 2
@@ -97,11 +98,7 @@ class RankWatchdog:
                 remove_left_by(os.fsdecode(lock), rank_pid)
         marker = _marker(self._proxy)
         if flag == ABORTING:  # the rank named itself; keep the marker up for the others
-            time.sleep(MARKER_HOLD_S)
-            try:
-                os.unlink(marker)
-            except FileNotFoundError:
-                pass
+            self._hold(marker)
             return
         if flag == CLEAN or not _claim(marker):
             return
@@ -112,11 +109,27 @@ class RankWatchdog:
                          "stay in the output file)\n").encode())
         except OSError:
             pass
-        time.sleep(MARKER_HOLD_S)
+        self._hold(marker)
+
+    def _hold(self, marker: str) -> None:
+        """Keep the marker until the launcher's process on this node ends (at most
+        MARKER_HOLD_S), then remove it."""
         try:
-            os.unlink(marker)
-        except FileNotFoundError:
-            pass
+            fd = os.pidfd_open(self._proxy)
+        except OSError:
+            fd = -1
+        try:
+            if fd >= 0:
+                readable(fd, MARKER_HOLD_S)
+            else:
+                time.sleep(MARKER_HOLD_S)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(marker)
+            except FileNotFoundError:
+                pass
 
     def holds(self, lock_path: str) -> None:
         """The rank now holds this study lock: removed by the watchdog if the rank dies."""

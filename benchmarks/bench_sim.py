@@ -1,0 +1,161 @@
+"""Simulation (issue 25):  python benchmarks/bench_sim.py [--only paper|scale]
+
+paper -- `hybridsched simulate --preset paper --cores 24` for the pipe schedulers (and serial):
+         σ = T(serial) / T(k) beside the paper's own figures where §5.1 states them (targets:
+         within 5 % at k <= 24, 8 % at k = 32).
+validate -- for each of uniform, skewed and heavytail: `hybridsched run` (threads, forks and
+         pipes at k = 1 .. 2N, 3 reps), then `simulate --validate` on it; per configuration
+         |simulated median / measured median - 1| (targets over all: median <= 5 %, worst
+         <= 15 %) and per workload and k whether the simulated favourite is, as measured,
+         within 5 % of the measured best.
+scale -- one `simulate -s serial,dynamic,guided,fac2 -k 1024 --cores 1024 --frames 1000000
+         --workload heavytail` command, everything included (start-up, the per-row cost
+         measured on the spot, writing the file), wall time (target <= 20 s).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+HS = [sys.executable, "-m", "hybridsched"]
+
+# §5.1's figures: (scheduler, L, k, stored chunk or 0) -> the paper's σ (or its range)
+PAPER = {
+    ("pipe-1to1", 1000, 16, 0): (15.875,), ("pipe-1to1", 10000, 16, 0): (16.012,),
+    ("pipe-1toN", 1000, 24, 0): (22.753,), ("pipe-1toN", 10000, 24, 0): (23.270,),
+    ("pipe-1toN", 1000, 32, 0): (15.335,), ("pipe-1toN", 10000, 32, 0): (15.909,),
+    ("pipe-MtoM", 10000, 16, 0): (16.004,), ("pipe-MtoM", 10000, 32, 0): (23.608,),
+    ("tuned", 1000, 24, 12): (20.560, 20.834), ("tuned", 10000, 24, 105): (23.209, 23.255),
+}
+
+
+def simulate(out: str, *argv) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(HS + ["simulate", *argv, "-o", out, "--overwrite"], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"simulate failed: {p.stderr[-800:]}")
+    return time.perf_counter() - t0
+
+
+def section_paper(tmp: str) -> list[tuple[str, bool]]:
+    out = os.path.join(tmp, "paper.h5")
+    wall = simulate(out, "--preset", "paper", "--cores", "24", "-s",
+                    "serial,pipe-1to1,pipe-1toN,pipe-MtoM", "-k", "16,24,32", "--reps", "1")
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+    serial = {int(r["L"]): float(r["time_s"]) for r in runs if r["scheduler"] == b"serial"}
+    sigma = {}
+    for r in runs:
+        s = r["scheduler"].decode()
+        if s != "serial":
+            sigma[(s, int(r["L"]), int(r["k"]), int(r["chunk"]))] = serial[int(r["L"])] / float(r["time_s"])
+    print(f"\n## the paper's pipe figures (§5.1) against `simulate --preset paper --cores 24` "
+          f"({wall:.1f} s)\n")
+    print("| scheduler | L | k | chunk | paper σ | simulated σ | difference | target | |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    verdicts = []
+    for (s, L, k, c), paper in PAPER.items():
+        names = ["pipe-1to1", "pipe-1toN", "pipe-MtoM"] if s == "tuned" else [s]
+        for name in names:
+            got = sigma[(name, L, k, c)]
+            ref = min(paper, key=lambda p: abs(p - got))  # a range: the nearer end
+            diff = got / ref - 1 if not (paper[0] <= got <= paper[-1]) else 0.0
+            goal = 0.08 if k == 32 else 0.05
+            ok = abs(diff) <= goal
+            verdicts.append((f"{name} L={L} k={k}: σ {got:.3f} vs {'–'.join(map(str, paper))}", ok))
+            print(f"| {name} | {L} | {k} | {c or 'def'} | {'–'.join(f'{p:.3f}' for p in paper)} | "
+                  f"{got:.3f} | {diff:+.1%} | {goal:.0%} | {'PASS' if ok else 'FAIL'} |")
+    return verdicts
+
+
+VALIDATE_SCHEDULERS = "serial,static,dynamic,guided,fac2,prolific,collective,pipe-1to1,pipe-MtoM"
+
+
+def section_validate(tmp: str) -> list[tuple[str, bool]]:
+    from hybridsched.oslayer.cpus import n_cpus
+    from hybridsched.sim.fromstudy import MeasuredStudy
+    from hybridsched.sim.models import Overheads
+    from hybridsched.sim.run import simulate as sim_one
+    from hybridsched.sim.validate import compare, print_validation
+    from hybridsched.commands.simulate import _config
+
+    n = n_cpus()
+    ks = ",".join(str(k) for k in range(1, 2 * n + 1))
+    errors, ranks = [], []
+    for wl in ("uniform", "skewed", "heavytail"):
+        meas = os.path.join(tmp, f"{wl}.h5")
+        t0 = time.perf_counter()
+        p = subprocess.run(HS + ["run", "-s", VALIDATE_SCHEDULERS, "-k", ks, "-L", "400",
+                                 "--height", "64", "--width", "128", "--workload", wl, "--reps",
+                                 "3", "-o", meas], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"run {wl} failed: {p.stderr[-500:]}")
+        study = MeasuredStudy(meas)
+        ov = study.overheads(Overheads())
+        pairs = [(r, sim_one(_config(r), study.costs_for(r), None, n, ov)) for r in study.runs]
+        v = compare(pairs)
+        print(f"\n## validate: {wl} (measured in {time.perf_counter() - t0:.0f} s)\n")
+        print_validation(v, f"{wl}.h5")
+        errors += v.errors
+        ranks += [(wl, key, gap) for key, _, _, gap in v.rankings]
+    import statistics
+
+    med, worst = statistics.median(errors), max(errors)
+    bad = [(wl, key) for wl, key, gap in ranks if gap > 0.05]
+    print(f"\nall workloads: |error| median {med:.1%}, worst {worst:.1%} over {len(errors)} "
+          f"configurations; rankings within 5 %: {len(ranks) - len(bad)} of {len(ranks)}")
+    return [(f"validate: median |error| {med:.1%} <= 5 %", med <= 0.05),
+            (f"validate: worst |error| {worst:.1%} <= 15 %", worst <= 0.15),
+            (f"validate: simulated favourite within 5 % of the measured best in "
+             f"{len(ranks) - len(bad)} of {len(ranks)} (workload, k)", not bad)]
+
+
+def section_scale(tmp: str) -> list[tuple[str, bool]]:
+    out = os.path.join(tmp, "scale.h5")
+    wall = simulate(out, "-s", "serial,dynamic,guided,fac2", "-k", "1024", "--cores", "1024",
+                    "--frames", "1000000", "--workload", "heavytail", "--reps", "1")
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+    print("\n## scale: 10^6 tasks on 1024 virtual workers, one command\n")
+    print("| scheduler | chunks | simulated T (s) | verified |")
+    print("|---|---:|---:|---|")
+    with h5py.File(out) as h5:
+        for r in runs:
+            n = len(h5[f"detail/{int(r['run_id']):06d}/trace"])
+            print(f"| {r['scheduler'].decode()} | {n} | {r['time_s']:.3f} | {bool(r['verified'])} |")
+    ok = wall <= 20.0 and bool(np.all(runs["verified"]))
+    print(f"\nwall time of the whole command: {wall:.1f} s (target <= 20 s)")
+    return [(f"scale command in {wall:.1f} s <= 20 s, every run verified", ok)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", action="append", choices=("paper", "validate", "scale"))
+    args = ap.parse_args()
+    only = args.only or ["paper", "validate", "scale"]
+    print(f"# hybridsched simulation benchmark ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}), "
+          f"load average {os.getloadavg()[0]:.2f} at start")
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        if "paper" in only:
+            verdicts += section_paper(tmp)
+        if "validate" in only:
+            verdicts += section_validate(tmp)
+        if "scale" in only:
+            verdicts += section_scale(tmp)
+    print("\n## targets\n")
+    for text, ok in verdicts:
+        print(f"- {'PASS' if ok else 'FAIL'}: {text}")
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
