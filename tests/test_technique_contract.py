@@ -463,3 +463,97 @@ def test_auto_races_a_user_technique_beside_builtins(techmod, tmp_path):
     line = one_line_error(hs("run", "-s", "dynamic", "--portfolio", "guided", "-L", "10",
                              cwd=tmp_path))
     assert "no scheduler of this study is auto" in line
+
+
+# --- from the hostile review ---------------------------------------------------------------
+
+EXITING = '''
+import sys
+import hybridsched
+
+
+class StartExits(hybridsched.Technique):
+    name = "startexits_t"
+
+    def start(self):
+        sys.exit(4)
+
+    def chunk(self, remaining, request, worker):
+        return 1
+
+
+class NeedsArgs(hybridsched.Technique):
+    name = "needsargs_t"
+
+    def __init__(self, x):
+        self.x = x
+
+    def chunk(self, remaining, request, worker):
+        return 1
+
+
+class Zero(hybridsched.Technique):
+    name = "zero_t"
+
+    def chunk(self, remaining, request, worker):
+        return 0
+'''
+
+
+def test_a_technique_calling_sys_exit_fails_its_run_alone(tmp_path):
+    (tmp_path / "ex.py").write_text(EXITING)
+    out = tmp_path / "e.h5"
+    p = hs("run", "-s", "guided,ex:StartExits,dynamic", "-k", "2", "-L", "20", "--height", "8",
+           "--width", "8", "--reps", "1", "-o", str(out), cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+    assert list(runs["verified"]) == [True, False, True]
+    assert b"start() raised SystemExit" in runs["error"][1]
+
+
+def test_constructor_arguments_long_values_and_selector_names_are_bad_input(tmp_path):
+    (tmp_path / "ex.py").write_text(EXITING)
+    small = ["-k", "2", "-L", "20", "--height", "8", "--width", "8", "--reps", "1"]
+    assert "builds a technique without arguments" in one_line_error(
+        hs("run", "-s", "ex:NeedsArgs", *small, "-o", "n.h5", cwd=tmp_path))
+    assert "bytes a study stores" in one_line_error(
+        hs("run", "-s", "guided,dynamic", "--param", "a=" + "x" * 70, "-s", "ex:Zero", *small,
+           "-o", "l.h5", cwd=tmp_path))
+    assert "--param profile" in one_line_error(
+        hs("run", "-s", "ex:Zero", "--param", "profile=1", *small, cwd=tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["ex.py"]
+
+    class Paper(hybridsched.Technique):
+        name = "paper"
+
+        def chunk(self, remaining, request, worker):
+            return 1
+    with pytest.raises(UsageError, match="a word of -s"):
+        registry.lookup(Paper)
+
+
+def test_api_params_are_checked_for_plan_and_for_a_builtin_that_does_not_read_them(techmod):
+    with pytest.raises(UsageError, match="expected a dict"):
+        hybridsched.plan(f"{techmod}:Quarter", 20, 2, params=[1])
+    with pytest.raises(UsageError, match="does not read divisor"):
+        hybridsched.parallel_for(add_one, np.zeros((10, 2)), scheduler="guided", params={"divisor": 3})
+
+
+def test_simulate_fails_a_misbehaving_technique_alone_and_reads_user_studies(tmp_path):
+    (tmp_path / "ex.py").write_text(EXITING)
+    (tmp_path / "qm.py").write_text(MODULE)
+    out = tmp_path / "s.h5"
+    p = hs("simulate", "-s", "guided,ex:Zero", "-k", "2", "-L", "20", "--height", "8", "--width",
+           "8", "--reps", "1", "-o", str(out), cwd=tmp_path)
+    assert p.returncode == 1
+    with h5py.File(out) as h5:
+        runs = h5["runs"][()]
+    assert list(runs["verified"]) == [True, False] and b"chunk() returned 0" in runs["error"][1]
+    meas, sim = tmp_path / "m.h5", tmp_path / "f.h5"
+    assert hs("run", "-s", "qm:Quarter,guided", "-k", "1,2", "-L", "20", "--height", "8",
+              "--width", "8", "--reps", "1", "-o", str(meas), cwd=tmp_path).returncode == 0
+    p = hs("simulate", "--from", str(meas), "-o", str(sim), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with h5py.File(sim) as h5:
+        assert set(h5["runs"]["scheduler"]) == {b"quarter_t", b"guided"}

@@ -152,7 +152,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     """
     info = registry.lookup(scheduler)
     scheduler = info.name
-    param_text = registry.run_params(info, params)
+    param_text = registry.run_params(info, params, strict=True)
     if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
         raise UsageError("data: expected a numpy array with at least one task (first axis)")
     if not data.flags.writeable:

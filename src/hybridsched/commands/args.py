@@ -132,9 +132,12 @@ def param_item(text: str) -> tuple[str, object]:
     if not key.isidentifier():
         raise argparse.ArgumentTypeError(f"--param {text!r}: the key must be a name (letters, "
                                          "digits, '_')")
-    if not value or "," in value or "=" in value:
+    if not value or "," in value or "=" in value or not value.isprintable():
         raise argparse.ArgumentTypeError(f"--param {text!r}: the value must be non-empty, "
-                                         "without ',' or '='")
+                                         "printable, without ',' or '='")
+    if key == "profile":
+        raise argparse.ArgumentTypeError("--param profile: the name is hybridsched's own (the "
+                                         "loop's profile)")
     return key, param_value(value)
 
 

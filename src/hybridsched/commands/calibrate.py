@@ -8,6 +8,7 @@ import sys
 import time
 
 from ..errors import UsageError
+from ..store import check_output
 from ..sim.calibrate import calibrate
 from ..study.output import this_machine
 
@@ -18,6 +19,7 @@ def main(args) -> int:
     out = args.out
     if not out.strip():
         raise UsageError("--out: an empty file name")
+    check_output(out)  # a writable directory, not a link or a directory: before measuring
     if os.path.lexists(out) and not args.overwrite:
         raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
     t0 = time.perf_counter()

@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 
+from ..core import registry
+from ..core.splits import split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
 from ..records import RunConfig
@@ -30,20 +32,33 @@ def main(args) -> int:
     if not 1 <= cores <= MAX_CORES:
         raise UsageError(f"--cores must be from 1 to {MAX_CORES}, got {cores}")
     ov, calib = _overheads(args)
+    if any(P > 1 for P in (args.P or [1])) and ":" in args.split:
+        split_technique(args.split)  # refused before anything is measured or written
     if args.validate:
         return _validate(args, cores, ov)
     if args.source is not None:
         study = MeasuredStudy(args.source)
+        _register_users(study.runs)
         ov = study.overheads(ov)
-        records = [simulate(_config(r), study.costs_for(r), None, cores, ov, args.split,
-                            f"--from {args.source}") for r in study.runs]
+        todo = [(_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.source}")
+                for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
         spec = build_spec(args, virtual=True)
-        records, spec_dict = _from_spec(args, spec, cores, ov), spec.to_dict()
-    return _write(args, records, {**spec_dict, "simulate": {
+        todo, ov = _from_spec(args, spec, ov)
+        spec_dict = spec.to_dict()
+    return _write(args, todo, cores, ov, {**spec_dict, "simulate": {
         "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),
         "calibration": calib}})
+
+
+def _register_users(runs) -> None:
+    """A measured study's user techniques, registered from the references it stored (their
+    modules must import here) so that their rows can be simulated under their names."""
+    for name, ref in sorted({(str(r["scheduler"]), str(r["technique"])) for r in runs
+                             if r["technique_hash"]}):
+        if name not in registry.SCHEDULERS:
+            registry.get(f"pipe-MtoM:{ref}" if name.startswith("pipe-MtoM:") else ref)
 
 
 def _overheads(args) -> tuple[Overheads, str]:
@@ -64,7 +79,9 @@ def _config(row) -> RunConfig:
                      portfolio=str(row["portfolio"]))
 
 
-def _from_spec(args, spec, cores: int, ov: Overheads) -> list:
+def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
+    """(configuration, costs, source) of every simulated run, the costs made on demand
+    (once per tensor); the overheads with this machine's per-row sort time."""
     given = cost_src.from_file(args.costs) if args.costs else None
     if given is not None:
         if args.frames not in (None, [len(given)]):
@@ -78,48 +95,57 @@ def _from_spec(args, spec, cores: int, ov: Overheads) -> list:
         print(f"hybridsched: one row of {spec.width} bytes sorts in {row_s * 1e6:.2f} us here "
               f"(measured in {time.perf_counter() - t0:.2f} s)", file=sys.stderr)
     cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    out = []
+
+    def costs_of(cfg: RunConfig):
+        key = (cfg.frames, cfg.height, cfg.width, cfg.workload, cfg.workload_params, cfg.seed)
+        if key not in cache:
+            c = given if given is not None else cost_src.workload_costs(
+                cfg.workload, _workload_params(cfg), cfg.frames, cfg.height, cfg.width,
+                cfg.seed, ov.row_sort_s, ov.row_width)
+            cache[key] = (c, cost_src.prefix(c))
+        return cache[key]
+
+    source = f"--costs {args.costs}" if given is not None else f"model {spec.workload}"
+    todo = []
     for P in (args.P or [1]):
         for cfg in spec.configurations():
             if P > 1 and cfg.scheduler == "serial":
                 continue  # the baseline is a single-node run (as `merge` expects)
             cfg = with_P(cfg, P)
-            key = (cfg.frames, cfg.height, cfg.width, cfg.workload, cfg.workload_params, cfg.seed)
-            if key not in cache:
-                c = given if given is not None else cost_src.workload_costs(
-                    cfg.workload, _workload_params(cfg), cfg.frames, cfg.height, cfg.width,
-                    cfg.seed, ov.row_sort_s, ov.row_width)
-                cache[key] = (c, cost_src.prefix(c))
-            c, cum = cache[key]
-            source = f"--costs {args.costs}" if given is not None else f"model {cfg.workload}"
-            out.append(simulate(cfg, c, cum, cores, ov, args.split, source))
-    return out
+            todo.append((cfg, lambda cfg=cfg: costs_of(cfg), source))
+    return todo, ov
 
 
 def _workload_params(cfg: RunConfig) -> dict:
     return json.loads(cfg.workload_params) if cfg.workload_params else {}
 
 
-def _write(args, records: list, study: dict) -> int:
+def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
+    """Simulate and store each run as it is made (Ctrl-C keeps the finished ones)."""
     out = out_name(args.out, "hybridsched-sim")
-    meta = this_machine()
-    with new_study(out, study, overwrite=args.overwrite, metadata=meta) as writer:
-        for rec in records:
+    failed = 0
+    with new_study(out, study, overwrite=args.overwrite, metadata=this_machine()) as writer:
+        for cfg, costs_of, source in todo:
+            costs, cum = costs_of()
+            rec = simulate(cfg, costs, cum, cores, ov, args.split, source)
             writer.append(rec)
-    failed = sum(not r.verified for r in records)
+            failed += not rec.verified
     print(run_summary(out))
-    print(f"\n{len(records)} simulated runs ({failed} not covering every task once) written "
-          f"to {out}", file=sys.stderr)
+    print(f"\n{len(todo)} simulated runs ({failed} failed or not covering every task once) "
+          f"written to {out}", file=sys.stderr)
     return 1 if failed else 0
 
 
 def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate)
+    _register_users(study.runs)
     ov = study.overheads(ov)
     pairs = [(r, simulate(_config(r), study.costs_for(r), None, cores, ov, args.split,
                           f"--from {args.validate}")) for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)
     if args.out:
-        _write(args, [rec for _, rec in pairs], {"simulated_from": args.validate})
+        todo = [(_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.validate}")
+                for r in study.runs if r["P"] == 1]
+        _write(args, todo, cores, ov, {"simulated_from": args.validate})
     return 0

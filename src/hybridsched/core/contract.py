@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import HybridschedError, UsageError
+from ..errors import HybridschedError, Terminated, UsageError
+
+# What a technique's own code may raise and still only fail its run: any exception, and a
+# SystemExit (its sys.exit()) -- but not our own SIGTERM (Terminated) nor Ctrl-C.
+_TECHNIQUE_FAULTS = (Exception, SystemExit)
+
+
+def _own_fault(exc: BaseException) -> bool:
+    return isinstance(exc, _TECHNIQUE_FAULTS) and not isinstance(exc, Terminated)
 
 
 class TechniqueError(HybridschedError):
@@ -65,7 +73,9 @@ def configure(tech: Technique, tasks: int, workers: int, min_chunk: int, params:
     tech.min_chunk, tech.params = max(1, int(min_chunk)), dict(params)
     try:
         tech.start()
-    except Exception as exc:
+    except BaseException as exc:
+        if not _own_fault(exc):
+            raise
         raise TechniqueError(f"technique {tech.name}: start() raised "
                              f"{type(exc).__name__}: {exc}") from exc
 
@@ -74,7 +84,9 @@ def sized(tech: Technique, remaining: int, request: int, worker: int) -> int:
     """``tech.chunk(...)`` checked and cut to ``remaining``."""
     try:
         value = tech.chunk(remaining, request, worker)
-    except Exception as exc:
+    except BaseException as exc:
+        if not _own_fault(exc):
+            raise
         raise TechniqueError(f"technique {tech.name}: chunk() raised {type(exc).__name__}: "
                              f"{exc} (worker {worker}, claim {request})") from exc
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -82,6 +94,31 @@ def sized(tech: Technique, remaining: int, request: int, worker: int) -> int:
                              f"{worker} (claim {request}, {remaining} remaining); it must "
                              "return a positive integer")
     return min(int(value), remaining)
+
+
+def check_params(params, what: str = "technique parameters") -> dict:
+    """A technique's parameters: a dict of names to numbers or short text (no ',' '=' or
+    control characters: a run stores them as ``key=value,...``); UsageError otherwise."""
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise UsageError(f"{what}: expected a dict, got {type(params).__name__}")
+    for key, value in params.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise UsageError(f"{what}: the key {key!r} must be a name")
+        if key in RESERVED_PARAMS:
+            raise UsageError(f"{what}: {key!r} is hybridsched's own (the loop's profile)")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, str, np.integer, np.floating)) or (
+                isinstance(value, str) and (not value or "," in value or "=" in value
+                                            or not value.isprintable())):
+            raise UsageError(f"{what}: {key}={value!r} must be a number or printable text "
+                             "without ',' or '='")
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in params.items()}
+
+
+# parameter names hybridsched itself passes to techniques
+RESERVED_PARAMS = ("profile",)
 
 
 def hand_out(tech: Technique, tasks: int) -> np.ndarray:

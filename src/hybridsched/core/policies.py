@@ -334,8 +334,9 @@ def _technique_like(obj) -> bool:
 
 def _plan_user(user, n: int, k: int, chunk: int, params: dict | None) -> list[PlanRow]:
     """A deterministic user technique's hand-out: ``chunk(remaining, i, -1)`` in claim order."""
-    from .contract import configure, hand_out
+    from .contract import check_params, configure, hand_out
 
+    params = check_params(params, "plan: params")
     if not user.deterministic:
         raise UsageError(f"--policy {user.ref}: technique {user.name} is not deterministic, "
                          "so its hand-out is decided at run time (set deterministic = True "

@@ -349,8 +349,8 @@ def register(user: usertech.UserTechnique) -> tuple[SchedulerInfo, SchedulerInfo
     a name taken by a built-in scheduler or by another technique is refused."""
     name = user.name
     had = SCHEDULERS.get(name)
-    if (had is not None and had.user is not None and had.user.hash == user.hash
-            and had.user.ref == user.ref and had.user.instance is user.instance):
+    if (had is not None and had.user is not None and had.user.cls is user.cls
+            and had.user.hash == user.hash and had.user.instance is user.instance):
         return had, SCHEDULERS[_MTOM + name]  # the same technique: keep its loops' state
     if had is not None and (had.user is None or had.user.ref != user.ref):
         what = "a built-in scheduler" if had.user is None else f"technique {had.user.ref}"
@@ -439,23 +439,25 @@ def lookup(scheduler) -> SchedulerInfo:
     return register(usertech.resolve(scheduler, "scheduler"))[0]
 
 
-def run_params(info: SchedulerInfo, params: dict | None) -> str:
+# bytes of the study's params field (store.format)
+MAX_PARAMS = 64
+
+
+def run_params(info: SchedulerInfo, params: dict | None, strict: bool = False) -> str:
     """The parameters a run of ``info`` stores (RunConfig.params): those its entry reads
-    (a user technique reads all), as sorted ``key=value`` joined by ','; bad ones refused."""
-    if params is None:
-        return ""
-    if not isinstance(params, dict):
-        raise UsageError(f"technique parameters: expected a dict, got {type(params).__name__}")
-    for key, value in params.items():
-        if not isinstance(key, str) or not key.isidentifier():
-            raise UsageError(f"technique parameter {key!r}: the key must be a name")
-        if (isinstance(value, bool) or not isinstance(value, (int, float, str))
-                or (isinstance(value, str) and (not value or "," in value or "=" in value))):
-            raise UsageError(f"technique parameter {key}={value!r}: a number, or text "
-                             "without ',' or '='")
+    (a user technique reads all), as sorted ``key=value`` joined by ','; bad ones refused,
+    and with ``strict`` also one that ``info`` does not read (the API's single scheduler)."""
+    params = contract.check_params(params)
     mine = {k: v for k, v in params.items() if k in info.options or info.user is not None}
+    if strict and len(mine) < len(params):
+        unread = sorted(set(params) - set(mine))
+        raise UsageError(f"technique parameters: {info.name} does not read {', '.join(unread)}")
     if info.technique:
         from .techniques import check_params
 
         check_params(mine)
-    return ",".join(f"{k}={v}" for k, v in sorted(mine.items()))
+    text = ",".join(f"{k}={v}" for k, v in sorted(mine.items()))
+    if len(text.encode()) > MAX_PARAMS:
+        raise UsageError(f"technique parameters {text[:40]}...: longer than the {MAX_PARAMS} "
+                         "bytes a study stores for them")
+    return text

@@ -17,6 +17,9 @@ GROUP = "hybridsched.techniques"
 # The scheduler column is 64 bytes (store.format); "pipe-MtoM:" takes 10 of them
 MAX_NAME = 54
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")  # no ',' (lists), ':' (references) or spaces
+# words that -s reads as a set of schedulers, never as one
+_SELECTORS = ("all", "paper", "techniques")
+MAX_REF = 120  # the study's technique field (module:qualname)
 
 
 def source_hash(cls: type) -> str:
@@ -76,7 +79,7 @@ class UserTechnique:
             return self.instance
         try:
             return self.cls()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise UsageError(f"technique {self.ref}: {self.cls.__name__}() raised "
                              f"{type(exc).__name__}: {exc} (a technique is built without "
                              "arguments)") from None
@@ -102,8 +105,32 @@ def _checked(obj, what: str) -> UserTechnique:
     if not isinstance(name, str) or not _NAME.match(name) or len(name.encode()) > MAX_NAME:
         raise UsageError(f"{what}: technique name {name!r} must be 1 to {MAX_NAME} letters, "
                          "digits, '_', '-' or '.'")
+    if name in _SELECTORS:
+        raise UsageError(f"{what}: technique name {name!r} is a word of -s (a set of "
+                         "schedulers); give it another name")
+    if not isinstance(getattr(cls, "deterministic", False), bool):
+        raise UsageError(f"{what}: deterministic must be True or False")
     ref = f"{cls.__module__}:{cls.__qualname__}"
+    if len(ref.encode()) > MAX_REF:
+        raise UsageError(f"{what}: {ref[:60]}... is longer than the {MAX_REF} bytes a study "
+                         "stores for a technique")
+    if instance is None:
+        _constructible(cls, what)
     return UserTechnique(cls, ref, source_hash(cls), instance)
+
+
+def _constructible(cls: type, what: str) -> None:
+    """A technique given as a class is built without arguments: refuse one that cannot be."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return
+    need = [p.name for p in sig.parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                                                   p.KEYWORD_ONLY)]
+    if need:
+        raise UsageError(f"{what}: {cls.__qualname__}() needs {', '.join(need)}; hybridsched "
+                         "builds a technique without arguments (give an instance instead)")
 
 
 def resolve(obj, what: str = "technique") -> UserTechnique:
@@ -127,7 +154,7 @@ def from_entry_point(name: str) -> UserTechnique | None:
         return None
     try:
         obj = ep.load()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise UsageError(f"technique {name!r} (entry point {ep.value} of "
                          f"{GROUP}) failed to load: {type(exc).__name__}: {exc}") from None
     return _checked(obj, f"entry point {name} = {ep.value}")

@@ -6,12 +6,14 @@ or chunks claimed through a fetch-and-add on rank 0, each chunk run by the local
 on the node's k workers)."""
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
 from ..core import policies as pol, registry
 from ..core.splits import dynamic_chunks
+from ..errors import HybridschedError
 from ..records import TRACE_DTYPE, RunConfig, RunRecord, worker_table
 from ..core.virtual import Engine, Outcome, Placement
 from .models import Overheads, execute
@@ -48,7 +50,18 @@ def _tables(out: Outcome, k: int, cpus: list[int] | None) -> tuple[np.ndarray, n
 def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: int, ov: Overheads,
              split: str = "static", source: str = "") -> RunRecord:
     """The simulated record of ``cfg`` (its P, k, chunk, affinity, coop, params) on
-    ``cores`` virtual CPUs per node."""
+    ``cores`` virtual CPUs per node; a technique that misbehaves fails this run alone."""
+    try:
+        return _simulate(cfg, costs, cum, cores, ov, split, source)
+    except HybridschedError as exc:
+        info = registry.get(cfg.scheduler)
+        return RunRecord(cfg, info.family, math.nan, False, error=f"simulated: {exc}",
+                         notes=f"simulated on {cores} cores", simulated=True,
+                         extra={"simulated": {"cores": cores, "costs": source}})
+
+
+def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
+              source: str) -> RunRecord:
     info = registry.get(cfg.scheduler)
     if cum is None:
         cum = np.concatenate([[0.0], np.cumsum(costs)])

@@ -100,6 +100,17 @@ def single_record(m: Measured) -> RunRecord:
                      technique=technique, technique_hash=digest)
 
 
+def _split_identity(split: str) -> dict:
+    """A user technique's identity when it splits the frames between ranks (its source
+    hash, so runs of two versions are told apart)."""
+    if ":" not in split:
+        return {}
+    from ..core.usertech import resolve
+
+    user = resolve(split, "--split")
+    return {"split_technique": user.ref, "split_technique_hash": user.hash}
+
+
 def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunRecord:
     """One record from every rank's measurement (rank 0, under MPI): the run's time is the
     slowest rank's; per-rank times, frames, chunks and bad rows go into ``extra``."""
@@ -109,6 +120,7 @@ def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunReco
     time_s = math.nan if errors else max(times)
     extra = {
         "split": split,
+        **_split_identity(split),
         "rank_host": [r.host for r in results],
         "rank_time_s": times,
         "rank_wtime_s": [r.wtime_s for r in results],

@@ -8,6 +8,7 @@ from .spec import StudySpec, default_spec, preset
 
 # The longest name a run row stores (store.format: kernel and verify are 120 bytes).
 MAX_REF = 120
+MAX_PORTFOLIO = 240  # store.format: the portfolio field
 
 
 def _scheduler_names(values: list[str] | None) -> list[str] | None:
@@ -98,7 +99,11 @@ def portfolio(names: list[str]) -> list[str]:
         out.append(info.name)
     if not out:
         raise UsageError("--portfolio: no technique given")
-    return list(dict.fromkeys(out))
+    out = list(dict.fromkeys(out))
+    if len(",".join(out).encode()) > MAX_PORTFOLIO:
+        raise UsageError(f"--portfolio: the names take more than the {MAX_PORTFOLIO} bytes a "
+                         "study stores for them")
+    return out
 
 
 def _tasks(args, spec: StudySpec) -> None:

@@ -109,11 +109,13 @@ def technique_changes(out: str, spec: StudySpec) -> list[str]:
 
     runs = read_runs(out)
     problems = []
-    for name in spec.schedulers:
+    for name in dict.fromkeys([*spec.schedulers, *spec.portfolio]):
         user = registry.get(name).user
         if user is None:
             continue
-        mine = runs["technique_hash"][np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"])]
+        # its own runs, and the runs where auto raced it (technique = its reference)
+        ran = np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"]) | (runs["technique"] == user.ref)
+        mine = runs["technique_hash"][ran]
         old = sorted({h for h in mine if h and h != user.hash})
         if old:
             problems.append(f"technique {name} ({user.ref}) changed since its stored runs "

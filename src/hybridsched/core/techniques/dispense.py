@@ -13,6 +13,7 @@ from time import perf_counter
 from typing import Callable
 
 from ..contract import Technique, TechniqueError, learns, sized
+from ...errors import Terminated
 from ..dispatch import Dispenser
 from .adaptive import LEARNERS, AwfHistory, Learner
 from .deterministic import RULES, Rule, Whole, balanced_block, steal_blocks
@@ -220,7 +221,9 @@ class TechniqueCounter(Dispenser):
             first = self._firsts[w].pop(0)
             try:
                 self.tech.record(w, first, count, seconds)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
+                if isinstance(exc, Terminated):
+                    raise
                 raise TechniqueError(f"technique {self.tech.name}: record() raised "
                                      f"{type(exc).__name__}: {exc} (worker {w})") from exc
 
