@@ -34,12 +34,11 @@ from .shared import is_shared
 from .oslayer.shm import segment_array, sweep_orphans
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
-from .store.format import fit_text
+from .records import fit_text
 from .study.options import MAX_REF
 from .workloads.catalogue import check_dtype
 from .workloads.build import sort_checker, sortable
 from .study.measure import single_record
-from .study.output import new_study
 from .study.resources import Resources
 from .study.runner import TimedRun
 from .workloads.space import NOT_CHECKED, bool_checker
@@ -260,6 +259,8 @@ def write_study(path, results, overwrite: bool = False) -> str:
              "schedulers": sorted({r.record.config.scheduler for r in results}),
              "kernel": sorted({r.record.config.kernel for r in results}),
              "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    from .study.output import new_study  # h5py: only where a study is written
+
     with new_study(path, study, overwrite=overwrite, what="study",
                    hint="pass overwrite=True to replace it") as writer:
         for r in results:

@@ -23,6 +23,12 @@ TRACE_DTYPE = np.dtype([
 WINDOW_DTYPE = np.dtype([("t", "f8"), ("window", "i4"), ("u", "f8")])
 
 
+def fit_text(s: str, n: int) -> str:
+    """``s`` cut to at most ``n`` bytes of UTF-8 (a stored field's size), never inside a
+    character."""
+    return s.encode("utf-8")[:n].decode("utf-8", "ignore")
+
+
 def param_value(text: str):
     """A technique parameter's value as given (``--param KEY=VALUE``): an int, else a
     float, else the text itself."""

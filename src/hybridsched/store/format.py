@@ -26,7 +26,7 @@ import h5py
 import numpy as np
 
 from ..errors import HybridschedError
-from ..records import RunRecord
+from ..records import RunRecord, fit_text  # noqa: F401  (fit_text: store's name for it)
 
 FORMAT = "hybridsched"
 FORMAT_VERSION = 2
@@ -83,11 +83,6 @@ def conform(raw: np.ndarray) -> np.ndarray:
 def _clip(s: str, n: int) -> bytes:
     b = s.encode("utf-8")[:n]
     return b.decode("utf-8", "ignore").encode("utf-8")
-
-
-def fit_text(s: str, n: int) -> str:
-    """``s`` cut to at most ``n`` bytes of UTF-8 (a field's size), never inside a character."""
-    return _clip(s, n).decode("utf-8")
 
 
 # String fields that name what ran: never clipped (record_row refuses instead).
