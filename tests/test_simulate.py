@@ -21,7 +21,8 @@ from hybridsched.sim.run import covered_once, simulate
 HS = [sys.executable, "-m", "hybridsched"]
 # no overheads at all: the makespans below are pure arithmetic
 ZERO = Overheads(claim_compiled_s=0, claim_python_s=0, pipe_msg_s=0, pipe_rtt_s=0, fork_s=0,
-                 reap_s=0, thread_start_s=0, wake_s=0, switch_s=0)
+                 reap_s=0, thread_start_s=0, wake_s=0, switch_s=0, slice_s=1e-12,
+                 thread_fixed_s=0, process_fixed_s=0, pipe_fixed_s=0)
 
 
 def run_sim(name, costs, k, cores, ov=ZERO, affinity=True, coop=False, chunk=0):
@@ -70,6 +71,12 @@ def test_prolific_collapses_at_32_on_24_pinned_not_unpinned():
     pinned = run_sim("prolific", np.ones(2400), 32, 24).makespan
     shared = run_sim("prolific", np.ones(2400), 32, 24, affinity=False).makespan
     assert t_serial / pinned == pytest.approx(16.0) and t_serial / shared == pytest.approx(24.0)
+
+
+def test_time_slices_cost_half_a_slice_at_the_end_when_a_core_is_shared():
+    ov = Overheads.from_dict({**ZERO.to_dict(), "slice_s": 3.0})
+    assert run_sim("static", np.ones(100), 5, 4, ov).makespan == pytest.approx(40.0 + 1.5)
+    assert run_sim("static", np.ones(100), 4, 4, ov).makespan == pytest.approx(25.0)
 
 
 def test_coop_runs_one_worker_per_token_and_switches_at_chunk_ends():

@@ -85,7 +85,24 @@ class MeasuredStudy:
         fork = self._fork_interval()
         if fork is not None:
             got["fork_s"] = fork
+        for family in ("thread", "process", "pipe"):
+            fixed = self._fixed(family)
+            if fixed is not None:
+                got[f"{family}_fixed_s"] = fixed
         return Overheads.from_dict(got)
+
+    def _fixed(self, family: str) -> float | None:
+        """What a run of this family took beyond its workers' span (its first start to its
+        last end), less the per-worker costs the model has apart (forks, reaps): the team's
+        fixed start and end, median over the family's runs at k <= N."""
+        extra = []
+        for r in self.runs:
+            w = self.workers.get(int(r["run_id"]))
+            if r["family"] != family or w is None or not len(w) or int(r["k"]) > self.n:
+                continue
+            span = float(w["end"].max() - w["start"].min())
+            extra.append(max(0.0, float(r["time_s"]) - span))
+        return float(np.median(extra)) if extra else None
 
     def _rows(self, family: str, compiled: bool | None = None, mtom: bool | None = None):
         out = []

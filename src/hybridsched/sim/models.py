@@ -43,6 +43,11 @@ class Overheads:
     switch_s: float = 5.0e-6            # one context switch
     row_sort_s: float = 0.0             # quicksort of one row (the workload cost model)
     row_width: int = 0                  # the width that row_sort_s was measured at
+    # what an execution pays once beyond its workers' time (the team's start and end:
+    # thread creation and join, the first fork, pinning, the last reap), per family
+    thread_fixed_s: float = 1.0e-4
+    process_fixed_s: float = 2.0e-3
+    pipe_fixed_s: float = 2.0e-3
     mpi_latency_s: float = 5.0e-6       # one MPI message or RMA fetch-and-add
     mpi_bandwidth: float = 5.0e9        # bytes per second between ranks
 
@@ -108,6 +113,7 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     eng = Engine(cum, workers, place, claim, starts)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
+    out.makespan += ov.thread_fixed_s
     disp.executed(out.makespan)
     return out, disp
 
@@ -115,8 +121,8 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
 def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
     """When each forked worker starts: one after the other from the parent, or in mitosis
     rounds where each worker forks its own children in turn."""
-    if forker != "mitosis":
-        return [(w + 1) * fork_s for w in range(k)]
+    if forker != "mitosis":  # the first fork is in the fixed cost (process_fixed_s)
+        return [w * fork_s for w in range(k)]
     start = [0.0] * k
     for w in range(k):  # a parent is always below its children
         for i, child in enumerate(pol.mitosis_children(w, k)):
@@ -144,6 +150,6 @@ def _processes(info, costs, cum, k, c, ov, place, params):
     eng = Engine(cum, k, place, claim, starts)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
-    out.makespan += k * ov.reap_s
+    out.makespan += k * ov.reap_s + (ov.pipe_fixed_s if info.family == "pipe" else ov.process_fixed_s)
     disp.executed(out.makespan)
     return out, disp
