@@ -353,7 +353,16 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
 
 def _physical_cores(attrs: dict) -> int | None:
     """Physical cores the study could use: the recorded physical count, capped by the usable
-    CPUs N (a cpuset smaller than the machine); None where neither is recorded."""
+    CPUs N (a cpuset smaller than the machine); a simulated study's virtual cores per node;
+    None where neither is recorded."""
+    import json
+
+    try:
+        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
+        if int(sim.get("cores", 0) or 0) > 0:
+            return int(sim["cores"])
+    except (TypeError, ValueError, AttributeError):
+        pass
     vals = []
     for key in ("machine.cpu_count_physical", "machine.N"):
         try:
