@@ -3,8 +3,8 @@
 paper -- `hybridsched simulate --preset paper --cores 24` for the pipe schedulers (and serial):
          σ = T(serial) / T(k) beside the paper's own figures where §5.1 states them (targets:
          within 5 % at k <= 24, 8 % at k = 32).
-validate -- for each of uniform, skewed and heavytail: `hybridsched run` (threads, forks and
-         pipes at k = 1 .. 2N, 3 reps), then `simulate --validate` on it; per configuration
+validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, 5 reps): `hybridsched run` (threads, forks and
+         pipes at k = 1 .. 2N), then `simulate --validate` on it; per configuration
          |simulated median / measured median - 1| (targets over all: median <= 5 %, worst
          <= 15 %) and per workload and k whether the simulated favourite is, as measured,
          within 5 % of the measured best.
@@ -93,9 +93,9 @@ def section_validate(tmp: str) -> list[tuple[str, bool]]:
     for wl in ("uniform", "skewed", "heavytail"):
         meas = os.path.join(tmp, f"{wl}.h5")
         t0 = time.perf_counter()
-        p = subprocess.run(HS + ["run", "-s", VALIDATE_SCHEDULERS, "-k", ks, "-L", "400",
-                                 "--height", "64", "--width", "128", "--workload", wl, "--reps",
-                                 "3", "-o", meas], capture_output=True, text=True)
+        p = subprocess.run(HS + ["run", "-s", VALIDATE_SCHEDULERS, "-k", ks, "-L", "2000",
+                                 "--height", "64", "--width", "256", "--workload", wl, "--reps",
+                                 "5", "-o", meas], capture_output=True, text=True)
         if p.returncode != 0:
             raise SystemExit(f"run {wl} failed: {p.stderr[-500:]}")
         study = MeasuredStudy(meas)

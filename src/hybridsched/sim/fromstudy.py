@@ -6,7 +6,8 @@ the costs measured by the *other* verified runs of its tensor at the same k and 
 (so no run predicts itself), falling back to every other run of the tensor, then to its
 own. Overheads come from the gaps between a worker's consecutive chunks (the claim, the
 pipe round trip) and from the forked workers' start times, in the study's runs at the
-smallest k.
+smallest k; the team's fixed start and end, and what each worker adds, from the worker
+tables of the runs at k <= N.
 """
 from __future__ import annotations
 
@@ -88,21 +89,32 @@ class MeasuredStudy:
         for family in ("thread", "process", "pipe"):
             fixed = self._fixed(family)
             if fixed is not None:
-                got[f"{family}_fixed_s"] = fixed
+                got[f"{family}_fixed_s"], got[f"{family}_worker_s"] = fixed
+                if family != "thread":
+                    got["reap_s"] = 0.0  # in the per-worker figure now
         return Overheads.from_dict(got)
 
-    def _fixed(self, family: str) -> float | None:
+    def _fixed(self, family: str) -> tuple[float, float] | None:
         """What a run of this family took beyond its workers' span (its first start to its
-        last end), less the per-worker costs the model has apart (forks, reaps): the team's
-        fixed start and end, median over the family's runs at k <= N."""
-        extra = []
+        last end) as a + b k over the family's runs at k <= N (a least-squares line through
+        the median per k; b = 0 with one k): the team's fixed start and end, and what each
+        worker adds (a child's exit and reap, a thread's join)."""
+        by_k: dict[int, list[float]] = {}
         for r in self.runs:
             w = self.workers.get(int(r["run_id"]))
             if r["family"] != family or w is None or not len(w) or int(r["k"]) > self.n:
                 continue
             span = float(w["end"].max() - w["start"].min())
-            extra.append(max(0.0, float(r["time_s"]) - span))
-        return float(np.median(extra)) if extra else None
+            by_k.setdefault(int(r["k"]), []).append(max(0.0, float(r["time_s"]) - span))
+        if not by_k:
+            return None
+        ks = np.array(sorted(by_k), float)
+        med = np.array([np.median(by_k[int(k)]) for k in ks])
+        if len(ks) < 2:
+            return float(med[0]), 0.0
+        b, _ = np.polyfit(ks, med, 1)
+        b = max(0.0, float(b))
+        return max(0.0, float(np.mean(med - b * ks))), b
 
     def _rows(self, family: str, compiled: bool | None = None, mtom: bool | None = None):
         out = []
@@ -116,8 +128,13 @@ class MeasuredStudy:
             out.append(r)
         if not out:
             return []
-        kmin = min(int(r["k"]) for r in out)
-        return [r for r in out if int(r["k"]) == kmin]
+        if mtom:  # at k = 1 the worker and its producer share a CPU and every hand-off
+            # waits for a wake-up; from two workers on, the round trip is the protocol's
+            within = [r for r in out if int(r["k"]) <= self.n]
+            pick = max((int(r["k"]) for r in within), default=min(int(r["k"]) for r in out))
+        else:
+            pick = min(int(r["k"]) for r in out)
+        return [r for r in out if int(r["k"]) == pick]
 
     def _gap(self, rows) -> float | None:
         gaps = []

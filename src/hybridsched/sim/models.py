@@ -39,7 +39,7 @@ class Overheads:
     reap_s: float = 3.0e-5              # waitpid + pidfd close per worker at the end
     thread_start_s: float = 4.0e-5      # starting one worker thread
     wake_s: float = 5.0e-6              # a blocked thread woken (barrier, coop token)
-    slice_s: float = 3.0e-3             # the kernel's time slice under oversubscription
+    slice_s: float = 1.0e-3             # the time slice of a shared core (CFS: 6 ms / tasks, at least 0.75 ms)
     switch_s: float = 5.0e-6            # one context switch
     row_sort_s: float = 0.0             # quicksort of one row (the workload cost model)
     row_width: int = 0                  # the width that row_sort_s was measured at
@@ -48,6 +48,10 @@ class Overheads:
     thread_fixed_s: float = 1.0e-4
     process_fixed_s: float = 2.0e-3
     pipe_fixed_s: float = 2.0e-3
+    # and per worker of the team (a forked child's exit and reap, a thread's join)
+    thread_worker_s: float = 0.0
+    process_worker_s: float = 0.0
+    pipe_worker_s: float = 0.0
     mpi_latency_s: float = 5.0e-6       # one MPI message or RMA fetch-and-add
     mpi_bandwidth: float = 5.0e9        # bytes per second between ranks
 
@@ -113,7 +117,7 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     eng = Engine(cum, workers, place, claim, starts)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
-    out.makespan += ov.thread_fixed_s
+    out.makespan += ov.thread_fixed_s + workers * ov.thread_worker_s
     disp.executed(out.makespan)
     return out, disp
 
@@ -150,6 +154,8 @@ def _processes(info, costs, cum, k, c, ov, place, params):
     eng = Engine(cum, k, place, claim, starts)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
-    out.makespan += k * ov.reap_s + (ov.pipe_fixed_s if info.family == "pipe" else ov.process_fixed_s)
+    fam = "pipe" if info.family == "pipe" else "process"
+    out.makespan += (k * (ov.reap_s + getattr(ov, f"{fam}_worker_s"))
+                     + getattr(ov, f"{fam}_fixed_s"))
     disp.executed(out.makespan)
     return out, disp
