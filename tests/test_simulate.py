@@ -172,9 +172,9 @@ def test_auto_sim_predicts_on_the_loop_costs_and_resimulates_on_drift():
     pred = autosim.Predictor(("static", "dynamic", "guided"), registry.get)
     pred.ready(costs, 2, 0, 1e-6, None)
     assert pred.choose() == "dynamic" and pred.predicted["static"] > pred.predicted["dynamic"]
-    pred.observe("dynamic", pred.predicted["dynamic"] * 1.05)
+    pred.record("dynamic", pred.predicted["dynamic"] * 1.05)
     assert not pred.stale  # within 10 %: keep the prediction
-    pred.observe("dynamic", pred.predicted["dynamic"] * 2.0)
+    pred.record("dynamic", pred.predicted["dynamic"] * 2.0)
     assert pred.stale
     pred.ready(costs, 2, 0, 1e-6, None)
     assert pred.simulations == 2 and pred.costs.sum() == pytest.approx(costs.sum() * 2.0)

@@ -96,6 +96,17 @@ def sized(tech: Technique, remaining: int, request: int, worker: int) -> int:
     return min(int(value), remaining)
 
 
+def recorded(tech: Technique, worker: int, first: int, count: int, seconds: float) -> None:
+    """``tech.record(...)``, a fault of its own failing the run with one line."""
+    try:
+        tech.record(worker, first, count, seconds)
+    except BaseException as exc:
+        if not _own_fault(exc):
+            raise
+        raise TechniqueError(f"technique {tech.name}: record() raised {type(exc).__name__}: "
+                             f"{exc} (worker {worker})") from exc
+
+
 def check_params(params, what: str = "technique parameters") -> dict:
     """A technique's parameters: a dict of names to numbers or short text (no ',' '=' or
     control characters: a run stores them as ``key=value,...``); UsageError otherwise."""

@@ -139,9 +139,10 @@ def reset_state() -> None:
 
 class AutoDispenser(Dispenser):
     """Runs the technique the loop's racer chooses; the backend's T of the execution goes
-    to the racer (:meth:`executed`)."""
+    to the racer (:meth:`executed`). ``racer``: anything with ``choose()`` and
+    ``record(arm, seconds)`` (auto-sim's predictor too)."""
 
-    def __init__(self, racer: Racing, make: Callable[[str], Dispenser], n: int, arm=None):
+    def __init__(self, racer, make: Callable[[str], Dispenser], n: int, arm=None):
         super().__init__()
         self.racer = racer
         self.choice = racer.choose()

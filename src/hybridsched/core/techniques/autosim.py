@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from ..dispatch import Dispenser
+from .auto import AutoDispenser
 from ..virtual import Engine, Placement, virtual_clock
 
 # A measured time further than this from its prediction sends the portfolio back to the
@@ -63,7 +64,7 @@ class Predictor:
     def choose(self) -> str:
         return min(self.arms, key=lambda a: self.predicted.get(a, math.inf))
 
-    def observe(self, arm: str, seconds: float) -> None:
+    def record(self, arm: str, seconds: float) -> None:
         """A measured time: far from its prediction, rescale the costs and simulate again."""
         pred = self.predicted.get(arm)
         if pred and seconds > 0 and abs(seconds / pred - 1.0) > DRIFT and self.costs is not None:
@@ -85,50 +86,13 @@ def reset_state() -> None:
     _predictors.clear()
 
 
-class AutoSimDispenser(Dispenser):
-    """Runs the technique the loop's predictor picked; its T goes back to the predictor."""
+class AutoSimDispenser(AutoDispenser):
+    """auto's dispenser with the loop's predictor in place of its racer: runs the predicted
+    best; the execution's T goes back to the predictor (:meth:`Predictor.record`)."""
 
     def __init__(self, predictor: Predictor, make: Callable[[str], Dispenser], arm=None):
-        super().__init__()
-        self.predictor = predictor
-        self.choice = predictor.choose()
+        super().__init__(predictor, make, 0, arm)
         self.predicted = predictor.predicted.get(self.choice, math.nan)
-        self._make = make
-        self._inner: Dispenser | None = None
-        self.arm = arm(self.choice) if arm is not None else None
-        self._recorded = False
-
-    @property
-    def inner(self) -> Dispenser:
-        if self._inner is None:
-            self._inner = self._make(self.choice)
-        return self._inner
-
-    def claim(self, w):
-        return None if self.stopped else self.inner.claim(w)
-
-    @property
-    def feedback(self) -> bool:
-        return self.inner.feedback
-
-    def done(self, w, count, seconds):
-        self.inner.done(w, count, seconds)
-
-    def executed(self, seconds: float) -> None:
-        if not self._recorded and not self.stopped:
-            self._recorded = True
-            self.predictor.observe(self.choice, seconds)
-
-    def stop(self):
-        super().stop()
-        if self._inner is not None:
-            self._inner.stop()
-
-    def remaining(self) -> int:
-        return 0 if self.stopped else self.inner.remaining()
-
-    def technique(self) -> str:
-        return self.choice
 
     def notes(self):
         inner = self._inner.notes() if self._inner is not None else ""

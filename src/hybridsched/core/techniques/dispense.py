@@ -12,8 +12,7 @@ import threading
 from time import perf_counter
 from typing import Callable
 
-from ..contract import Technique, TechniqueError, learns, sized
-from ...errors import Terminated
+from ..contract import Technique, learns, recorded, sized
 from ..dispatch import Dispenser
 from .adaptive import LEARNERS, AwfHistory, Learner
 from .deterministic import RULES, Rule, Whole, balanced_block, steal_blocks
@@ -78,13 +77,13 @@ BUILDERS: dict[str, Callable[..., Dispenser]] = {
 }
 
 
-class RuleCounter(Dispenser):
-    """A fixed technique: one lock around (next frame, request index); chunk i sized by
-    the rule."""
+class IndexedCounter(Dispenser):
+    """One lock around (next frame, request index): chunk i sized by :meth:`size` from i,
+    what remains and the claiming worker (LB4OMP's shared counter)."""
 
-    def __init__(self, rule: Rule):
+    def __init__(self, n: int):
         super().__init__()
-        self.rule, self.n = rule, rule.n
+        self.n = int(n)
         self.next = 0
         self.i = 0
         self._lock = threading.Lock()
@@ -92,15 +91,33 @@ class RuleCounter(Dispenser):
     def remaining(self) -> int:
         return 0 if self.stopped else self.n - self.next
 
+    def size(self, i: int, remaining: int, w: int) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def claimed(self, w: int, first: int) -> None:
+        """Under the lock, after worker w's claim from ``first`` (nothing by default)."""
+
     def claim(self, w):
         with self._lock:
             first = self.next
             if first >= self.n or self.stopped:
                 return None
-            count = min(self.rule.size(self.i, self.n - first), self.n - first)
+            count = min(self.size(self.i, self.n - first, w), self.n - first)
             self.i += 1
             self.next = first + count
+            self.claimed(w, first)
         return first, count
+
+
+class RuleCounter(IndexedCounter):
+    """A fixed technique: chunk i sized by the rule."""
+
+    def __init__(self, rule: Rule):
+        super().__init__(rule.n)
+        self.rule = rule
+
+    def size(self, i, remaining, w):
+        return self.rule.size(i, remaining)
 
 
 class LearnerCounter(Dispenser):
@@ -189,43 +206,26 @@ class StaticSteal(Dispenser):
         return f"steals={self.steals}"
 
 
-class TechniqueCounter(Dispenser):
-    """A user technique on one shared counter: chunk i sized by ``chunk()`` under one lock,
+class TechniqueCounter(IndexedCounter):
+    """A user technique on one shared counter: chunk i sized by ``chunk()`` (checked),
     each finished chunk reported to ``record()`` (only when the technique overrides it)."""
 
     def __init__(self, tech: Technique, tasks: int, ref: str = ""):
-        super().__init__()
-        self.tech, self.n, self.ref = tech, int(tasks), ref
+        super().__init__(tasks)
+        self.tech, self.ref = tech, ref
         self.feedback = learns(tech)
-        self.next = self.i = 0
         self._firsts: dict[int, list[int]] = {}  # per worker: chunks in flight, claim order
-        self._lock = threading.Lock()
 
-    def remaining(self) -> int:
-        return 0 if self.stopped else self.n - self.next
+    def size(self, i, remaining, w):
+        return sized(self.tech, remaining, i, w)
 
-    def claim(self, w):
-        with self._lock:
-            first = self.next
-            if first >= self.n or self.stopped:
-                return None
-            count = sized(self.tech, self.n - first, self.i, w)
-            self.i += 1
-            self.next = first + count
-            if self.feedback:
-                self._firsts.setdefault(w, []).append(first)
-        return first, count
+    def claimed(self, w, first):
+        if self.feedback:
+            self._firsts.setdefault(w, []).append(first)
 
     def done(self, w, count, seconds):
         with self._lock:
-            first = self._firsts[w].pop(0)
-            try:
-                self.tech.record(w, first, count, seconds)
-            except (Exception, SystemExit) as exc:
-                if isinstance(exc, Terminated):
-                    raise
-                raise TechniqueError(f"technique {self.tech.name}: record() raised "
-                                     f"{type(exc).__name__}: {exc} (worker {w})") from exc
+            recorded(self.tech, w, self._firsts[w].pop(0), count, seconds)
 
     def technique(self) -> str:
         return self.ref
