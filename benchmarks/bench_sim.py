@@ -85,7 +85,7 @@ def section_validate(tmp: str) -> list[tuple[str, bool]]:
     from hybridsched.sim.models import Overheads
     from hybridsched.sim.run import simulate as sim_one
     from hybridsched.sim.validate import compare, print_validation
-    from hybridsched.commands.simulate import _config
+    from hybridsched.store import row_config
 
     n = n_cpus()
     ks = ",".join(str(k) for k in range(1, 2 * n + 1))
@@ -100,7 +100,7 @@ def section_validate(tmp: str) -> list[tuple[str, bool]]:
             raise SystemExit(f"run {wl} failed: {p.stderr[-500:]}")
         study = MeasuredStudy(meas)
         ov = study.overheads(Overheads())
-        pairs = [(r, sim_one(_config(r), study.costs_for(r), None, n, ov)) for r in study.runs]
+        pairs = [(r, sim_one(row_config(r), study.costs_for(r), None, n, ov)) for r in study.runs]
         v = compare(pairs)
         print(f"\n## validate: {wl} (measured in {time.perf_counter() - t0:.0f} s)\n")
         print_validation(v, f"{wl}.h5")

@@ -20,6 +20,7 @@ from ..sim.fromstudy import MeasuredStudy
 from ..sim.models import Overheads
 from ..sim.run import simulate, with_P
 from ..sim.validate import compare, print_validation
+from ..store import row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from .common import out_name
@@ -40,7 +41,7 @@ def main(args) -> int:
         study = MeasuredStudy(args.source)
         _register_users(study.runs)
         ov = study.overheads(ov)
-        todo = [(_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.source}")
+        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.source}")
                 for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
@@ -66,17 +67,6 @@ def _overheads(args) -> tuple[Overheads, str]:
         data = cost_src.load_calibration(args.calibration)
         return Overheads.from_dict(data["overheads"]), args.calibration
     return Overheads(), ""
-
-
-def _config(row) -> RunConfig:
-    """The configuration of a stored row, as `run` made it."""
-    return RunConfig(str(row["scheduler"]), int(row["k"]), int(row["L"]), int(row["H"]),
-                     int(row["W"]), int(row["chunk"]), bool(row["affinity"]), int(row["rep"]),
-                     str(row["kernel"]), int(row["seed"]), int(row["P"]), int(row["pipe_batch"]),
-                     int(row["inflight"]), bool(row["coop"]), workload=str(row["workload"]),
-                     workload_params=str(row["workload_params"]), verify=str(row["verify"]),
-                     input_hash=str(row["input_hash"]), params=str(row["params"]),
-                     portfolio=str(row["portfolio"]))
 
 
 def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
@@ -140,12 +130,12 @@ def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate)
     _register_users(study.runs)
     ov = study.overheads(ov)
-    pairs = [(r, simulate(_config(r), study.costs_for(r), None, cores, ov, args.split,
+    pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores, ov, args.split,
                           f"--from {args.validate}")) for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)
     if args.out:
-        todo = [(_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.validate}")
+        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.validate}")
                 for r in study.runs if r["P"] == 1]
         _write(args, todo, cores, ov, {"simulated_from": args.validate})
     return 0

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store import iter_details, machine_n, read_attrs, read_runs
+from ..core.techniques.profiled import task_times
 from .models import Overheads
 
 TENSOR = ("L", "H", "W", "workload", "workload_params", "seed", "kernel", "input_hash")
@@ -48,11 +49,7 @@ class MeasuredStudy:
             tr = self.traces.get(rid)
             if tr is None or int(tr["count"].sum()) != L:
                 continue
-            per = np.zeros(L)
-            each = (tr["end"] - tr["start"]) / np.maximum(tr["count"], 1)
-            for f, c, v in zip(tr["first"], tr["count"], each):
-                per[f:f + c] = v
-            est.append(per)
+            est.append(task_times(tr))
         return np.median(np.array(est), axis=0) if est else None
 
     def costs_for(self, row) -> np.ndarray:

@@ -76,7 +76,7 @@ def _job(info, L: int, k: int, chunk: int, params: dict, cpus: list[int]) -> Job
     return Job(info, work, "simulated", k, chunk, params=dict(params), cpus=cpus)
 
 
-def profile_of(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
+def profile_from_costs(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
     """The loop's profile (μ, σ per task, h the claim overhead) as the untimed dynamic,1
     profiling run would measure it from these costs."""
     return Profile(float(np.mean(costs)), float(np.std(costs)), h=ov.claim_python_s,
@@ -103,7 +103,7 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     workers = info.workers(k, cores)
     job = _job(info, len(costs), workers, c, params, list(range(cores)))
     if info.profiled:
-        job.params["profile"] = profile_of(costs, ov, workers)
+        job.params["profile"] = profile_from_costs(costs, ov, workers)
     if info.prepare is not None:  # auto-sim: its predictions, from the same costs
         info.prepare(job)
     disp = info.dispenser(len(costs), workers, c, None, job=job)
@@ -144,7 +144,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
     elif info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
         job = _job(info, L, k, c, params, list(range(place.cores)))
         if info.profiled:
-            job.params["profile"] = profile_of(costs, ov, k)
+            job.params["profile"] = profile_from_costs(costs, ov, k)
         if info.prepare is not None:
             info.prepare(job)
         disp, claim = info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy, NotOurFile
-from ..records import TRACE_DTYPE, WORKER_DTYPE
+from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 
 
@@ -246,18 +246,19 @@ def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detai
             yield int(rid), (None if d is None or (len(d.workers) == 0 and not d.extra) else d)
 
 
+def row_config(r) -> RunConfig:
+    """The run configuration a stored ``/runs`` row was made from (a decoded row)."""
+    return RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
+                     int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
+                     int(r["seed"]), int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]),
+                     bool(r["coop"]), workload=str(r["workload"]),
+                     workload_params=str(r["workload_params"]), verify=str(r["verify"]),
+                     input_hash=str(r["input_hash"]), params=str(r["params"]),
+                     portfolio=str(r["portfolio"]))
+
+
 def stored_keys(path: str) -> set[tuple]:
     """``RunConfig.key()`` of every run stored in a study (verified or not): what a
     resumed study must not repeat."""
-    from ..records import RunConfig
-
-    runs = read_runs(path)
-    return {RunConfig(str(r["scheduler"]), int(r["k"]), int(r["L"]), int(r["H"]), int(r["W"]),
-                      int(r["chunk"]), bool(r["affinity"]), int(r["rep"]), str(r["kernel"]),
-                      int(r["seed"]), int(r["P"]), int(r["pipe_batch"]),
-                      int(r["inflight"]), bool(r["coop"]), workload=str(r["workload"]),
-                      workload_params=str(r["workload_params"]), verify=str(r["verify"]),
-                      input_hash=str(r["input_hash"]), params=str(r["params"]),
-                      portfolio=str(r["portfolio"])).key()
-            for r in runs}
+    return {row_config(r).key() for r in read_runs(path)}
 

@@ -58,10 +58,15 @@ def profile_of(trace: np.ndarray, workers: int, h: float = DEFAULT_OVERHEAD_S) -
     live = [r for r in rate if r > 0]
     mean = sum(live) / len(live) if live else 0.0
     speeds = tuple((r / mean if r > 0 else 1.0) if mean else 1.0 for r in rate)
-    costs = np.zeros(int(trace["count"].sum()) if len(trace) else 0)
-    for f, c, v in zip(trace["first"], trace["count"], per):
-        costs[f:f + c] = v
-    return Profile(mu, sigma, h, speeds, costs)
+    return Profile(mu, sigma, h, speeds, task_times(trace))
+
+
+def task_times(trace: np.ndarray) -> np.ndarray:
+    """Each task's time from a trace that covers its tasks once: a chunk's measured time
+    spread evenly over its tasks, in task order."""
+    order = np.argsort(trace["first"], kind="stable")
+    each = (trace["end"] - trace["start"]) / np.maximum(trace["count"], 1)
+    return np.repeat(each[order], trace["count"][order])
 
 
 class _Profiled(Rule):
