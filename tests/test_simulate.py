@@ -191,3 +191,30 @@ def test_auto_sim_runs_and_stores_its_choice_and_prediction(tmp_path):
     assert runs["verified"].all() and all(t for t in runs["technique"])
     assert extra["auto_sim"]["technique"] == runs["technique"][0].decode()
     assert extra["auto_sim"]["predicted_s"] > 0
+
+
+def test_from_takes_the_overheads_its_family_measured_at_its_own_k(tmp_path):
+    """A configuration re-simulated --from a study starts its workers when the other
+    schedulers of its family started theirs at that k, and pays what they paid beyond
+    their span; pipe-MtoM pays its own round trip at that k."""
+    from hybridsched.sim.fromstudy import MeasuredStudy
+    meas = tmp_path / "m.h5"
+    assert hs("run", "-s", "prolific,collective,pipe-MtoM", "-k", "1,3", "-L", "30",
+              "--height", "8", "--width", "16", "--reps", "1", "-o", str(meas),
+              cwd=tmp_path).returncode == 0
+    study = MeasuredStudy(str(meas))
+    base = study.overheads(Overheads())
+    by = {(str(r["scheduler"]), int(r["k"])): r for r in study.runs}
+    other = by[("collective", 3)]
+    w = np.sort(study.workers[int(other["run_id"])], order="worker")
+    ov = study.overheads_for(by[("prolific", 3)], base)
+    assert ov.worker_starts_s == pytest.approx(tuple(w["start"] - w["start"].min()))
+    beyond = float(other["time_s"]) - float(w["end"].max() - w["start"].min())
+    assert ov.process_fixed_s == pytest.approx(max(0.0, beyond))
+    assert ov.process_worker_s == 0 and ov.reap_s == 0
+    mtom = by[("pipe-MtoM", 3)]
+    assert study.overheads_for(mtom, base).pipe_rtt_s == study._gap([mtom])
+    cfg = RunConfig("prolific", 3, 30, 8, 16)
+    rec = simulate(cfg, study.costs_for(by[("prolific", 3)]), None, 2, ov)
+    starts = np.sort(rec.workers["start"])
+    assert starts - starts[0] == pytest.approx(np.sort(ov.worker_starts_s))

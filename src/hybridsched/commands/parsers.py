@@ -27,7 +27,7 @@ DESCRIPTION = ("Fork-, pipe- and thread-based scheduler study on a shared-memory
 # one line per subcommand in --help (also for the parsers built by name only)
 HELP = {
     "run": "run a study (schedulers x k x L x repetitions)",
-    "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination (seed 002)",
+    "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination",
     "colocate": ("co-located jobs under Linux, the coop arbiter or a partition: makespan and "
                  "interference"),
     "trace": "one run's timeline: a Gantt PNG and a Perfetto / chrome://tracing JSON",
@@ -90,7 +90,7 @@ def add_run(sub) -> None:
     r.set_defaults(command="run")
 
 
-def _study_options(r) -> None:
+def _study_options(r, stem: str = "hybridsched") -> None:
     """What a study runs: the options `run` and `simulate` share."""
     from ..study.spec import PRESETS
 
@@ -113,7 +113,7 @@ def _study_options(r) -> None:
     _tasks_options(r)
     r.add_argument("--affinity", action=argparse.BooleanOptionalAction, default=None,
                    help="pin worker w to CPU w mod N (default on)")
-    r.add_argument("--out", "-o", metavar="FILE.h5", help="HDF5 output (default hybridsched-<time>.h5)")
+    r.add_argument("--out", "-o", metavar="FILE.h5", help=f"HDF5 output (default {stem}-<time>.h5)")
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     r.add_argument("--preset", choices=list(PRESETS), help="smoke (seconds), default (~2 min on "
                    "2 cores), scaled (the §5 shape on this machine's N cores), paper (the §5 matrix)")
@@ -290,7 +290,7 @@ def add_merge(sub) -> None:
 
 def add_simulate(sub) -> None:
     sm = sub.add_parser("simulate", help=HELP["simulate"])
-    _study_options(sm)
+    _study_options(sm, "hybridsched-sim")
     sm.add_argument("--cores", type=positive("--cores"),
                     help="virtual CPUs per node (default: this machine's N)")
     sm.add_argument("-P", type=int_list("-P"), metavar="P[,P...]",

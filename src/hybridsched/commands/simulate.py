@@ -41,8 +41,8 @@ def main(args) -> int:
         study = MeasuredStudy(args.source)
         _register_users(study.runs)
         ov = study.overheads(ov)
-        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.source}")
-                for r in study.runs]
+        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
+                 f"--from {args.source}") for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
         spec = build_spec(args, virtual=True)
@@ -116,8 +116,8 @@ def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
     failed = 0
     with new_study(out, study, overwrite=args.overwrite, metadata=this_machine()) as writer:
         for cfg, costs_of, source in todo:
-            costs, cum = costs_of()
-            rec = simulate(cfg, costs, cum, cores, ov, args.split, source)
+            costs, cum, *own = costs_of()  # --from: the configuration's own overheads
+            rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
             writer.append(rec)
             failed += not rec.verified
     print(run_summary(out))
@@ -130,12 +130,13 @@ def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate)
     _register_users(study.runs)
     ov = study.overheads(ov)
-    pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores, ov, args.split,
-                          f"--from {args.validate}")) for r in study.runs if r["P"] == 1]
+    pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
+                          study.overheads_for(r, ov), args.split, f"--from {args.validate}"))
+             for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)
     if args.out:
-        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None), f"--from {args.validate}")
-                for r in study.runs if r["P"] == 1]
+        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
+                 f"--from {args.validate}") for r in study.runs if r["P"] == 1]
         _write(args, todo, cores, ov, {"simulated_from": args.validate})
     return 0

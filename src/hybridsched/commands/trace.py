@@ -49,5 +49,5 @@ def main(args) -> int:
           f"load imbalance {'—' if imb != imb else f'{imb:.3f}'}")
     for p in written:
         print(p)
-    print(f"hybridsched: {len(written)} files written", file=sys.stderr)
+    print(f"hybridsched: {len(written)} file{'s' if len(written) != 1 else ''} written", file=sys.stderr)
     return 0

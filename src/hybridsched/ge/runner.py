@@ -83,7 +83,7 @@ def check_args(archs: list[str], algos: list[str], n: int, threads: list[int], r
             if side > n:
                 what = "block rows" if a == "rows" else f"tiles per side ({side} x {side} grid)"
                 raise UsageError(f"--algo {a} --threads {t} needs {side} {what} but --n {n} "
-                                 "has only that many rows: use --threads <= n" if a == "rows"
+                                 f"has only {n} rows: use --threads <= {n}" if a == "rows"
                                  else f"--algo {a} --threads {t} needs {what} but --n {n} has "
                                  f"only {n} rows")
     need = 4 * 8 * n * (n + 1)  # A, the augmented copy, the blocks, LAPACK's copy

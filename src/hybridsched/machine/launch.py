@@ -14,7 +14,7 @@ _LAUNCHERS = (
 )
 
 # Set to 1 to ignore any launcher and run as P = 1 (e.g. a serial post-processing step
-# inside an allocation); documented in README.md ("Distributed runs").
+# inside an allocation); documented in docs/cli.md and docs/mpi.md.
 NO_MPI_ENV = "HYBRIDSCHED_NO_MPI"
 
 

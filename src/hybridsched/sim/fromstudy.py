@@ -7,7 +7,11 @@ the costs measured by the *other* verified runs of its tensor at the same k and 
 own. Overheads come from the gaps between a worker's consecutive chunks (the claim, the
 pipe round trip) and from the forked workers' start times, in the study's runs at the
 smallest k; the team's fixed start and end, and what each worker adds, from the worker
-tables of the runs at k <= N.
+tables of the runs at k <= N. Each configuration then takes what its family measured at its
+own k and placement (:meth:`MeasuredStudy.overheads_for`): when the workers start, what the
+team costs beyond their span, and pipe-MtoM's round trip -- these change with k in ways a
+machine-wide figure misses (a producer without a CPU of its own waits to be scheduled
+before every answer; children forked onto busy CPUs start late).
 """
 from __future__ import annotations
 
@@ -89,6 +93,37 @@ class MeasuredStudy:
                 got[f"{family}_fixed_s"], got[f"{family}_worker_s"] = fixed
                 if family != "thread":
                     got["reap_s"] = 0.0  # in the per-worker figure now
+        return Overheads.from_dict(got)
+
+    def overheads_for(self, row, base: Overheads) -> Overheads:
+        """``base`` (the study-wide :meth:`overheads`) with what the configuration of ``row``
+        pays at its own k and placement, measured by the *other* schedulers of its family
+        there (its own runs only where the family has no other): the workers' start offsets
+        and the team's cost beyond their span; for pipe-MtoM its round trip at that k."""
+        k, fam = int(row["k"]), str(row["family"])
+        near = [r for r in self.runs if r["family"] == fam and int(r["k"]) == k
+                and r["P"] == 1 and r["affinity"] == row["affinity"] and r["coop"] == row["coop"]
+                and int(r["run_id"]) in self.workers]
+        pool = [r for r in near if r["scheduler"] != row["scheduler"]] or near
+        got = base.to_dict()
+        if pool:
+            starts, beyond = [], []
+            for r in pool:
+                w = np.sort(self.workers[int(r["run_id"])], order="worker")
+                if len(w) != k:
+                    continue
+                starts.append(w["start"] - w["start"].min())
+                beyond.append(max(0.0, float(r["time_s"]) - float(w["end"].max() - w["start"].min())))
+            if starts:
+                got["worker_starts_s"] = tuple(float(x) for x in np.median(starts, axis=0))
+                got[f"{fam}_fixed_s"], got[f"{fam}_worker_s"] = float(np.median(beyond)), 0.0
+                got["reap_s"] = 0.0
+        if str(row["scheduler"]).startswith("pipe-MtoM"):
+            mine = [r for r in near if str(r["scheduler"]).startswith("pipe-MtoM")
+                    and int(r["run_id"]) in self.traces]
+            gap = self._gap(mine)
+            if gap is not None:
+                got["pipe_rtt_s"] = gap
         return Overheads.from_dict(got)
 
     def _fixed(self, family: str) -> tuple[float, float] | None:

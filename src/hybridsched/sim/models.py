@@ -52,13 +52,19 @@ class Overheads:
     thread_worker_s: float = 0.0
     process_worker_s: float = 0.0
     pipe_worker_s: float = 0.0
+    # when each worker starts after the first, where it was measured for this configuration
+    # (``simulate --from``); empty: modelled from thread_start_s or fork_s
+    worker_starts_s: tuple = ()
     mpi_latency_s: float = 5.0e-6       # one MPI message or RMA fetch-and-add
     mpi_bandwidth: float = 5.0e9        # bytes per second between ranks
 
     @classmethod
     def from_dict(cls, d: dict) -> "Overheads":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        got = {k: v for k, v in d.items() if k in known}
+        if "worker_starts_s" in got:
+            got["worker_starts_s"] = tuple(float(x) for x in got["worker_starts_s"])
+        return cls(**got)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -113,13 +119,18 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     if arm is not None and mode == "auto" and arm.sequence is not None and place.mode != COOP:
         compiled = True
     claim = ov.claim_compiled_s if compiled else ov.claim_python_s
-    starts = [w * ov.thread_start_s for w in range(workers)]
+    starts = _measured(ov, workers) or [w * ov.thread_start_s for w in range(workers)]
     eng = Engine(cum, workers, place, claim, starts)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
     out.makespan += ov.thread_fixed_s + workers * ov.thread_worker_s
     disp.executed(out.makespan)
     return out, disp
+
+
+def _measured(ov: Overheads, k: int) -> list[float] | None:
+    """The measured start offsets of k workers, if the overheads hold them."""
+    return list(ov.worker_starts_s) if len(ov.worker_starts_s) == k else None
 
 
 def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
@@ -136,7 +147,7 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 
 def _processes(info, costs, cum, k, c, ov, place, params):
     L = len(costs)
-    starts = _fork_starts(k, info.forker or "parent", ov.fork_s)
+    starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
     if info.family == "process":
         disp, claim = dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0
     elif info.topology == "dealt":
