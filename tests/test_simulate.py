@@ -22,7 +22,7 @@ HS = [sys.executable, "-m", "hybridsched"]
 # no overheads at all: the makespans below are pure arithmetic
 ZERO = Overheads(claim_compiled_s=0, claim_python_s=0, pipe_msg_s=0, pipe_rtt_s=0, fork_s=0,
                  reap_s=0, thread_start_s=0, wake_s=0, switch_s=0, slice_s=1e-12,
-                 thread_fixed_s=0, process_fixed_s=0, pipe_fixed_s=0)
+                 thread_fixed_s=0, process_fixed_s=0, pipe_fixed_s=0, exit_s=0, pipe_serve_s=0)
 
 
 def run_sim(name, costs, k, cores, ov=ZERO, affinity=True, coop=False, chunk=0):
@@ -194,9 +194,9 @@ def test_auto_sim_runs_and_stores_its_choice_and_prediction(tmp_path):
 
 
 def test_from_takes_the_overheads_its_family_measured_at_its_own_k(tmp_path):
-    """A configuration re-simulated --from a study starts its workers when the other
-    schedulers of its family started theirs at that k, and pays what they paid beyond
-    their span; pipe-MtoM pays its own round trip at that k."""
+    """A configuration re-simulated --from a study starts its workers when its runs started
+    them at that k and pays what they paid beyond the workers' span; pipe-MtoM pays its
+    own round trip at that k; the task costs come from the other schedulers."""
     from hybridsched.sim.fromstudy import MeasuredStudy
     meas = tmp_path / "m.h5"
     assert hs("run", "-s", "prolific,collective,pipe-MtoM", "-k", "1,3", "-L", "30",
@@ -205,16 +205,35 @@ def test_from_takes_the_overheads_its_family_measured_at_its_own_k(tmp_path):
     study = MeasuredStudy(str(meas))
     base = study.overheads(Overheads())
     by = {(str(r["scheduler"]), int(r["k"])): r for r in study.runs}
-    other = by[("collective", 3)]
+    other = by[("prolific", 3)]
     w = np.sort(study.workers[int(other["run_id"])], order="worker")
     ov = study.overheads_for(by[("prolific", 3)], base)
     assert ov.worker_starts_s == pytest.approx(tuple(w["start"] - w["start"].min()))
     beyond = float(other["time_s"]) - float(w["end"].max() - w["start"].min())
-    assert ov.process_fixed_s == pytest.approx(max(0.0, beyond))
+    # the last worker's exit is simulated on its core, so it leaves the fixed part
+    assert ov.process_fixed_s == pytest.approx(max(0.0, beyond - base.exit_s))
     assert ov.process_worker_s == 0 and ov.reap_s == 0
     mtom = by[("pipe-MtoM", 3)]
-    assert study.overheads_for(mtom, base).pipe_rtt_s == study._gap([mtom])
+    assert study.overheads_for(mtom, base).pipe_rtt_s == study._gap([mtom], np.mean)  # one run: its mean
     cfg = RunConfig("prolific", 3, 30, 8, 16)
     rec = simulate(cfg, study.costs_for(by[("prolific", 3)]), None, 2, ov)
     starts = np.sort(rec.workers["start"])
     assert starts - starts[0] == pytest.approx(np.sort(ov.worker_starts_s))
+
+
+def test_a_forked_workers_exit_and_the_owners_work_share_the_cores():
+    """Hand-computed: a worker's exit is CPU on its own core (its neighbour waits), and the
+    team's owner works on the core with the fewest workers (an idle one if there is)."""
+    from hybridsched.core import dispatch
+    from hybridsched.core.virtual import Engine, Placement
+
+    def makespan(costs, hand, cores, **kw):
+        cum = cost_src.prefix(np.asarray(costs, float))
+        eng = Engine(cum, len(hand), Placement(cores, slice_s=1e-12, switch_s=0), **kw)
+        return eng.run(dispatch.Preassigned(hand)).makespan
+    # one core, w0 works 1 and w1 3, each exits with 1 of CPU: 1 + 3 + 1 + 1
+    assert makespan([1, 3], [[(0, 1)], [(1, 1)]], 1, exit_s=1.0) == pytest.approx(6.0)
+    # the owner's 5 on the idle second core slows nobody
+    assert makespan([3], [[(0, 1)]], 2, parent_s=5.0) == pytest.approx(3.0)
+    # both cores busy: the owner's 2 shares core 0 with w0 (3 + 2), w1 ends at 3
+    assert makespan([3, 3], [[(0, 1)], [(1, 1)]], 2, parent_s=2.0) == pytest.approx(5.0)

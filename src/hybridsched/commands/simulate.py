@@ -40,7 +40,7 @@ def main(args) -> int:
     if args.source is not None:
         study = MeasuredStudy(args.source)
         _register_users(study.runs)
-        ov = study.overheads(ov)
+        ov = study.overheads(_here(ov, calib, study))
         todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
                  f"--from {args.source}") for r in study.runs]
         spec_dict = {"simulated_from": args.source}
@@ -67,6 +67,16 @@ def _overheads(args) -> tuple[Overheads, str]:
         data = cost_src.load_calibration(args.calibration)
         return Overheads.from_dict(data["overheads"]), args.calibration
     return Overheads(), ""
+
+
+def _here(ov: Overheads, calibration: str, study: MeasuredStudy) -> Overheads:
+    """A calibration file's overheads as they are; otherwise what a study's traces cannot
+    show, measured here on the spot (:func:`sim.calibrate.untraced`)."""
+    if calibration:
+        return ov
+    from ..sim.calibrate import untraced
+
+    return untraced(ov, mtom=any(str(s).startswith("pipe-MtoM") for s in study.runs["scheduler"]))
 
 
 def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
@@ -129,7 +139,7 @@ def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
 def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate)
     _register_users(study.runs)
-    ov = study.overheads(ov)
+    ov = study.overheads(_here(ov, args.calibration, study))
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
                           study.overheads_for(r, ov), args.split, f"--from {args.validate}"))
              for r in study.runs if r["P"] == 1]

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PINNED, SHARED, COOP = "pinned", "shared", "coop"
+_EXIT = (-1, 0)  # a worker's exit work, in place of a chunk
+_PARENT = -2     # the team's owner, a member of one group while it works
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,20 @@ class Engine:
     """One execution: ``run(dispenser)`` with ``cum`` = prefix sums of the task costs."""
 
     def __init__(self, cum: np.ndarray, k: int, place: Placement, claim_s: float = 0.0,
-                 starts: list[float] | None = None, quantum_s: float = 0.02):
+                 starts: list[float] | None = None, quantum_s: float = 0.02,
+                 latency_s: float = 0.0, exit_s: float = 0.0, parent_s: float = 0.0):
         self.cum, self.k, self.place = cum, k, place
         self.claim_s = claim_s
+        # what a claim waits beyond the lock without holding it (a blocked worker's
+        # wake-up after the producer answered): paid by each worker, not serialised
+        self.latency_s = latency_s
+        # CPU work a worker does on its own core after its last chunk (a forked process's
+        # exit: unmapping its copy of the parent's address space), slowing its neighbours
+        self.exit_s = exit_s
+        # CPU the process that owns the team spends among its workers from the start (its
+        # forks, a pipe producer's service of every message): unpinned, it runs on the
+        # core with the fewest workers, and slows them only where none is idle
+        self.parent_s = parent_s
         self.starts = starts if starts is not None else [0.0] * k
         self.quantum_s = quantum_s
         member, caps = place.groups(k)
@@ -143,6 +156,15 @@ class Engine:
         self.end = np.zeros(k)
         for w in range(k):
             self._push(self.starts[w], 0, w)
+        spare = self.place.mode == PINNED and len(self.groups) < self.place.cores
+        if self.parent_s > 0 and self.place.mode != COOP and self.groups and not spare:
+            counts = [self.member.count(g) for g in range(len(self.groups))]
+            g = min(range(len(self.groups)), key=lambda i: counts[i] / self.groups[i].capacity)
+            grp = self.groups[g]
+            grp.advance(0.0)
+            self.seq += 1
+            heapq.heappush(grp.members, (grp.v + self.parent_s, self.seq, _PARENT))
+            self._reschedule(g)
         while self.events:
             t, _, kind, a, b = heapq.heappop(self.events)
             if kind == 0:      # worker a claims at t
@@ -156,7 +178,8 @@ class Engine:
                 grp.advance(t)
                 _, _, w = heapq.heappop(grp.members)
                 self._reschedule(a)
-                self._finish(w, t)
+                if w != _PARENT:
+                    self._finish(w, t)
         makespan = float(self.end.max()) if k else 0.0
         if self.sliced:
             # the fluid shares a core perfectly; the kernel shares it in slices, so the last
@@ -171,9 +194,13 @@ class Engine:
     def _claim(self, w: int, t: float) -> None:
         self.now = t
         chunk = self.disp.claim(w)
-        granted = max(t, self.lock_free) + self.claim_s
-        self.lock_free = granted
+        self.lock_free = max(t, self.lock_free) + self.claim_s
+        granted = self.lock_free + self.latency_s
         if chunk is None:
+            if self.exit_s > 0 and self.place.mode != COOP:
+                self.chunk[w] = _EXIT
+                self._start_chunk(w, granted, self.exit_s)
+                return
             self.end[w] = granted
             self._release_token(w, granted)
             return
@@ -193,6 +220,9 @@ class Engine:
         self._start_chunk(w, t, work)
 
     def _finish(self, w: int, t: float) -> None:
+        if self.chunk[w] is _EXIT:
+            self.end[w] = t
+            return
         first, count = self.chunk[w]
         start = self.chunk_start[w]
         self.trace.append((w, first, count, start, t))

@@ -5,6 +5,8 @@ claim_compiled_s / claim_python_s  dynamic,1 at k = 1 in each dispatch: time per
 pipe_msg_s / pipe_rtt_s            pipe-1to1 and pipe-MtoM at k = 1: time per chunk
 fork_s, reap_s                     prolific with one frame per worker: start spacing, and
                                    the run's time after the last worker ended, per worker
+exit_s                             the CPU a forked child spends to exit at once
+pipe_serve_s                       the pipe-MtoM producer's CPU per message at k = 2
 thread_start_s                     threading.Thread start + join, per thread
 wake_s                             an Event set in one thread to the wait returning in another
 row_sort_s                         quicksort of one row of --width bytes (the cost model)
@@ -23,7 +25,7 @@ from ..oslayer.cpus import n_cpus
 from ..records import RunConfig
 from ..study.runner import timed_run
 from ..workloads.slab import Slab
-from .costs import row_sort_seconds
+from .costs import exit_seconds, row_sort_seconds
 from .models import Overheads
 
 # Chunks per timing run: enough that a per-chunk figure is stable to a few percent on a
@@ -60,6 +62,34 @@ def _forks(k: int) -> tuple[float, float]:
             spacing.append(float(np.median(np.diff(s))) if len(s) > 1 else float(s[0]))
             tail.append(max(0.0, rec.time_s - float(rec.workers["end"].max())) / k)
     return statistics.median(spacing), statistics.median(tail)
+
+
+def serve_seconds(chunks: int = _CHUNKS // 5) -> float:
+    """The CPU the pipe-MtoM producer (this process) spends per message, at k = 2 with an
+    empty kernel: what it takes from the workers when no core is idle."""
+    import resource
+
+    KERNELS["calibrate-empty"] = (_nothing, "calibration: no work")
+    k = min(2, n_cpus())
+    got = []
+    with Slab(chunks, 1, 1, 0) as slab:
+        for _ in range(_REPS):
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            rec = timed_run(slab, RunConfig("pipe-MtoM", k, chunks, 1, 1, 1, kernel="calibrate-empty"))
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            got.append(cpu / max(1, len(rec.trace)))
+    return statistics.median(got)
+
+
+def untraced(ov: Overheads, mtom: bool = True) -> Overheads:
+    """``ov`` with what a study's traces cannot show, measured here: a forked worker's exit
+    (milliseconds) and, with ``mtom``, the pipe-MtoM producer's CPU per message (a fraction
+    of a second)."""
+    got = {"exit_s": exit_seconds()}
+    if mtom:
+        got["pipe_serve_s"] = serve_seconds()
+    return Overheads.from_dict({**ov.to_dict(), **got})
 
 
 def _thread_start(n: int = 200) -> float:
@@ -103,8 +133,10 @@ def calibrate(width: int = 640, progress=None) -> Overheads:
     say("pipe messages and round trips")
     got["pipe_msg_s"] = _per_chunk("pipe-1to1", _CHUNKS // 4)
     got["pipe_rtt_s"] = _per_chunk("pipe-MtoM", _CHUNKS // 4)
+    got["pipe_serve_s"] = serve_seconds()
     say("fork and reap")
     got["fork_s"], got["reap_s"] = _forks(max(4, 2 * n_cpus()))
+    got["exit_s"] = exit_seconds()
     say("thread start and wake-up")
     got["thread_start_s"] = _thread_start()
     got["wake_s"] = _wake()

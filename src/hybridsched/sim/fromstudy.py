@@ -59,14 +59,18 @@ class MeasuredStudy:
     def costs_for(self, row) -> np.ndarray:
         """Seconds per task for re-simulating the configuration of ``row``. Chunk times of
         runs with more workers than CPUs include the time slices of the others, so only
-        runs with k <= N serve: the same k where it is within N, else the largest."""
+        runs with k <= N serve: the same k where it is within N, else the largest; the
+        other schedulers of its family first (the same work costs a forked child more than
+        a thread), then any other."""
         same = [r for r in self.runs if self.tensor(r) == self.tensor(row) and r["P"] == 1]
         L = int(row["L"])
         fit = [r for r in same if int(r["k"]) <= self.n]
         others = [r for r in fit if r["scheduler"] != row["scheduler"]]
         k = min(int(row["k"]), self.n)
         top = max((int(r["k"]) for r in others), default=0)
-        for pool in ([r for r in others if int(r["k"]) == k and r["affinity"] == row["affinity"]],
+        here = [r for r in others if int(r["k"]) == k and r["affinity"] == row["affinity"]]
+        # the family's own first: a forked child's tasks also pay its copy-on-write faults
+        for pool in ([r for r in here if r["family"] == row["family"]], here,
                      [r for r in others if int(r["k"]) == min(k, top)], others, fit, same):
             costs = self._per_task([int(r["run_id"]) for r in pool], L)
             if costs is not None:
@@ -96,15 +100,18 @@ class MeasuredStudy:
         return Overheads.from_dict(got)
 
     def overheads_for(self, row, base: Overheads) -> Overheads:
-        """``base`` (the study-wide :meth:`overheads`) with what the configuration of ``row``
-        pays at its own k and placement, measured by the *other* schedulers of its family
-        there (its own runs only where the family has no other): the workers' start offsets
-        and the team's cost beyond their span; for pipe-MtoM its round trip at that k."""
+        """``base`` (the study-wide :meth:`overheads`) with the overheads the configuration
+        of ``row`` measured at its own k and placement, in the study's runs of it: when its
+        workers started, what the team cost beyond their span (a forked tree's exits and
+        reaps differ from a parent's), and for pipe-MtoM its round trip. Its task costs
+        still come from the other schedulers (:meth:`costs_for`): what is simulated is the
+        hand-out and the cores' sharing over them."""
         k, fam = int(row["k"]), str(row["family"])
         near = [r for r in self.runs if r["family"] == fam and int(r["k"]) == k
                 and r["P"] == 1 and r["affinity"] == row["affinity"] and r["coop"] == row["coop"]
                 and int(r["run_id"]) in self.workers]
-        pool = [r for r in near if r["scheduler"] != row["scheduler"]] or near
+        pool = [r for r in near if r["scheduler"] == row["scheduler"]
+                and int(r["chunk"]) == int(row["chunk"])]
         got = base.to_dict()
         if pool:
             starts, beyond = [], []
@@ -116,12 +123,19 @@ class MeasuredStudy:
                 beyond.append(max(0.0, float(r["time_s"]) - float(w["end"].max() - w["start"].min())))
             if starts:
                 got["worker_starts_s"] = tuple(float(x) for x in np.median(starts, axis=0))
-                got[f"{fam}_fixed_s"], got[f"{fam}_worker_s"] = float(np.median(beyond)), 0.0
+                # a forked worker's exit is simulated on its core (Overheads.exit_s): the
+                # last one's is part of what the run measured beyond the span
+                tail = base.exit_s if fam != "thread" else 0.0
+                got[f"{fam}_fixed_s"] = max(0.0, float(np.median(beyond)) - tail)
+                got[f"{fam}_worker_s"] = 0.0
                 got["reap_s"] = 0.0
         if str(row["scheduler"]).startswith("pipe-MtoM"):
             mine = [r for r in near if str(r["scheduler"]).startswith("pipe-MtoM")
                     and int(r["run_id"]) in self.traces]
-            gap = self._gap(mine)
+            # per run the mean (the makespan pays every wake-up's tail), over the runs the
+            # median (one repetition whose wake-ups all went slow does not speak for all)
+            per_run = [g for g in (self._own_gap(r) for r in mine) if g is not None]
+            gap = float(np.median(per_run)) if per_run else None
             if gap is not None:
                 got["pipe_rtt_s"] = gap
         return Overheads.from_dict(got)
@@ -168,7 +182,26 @@ class MeasuredStudy:
             pick = min(int(r["k"]) for r in out)
         return [r for r in out if int(r["k"]) == pick]
 
-    def _gap(self, rows) -> float | None:
+    def _own_gap(self, r) -> float | None:
+        """The mean wait between a worker's chunks in run ``r`` less the time its CPU ran
+        the other workers pinned there (with more workers than CPUs a worker also waits for
+        its neighbours' turns, which the simulation's shared cores already charge)."""
+        tr, w = self.traces[int(r["run_id"])], self.workers.get(int(r["run_id"]))
+        cpu = {int(x["worker"]): int(x["cpu"]) for x in w} if w is not None else {}
+        waits = []
+        for me in np.unique(tr["worker"]):
+            mine = np.sort(tr[tr["worker"] == me], order="start")
+            if len(mine) < 2:
+                continue
+            lo, hi = mine["end"][:-1], mine["start"][1:]
+            busy = np.zeros(len(lo))
+            if bool(r["affinity"]) and cpu.get(int(me), -1) >= 0:
+                near = [o for o, c in cpu.items() if c == cpu[int(me)] and o != int(me)]
+                busy = _overlap(lo, hi, tr[np.isin(tr["worker"], near)])
+            waits.append(np.maximum(0.0, hi - lo - busy))
+        return float(np.mean(np.concatenate(waits))) if waits else None
+
+    def _gap(self, rows, stat=np.median) -> float | None:
         gaps = []
         for r in rows:
             tr = self.traces[int(r["run_id"])]
@@ -180,7 +213,7 @@ class MeasuredStudy:
             return None
         g = np.concatenate(gaps)
         g = g[g >= 0]
-        return float(np.median(g)) if len(g) else None
+        return float(stat(g)) if len(g) else None
 
     def _fork_interval(self) -> float | None:
         steps = []
@@ -191,3 +224,22 @@ class MeasuredStudy:
             s = np.sort(w["start"])
             steps.append(np.median(np.diff(s)))
         return float(np.median(steps)) if steps else None
+
+
+def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+    """How long the chunks (merged into disjoint busy spans) cover each interval [lo, hi)."""
+    if not len(chunks):
+        return np.zeros(len(lo))
+    order = np.argsort(chunks["start"])
+    starts, ends = chunks["start"][order], np.maximum.accumulate(chunks["end"][order])
+    new = np.r_[True, starts[1:] > ends[:-1]]  # a span begins where the last one ended
+    idx = np.flatnonzero(new)
+    s = starts[idx]
+    e = np.r_[ends[idx[1:] - 1], ends[-1]]
+    cum = np.r_[0.0, np.cumsum(e - s)]
+
+    def covered(t):  # busy time in spans before t
+        i = np.searchsorted(s, t, side="right")
+        part = np.where(i > 0, np.minimum(t, e[np.maximum(i - 1, 0)]) - s[np.maximum(i - 1, 0)], 0.0)
+        return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(0.0, part)
+    return covered(hi) - covered(lo)

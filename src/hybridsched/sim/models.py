@@ -35,6 +35,7 @@ class Overheads:
     claim_python_s: float = 9.5e-7      # the Python loop's per-chunk time, GIL held
     pipe_msg_s: float = 6.0e-6          # one chunk message through a pipe (write + read)
     pipe_rtt_s: float = 2.0e-5          # pipe-MtoM: done message, next chunk, both ways
+    pipe_serve_s: float = 1.4e-5        # pipe-MtoM: the producer's CPU per message
     fork_s: float = 1.5e-4              # fork() of one worker by its parent
     reap_s: float = 3.0e-5              # waitpid + pidfd close per worker at the end
     thread_start_s: float = 4.0e-5      # starting one worker thread
@@ -52,6 +53,9 @@ class Overheads:
     thread_worker_s: float = 0.0
     process_worker_s: float = 0.0
     pipe_worker_s: float = 0.0
+    # a forked worker's exit on its own core (its copy-on-write faults and the unmapping of
+    # its copy of the parent): CPU its neighbours on that core wait for
+    exit_s: float = 2.5e-3
     # when each worker starts after the first, where it was measured for this configuration
     # (``simulate --from``); empty: modelled from thread_start_s or fork_s
     worker_starts_s: tuple = ()
@@ -146,23 +150,23 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 
 
 def _processes(info, costs, cum, k, c, ov, place, params):
-    L = len(costs)
     starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
-    if info.family == "process":
-        disp, claim = dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0
-    elif info.topology == "dealt":
-        disp, claim = dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s
-    elif info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
-        job = _job(info, L, k, c, params, list(range(place.cores)))
-        if info.profiled:
-            job.params["profile"] = profile_from_costs(costs, ov, k)
-        if info.prepare is not None:
-            info.prepare(job)
-        disp, claim = info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s
-    else:
-        disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
-        claim = ov.pipe_rtt_s if info.topology == "feedback" else ov.pipe_msg_s
-    eng = Engine(cum, k, place, claim, starts)
+    disp, claim, per_msg = _source(info, costs, k, c, ov, place, params)
+    latency = 0.0
+    if claim == ov.pipe_rtt_s:  # the round trip: the producer serves one message at a
+        # time; the rest (both processes' wake-ups) each worker waits out on its own
+        claim, latency = min(ov.pipe_msg_s, ov.pipe_rtt_s), max(0.0, ov.pipe_rtt_s - ov.pipe_msg_s)
+    # the study's process works among the workers: its forks (all of them for a parent
+    # that forks the team, one for a mitosis tree) and, for pipes, serving every message
+    forks = 1 if info.forker == "mitosis" else k
+    parent = forks * ov.fork_s
+    if per_msg:  # the messages are known once the hand-out is: a first pass counts them
+        dry = Engine(cum, k, place, claim, starts, latency_s=latency)
+        virtual_clock(disp, dry.clock)
+        parent += len(dry.run(disp).trace) * per_msg
+        disp = _source(info, costs, k, c, ov, place, params)[0]
+    eng = Engine(cum, k, place, claim, starts, latency_s=latency, exit_s=ov.exit_s,
+                 parent_s=parent)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
     fam = "pipe" if info.family == "pipe" else "process"
@@ -170,3 +174,23 @@ def _processes(info, costs, cum, k, c, ov, place, params):
                      + getattr(ov, f"{fam}_fixed_s"))
     disp.executed(out.makespan)
     return out, disp
+
+
+def _source(info, costs, k, c, ov, place, params):
+    """(dispenser, claim cost, the producer's CPU per message) of a forked team."""
+    L = len(costs)
+    if info.family == "process":
+        return dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0, 0.0
+    if info.topology == "dealt":
+        return dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s, ov.pipe_msg_s
+    if info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
+        job = _job(info, L, k, c, params, list(range(place.cores)))
+        if info.profiled:
+            job.params["profile"] = profile_from_costs(costs, ov, k)
+        if info.prepare is not None:
+            info.prepare(job)
+        return info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s, ov.pipe_serve_s
+    disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
+    if info.topology == "feedback":
+        return disp, ov.pipe_rtt_s, ov.pipe_serve_s
+    return disp, ov.pipe_msg_s, ov.pipe_msg_s
