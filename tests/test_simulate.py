@@ -237,3 +237,17 @@ def test_a_forked_workers_exit_and_the_owners_work_share_the_cores():
     assert makespan([3], [[(0, 1)]], 2, parent_s=5.0) == pytest.approx(3.0)
     # both cores busy: the owner's 2 shares core 0 with w0 (3 + 2), w1 ends at 3
     assert makespan([3, 3], [[(0, 1)], [(1, 1)]], 2, parent_s=2.0) == pytest.approx(5.0)
+
+
+def test_a_calibrated_claim_under_contention_is_used_at_its_k():
+    """With claims per k calibrated, k workers hold the hand-out for the k-th figure each
+    claim (the last beyond the figures measured); without, the single-worker figure."""
+    import dataclasses
+    ov = dataclasses.replace(ZERO, claim_python_s=1e-6, claim_python_by_k=(1e-6, 4e-6))
+    for k, per in ((1, 1e-6), (2, 4e-6), (3, 4e-6)):
+        out, _ = execute("dynamic", np.zeros(100), np.zeros(101), k, 1, 4, ov,
+                         dispatch_mode="python")
+        assert out.makespan == pytest.approx((100 + k) * per)  # + each worker's last claim
+    out, _ = execute("dynamic", np.zeros(100), np.zeros(101), 2, 1, 4,
+                     dataclasses.replace(ov, claim_python_by_k=()), dispatch_mode="python")
+    assert out.makespan == pytest.approx(102 * 1e-6)

@@ -37,6 +37,9 @@ def main(args) -> int:
         if os.path.exists(tmp):
             os.unlink(tmp)
     for key, value in ov.to_dict().items():
-        print(f"{key:<18} {value:.4g}")
+        if isinstance(value, tuple):  # a figure per k
+            print(f"{key:<20} " + (" ".join(f"{v:.4g}" for v in value) or "-"))
+        else:
+            print(f"{key:<20} {value:.4g}")
     print(f"\ncalibration written to {out} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0

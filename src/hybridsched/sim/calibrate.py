@@ -2,6 +2,7 @@
 backends (timed runs of an empty kernel, so a run's time is its overhead alone).
 
 claim_compiled_s / claim_python_s  dynamic,1 at k = 1 in each dispatch: time per chunk
+claim_*_by_k                       the same at k = 1 .. N (up to 64): the claim under contention
 pipe_msg_s / pipe_rtt_s            pipe-1to1 and pipe-MtoM at k = 1: time per chunk
 fork_s, reap_s                     prolific with one frame per worker: start spacing, and
                                    the run's time after the last worker ended, per worker
@@ -32,6 +33,9 @@ from .models import Overheads
 # noisy VM, few enough that the whole calibration takes seconds.
 _CHUNKS = 20000
 _REPS = 3
+# Contention is measured at every k up to N but no further than this: the curve flattens
+# long before (one cache line, one GIL), and each k costs a few tenths of a second.
+_MAX_CONTENTION_K = 64
 
 
 @numba.njit(nogil=True, cache=True)
@@ -130,6 +134,10 @@ def calibrate(width: int = 640, progress=None) -> Overheads:
     say("claims (compiled and Python loops)")
     got["claim_compiled_s"] = _per_chunk("dynamic", _CHUNKS, dispatch="compiled")
     got["claim_python_s"] = _per_chunk("dynamic", _CHUNKS, dispatch="python")
+    say("claims under contention, k = 1 .. N")
+    ks = range(1, min(n_cpus(), _MAX_CONTENTION_K) + 1)
+    got["claim_compiled_by_k"] = tuple(_per_chunk("dynamic", _CHUNKS, k, "compiled") for k in ks)
+    got["claim_python_by_k"] = tuple(_per_chunk("dynamic", _CHUNKS // 4, k, "python") for k in ks)
     say("pipe messages and round trips")
     got["pipe_msg_s"] = _per_chunk("pipe-1to1", _CHUNKS // 4)
     got["pipe_rtt_s"] = _per_chunk("pipe-MtoM", _CHUNKS // 4)

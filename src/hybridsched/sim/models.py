@@ -33,6 +33,11 @@ class Overheads:
 
     claim_compiled_s: float = 8.0e-8    # one claim of the compiled loop (atomic ticket)
     claim_python_s: float = 9.5e-7      # the Python loop's per-chunk time, GIL held
+    # the same under contention, k = 1, 2, ... workers claiming empty chunks at once (the
+    # shared counter's cache line bouncing, the GIL handed round): the time per chunk, so
+    # the hand-out's throughput; beyond the last k measured, the last. Empty: the above.
+    claim_compiled_by_k: tuple = ()
+    claim_python_by_k: tuple = ()
     pipe_msg_s: float = 6.0e-6          # one chunk message through a pipe (write + read)
     pipe_rtt_s: float = 2.0e-5          # pipe-MtoM: done message, next chunk, both ways
     pipe_serve_s: float = 1.4e-5        # pipe-MtoM: the producer's CPU per message
@@ -66,8 +71,9 @@ class Overheads:
     def from_dict(cls, d: dict) -> "Overheads":
         known = {f.name for f in fields(cls)}
         got = {k: v for k, v in d.items() if k in known}
-        if "worker_starts_s" in got:
-            got["worker_starts_s"] = tuple(float(x) for x in got["worker_starts_s"])
+        for name in ("worker_starts_s", "claim_compiled_by_k", "claim_python_by_k"):
+            if name in got:
+                got[name] = tuple(float(x) for x in got[name])
         return cls(**got)
 
     def to_dict(self) -> dict:
@@ -122,7 +128,7 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     arm = getattr(disp, "arm", None)  # auto: its chosen technique may run compiled
     if arm is not None and mode == "auto" and arm.sequence is not None and place.mode != COOP:
         compiled = True
-    claim = ov.claim_compiled_s if compiled else ov.claim_python_s
+    claim = _claim(ov, compiled, workers)
     starts = _measured(ov, workers) or [w * ov.thread_start_s for w in range(workers)]
     eng = Engine(cum, workers, place, claim, starts)
     virtual_clock(disp, eng.clock)
@@ -130,6 +136,15 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     out.makespan += ov.thread_fixed_s + workers * ov.thread_worker_s
     disp.executed(out.makespan)
     return out, disp
+
+
+def _claim(ov: Overheads, compiled: bool, workers: int) -> float:
+    """One claim's hold on the hand-out at this many workers: the calibrated contention
+    figure for that k (the last one measured beyond it), else the single-worker one."""
+    by_k = ov.claim_compiled_by_k if compiled else ov.claim_python_by_k
+    if by_k:
+        return by_k[min(workers, len(by_k)) - 1]
+    return ov.claim_compiled_s if compiled else ov.claim_python_s
 
 
 def _measured(ov: Overheads, k: int) -> list[float] | None:
