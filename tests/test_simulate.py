@@ -118,6 +118,23 @@ def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
     assert study["simulate"]["cores"] == 24
     rep = hs("report", str(out), cwd=tmp_path)
     assert rep.returncode == 0 and "Simulated study" in rep.stdout
+    assert "Every verdict below rests on simulated times" in rep.stdout
+
+
+def test_a_mixed_study_keeps_simulated_runs_out_of_the_claims(tmp_path):
+    """Measured and simulated runs merged: the report names the simulated apart and the
+    claims' verdicts rest on the measured runs alone."""
+    meas, sim, both = tmp_path / "m.h5", tmp_path / "s.h5", tmp_path / "b.h5"
+    shape = ["-s", "serial,dynamic", "-k", "1,2", "-L", "40", "--height", "8", "--width", "16",
+             "--reps", "1"]
+    assert hs("run", *shape, "-o", str(meas), cwd=tmp_path).returncode == 0
+    assert hs("simulate", *shape, "-o", str(sim), cwd=tmp_path).returncode == 0
+    assert hs("merge", str(meas), str(sim), "-o", str(both), cwd=tmp_path).returncode == 0
+    rep = hs("report", str(both), "--no-plots", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert "dynamic [sim]" in rep.stdout and "rest on the measured runs alone" in rep.stdout
+    claims = rep.stdout.split("## The paper's claims", 1)[1]
+    assert "[sim]" not in claims.split("left out of them", 1)[1]
 
 
 def test_from_round_trip_on_a_small_measured_study(tmp_path):

@@ -148,5 +148,7 @@ def _validate(args, cores: int, ov: Overheads) -> int:
     if args.out:
         todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
                  f"--from {args.validate}") for r in study.runs if r["P"] == 1]
-        _write(args, todo, cores, ov, {"simulated_from": args.validate})
+        _write(args, todo, cores, ov, {"simulated_from": args.validate, "simulate": {
+            "cores": cores, "P": [1], "split": args.split, "overheads": ov.to_dict(),
+            "calibration": args.calibration or ""}})
     return 0

@@ -135,6 +135,18 @@ def row_records(rows: list[Row]) -> list[dict]:
     return [{n: asdict(r)[n] for n in names} for r in rows]
 
 
+def _simulated_claims(study: Study) -> list[str]:
+    """The line that says whose times the claims' verdicts rest on, when any are simulated."""
+    sim = study.runs["simulated"] if "simulated" in (study.runs.dtype.names or ()) else None
+    if sim is None or not sim.any():
+        return []
+    if sim.all():
+        return ["*Every verdict below rests on simulated times: it says what the model "
+                "predicts, not what was measured.*", ""]
+    return ["*The verdicts below rest on the measured runs alone; the simulated ones "
+            "(`<scheduler> [sim]` above) are left out of them.*", ""]
+
+
 def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:
     """The whole report as Markdown, and the files written (CSV always, PNG unless
     ``plots`` is false) under ``out_dir`` (None: write nothing)."""
@@ -170,7 +182,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     body = ["## Per scheduler (Tables 1–16 form)", "", scheduler_tables(rows),
             "## Best scheduler per family (Table 17, §6.5)", "",
             fam_md or "(no parallel runs)", "",
-            "## The paper's claims", "", claims.claims_markdown(rows, study.n, study.attrs,
+            "## The paper's claims", "", *_simulated_claims(study), claims.claims_markdown(rows, study.n, study.attrs,
                                                              foreign=list(study.foreign.values()))]
     body += notes(rows)
     from .portfolio import auto_section, has_techniques, portfolio_section

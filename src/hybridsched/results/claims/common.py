@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import metrics
-from ..data import SERIAL_CHECK, Row, fmt, k_at_n, serial_gap
+from ..data import SERIAL_CHECK, SIMULATED_MARK, Row, fmt, k_at_n, serial_gap
 from ...machine.rule import SHARED_MACHINE, dedicated
 
 # --- the verdict vocabulary: exactly one of these per verdict line ----------------------
@@ -116,7 +116,9 @@ class Ctx:
     foreign: list[float] = field(default_factory=list)
 
     def __post_init__(self):
-        self.paper_rows = [r for r in self.rows if r.reps and r.P == 1 and r.paper_protocol]
+        # in a study holding both, simulated rows (named apart) never speak for the machine
+        self.paper_rows = [r for r in self.rows if r.reps and r.P == 1 and r.paper_protocol
+                           and not r.scheduler.endswith(SIMULATED_MARK)]
         self.idx = {(r.scheduler, r.L, r.k, r.affinity, r.chunk): r for r in self.paper_rows}
         self.ks = sorted({r.k for r in self.paper_rows if r.family != "serial"})
         self.Ls = sorted({r.L for r in self.paper_rows if r.family != "serial"})
