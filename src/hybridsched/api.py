@@ -10,9 +10,9 @@
     res = hybridsched.parallel_for(square, data, scheduler="guided", k=2)
     res.time_s, res.verified, res.workers, res.trace
 
-The run is the same timed run as the CLI's (:class:`study.runner.TimedRun`): the same
+The run is the same timed run as the CLI's (`study.runner.TimedRun`): the same
 backends, the same per-worker table and chunk trace, the same record, which
-:func:`write_study` stores in a study file that ``hybridsched report`` reads.
+`write_study` stores in a study file that ``hybridsched report`` reads.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class Result:
         return self.record.error
 
     def save(self, path: str, overwrite: bool = False) -> str:
-        """Write this run to a new study file (see :func:`write_study`)."""
+        """Write this run to a new study file (see `write_study`)."""
         return write_study(path, [self], overwrite=overwrite)
 
 
@@ -135,7 +135,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
                  per_task: bool | None = None, rep: int = 0, check: bool = True,
                  dispatch: str = "auto", params: dict | None = None) -> Result:
     """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
-    with ``k`` workers (default: the usable CPUs) and return the timed :class:`Result`.
+    with ``k`` workers (default: the usable CPUs) and return the timed `Result`.
 
     ``kernel``: ``f(task)`` or ``f(data, first, count)``, numba (``nogil=True`` keeps
     thread workers parallel) or plain Python (warned: threads then hold the GIL), a
@@ -143,10 +143,10 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     scheduler's default. ``verify(original, result) -> bool``: None = the sort check for
     the sort kernels and no check otherwise; ``"none"`` = no check. Fork and pipe
     schedulers copy ``data`` into shared memory and back, unless it comes from
-    :func:`hybridsched.shared_array` (no copy); ``copy=False`` refuses to copy instead.
-    ``check``: raise :class:`RunFailed` when the run fails or does not verify.
+    `hybridsched.shared_array` (no copy); ``copy=False`` refuses to copy instead.
+    ``check``: raise `RunFailed` when the run fails or does not verify.
     ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
-    ``scheduler`` may be a :class:`hybridsched.Technique` (instance or class) or
+    ``scheduler`` may be a `hybridsched.Technique` (instance or class) or
     ``"package.module:Class"``; ``params``: its ``self.params`` (or an LB4OMP technique's).
     """
     info = registry.lookup(scheduler)

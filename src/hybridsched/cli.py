@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         msg = str(exc)
         if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
-            print(msg if msg.startswith(PROG) else f"{PROG}: error: {msg}", file=sys.stderr)
+            print(msg if msg.startswith(f"{PROG}:") else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Arrays in POSIX shared memory for the user: forked and pipe workers write into them.
 
 ``shared_array(shape, dtype)`` gives a numpy array that forked workers share with this
-process, so :func:`hybridsched.parallel_for` runs on it in place on every backend. Any
+process, so `hybridsched.parallel_for` runs on it in place on every backend. Any
 other array is copied into a segment for the fork and pipe backends and copied back
 afterwards (or refused with ``copy=False``): a child writing into its own copy-on-write
 page of an ordinary array would leave the caller's array unchanged.
@@ -59,7 +59,7 @@ def _root(arr: np.ndarray):
 
 def is_shared(arr: np.ndarray) -> bool:
     """True when forked children write into the memory of ``arr`` itself: an array from
-    :func:`shared_array`, a segment of ours, or a writable ``np.memmap`` of a file
+    `shared_array`, a segment of ours, or a writable ``np.memmap`` of a file
     (MAP_SHARED). Ordinary arrays are private to each process after a fork."""
     root = _root(arr)
     seg = _ours.get(id(root))

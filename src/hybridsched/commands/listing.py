@@ -10,7 +10,7 @@ def main(args) -> int:
     width = max(len(n) for n in SCHEDULERS)
     for n in names():
         info = SCHEDULERS[n]
-        tag = ("(yours) " if info.user else "" if info.paper
+        tag = ("(yours) " if info.user else "" if info.paper else "(chooser) " if info.chooses
                else "(LB4OMP) " if info.technique else "(variant) ")
         print(f"{n:<{width}}  {info.family:<7} {tag}{info.description}")
     installed = entry_points()

@@ -15,8 +15,9 @@ EXAMPLES = """examples:
   hybridsched run -s dynamic,serial -k 1,2,4 -L 200 --reps 5 -o d.h5
   hybridsched report s.h5                    tables on stdout; CSV and PNG in s_report/
   hybridsched trace s.h5 -s prolific -k 2    Gantt PNG and Perfetto JSON in s_report/
-  hybridsched fit s.h5 --model usl --plot usl.png
-  mpiexec -n 2 hybridsched run -s dynamic -k 1,2 -o p2.h5 && hybridsched merge s.h5 p2.h5 -o all.h5
+  hybridsched fit d.h5 --model usl --plot usl.png
+  mpiexec -n 2 hybridsched run -s dynamic -k 1,2 -L 200 --reps 5 -o p2.h5
+  hybridsched merge d.h5 p2.h5 -o all.h5     one study over P = 1 and 2, for fit
   hybridsched plan --policy guided --tasks 20 --workers 3
 """
 

@@ -1,4 +1,4 @@
-"""The public technique contract: :class:`Technique`, a user's loop-scheduling rule, and the
+"""The public technique contract: `Technique`, a user's loop-scheduling rule, and the
 dispenser that runs one on every backend.
 
 hybridsched sets ``tasks``, ``workers``, ``min_chunk`` and ``params`` before ``start()``;
@@ -27,7 +27,7 @@ class TechniqueError(HybridschedError):
 
 
 class Technique:
-    """A loop-scheduling technique: subclass it and define :meth:`chunk`.
+    """A loop-scheduling technique: subclass it and define `chunk`.
 
     ``name`` is the scheduler column (default: the class name in lower case);
     ``deterministic = True`` declares that ``chunk()`` uses neither ``worker`` nor anything
@@ -147,5 +147,5 @@ def hand_out(tech: Technique, tasks: int) -> np.ndarray:
 
 
 def bounds(tech: Technique, tasks: int) -> np.ndarray:
-    """Prefix sums of :func:`hand_out` with a leading 0 (compiled dispatch's boundaries)."""
+    """Prefix sums of `hand_out` with a leading 0 (compiled dispatch's boundaries)."""
     return np.concatenate([[0], np.cumsum(hand_out(tech, tasks))]).astype(np.int64)

@@ -137,12 +137,12 @@ def bounds_of(chunks: Iterable[Chunk]) -> np.ndarray:
 
 
 def fcfs_bounds(n: int, size: Callable[[int], int]) -> np.ndarray:
-    """The hand-out of :func:`fcfs_chunks` as chunk boundaries (:func:`bounds_of`)."""
+    """The hand-out of `fcfs_chunks` as chunk boundaries (`bounds_of`)."""
     return bounds_of(fcfs_chunks(n, size))
 
 
 def fixed_bounds(n: int, c: int) -> np.ndarray:
-    """:func:`fcfs_bounds` for :func:`dynamic_size` (a fixed chunk c), built without a
+    """`fcfs_bounds` for `dynamic_size` (a fixed chunk c), built without a
     Python loop: 200000 one-frame chunks take ~1 ms instead of ~100 ms in the timed run."""
     if c < 1:
         raise ValueError("chunk size must be at least 1")
@@ -296,8 +296,8 @@ def plan(policy, tasks: int, workers: int, chunk: int = 0,
          params: dict | None = None) -> list[PlanRow]:
     """The hand-out of an OpenMP-style policy, one row per chunk in hand-out order.
 
-    ``policy``: a name of :data:`PLAN_POLICIES`, or a deterministic user technique (a
-    :class:`hybridsched.Technique` instance or class, or ``"package.module:Class"``)."""
+    ``policy``: a name of `PLAN_POLICIES`, or a deterministic user technique (a
+    `hybridsched.Technique` instance or class, or ``"package.module:Class"``)."""
     user = None
     if not isinstance(policy, str) or policy not in PLANS:
         if not (isinstance(policy, str) and ":" in policy) and not _technique_like(policy):
@@ -363,7 +363,7 @@ def mitosis_children(w: int, k: int) -> list[int]:
 
     In fork round j every existing worker w < 2**j forks worker w + 2**j, so the tree is
     complete after ``log2_levels(k)`` rounds and worker w is forked in round
-    ``w.bit_length()`` by :func:`mitosis_parent` (w)."""
+    ``w.bit_length()`` by `mitosis_parent` (w)."""
     out = []
     j = w.bit_length()
     while w + (1 << j) < k:

@@ -280,11 +280,11 @@ def _portfolio() -> list[SchedulerInfo]:
                         sequence=_technique_sequence(name) if name in tq.RULES else None)
     # auto's portfolio holds the techniques that need the loop's profile, and rnd
     out += _on_both("auto", "picks a technique per repetition of the loop (successive halving "
-                    "over 27 techniques, techniques/auto.py)", _auto, default_chunk=_blocks,
+                    "over 27 techniques)", _auto, default_chunk=_blocks,
                     profiled=True, chooses=True)
     out += [replace(i, prepare=_auto_sim_prepare) for i in _on_both(
         "auto-sim", "picks a technique by simulating the portfolio on the loop's profiled "
-        "iteration times, before the first timed repetition (techniques/autosim.py)",
+        "iteration times, before the first timed repetition",
         _auto_sim, default_chunk=_blocks, profiled=True, chooses=True)]
     return out
 
@@ -294,7 +294,8 @@ def _on_both(name: str, desc: str, make: Callable, *, default_chunk: Callable,
              chooses: bool = False) -> list[SchedulerInfo]:
     """A technique's entry on the threads and its ``pipe-MtoM:<name>`` entry."""
     reads = _TECH_OPTIONS.get(name, ())
-    return [SchedulerInfo(name, "thread", "threads", f"LB4OMP {name}: {desc}",
+    label = f"{name}: {desc}" if chooses else f"LB4OMP {name}: {desc}"
+    return [SchedulerInfo(name, "thread", "threads", label,
                           default_chunk=default_chunk, dispenser=make, paper=False,
                           technique=name, profiled=profiled, options=reads, sequence=sequence,
                           chooses=chooses),

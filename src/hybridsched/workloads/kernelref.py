@@ -6,7 +6,7 @@ on tasks ``first .. first+count-1`` of ``data`` (tasks are the first axis), exac
 the built-in sort kernels. A per-task kernel ``f(task)`` (one parameter) gets a view of one
 task (``data[i]``; ``data[i:i+1]`` for a 1-D array, so it can be written in place) and is
 wrapped here: a numba ``f`` into a ``nogil`` numba loop, so worker threads stay parallel;
-a plain Python ``f`` into a Python loop, with :class:`GILWarning`.
+a plain Python ``f`` into a Python loop, with `GILWarning`.
 """
 from __future__ import annotations
 
