@@ -268,3 +268,56 @@ def test_a_calibrated_claim_under_contention_is_used_at_its_k():
     out, _ = execute("dynamic", np.zeros(100), np.zeros(101), 2, 1, 4,
                      dataclasses.replace(ov, claim_python_by_k=()), dispatch_mode="python")
     assert out.makespan == pytest.approx(102 * 1e-6)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--chunk", "auto", "-s", "pipe-1to1"], "--chunk auto"),
+    (["--pipe-batch", "16", "-s", "pipe-1to1"], "--pipe-batch is not simulated"),
+    (["--inflight", "4", "-s", "pipe-MtoM"], "--inflight is not simulated"),
+    (["--width", str(1 << 40), "-s", "dynamic"], "at most"),
+])
+def test_what_the_model_does_not_simulate_is_refused(tmp_path, extra, says):
+    p = hs("simulate", *extra, "-k", "2", "-L", "20", "--reps", "1", "-o", "x.h5", cwd=tmp_path)
+    assert says in one_line_error(p) and not (tmp_path / "x.h5").exists()
+
+
+def test_bad_outputs_and_sources_are_refused_before_any_work(tmp_path):
+    meas = tmp_path / "m.h5"
+    assert hs("run", "-s", "serial,dynamic", "-k", "1,2", "-L", "20", "--height", "8",
+              "--width", "8", "--reps", "1", "-o", str(meas), cwd=tmp_path).returncode == 0
+    before = meas.read_bytes()
+    assert "also the --from study" in one_line_error(
+        hs("simulate", "--from", str(meas), "-o", str(meas), "--overwrite", cwd=tmp_path))
+    assert meas.read_bytes() == before
+    (tmp_path / "link.h5").symlink_to(tmp_path / "nowhere.h5")
+    line = one_line_error(hs("simulate", "-s", "dynamic", "-k", "2", "-L", "20", "-o", "link.h5",
+                             cwd=tmp_path))
+    assert "link" in line and not (tmp_path / "nowhere.h5").exists()
+    os.mkfifo(tmp_path / "costs.npy")
+    assert "not a regular file" in one_line_error(
+        hs("simulate", "-s", "dynamic", "-k", "2", "--costs", "costs.npy", "-o", "y.h5",
+           cwd=tmp_path))
+    np.savez(tmp_path / "a.npz", x=np.ones(3))
+    assert ".npz" in one_line_error(hs("simulate", "-s", "dynamic", "-k", "2", "--costs",
+                                       "a.npz", "-o", "y.h5", cwd=tmp_path))
+
+
+def test_a_calibration_file_round_trips_and_a_broken_one_is_one_line(tmp_path):
+    cal = tmp_path / "cal.json"
+    assert hs("calibrate", "-o", str(cal), cwd=tmp_path).returncode == 0
+    shape = ["-s", "dynamic,prolific", "-k", "1,2", "-L", "30", "--height", "8", "--width", "8",
+             "--reps", "2"]
+    p = hs("simulate", *shape, "--calibration", str(cal), "-o", "s.h5", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(cal.read_text())
+    assert len(data["overheads"]["claim_python_by_k"]) >= 1
+    for key, value, says in (("slice_s", 0, "above 0"), ("fork_s", True, "fork_s"),
+                             ("fork_s", 1e308, "fork_s"), ("version", 99, "newer")):
+        bad = json.loads(cal.read_text())
+        (bad if key == "version" else bad["overheads"])[key] = value
+        path = tmp_path / f"bad-{key}-{value}.json"
+        path.write_text(json.dumps(bad))
+        out = tmp_path / "b.h5"
+        line = one_line_error(hs("simulate", *shape, "--calibration", str(path), "-o", str(out),
+                                 cwd=tmp_path))
+        assert says in line and not out.exists()

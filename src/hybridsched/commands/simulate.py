@@ -4,8 +4,10 @@ per node and ``-P`` virtual nodes, written as a study file with every row marked
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,11 +22,12 @@ from ..sim.fromstudy import MeasuredStudy
 from ..sim.models import Overheads
 from ..sim.run import simulate, with_P
 from ..sim.validate import compare, print_validation
-from ..store import row_config
+from ..store import check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from .common import out_name
 
+INT32_MAX = (1 << 31) - 1
 MAX_CORES = 1 << 20  # virtual CPUs per node: far beyond any machine, far below int32
 
 
@@ -32,6 +35,8 @@ def main(args) -> int:
     cores = args.cores or n_cpus()
     if not 1 <= cores <= MAX_CORES:
         raise UsageError(f"--cores must be from 1 to {MAX_CORES}, got {cores}")
+    _refuse_unmodelled(args)
+    args.out = _check_out(args)  # before anything is measured
     ov, calib = _overheads(args)
     if any(P > 1 for P in (args.P or [1])) and ":" in args.split:
         split_technique(args.split)  # refused before anything is measured or written
@@ -46,11 +51,42 @@ def main(args) -> int:
         spec_dict = {"simulated_from": args.source}
     else:
         spec = build_spec(args, virtual=True)
+        for opt, v in (("--height", spec.height), ("--width", spec.width),
+                       ("--frames", max(spec.frames))):
+            if v > INT32_MAX:  # the study file's fields
+                raise UsageError(f"{opt} {v}: at most {INT32_MAX} in a study file")
         todo, ov = _from_spec(args, spec, ov)
         spec_dict = spec.to_dict()
     return _write(args, todo, cores, ov, {**spec_dict, "simulate": {
         "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),
         "calibration": calib}})
+
+
+def _refuse_unmodelled(args) -> None:
+    """Variants the model does not simulate are refused rather than stored as if it did."""
+    if -1 in (getattr(args, "chunk", None) or []):
+        raise UsageError("--chunk auto searches the fastest chunk by timing real runs; "
+                         "simulate takes explicit chunks (--chunk C[,C...])")
+    for opt, attr in (("--pipe-batch", "pipe_batch"), ("--inflight", "inflight")):
+        if (getattr(args, attr, None) or 1) != 1:
+            raise UsageError(f"{opt} is not simulated (the model sends one chunk per message, "
+                             "the paper's protocol); leave it at 1")
+
+
+def _check_out(args) -> str | None:
+    """The output file, checked now: a writable place, absent unless --overwrite, and never
+    the study it is simulated from (None: --validate without -o writes nothing)."""
+    if args.validate and not args.out:
+        return None
+    out = out_name(args.out, "hybridsched-sim")
+    check_output(out)
+    if os.path.lexists(out) and not args.overwrite:
+        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    for opt, src in (("--from", args.source), ("--validate", args.validate)):
+        if src and os.path.exists(src) and os.path.lexists(out) and os.path.samefile(src, out):
+            raise UsageError(f"--out {out} is also the {opt} study; write the simulation "
+                             "to another file")
+    return out
 
 
 def _register_users(runs) -> None:
@@ -122,12 +158,19 @@ def _workload_params(cfg: RunConfig) -> dict:
 
 def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
     """Simulate and store each run as it is made (Ctrl-C keeps the finished ones)."""
-    out = out_name(args.out, "hybridsched-sim")
+    out = args.out
     failed = 0
+    done: dict[RunConfig, object] = {}
     with new_study(out, study, overwrite=args.overwrite, metadata=this_machine()) as writer:
         for cfg, costs_of, source in todo:
-            costs, cum, *own = costs_of()  # --from: the configuration's own overheads
-            rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
+            again = done.get(replace(cfg, rep=0))
+            if again is not None:  # the same simulation: a repetition changes nothing
+                rec = replace(again, config=cfg)
+            else:
+                costs, cum, *own = costs_of()  # --from: the configuration's own overheads
+                rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
+                if _repeatable(cfg.scheduler):
+                    done[replace(cfg, rep=0)] = rec
             writer.append(rec)
             failed += not rec.verified
     print(run_summary(out))
@@ -136,8 +179,19 @@ def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
     return 1 if failed else 0
 
 
+def _repeatable(scheduler: str) -> bool:
+    """Whether every repetition of this scheduler's simulation is the same: its hand-out
+    learns nothing from one repetition to the next (no chooser, no learner)."""
+    info = registry.get(scheduler)
+    return info.baseline or (not info.chooses and (info.sequence is not None
+                                                   or info.dispenser is None))
+
+
 def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate)
+    if not (study.runs["P"] == 1).any():
+        raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
+                         "(--validate compares P = 1 runs)")
     _register_users(study.runs)
     ov = study.overheads(_here(ov, args.calibration, study))
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,

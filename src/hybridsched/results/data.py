@@ -146,10 +146,11 @@ def simulated_line(runs: np.ndarray) -> str:
             f"reported apart, as `<scheduler>{SIMULATED_MARK}`, never pooled with measured runs.")
 
 
-def serial_times(runs: np.ndarray) -> dict[int, float]:
-    """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4."""
+def serial_times(runs: np.ndarray, name: str = "serial") -> dict[int, float]:
+    """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4; with
+    ``name`` "serial [sim]", the simulated baseline of a study that holds both kinds."""
     out = {}
-    ok = runs[(runs["scheduler"] == "serial") & runs["verified"] & (runs["P"] == 1)]
+    ok = runs[(runs["scheduler"] == name) & runs["verified"] & (runs["P"] == 1)]
     for L in np.unique(ok["L"]):
         out[int(L)] = float(ok["time_s"][ok["L"] == L].mean())
     return out
@@ -168,6 +169,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
     failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
     Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
     ts = serial_times(runs)
+    ts_sim = serial_times(runs, "serial" + SIMULATED_MARK)  # simulated rows: their own
     groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
     for r in runs:
@@ -192,7 +194,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
                             False, failed=failed, P=P, pipe_batch=pb, inflight=inf, coop=coop))
             continue
         t = float(np.mean(times))
-        ser = ts.get(L, math.nan)
+        ser = (ts_sim if s.endswith(SIMULATED_MARK) else ts).get(L, math.nan)
         sigma = metrics.speedup(ser, t) if not math.isnan(ser) else math.nan
         units = P * k  # Eq. 19-20: P nodes x k workers; P = 1 is the single-node table
         a = metrics.serial_fraction(sigma, units)
@@ -302,7 +304,8 @@ def best_per_family(rows: list[Row], L: int, k: int) -> list[Row]:
     """The fastest verified configuration of each family at (L, k), in family order."""
     out = []
     for f in families(rows):
-        cand = [r for r in rows if r.family == f and r.L == L and r.k == k and r.reps]
+        cand = [r for r in rows if r.family == f and r.L == L and r.k == k and r.reps
+                and not r.scheduler.endswith(SIMULATED_MARK)]  # the machine's own runs
         if cand:
             out.append(min(cand, key=lambda r: r.t_mean))
     return out
@@ -319,5 +322,6 @@ def serial_gap(rows: list[Row], L: int) -> float:
     (NaN without both); the claims use the same check."""
     ser = [r.t_mean for r in rows if r.scheduler == "serial" and r.L == L and r.reps and r.P == 1]
     t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == L
-          and r.reps and r.affinity and r.chunk == 0 and r.P == 1]
+          and r.reps and r.affinity and r.chunk == 0 and r.P == 1
+          and not r.scheduler.endswith(SIMULATED_MARK)]
     return ser[0] / float(np.median(t1)) - 1.0 if ser and t1 else math.nan

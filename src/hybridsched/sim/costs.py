@@ -23,10 +23,16 @@ _PROBE_MAX_S = 0.3
 
 def from_file(path: str) -> np.ndarray:
     """``--costs FILE.npy``: a 1-D array of seconds per task, finite and non-negative."""
+    if not os.path.isfile(path):  # a FIFO or a device would block or never end
+        raise UsageError(f"--costs {path}: not a regular file" if os.path.exists(path)
+                         else f"--costs {path}: no such file")
     try:
         arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise UsageError(f"--costs {path}: cannot read a .npy array ({exc})") from None
+    if not isinstance(arr, np.ndarray):  # an .npz archive
+        arr.close()
+        raise UsageError(f"--costs {path}: an .npz archive; give one .npy array")
     if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iuf":
         raise UsageError(f"--costs {path}: expected a non-empty 1-D array of numbers (seconds "
                          f"per task), got {arr.dtype} of shape {arr.shape}")
@@ -52,9 +58,18 @@ def exit_seconds(reps: int = 5) -> float:
     return float(statistics.median(got))
 
 
+# The widest row measured: a row this wide sorts in about a millisecond; wider ones are
+# scaled from it (n log n) instead of allocating them.
+_PROBE_WIDTH = 1 << 16
+
+
 def row_sort_seconds(width: int) -> float:
     """This machine's time to quicksort one row of ``width`` random bytes, measured now
-    (numba's cached kernel, a few thousand rows)."""
+    (numba's cached kernel, a few thousand rows); rows wider than the probe's are measured
+    at its width and scaled as n log n."""
+    if width > _PROBE_WIDTH:
+        return row_sort_seconds(_PROBE_WIDTH) * float(
+            _width_factor(np.array([width], float), _PROBE_WIDTH)[0])
     prepare("quicksort")
     kernel = KERNELS["quicksort"][0]
     rows = max(64, min(_PROBE_ROWS, 2_000_000 // max(1, width)))
@@ -122,6 +137,18 @@ def describe(source: str, costs: np.ndarray) -> str:
             f"{costs.std() / costs.mean() if costs.mean() else 0:.2f}")
 
 
+CALIBRATION_VERSION = 1
+# Figures a model divides by: never 0.
+_POSITIVE = frozenset({"slice_s", "mpi_bandwidth", "row_width"})
+# Not seconds: a rate and a width, up to 1e15; every other figure is seconds, up to an hour
+# (beyond either, the file is broken, not the machine).
+_NOT_SECONDS = frozenset({"mpi_bandwidth", "row_width"})
+
+
+def _bound(key: str) -> float:
+    return 1e15 if key in _NOT_SECONDS else 3600.0
+
+
 def load_calibration(path: str) -> dict:
     """A calibration file written by `hybridsched calibrate` (JSON)."""
     if not os.path.isfile(path):
@@ -133,8 +160,17 @@ def load_calibration(path: str) -> dict:
         raise UsageError(f"--calibration {path}: not a calibration file ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != "hybridsched-calibration":
         raise UsageError(f"--calibration {path}: not a hybridsched calibration file")
+    if not isinstance(data.get("version", 1), int) or data.get("version", 1) > CALIBRATION_VERSION:
+        raise UsageError(f"--calibration {path}: version {data.get('version')!r} is newer than "
+                         f"this hybridsched reads ({CALIBRATION_VERSION}); upgrade hybridsched")
     values = data.get("overheads")
-    if not isinstance(values, dict) or not all(
-            isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values.values()):
-        raise UsageError(f"--calibration {path}: overheads must be finite numbers >= 0")
+    if not isinstance(values, dict):
+        raise UsageError(f"--calibration {path}: no 'overheads' table")
+    for key, v in values.items():
+        for x in (v if isinstance(v, list) else [v]):
+            low = "above 0" if key in _POSITIVE else "from 0"
+            if (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                    or not 0 <= x <= _bound(key) or (key in _POSITIVE and x == 0)):
+                raise UsageError(f"--calibration {path}: overhead {key} must be a number "
+                                 f"{low} to {_bound(key):g}, got {x!r}")
     return data

@@ -171,7 +171,14 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
 
 
 def machine_n(path: str, attrs: dict) -> int:
-    """N (usable CPUs when the study ran) from the attributes; 0 when not recorded."""
+    """N (usable CPUs when the study ran) from the attributes, for a simulated study the
+    virtual cores per node it was simulated on; 0 when not recorded."""
+    try:
+        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
+        if int(sim.get("cores", 0) or 0) > 0:
+            return int(sim["cores"])
+    except (TypeError, ValueError, AttributeError):
+        pass
     val = attrs.get("machine.N", attrs.get("machine.cpus_usable", 0))
     try:
         n = int(val or 0)
