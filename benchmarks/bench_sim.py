@@ -3,7 +3,7 @@
 paper -- `hybridsched simulate --preset paper --cores 24` for the pipe schedulers (and serial):
          σ = T(serial) / T(k) beside the paper's own figures where §5.1 states them (targets:
          within 5 % at k <= 24, 8 % at k = 32).
-validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, 5 reps): `hybridsched run` (threads, forks and
+validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, --reps, default 5): `hybridsched run` (threads, forks and
          pipes at k = 1 .. 2N), then `simulate --validate` on it; per configuration
          |simulated median / measured median - 1| (targets over all: median <= 5 %, worst
          <= 15 %) and per workload and k whether the simulated favourite is, as measured,
@@ -80,10 +80,10 @@ def section_paper(tmp: str) -> list[tuple[str, bool]]:
 VALIDATE_SCHEDULERS = "serial,static,dynamic,guided,fac2,prolific,collective,pipe-1to1,pipe-MtoM"
 
 
-def _measure(meas: str, wl: str, ks: str) -> None:
+def _measure(meas: str, wl: str, ks: str, reps: int) -> None:
     p = subprocess.run(HS + ["run", "-s", VALIDATE_SCHEDULERS, "-k", ks, "-L", "2000",
                              "--height", "64", "--width", "256", "--workload", wl, "--reps",
-                             "5", "-o", meas], capture_output=True, text=True)
+                             str(reps), "-o", meas], capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"run {wl} failed: {p.stderr[-500:]}")
 
@@ -118,7 +118,7 @@ def _floor(a: str, b: str):
     return v
 
 
-def section_validate(tmp: str) -> list[tuple[str, bool]]:
+def section_validate(tmp: str, reps: int = 5) -> list[tuple[str, bool]]:
     """Each workload measured twice (A, then B): the simulation takes its costs and
     overheads from A and is compared with A (`simulate --validate A`) and with B (a study it
     never saw); B against A is the floor this machine's run-to-run noise sets."""
@@ -136,8 +136,8 @@ def section_validate(tmp: str) -> list[tuple[str, bool]]:
     for wl in ("uniform", "skewed", "heavytail"):
         a, b = os.path.join(tmp, f"{wl}-A.h5"), os.path.join(tmp, f"{wl}-B.h5")
         t0 = time.perf_counter()
-        _measure(a, wl, ks)
-        _measure(b, wl, ks)
+        _measure(a, wl, ks, reps)
+        _measure(b, wl, ks, reps)
         study = MeasuredStudy(a)
         ov = study.overheads(untraced(Overheads()))  # as `simulate --validate` does
         sims = {int(r["run_id"]): sim_one(row_config(r), study.costs_for(r), None, n,
@@ -149,7 +149,7 @@ def section_validate(tmp: str) -> list[tuple[str, bool]]:
             return (str(r["scheduler"]), int(r["k"]), int(r["rep"]))
         of_a = {same(r): sims[int(r["run_id"])] for r in study.runs}
         pairs_b = [(r, of_a[same(r)]) for r in rows_b if same(r) in of_a]
-        print(f"\n## validate: {wl} (measured twice in {time.perf_counter() - t0:.0f} s)\n")
+        print(f"\n## validate: {wl}, {reps} reps (measured twice in {time.perf_counter() - t0:.0f} s)\n")
         for key, v in (("A", compare([(r, sims[int(r["run_id"])]) for r in study.runs])),
                        ("B", compare(pairs_b)), ("floor", _floor(a, b))):
             title = {"A": f"{wl}-A.h5 (the study the costs came from)",
@@ -199,6 +199,8 @@ def section_scale(tmp: str) -> list[tuple[str, bool]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=("paper", "validate", "scale"))
+    ap.add_argument("--reps", type=int, default=5,
+                    help="repetitions per configuration of the validation's studies (5)")
     args = ap.parse_args()
     only = args.only or ["paper", "validate", "scale"]
     print(f"# hybridsched simulation benchmark ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}), "
@@ -208,7 +210,7 @@ def main() -> int:
         if "paper" in only:
             verdicts += section_paper(tmp)
         if "validate" in only:
-            verdicts += section_validate(tmp)
+            verdicts += section_validate(tmp, args.reps)
         if "scale" in only:
             verdicts += section_scale(tmp)
     print("\n## targets\n")
