@@ -232,6 +232,9 @@ def test_from_takes_the_overheads_its_family_measured_at_its_own_k(tmp_path):
     assert ov.process_worker_s == 0 and ov.reap_s == 0
     mtom = by[("pipe-MtoM", 3)]
     assert study.overheads_for(mtom, base).pipe_rtt_s == study._gap([mtom], np.mean)  # one run: its mean
+    assert "producer cpu_s=" in str(mtom["notes"])  # the producer's own CPU, recorded
+    assert study.overheads_for(mtom, base).pipe_serve_s == pytest.approx(
+        study._producer_cpu(mtom)) and study._producer_cpu(mtom) > 0
     cfg = RunConfig("prolific", 3, 30, 8, 16)
     rec = simulate(cfg, study.costs_for(by[("prolific", 3)]), None, 2, ov)
     starts = np.sort(rec.workers["start"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import select
 import struct
+import time
 from collections import deque
 from functools import partial
 from time import perf_counter
@@ -47,6 +48,8 @@ assert REC.size <= select.PIPE_BUF
 # The most records one producer write may carry: as many as fit in PIPE_BUF, so a write is
 # atomic (all or nothing under O_NONBLOCK) and a shared pipe never interleaves two writes.
 MAX_BATCH = select.PIPE_BUF // REC.size
+# The note that carries the pipe-MtoM producer's CPU seconds in a run's notes.
+PRODUCER_CPU = "producer cpu_s="
 # The most chunks in flight per pipe-MtoM worker: each is one record in the worker's task
 # pipe, and the producer's write must never block, so they must fit one atomic write.
 MAX_INFLIGHT = MAX_BATCH
@@ -210,7 +213,9 @@ def _run(job: Job, c: int) -> Execution:
         for fd in set(task_r) | set(done_w):  # the workers' ends
             team.close_fd(fd)
         if mtom:
+            cpu0 = time.thread_time()  # the producer's own CPU (simulate --from uses it)
             lost, notes = _serve_mtom(team, job, chunks, task_w, done_r, depth)
+            notes += f"; {PRODUCER_CPU}{time.thread_time() - cpu0:.6f}"
         else:
             data = [_pack(chunks.queue)] if shared else [_pack(d) for d in dealt]
             writes, most = _serve_stream(team, task_w, data, max(1, job.pipe_batch) * REC.size)

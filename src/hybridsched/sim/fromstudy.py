@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backends.pipes import PRODUCER_CPU
 from ..errors import UsageError
 from ..store import iter_details, machine_n, read_attrs, read_runs
 from ..core.techniques.profiled import task_times
@@ -138,6 +139,9 @@ class MeasuredStudy:
             gap = float(np.median(per_run)) if per_run else None
             if gap is not None:
                 got["pipe_rtt_s"] = gap
+            serve = [s for s in (self._producer_cpu(r) for r in mine) if s is not None]
+            if serve:  # with no idle core the producer's switches cost CPU too
+                got["pipe_serve_s"] = float(np.median(serve))
         return Overheads.from_dict(got)
 
     def _fixed(self, family: str) -> tuple[float, float] | None:
@@ -181,6 +185,19 @@ class MeasuredStudy:
         else:
             pick = min(int(r["k"]) for r in out)
         return [r for r in out if int(r["k"]) == pick]
+
+    def _producer_cpu(self, r) -> float | None:
+        """The pipe-MtoM producer's CPU per message in run ``r``, from its notes (runs
+        stored before it was recorded: None)."""
+        notes = str(r["notes"])
+        at = notes.find(PRODUCER_CPU)
+        if at < 0:
+            return None
+        try:
+            cpu = float(notes[at + len(PRODUCER_CPU):].split(";")[0].split()[0])
+        except (ValueError, IndexError):
+            return None
+        return cpu / max(1, len(self.traces[int(r["run_id"])]))
 
     def _own_gap(self, r) -> float | None:
         """The mean wait between a worker's chunks in run ``r`` less the time its CPU ran
