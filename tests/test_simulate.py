@@ -324,3 +324,22 @@ def test_a_calibration_file_round_trips_and_a_broken_one_is_one_line(tmp_path):
         line = one_line_error(hs("simulate", *shape, "--calibration", str(path), "-o", str(out),
                                  cwd=tmp_path))
         assert says in line and not out.exists()
+
+
+def test_a_pipe_producer_without_a_core_of_its_own_pays_two_switches_per_message(monkeypatch):
+    """pipe-MtoM's producer works among the workers: its CPU per message, and with more
+    workers than cores two context switches per message (it preempts a worker)."""
+    import dataclasses
+    from hybridsched.sim import models
+    seen = []
+
+    class Spy(models.Engine):
+        def __init__(self, *a, parent_s=0.0, **kw):
+            seen.append(parent_s)
+            super().__init__(*a, parent_s=parent_s, **kw)
+    monkeypatch.setattr(models, "Engine", Spy)
+    ov = dataclasses.replace(ZERO, pipe_serve_s=1e-5, switch_s=2e-6, slice_s=1e-3)
+    for k, per in ((2, 1e-5), (3, 1e-5 + 4e-6)):
+        seen.clear()
+        execute("pipe-MtoM", np.ones(60) * 1e-3, cost_src.prefix(np.ones(60) * 1e-3), k, 1, 2, ov)
+        assert seen[-1] == pytest.approx(60 * per)  # 60 chunks of one task

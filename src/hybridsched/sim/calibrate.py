@@ -7,6 +7,7 @@ pipe_msg_s / pipe_rtt_s            pipe-1to1 and pipe-MtoM at k = 1: time per ch
 fork_s, reap_s                     prolific with one frame per worker: start spacing, and
                                    the run's time after the last worker ended, per worker
 exit_s                             the CPU a forked child spends to exit at once
+switch_s                           a context switch through a pipe wake-up on one CPU
 pipe_serve_s                       the pipe-MtoM producer's CPU per message at k = 2
 thread_start_s                     threading.Thread start + join, per thread
 wake_s                             an Event set in one thread to the wait returning in another
@@ -26,7 +27,7 @@ from ..oslayer.cpus import n_cpus
 from ..records import RunConfig
 from ..study.runner import timed_run
 from ..workloads.slab import Slab
-from .costs import exit_seconds, row_sort_seconds
+from .costs import exit_seconds, row_sort_seconds, switch_seconds
 from .models import Overheads
 
 # Chunks per timing run: enough that a per-chunk figure is stable to a few percent on a
@@ -88,9 +89,9 @@ def serve_seconds(chunks: int = _CHUNKS // 5) -> float:
 
 def untraced(ov: Overheads, mtom: bool = True) -> Overheads:
     """``ov`` with what a study's traces cannot show, measured here: a forked worker's exit
-    (milliseconds) and, with ``mtom``, the pipe-MtoM producer's CPU per message (a fraction
+    and a context switch (milliseconds) and, with ``mtom``, the pipe-MtoM producer's CPU per message (a fraction
     of a second)."""
-    got = {"exit_s": exit_seconds()}
+    got = {"exit_s": exit_seconds(), "switch_s": switch_seconds()}
     if mtom:
         got["pipe_serve_s"] = serve_seconds()
     return Overheads.from_dict({**ov.to_dict(), **got})
@@ -145,6 +146,7 @@ def calibrate(width: int = 640, progress=None) -> Overheads:
     say("fork and reap")
     got["fork_s"], got["reap_s"] = _forks(max(4, 2 * n_cpus()))
     got["exit_s"] = exit_seconds()
+    got["switch_s"] = switch_seconds()
     say("thread start and wake-up")
     got["thread_start_s"] = _thread_start()
     got["wake_s"] = _wake()

@@ -63,6 +63,36 @@ def exit_seconds(reps: int = 5) -> float:
 _PROBE_WIDTH = 1 << 16
 
 
+def switch_seconds(rounds: int = 2000) -> float:
+    """One context switch through a pipe wake-up, measured now: this process and a forked
+    child pinned to one CPU pass a byte back and forth ``rounds`` times (two switches per
+    round); what a pipe producer on a full core costs the worker it preempts."""
+    cpu = min(os.sched_getaffinity(0))
+    mine = os.sched_getaffinity(0)
+    there, back = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.sched_setaffinity(0, {cpu})
+            for _ in range(rounds):
+                os.read(there[0], 1)
+                os.write(back[1], b"x")
+        finally:
+            os._exit(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            os.write(there[1], b"x")
+            os.read(back[0], 1)
+        return (time.perf_counter() - t0) / (2 * rounds)
+    finally:
+        os.sched_setaffinity(0, mine)
+        for fd in (*there, *back):
+            os.close(fd)  # the child, if still reading, sees EOF and ends
+        os.waitpid(pid, 0)
+
+
 def row_sort_seconds(width: int) -> float:
     """This machine's time to quicksort one row of ``width`` random bytes, measured now
     (numba's cached kernel, a few thousand rows); rows wider than the probe's are measured

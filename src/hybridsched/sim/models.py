@@ -167,6 +167,8 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 def _processes(info, costs, cum, k, c, ov, place, params):
     starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
     disp, claim, per_msg = _source(info, costs, k, c, ov, place, params)
+    if per_msg and k > place.cores:  # no core of its own: every message the producer
+        per_msg += 2 * ov.switch_s    # serves preempts a worker and gives the core back
     latency = 0.0
     if claim == ov.pipe_rtt_s:  # the round trip: the producer serves one message at a
         # time; the rest (both processes' wake-ups) each worker waits out on its own
