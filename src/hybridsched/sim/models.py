@@ -167,8 +167,11 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 def _processes(info, costs, cum, k, c, ov, place, params):
     starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
     disp, claim, per_msg = _source(info, costs, k, c, ov, place, params)
-    if per_msg and k > place.cores:  # no core of its own: every message the producer
-        per_msg += 2 * ov.switch_s    # serves preempts a worker and gives the core back
+    if per_msg and claim == ov.pipe_rtt_s and k > place.cores:
+        # the round trip with no core of its own: every answer the producer is woken to
+        # give preempts a worker and gives the core back (a stream producer fills a pipe
+        # per wake-up instead)
+        per_msg += 2 * ov.switch_s
     latency = 0.0
     if claim == ov.pipe_rtt_s:  # the round trip: the producer serves one message at a
         # time; the rest (both processes' wake-ups) each worker waits out on its own
