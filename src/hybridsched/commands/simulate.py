@@ -22,12 +22,11 @@ from ..sim.fromstudy import MeasuredStudy
 from ..sim.models import Overheads
 from ..sim.run import simulate, with_P
 from ..sim.validate import compare, print_validation
-from ..store import check_output, row_config
+from ..store import INT32_MAX, check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from .common import out_name
 
-INT32_MAX = (1 << 31) - 1
 MAX_CORES = 1 << 20  # virtual CPUs per node: far beyond any machine, far below int32
 
 

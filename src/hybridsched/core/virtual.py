@@ -239,6 +239,20 @@ class Engine:
     def _hand_over(self, w: int, t: float) -> float:
         """Worker w yields its token to the first waiter; w claims its next chunk at once and
         then waits in line for a token itself."""
+        self._give(w, t)
+        return t
+
+    def _release_token(self, w: int, t: float) -> None:
+        if self.place.mode != COOP or self.member[w] < 0:
+            return
+        if self.waiting:
+            self._give(w, t)
+        else:
+            self.free_tokens.append(self.member[w])
+            self.member[w] = -1
+
+    def _give(self, w: int, t: float) -> None:
+        """w's token to the first waiter, who starts its chunk after the switch."""
         token = self.member[w]
         self.member[w] = -1
         other, work = self.waiting.popleft()
@@ -247,22 +261,6 @@ class Engine:
         self.token_since[other] = t1
         self.chunk_start[other] = t1
         self._start_chunk(other, t1, work)
-        return t
-
-    def _release_token(self, w: int, t: float) -> None:
-        if self.place.mode != COOP or self.member[w] < 0:
-            return
-        token = self.member[w]
-        self.member[w] = -1
-        if self.waiting:
-            other, work = self.waiting.popleft()
-            self.member[other] = token
-            t1 = t + self.place.switch_s
-            self.token_since[other] = t1
-            self.chunk_start[other] = t1
-            self._start_chunk(other, t1, work)
-        else:
-            self.free_tokens.append(token)
 
 
 def virtual_clock(disp, clock) -> None:

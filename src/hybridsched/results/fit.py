@@ -355,14 +355,10 @@ def _physical_cores(attrs: dict) -> int | None:
     """Physical cores the study could use: the recorded physical count, capped by the usable
     CPUs N (a cpuset smaller than the machine); a simulated study's virtual cores per node;
     None where neither is recorded."""
-    import json
+    from ..store import simulated_cores
 
-    try:
-        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
-        if int(sim.get("cores", 0) or 0) > 0:
-            return int(sim["cores"])
-    except (TypeError, ValueError, AttributeError):
-        pass
+    if simulated_cores(attrs):
+        return simulated_cores(attrs)
     vals = []
     for key in ("machine.cpu_count_physical", "machine.N"):
         try:

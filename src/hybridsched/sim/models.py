@@ -166,16 +166,7 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 
 def _processes(info, costs, cum, k, c, ov, place, params):
     starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
-    disp, claim, per_msg = _source(info, costs, k, c, ov, place, params)
-    if per_msg and claim == ov.pipe_rtt_s and k > place.cores:
-        # the round trip with no core of its own: every answer the producer is woken to
-        # give preempts a worker and gives the core back (a stream producer fills a pipe
-        # per wake-up instead)
-        per_msg += 2 * ov.switch_s
-    latency = 0.0
-    if claim == ov.pipe_rtt_s:  # the round trip: the producer serves one message at a
-        # time; the rest (both processes' wake-ups) each worker waits out on its own
-        claim, latency = min(ov.pipe_msg_s, ov.pipe_rtt_s), max(0.0, ov.pipe_rtt_s - ov.pipe_msg_s)
+    disp, claim, latency, per_msg = _source(info, costs, k, c, ov, place, params)
     # the study's process works among the workers: its forks (all of them for a parent
     # that forks the team, one for a mitosis tree) and, for pipes, serving every message
     forks = 1 if info.forker == "mitosis" else k
@@ -184,7 +175,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
         dry = Engine(cum, k, place, claim, starts, latency_s=latency)
         virtual_clock(disp, dry.clock)
         parent += len(dry.run(disp).trace) * per_msg
-        disp = _source(info, costs, k, c, ov, place, params)[0]
+        disp = _source(info, costs, k, c, ov, place, params)[0]  # a fresh one
     eng = Engine(cum, k, place, claim, starts, latency_s=latency, exit_s=ov.exit_s,
                  parent_s=parent)
     virtual_clock(disp, eng.clock)
@@ -197,20 +188,28 @@ def _processes(info, costs, cum, k, c, ov, place, params):
 
 
 def _source(info, costs, k, c, ov, place, params):
-    """(dispenser, claim cost, the producer's CPU per message) of a forked team."""
+    """(dispenser, claim cost, claim latency, the producer's CPU per message) of a forked
+    team."""
     L = len(costs)
     if info.family == "process":
-        return dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0, 0.0
+        return dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0, 0.0, 0.0
     if info.topology == "dealt":
-        return dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s, ov.pipe_msg_s
+        return dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s, 0.0, ov.pipe_msg_s
+    if info.topology != "feedback":  # pipe-1to1: a stream producer fills a pipe per wake-up
+        disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
+        return disp, ov.pipe_msg_s, 0.0, ov.pipe_msg_s
     if info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
         job = _job(info, L, k, c, params, list(range(place.cores)))
         if info.profiled:
             job.params["profile"] = profile_from_costs(costs, ov, k)
         if info.prepare is not None:
             info.prepare(job)
-        return info.dispenser(L, k, c, None, job=job), ov.pipe_rtt_s, ov.pipe_serve_s
-    disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
-    if info.topology == "feedback":
-        return disp, ov.pipe_rtt_s, ov.pipe_serve_s
-    return disp, ov.pipe_msg_s, ov.pipe_msg_s
+        disp = info.dispenser(L, k, c, None, job=job)
+    else:
+        disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
+    # The round trip: the producer serves one message at a time (the lock); the rest, both
+    # processes' wake-ups, each worker waits out on its own. With no core of its own, every
+    # answer it is woken to give preempts a worker and gives the core back: two switches.
+    serve = min(ov.pipe_msg_s, ov.pipe_rtt_s)
+    per_msg = ov.pipe_serve_s + (2 * ov.switch_s if k > place.cores else 0.0)
+    return disp, serve, max(0.0, ov.pipe_rtt_s - serve), per_msg

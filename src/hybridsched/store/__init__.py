@@ -7,7 +7,8 @@ from .files import LOCK_SUFFIX, StudyLock, check_output, our_directory, replacin
 from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE, conform,
                      decode, record_row)
 from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
-                     read_detail, read_runs, row_config, stored_keys, study_spec)
+                     read_detail, read_runs, row_config, simulated_cores, stored_keys,
+                     study_spec)
 from .writer import StudyWriter, open_new
 from .tables import TableWriter, has_table, read_table
 
@@ -16,5 +17,5 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output",
            "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "row_config",
-           "stored_keys",
+           "simulated_cores", "stored_keys",
            "study_spec", "write_text", "open_new", "TableWriter", "has_table", "read_table"]

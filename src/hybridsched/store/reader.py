@@ -170,15 +170,21 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
     return val
 
 
+def simulated_cores(attrs: dict) -> int:
+    """The virtual cores per node a simulated study was simulated on; 0 for a measured one
+    (or settings that do not say)."""
+    try:
+        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
+        return max(0, int(sim.get("cores", 0) or 0))
+    except (TypeError, ValueError, AttributeError):
+        return 0
+
+
 def machine_n(path: str, attrs: dict) -> int:
     """N (usable CPUs when the study ran) from the attributes, for a simulated study the
     virtual cores per node it was simulated on; 0 when not recorded."""
-    try:
-        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
-        if int(sim.get("cores", 0) or 0) > 0:
-            return int(sim["cores"])
-    except (TypeError, ValueError, AttributeError):
-        pass
+    if simulated_cores(attrs):
+        return simulated_cores(attrs)
     val = attrs.get("machine.N", attrs.get("machine.cpus_usable", 0))
     try:
         n = int(val or 0)
