@@ -3,8 +3,9 @@
 paper -- `hybridsched simulate --preset paper --cores 24` for the pipe schedulers (and serial):
          σ = T(serial) / T(k) beside the paper's own figures where §5.1 states them (targets:
          within 5 % at k <= 24, 8 % at k = 32).
-validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, --reps, default 5): `hybridsched run` (threads, forks and
-         pipes at k = 1 .. 2N), then `simulate --validate` on it; per configuration
+validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, --reps, default 5): `hybridsched run
+         --interleave` (threads, forks and pipes at k = 1 .. 2N; repetition-major, so a slow
+         spell of the shared host does not fall on one configuration's median), twice (A, B), then `simulate --validate` on it; per configuration
          |simulated median / measured median - 1| (targets over all: median <= 5 %, worst
          <= 15 %) and per workload and k whether the simulated favourite is, as measured,
          within 5 % of the measured best.
@@ -83,7 +84,8 @@ VALIDATE_SCHEDULERS = "serial,static,dynamic,guided,fac2,prolific,collective,pip
 def _measure(meas: str, wl: str, ks: str, reps: int) -> None:
     p = subprocess.run(HS + ["run", "-s", VALIDATE_SCHEDULERS, "-k", ks, "-L", "2000",
                              "--height", "64", "--width", "256", "--workload", wl, "--reps",
-                             str(reps), "-o", meas], capture_output=True, text=True)
+                             str(reps), "--interleave", "-o", meas], capture_output=True,
+                       text=True)
     if p.returncode != 0:
         raise SystemExit(f"run {wl} failed: {p.stderr[-500:]}")
 

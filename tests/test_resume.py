@@ -123,6 +123,25 @@ def test_resume_without_file_starts_fresh(tmp_path, capsys):
     assert 0.0 <= extra["foreign_cpu"] <= 1.0
 
 
+def test_interleave_runs_every_configuration_once_per_round(tmp_path, capsys):
+    """--interleave: repetition-major order (the same runs, rep 0 of each configuration
+    first); the default keeps a configuration's repetitions back to back; a resumed
+    interleaved study adds only what is missing."""
+    out = str(tmp_path / "i.h5")
+    small = ["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "6", "--height", "8",
+             "--width", "8", "--out", out]
+    assert cli.main(small + ["--reps", "2", "--interleave"]) == 0
+    runs = read_runs(out)
+    assert runs["rep"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert json.loads(read_attrs(out)["study"])["interleave"] is True
+    assert cli.main(small + ["--reps", "3", "--interleave", "--resume"]) == 0
+    runs = read_runs(out)
+    assert runs["rep"].tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert len({(s, k, r) for s, k, r in zip(runs["scheduler"], runs["k"], runs["rep"])}) == 9
+    assert cli.main(small + ["--reps", "2", "--overwrite"]) == 0
+    assert read_runs(out)["rep"].tolist() == [0, 1, 0, 1, 0, 1]
+
+
 class _Tty(io.StringIO):
     def isatty(self):
         return True

@@ -118,6 +118,8 @@ def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
     assert study["simulate"]["cores"] == 24
     rep = hs("report", str(out), cwd=tmp_path)
     assert rep.returncode == 0 and "Simulated study" in rep.stdout
+    assert "Simulated machine: N = 24 virtual cores per node" in rep.stdout
+    assert "usable CPUs" not in rep.stdout  # not this machine's N
     assert "Every verdict below rests on simulated times" in rep.stdout
 
 

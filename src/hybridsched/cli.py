@@ -46,7 +46,8 @@ def _subcommand(argv: list[str]) -> str:
 
 
 def _is_run(argv: list[str]) -> bool:
-    return argv[:1] == ["run"]
+    """Whether the command stores each run as it finishes (so an interruption keeps them)."""
+    return argv[:1] == ["run"] or (argv[:1] == ["simulate"] and "--validate" not in argv)
 
 
 def _launched_rank() -> int:

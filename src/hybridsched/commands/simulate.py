@@ -56,7 +56,7 @@ def main(args) -> int:
                 raise UsageError(f"{opt} {v}: at most {INT32_MAX} in a study file")
         todo, ov = _from_spec(args, spec, ov)
         spec_dict = spec.to_dict()
-    return _write(args, todo, cores, ov, {**spec_dict, "simulate": {
+    return _write(args, _simulated(args, todo, cores, ov), {**spec_dict, "simulate": {
         "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),
         "calibration": calib}})
 
@@ -155,25 +155,33 @@ def _workload_params(cfg: RunConfig) -> dict:
     return json.loads(cfg.workload_params) if cfg.workload_params else {}
 
 
-def _write(args, todo: list, cores: int, ov: Overheads, study: dict) -> int:
-    """Simulate and store each run as it is made (Ctrl-C keeps the finished ones)."""
-    out = args.out
-    failed = 0
+def _simulated(args, todo: list, cores: int, ov: Overheads):
+    """Each configuration's simulated record, made as it is asked for; the repetitions of
+    a repeatable configuration simulated once."""
     done: dict[RunConfig, object] = {}
+    for cfg, costs_of, source in todo:
+        again = done.get(replace(cfg, rep=0))
+        if again is not None:  # the same simulation: a repetition changes nothing
+            yield replace(again, config=cfg)
+            continue
+        costs, cum, *own = costs_of()  # --from: the configuration's own overheads
+        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
+        if _repeatable(cfg.scheduler):
+            done[replace(cfg, rep=0)] = rec
+        yield rec
+
+
+def _write(args, records, study: dict) -> int:
+    """Store each record as it is made (Ctrl-C keeps the finished ones)."""
+    out = args.out
+    failed = n = 0
     with new_study(out, study, overwrite=args.overwrite, metadata=this_machine()) as writer:
-        for cfg, costs_of, source in todo:
-            again = done.get(replace(cfg, rep=0))
-            if again is not None:  # the same simulation: a repetition changes nothing
-                rec = replace(again, config=cfg)
-            else:
-                costs, cum, *own = costs_of()  # --from: the configuration's own overheads
-                rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
-                if _repeatable(cfg.scheduler):
-                    done[replace(cfg, rep=0)] = rec
+        for rec in records:
             writer.append(rec)
+            n += 1
             failed += not rec.verified
     print(run_summary(out))
-    print(f"\n{len(todo)} simulated runs ({failed} failed or not covering every task once) "
+    print(f"\n{n} simulated runs ({failed} failed or not covering every task once) "
           f"written to {out}", file=sys.stderr)
     return 1 if failed else 0
 
@@ -198,10 +206,8 @@ def _validate(args, cores: int, ov: Overheads) -> int:
              for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)
-    if args.out:
-        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
-                 f"--from {args.validate}") for r in study.runs if r["P"] == 1]
-        _write(args, todo, cores, ov, {"simulated_from": args.validate, "simulate": {
+    if args.out:  # the records just compared
+        _write(args, [rec for _, rec in pairs], {"simulated_from": args.validate, "simulate": {
             "cores": cores, "P": [1], "split": args.split, "overheads": ov.to_dict(),
             "calibration": args.calibration or ""}})
     return 0

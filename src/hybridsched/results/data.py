@@ -80,6 +80,20 @@ class Study:
     foreign: dict[int, float] = field(default_factory=dict)  # run_id -> share of CPUs used by others
     imbalance: dict[int, float] = field(default_factory=dict)  # run_id -> load imbalance of busy time
 
+    def machine_line(self) -> str:
+        """The report's machine line: the CPUs the study ran on, or for a simulated study
+        the virtual cores it was simulated on (and the machine that simulated them)."""
+        from ..store import simulated_cores
+
+        a = self.attrs
+        cpu, host = a.get("machine.cpu_model", "?"), a.get("machine.hostname", "?")
+        load = f"load average at start {a.get('machine.loadavg_at_start', 'not recorded')}."
+        cores = simulated_cores(a)
+        if cores:
+            return (f"Simulated machine: N = {cores} virtual cores per node (simulated on "
+                    f"{cpu}, host {host}; {load})")
+        return f"Machine: {cpu}, N = {self.n or '?'} usable CPUs, host {host}; {load}"
+
 
 def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""

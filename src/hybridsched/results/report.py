@@ -151,15 +151,13 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     """The whole report as Markdown, and the files written (CSV always, PNG unless
     ``plots`` is false) under ``out_dir`` (None: write nothing)."""
     rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
-    a = study.attrs
     ok = int(study.runs["verified"].sum())
+    sim = simulated_line(study.runs)
     by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
     head = [f"# Study {os.path.basename(study.path)}", "",
-            f"Machine: {a.get('machine.cpu_model', '?')}, N = {study.n or '?'} usable CPUs, "
-            f"host {a.get('machine.hostname', '?')}; load average at start "
-            f"{a.get('machine.loadavg_at_start', 'not recorded')}.", "",
+            study.machine_line(), "",
             load_line(study), "",
-            *([simulated_line(study.runs), ""] if simulated_line(study.runs) else []),
+            *([sim, ""] if sim else []),
             f"Runs: {len(study.runs)} stored, {ok} verified"
             + (f" ({by_choice} of them unverified by choice, --verify none)" if by_choice else "")
             + ". T is the mean over verified "
@@ -174,9 +172,10 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
         head += serial_check(rows, ser)
     else:
+        how = ("simulate again with `-s serial` added and `--overwrite`" if sim else "resume with `--resume`")
         head += ["**This study has no verified `serial` runs, so T_serial (Eq. 4) is unknown: "
-                 "σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
-                 "(resume with `--resume`) to get them.**", ""]
+                 f"σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
+                 f"({how}) to get them.**", ""]
     files: list[str] = []
     fam_md, fam_recs = family_comparison(rows, study.n)
     body = ["## Per scheduler (Tables 1–16 form)", "", scheduler_tables(rows),

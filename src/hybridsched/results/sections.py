@@ -37,10 +37,7 @@ def side_sections(path: str, out_dir: str | None, plots: bool, n: int) -> tuple[
 def side_report(study, out_dir: str | None, plots: bool) -> tuple[str | None, list[str]]:
     """The report of a study with no `/runs` rows: a header and its side sections (None
     when it has none either)."""
-    a = study.attrs
     head = [f"# Study {os.path.basename(study.path)}", "",
-            f"Machine: {a.get('machine.cpu_model', '?')}, N = {study.n or '?'} usable CPUs, "
-            f"host {a.get('machine.hostname', '?')}; load average at start "
-            f"{a.get('machine.loadavg_at_start', 'not recorded')}.", ""]
+            study.machine_line(), ""]
     lines, files = side_sections(study.path, out_dir, plots, study.n)
     return ("\n".join(head + lines) if lines else None), files

@@ -54,6 +54,7 @@ def build_spec(args, virtual: bool = False) -> StudySpec:
         spec.reps = args.reps
     if args.seed is not None:
         spec.seed = args.seed
+    spec.interleave = bool(getattr(args, "interleave", False))  # `run` only
     _tasks(args, spec)  # --kernel, --input, --verify, --workload
     if args.affinity is not None:
         spec.affinity = [args.affinity]

@@ -61,6 +61,10 @@ class StudySpec:
     input: str = ""
     input_hash: str = ""
     verify: str = ""
+    # Repetition-major order (--interleave): rep 0 of every configuration, then rep 1, ...
+    # The default keeps the paper's order (a configuration's repetitions back to back), whose
+    # medians a few seconds of a shared host's slowdown can shift for one configuration.
+    interleave: bool = False
 
     def validate(self, virtual: bool = False) -> None:
         """Refuse what cannot run (UsageError); ``virtual``: a simulated study, which
@@ -176,7 +180,8 @@ class StudySpec:
         out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
         # one tensor shape after the other (stable), so each slab is generated once
         rank = {L: i for i, L in enumerate(self.frames)}
-        out.sort(key=lambda c: (rank.get(c.frames, len(rank)), c.frames, c.height, c.width, c.seed))
+        out.sort(key=lambda c: (rank.get(c.frames, len(rank)), c.frames, c.height, c.width,
+                                c.seed, c.rep if self.interleave else 0))
         return out
 
     def _with_options(self, c: RunConfig) -> RunConfig:
