@@ -172,6 +172,33 @@ def test_bad_costs_files_are_one_line(tmp_path, content, says):
     assert os.listdir(tmp_path) == ["c.npy"]
 
 
+def _trace(chunks, times):
+    """A chunk trace: chunks [(first, count)] timed back to back with these durations."""
+    from hybridsched.records import TRACE_DTYPE
+
+    tr = np.zeros(len(chunks), TRACE_DTYPE)
+    t = np.cumsum([0.0, *times])
+    for i, (f, c) in enumerate(chunks):
+        tr[i] = (0, f, c, t[i], t[i + 1])
+    return tr
+
+
+def test_from_takes_the_tasks_shape_from_the_finest_runs_and_the_median_total():
+    """Six tasks, the last one heavy: the chunk-1 runs see it, the two-chunk runs spread
+    it over the second half; the shape comes from the fine runs, the total from all."""
+    from hybridsched.sim.fromstudy import pooled_costs
+
+    fine = [_trace([(i, 1) for i in range(6)], [1, 1, 1, 1, 1, 5 + d]) for d in (0.0, 0.5)]
+    coarse = [_trace([(0, 3), (3, 3)], [3, 7 + d]) for d in (1.0, 2.0, 3.0)]
+    got = pooled_costs(fine + coarse)
+    totals = [10.0, 10.5, 11.0, 12.0, 13.0]
+    assert got.sum() == pytest.approx(np.median(totals))
+    shape = np.array([1, 1, 1, 1, 1, 5.25])
+    assert got == pytest.approx(shape * np.median(totals) / shape.sum())
+    # a median per task would have said the second half is even (the coarse runs outvote)
+    assert got[5] > 3 * got[4]
+
+
 def test_bad_cores_and_a_study_without_traces_are_one_line(tmp_path):
     assert "--cores" in one_line_error(hs("simulate", "--cores", "0", cwd=tmp_path))
     meas = tmp_path / "m.h5"

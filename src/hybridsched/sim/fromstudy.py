@@ -1,7 +1,8 @@
 """``simulate --from STUDY.h5``: the task costs and overheads a measured study holds.
 
 Per-task costs come from the chunk traces: a chunk's measured time (the kernel alone, as
-the backends stamp it) spread evenly over its tasks. A configuration is re-simulated with
+the backends stamp it) spread evenly over its tasks, the shape from the runs with the finest
+chunks and the total from all (:func:`pooled_costs`). A configuration is re-simulated with
 the costs measured by the *other* verified runs of its tensor at the same k and placement
 (so no run predicts itself), falling back to every other run of the tensor, then to its
 own. Overheads come from the gaps between a worker's consecutive chunks (the claim, the
@@ -23,6 +24,10 @@ from ..store import iter_details, machine_n, read_attrs, read_runs
 from ..core.techniques.profiled import task_times
 from .models import Overheads
 
+# Which runs give the tasks' shape: those whose mean chunk is at most this many times the
+# finest run's. 1 would take the shape from the finest scheduler's runs alone (fewer runs,
+# a noisier median); larger lets coarse runs, which smear heavy tasks, outvote them.
+FINE_SPREAD = 2.0
 TENSOR = ("L", "H", "W", "workload", "workload_params", "seed", "kernel", "input_hash")
 
 
@@ -50,13 +55,9 @@ class MeasuredStudy:
         return tuple(row[f] for f in TENSOR)
 
     def _per_task(self, rids: list[int], L: int) -> np.ndarray | None:
-        est = []
-        for rid in rids:
-            tr = self.traces.get(rid)
-            if tr is None or int(tr["count"].sum()) != L:
-                continue
-            est.append(task_times(tr))
-        return np.median(np.array(est), axis=0) if est else None
+        traces = [self.traces[r] for r in rids
+                  if r in self.traces and int(self.traces[r]["count"].sum()) == L]
+        return pooled_costs(traces) if traces else None
 
     def costs_for(self, row) -> np.ndarray:
         """Seconds per task for re-simulating the configuration of ``row``. Chunk times of
@@ -266,3 +267,17 @@ def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
         part = np.where(i > 0, np.minimum(t, e[np.maximum(i - 1, 0)]) - s[np.maximum(i - 1, 0)], 0.0)
         return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(0.0, part)
     return covered(hi) - covered(lo)
+
+
+def pooled_costs(traces: list[np.ndarray]) -> np.ndarray:
+    """The tasks' costs as these runs' chunk traces measured them: their shape from the
+    runs with the finest chunks (a chunk's time is spread evenly over its tasks, so a
+    coarse run smears a heavy task over its neighbours and hides where a static split
+    falls), the median per task over those, scaled to the median total over all the runs
+    (the total work is what the makespan rests on most, and a median per task does not
+    keep the sum)."""
+    est = np.array([task_times(tr) for tr in traces])
+    size = np.array([int(tr["count"].sum()) / len(tr) for tr in traces])
+    med = np.median(est[size <= FINE_SPREAD * size.min()], axis=0)
+    total = float(med.sum())
+    return med * (float(np.median(est.sum(axis=1))) / total) if total > 0 else med
