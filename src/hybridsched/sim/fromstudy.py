@@ -62,9 +62,12 @@ class MeasuredStudy:
     def costs_for(self, row) -> np.ndarray:
         """Seconds per task for re-simulating the configuration of ``row``. Chunk times of
         runs with more workers than CPUs include the time slices of the others, so only
-        runs with k <= N serve: the same k where it is within N, else the largest; the
+        runs with k <= N serve: the same k where it is within N, else the largest. The
         other schedulers of its family first (the same work costs a forked child more than
-        a thread), then any other."""
+        a thread: its copy-on-write faults), then those whose workers are alike (forked or
+        threads), then any other; within each, runs whose chunk times hold a pipe-MtoM
+        producer's service (it preempts a worker mid-chunk for every message) only when
+        nothing else measured the tasks."""
         same = [r for r in self.runs if self.tensor(r) == self.tensor(row) and r["P"] == 1]
         L = int(row["L"])
         fit = [r for r in same if int(r["k"]) <= self.n]
@@ -72,8 +75,9 @@ class MeasuredStudy:
         k = min(int(row["k"]), self.n)
         top = max((int(r["k"]) for r in others), default=0)
         here = [r for r in others if int(r["k"]) == k and r["affinity"] == row["affinity"]]
-        # the family's own first: a forked child's tasks also pay its copy-on-write faults
-        for pool in ([r for r in here if r["family"] == row["family"]], here,
+        clean = [r for r in here if not _served(r)]
+        for pool in ([r for r in clean if r["family"] == row["family"]],
+                     [r for r in clean if _forked(r) == _forked(row)], clean, here,
                      [r for r in others if int(r["k"]) == min(k, top)], others, fit, same):
             costs = self._per_task([int(r["run_id"]) for r in pool], L)
             if costs is not None:
@@ -267,6 +271,16 @@ def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
         part = np.where(i > 0, np.minimum(t, e[np.maximum(i - 1, 0)]) - s[np.maximum(i - 1, 0)], 0.0)
         return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(0.0, part)
     return covered(hi) - covered(lo)
+
+
+def _forked(r) -> bool:
+    """Whether the run's workers are forked children (not threads of the study's process)."""
+    return str(r["family"]) in ("process", "pipe")
+
+
+def _served(r) -> bool:
+    """Whether the run's producer served a message per chunk among its workers (pipe-MtoM)."""
+    return str(r["scheduler"]).startswith("pipe-MtoM")
 
 
 def pooled_costs(traces: list[np.ndarray]) -> np.ndarray:
