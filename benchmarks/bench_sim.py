@@ -3,9 +3,10 @@
 paper -- `hybridsched simulate --preset paper --cores 24` for the pipe schedulers (and serial):
          σ = T(serial) / T(k) beside the paper's own figures where §5.1 states them (targets:
          within 5 % at k <= 24, 8 % at k = 32).
-validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, --reps, default 5): `hybridsched run
-         --interleave` (threads, forks and pipes at k = 1 .. 2N; repetition-major, so a slow
-         spell of the shared host does not fall on one configuration's median), twice (A, B), then `simulate --validate` on it; per configuration
+validate -- for each of uniform, skewed and heavytail (2000 frames of 64x256, --reps, default
+         8): `hybridsched run --interleave` (threads, forks and pipes at k = 1 .. 2N;
+         repetition-major, so a slow spell of the shared host does not fall on one
+         configuration's median), twice (A, B), then `simulate --validate` on A; per configuration
          |simulated median / measured median - 1| (targets over all: median <= 5 %, worst
          <= 15 %) and per workload and k whether the simulated favourite is, as measured,
          within 5 % of the measured best.
@@ -120,7 +121,7 @@ def _floor(a: str, b: str):
     return v
 
 
-def section_validate(tmp: str, reps: int = 5) -> list[tuple[str, bool]]:
+def section_validate(tmp: str, reps: int = 8) -> list[tuple[str, bool]]:
     """Each workload measured twice (A, then B): the simulation takes its costs and
     overheads from A and is compared with A (`simulate --validate A`) and with B (a study it
     never saw); B against A is the floor this machine's run-to-run noise sets."""
@@ -201,8 +202,9 @@ def section_scale(tmp: str) -> list[tuple[str, bool]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=("paper", "validate", "scale"))
-    ap.add_argument("--reps", type=int, default=5,
-                    help="repetitions per configuration of the validation's studies (5)")
+    ap.add_argument("--reps", type=int, default=8,
+                    help="repetitions per configuration of the validation's studies (8; "
+                    "interleaved, so each median spans the whole study)")
     args = ap.parse_args()
     only = args.only or ["paper", "validate", "scale"]
     print(f"# hybridsched simulation benchmark ({time.strftime('%Y-%m-%d %H:%M:%S %Z')}), "
