@@ -288,6 +288,22 @@ def test_a_forked_workers_exit_and_the_owners_work_share_the_cores():
     assert makespan([3, 3], [[(0, 1)], [(1, 1)]], 2, parent_s=2.0) == pytest.approx(5.0)
 
 
+def test_the_owner_works_only_the_forks_made_once_a_worker_runs():
+    """Hand-computed: frames of 4 on two cores, a fork costs 1. prolific's parent forks w1
+    at 1 while w0 runs, and that fork shares w0's core (w0: 4 + 1 = 5); its first fork
+    precedes every worker (the fixed cost, 0 here). collective's root forks only w0, which
+    forks w1 before working: nobody's core is shared, and w1 still ends at 1 + 4."""
+    ov = Overheads(fork_s=1.0, exit_s=0.0, reap_s=0.0, process_fixed_s=0.0,
+                   process_worker_s=0.0, slice_s=1e-12, switch_s=0.0)
+    costs = np.array([4.0, 4.0])
+    for name in ("prolific", "collective"):
+        out, _ = execute(name, costs, cost_src.prefix(costs), 2, 0, 2, ov)
+        assert out.makespan == pytest.approx(5.0), name
+        assert out.end[1] == pytest.approx(5.0), name
+    out, _ = execute("collective", costs, cost_src.prefix(costs), 2, 0, 2, ov)
+    assert out.end[0] == pytest.approx(4.0)
+
+
 def test_a_calibrated_claim_under_contention_is_used_at_its_k():
     """With claims per k calibrated, k workers hold the hand-out for the k-th figure each
     claim (the last beyond the figures measured); without, the single-worker figure."""

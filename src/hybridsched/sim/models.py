@@ -167,9 +167,11 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 def _processes(info, costs, cum, k, c, ov, place, params):
     starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
     disp, claim, latency, per_msg = _source(info, costs, k, c, ov, place, params)
-    # the study's process works among the workers: its forks (all of them for a parent
-    # that forks the team, one for a mitosis tree) and, for pipes, serving every message
-    forks = 1 if info.forker == "mitosis" else k
+    # the study's process works among the workers: the forks it makes once the first
+    # worker runs (every one but the first for a parent that forks the team, none for a
+    # mitosis tree's root; the first fork precedes every worker and is in the fixed cost)
+    # and, for pipes, serving every message
+    forks = 0 if info.forker == "mitosis" else k - 1
     parent = forks * ov.fork_s
     if per_msg:  # the messages are known once the hand-out is: a first pass counts them
         dry = Engine(cum, k, place, claim, starts, latency_s=latency)
