@@ -121,6 +121,11 @@ def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
     assert "Simulated machine: N = 24 virtual cores per node" in rep.stdout
     assert "usable CPUs" not in rep.stdout  # not this machine's N
     assert "Every verdict below rests on simulated times" in rep.stdout
+    fit = hs("fit", str(out), "--model", "amdahl", cwd=tmp_path)
+    assert fit.returncode == 0 and "every point is simulated" in fit.stdout, fit.stderr
+    tr = hs("trace", str(out), "-s", "dynamic", "-k", "4", "--perfetto", str(tmp_path / "t.json"),
+            cwd=tmp_path)
+    assert tr.returncode == 0 and "[simulated]: dynamic" in tr.stdout, tr.stderr
 
 
 def test_a_mixed_study_keeps_simulated_runs_out_of_the_claims(tmp_path):
@@ -209,6 +214,13 @@ def test_bad_cores_and_a_study_without_traces_are_one_line(tmp_path):
         h5.create_group("detail")
     line = one_line_error(hs("simulate", "--from", str(meas), cwd=tmp_path))
     assert "no chunk traces" in line
+    # the study's own configurations are re-simulated: options that would choose others
+    # are refused, not silently ignored (and nothing is written)
+    for opt in (["-s", "guided"], ["-k", "4"], ["-P", "2"], ["--no-affinity"]):
+        for how in ("--from", "--validate"):
+            line = one_line_error(hs("simulate", how, str(meas), *opt, cwd=tmp_path))
+            assert opt[0] in line and "own configurations" in line
+    assert sorted(os.listdir(tmp_path)) == ["m.h5"]
 
 
 def test_auto_sim_predicts_on_the_loop_costs_and_resimulates_on_drift():

@@ -35,6 +35,7 @@ def main(args) -> int:
     if not 1 <= cores <= MAX_CORES:
         raise UsageError(f"--cores must be from 1 to {MAX_CORES}, got {cores}")
     _refuse_unmodelled(args)
+    _refuse_shape_with_a_study(args)
     args.out = _check_out(args)  # before anything is measured
     ov, calib = _overheads(args)
     if any(P > 1 for P in (args.P or [1])) and ":" in args.split:
@@ -70,6 +71,29 @@ def _refuse_unmodelled(args) -> None:
         if (getattr(args, attr, None) or 1) != 1:
             raise UsageError(f"{opt} is not simulated (the model sends one chunk per message, "
                              "the paper's protocol); leave it at 1")
+
+
+# What a study run would choose; --from and --validate take all of it from the measured
+# study's own rows, so given with them it would be silently ignored.
+_SHAPE = (("-s", "scheduler"), ("-k", "k"), ("--frames", "frames"), ("--height", "height"),
+          ("--width", "width"), ("--chunk", "chunk"), ("--reps", "reps"), ("--seed", "seed"),
+          ("--preset", "preset"), ("--workload", "workload"), ("--kernel", "kernel"),
+          ("--input", "input"), ("--verify", "verify"), ("--affinity", "affinity"),
+          ("-P", "P"), ("--coop", "coop"), ("--dispatch", "dispatch"),
+          ("--portfolio", "portfolio"), ("--fiss-stages", "fiss_stages"),
+          ("--viss-param", "viss_param"), ("--pls-swr", "pls_swr"), ("--param", "param"))
+
+
+def _refuse_shape_with_a_study(args) -> None:
+    study = ("--from", args.source) if args.source else ("--validate", args.validate)
+    if not study[1]:
+        return
+    unset = {"coop": False}  # a flag's default; every other option's is None
+    given = [opt for opt, dest in _SHAPE if getattr(args, dest, None) not in (None, unset.get(dest))]
+    if given:
+        raise UsageError(f"{study[0]} {study[1]} re-simulates that study's own configurations; "
+                         f"{', '.join(given)} cannot change them (leave {study[0]} out to "
+                         "choose a study)")
 
 
 def _check_out(args) -> str | None:

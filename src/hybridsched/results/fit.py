@@ -298,17 +298,16 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     from verified runs only, at one tensor size L."""
     from ..store import read_attrs, read_runs
 
-    from .data import versions_apart
+    from .data import SIMULATED_MARK, versions_apart
 
     runs = versions_apart(read_runs(path))
     cores = _physical_cores(read_attrs(path))
     ok = runs[runs["verified"]]
-    serial = ok[(ok["scheduler"] == "serial") & (ok["P"] == 1) & (ok["k"] == 1)]
-    others = ok[ok["scheduler"] != "serial"]
-    if len(serial) == 0:
-        raise UsageError(f"{path}: no verified serial runs at P=1, k=1 to take T_serial from "
-                         "(run -s serial without mpiexec, then merge)")
+    base = ("serial", "serial" + SIMULATED_MARK)
+    others = ok[~np.isin(ok["scheduler"], base)]
     notes: list[str] = []
+    if "simulated" in (runs.dtype.names or ()) and len(runs) and runs["simulated"].all():
+        notes.append("every point is simulated (hybridsched simulate), none measured")
     if scheduler is None:
         names = sorted(set(others["scheduler"].tolist()))
         if not names:
@@ -320,6 +319,12 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     mine = others[others["scheduler"] == scheduler]
     if len(mine) == 0:
         raise UsageError(f"{path}: no verified runs of scheduler {scheduler!r}")
+    # a simulated scheduler of a study that also holds measured runs: the simulated T_serial
+    own = base[1] if str(scheduler).endswith(SIMULATED_MARK) else base[0]
+    serial = ok[(ok["scheduler"] == own) & (ok["P"] == 1) & (ok["k"] == 1)]
+    if len(serial) == 0:
+        raise UsageError(f"{path}: no verified {own} runs at P=1, k=1 to take T_serial from "
+                         "(run -s serial without mpiexec, then merge)")
     Ls = sorted(set(serial["L"].tolist()) & set(mine["L"].tolist()))
     if frames is not None:
         if frames not in Ls:

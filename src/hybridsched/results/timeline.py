@@ -29,11 +29,14 @@ class RunTrace:
     rep: int
     time_s: float
     detail: Detail
+    simulated: bool = False
 
     @property
     def title(self) -> str:
         k = f"{self.P}×{self.k}" if self.P > 1 else str(self.k)
-        return f"run {self.run_id}: {self.scheduler} ({self.family}), k = {k}, L = {self.L}, rep {self.rep}"
+        sim = " [simulated]" if self.simulated else ""
+        return (f"run {self.run_id}{sim}: {self.scheduler} ({self.family}), k = {k}, "
+                f"L = {self.L}, rep {self.rep}")
 
     def lane_label(self, worker: int) -> str:
         if self.P > 1 and self.k > 0:
@@ -90,8 +93,9 @@ def load(path: str, row: np.ndarray) -> RunTrace:
     if len(d.trace) == 0 and len(d.workers) == 0:
         why = "" if row["verified"] else f" (it failed: {str(row['error'])[:120] or 'unverified'})"
         raise UsageError(f"{path}: run {int(row['run_id'])} has no stored trace{why}")
+    sim = "simulated" in (row.dtype.names or ()) and bool(row["simulated"])
     return RunTrace(int(row["run_id"]), str(row["scheduler"]), str(row["family"]), int(row["P"]),
-                    int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d)
+                    int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d, sim)
 
 
 def step_series(detail: Detail) -> list[tuple[str, np.ndarray, np.ndarray]]:
