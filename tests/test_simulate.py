@@ -126,6 +126,12 @@ def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
     tr = hs("trace", str(out), "-s", "dynamic", "-k", "4", "--perfetto", str(tmp_path / "t.json"),
             cwd=tmp_path)
     assert tr.returncode == 0 and "[simulated]: dynamic" in tr.stdout, tr.stderr
+    # without serial: simulate has no --resume, so the report does not suggest it
+    bare = tmp_path / "b.h5"
+    assert hs("simulate", "-s", "dynamic", "-k", "2", "-L", "20", "--height", "8", "--width",
+              "8", "--reps", "1", "-o", str(bare), cwd=tmp_path).returncode == 0
+    rep = hs("report", str(bare), "--no-plots", cwd=tmp_path)
+    assert "simulate again with `-s serial`" in rep.stdout and "--resume" not in rep.stdout
 
 
 def test_a_mixed_study_keeps_simulated_runs_out_of_the_claims(tmp_path):

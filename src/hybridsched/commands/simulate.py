@@ -89,7 +89,8 @@ def _refuse_shape_with_a_study(args) -> None:
     if not study[1]:
         return
     unset = {"coop": False}  # a flag's default; every other option's is None
-    given = [opt for opt, dest in _SHAPE if getattr(args, dest, None) not in (None, unset.get(dest))]
+    given = [opt for opt, dest in _SHAPE
+             if getattr(args, dest, None) not in (None, unset.get(dest))]
     if given:
         raise UsageError(f"{study[0]} {study[1]} re-simulates that study's own configurations; "
                          f"{', '.join(given)} cannot change them (leave {study[0]} out to "

@@ -172,9 +172,10 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
         head += serial_check(rows, ser)
     else:
-        how = ("simulate again with `-s serial` added and `--overwrite`" if sim else "resume with `--resume`")
+        how = ("simulate again with `-s serial` added and `--overwrite`" if sim
+               else "resume with `--resume`")
         head += ["**This study has no verified `serial` runs, so T_serial (Eq. 4) is unknown: "
-                 f"σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
+                 "σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
                  f"({how}) to get them.**", ""]
     files: list[str] = []
     fam_md, fam_recs = family_comparison(rows, study.n)
