@@ -119,6 +119,10 @@ def test_cli_simulates_a_study_file_marked_simulated(tmp_path):
     rep = hs("report", str(out), cwd=tmp_path)
     assert rep.returncode == 0 and "Simulated study" in rep.stdout
     assert "Simulated machine: N = 24 virtual cores per node" in rep.stdout
+    assert "were disturbed" not in rep.stdout and "T_serial disturbed" not in rep.stdout
+    # a simulated study is not a measured one: --validate says so, naming itself
+    line = one_line_error(hs("simulate", "--validate", str(out), cwd=tmp_path))
+    assert line.startswith("hybridsched: error: --validate") and "no verified measured" in line
     assert "usable CPUs" not in rep.stdout  # not this machine's N
     assert "Every verdict below rests on simulated times" in rep.stdout
     fit = hs("fit", str(out), "--model", "amdahl", cwd=tmp_path)
@@ -410,3 +414,15 @@ def test_a_pipe_producer_without_a_core_of_its_own_pays_two_switches_per_message
         seen.clear()
         execute("pipe-MtoM", np.ones(60) * 1e-3, cost_src.prefix(np.ones(60) * 1e-3), k, 1, 2, ov)
         assert seen[-1] == pytest.approx(60 * per)  # 60 chunks of one task
+
+
+def test_the_switch_probe_interrupted_leaves_no_child():
+    """Ctrl-C sent to this process alone while the switch probe ping-pongs with its child:
+    the child sees EOF and ends, and is reaped (it used to hold its own write end open)."""
+    code = ("import os, signal, threading, psutil\n"
+            "from hybridsched.sim.costs import switch_seconds\n"
+            "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+            "try:\n    switch_seconds(10**8)\nexcept KeyboardInterrupt:\n    print('stopped')\n"
+            "print(len(psutil.Process().children(recursive=True)))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.split() == ["stopped", "0"], p.stderr

@@ -88,10 +88,10 @@ def add_run(sub) -> None:
                    help="continue the --out study: run only the configurations not stored yet "
                    "(same seed, shape, kernel and machine required)")
     r.add_argument("--interleave", action="store_true",
-                   help="variant: every configuration's first repetition, then every one's "
-                   "second, ... (default: a configuration's repetitions back to back, the "
-                   "paper's order); a slow spell of a shared machine then spreads over all "
-                   "configurations instead of falling on one")
+                   help="variant: for each L, every configuration's first repetition, then "
+                   "every one's second, ... (default: a configuration's repetitions back to "
+                   "back, the paper's order); a slow spell of a shared machine then spreads "
+                   "over all configurations instead of falling on one")
     _split_option(r, "under mpiexec: ")
     r.set_defaults(command="run")
 

@@ -220,7 +220,7 @@ def _repeatable(scheduler: str) -> bool:
 
 
 def _validate(args, cores: int, ov: Overheads) -> int:
-    study = MeasuredStudy(args.validate)
+    study = MeasuredStudy(args.validate, "--validate")
     if not (study.runs["P"] == 1).any():
         raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
                          "(--validate compares P = 1 runs)")

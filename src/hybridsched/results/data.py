@@ -87,12 +87,12 @@ class Study:
 
         a = self.attrs
         cpu, host = a.get("machine.cpu_model", "?"), a.get("machine.hostname", "?")
-        load = f"load average at start {a.get('machine.loadavg_at_start', 'not recorded')}."
+        load = f"load average at start {a.get('machine.loadavg_at_start', 'not recorded')}"
         cores = simulated_cores(a)
         if cores:
             return (f"Simulated machine: N = {cores} virtual cores per node (simulated on "
-                    f"{cpu}, host {host}; {load})")
-        return f"Machine: {cpu}, N = {self.n or '?'} usable CPUs, host {host}; {load}"
+                    f"{cpu}, host {host}; {load}).")
+        return f"Machine: {cpu}, N = {self.n or '?'} usable CPUs, host {host}; {load}."
 
 
 def load_study(path: str, utilisation: bool = True) -> Study:

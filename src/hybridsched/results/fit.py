@@ -321,6 +321,8 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
         raise UsageError(f"{path}: no verified runs of scheduler {scheduler!r}")
     # a simulated scheduler of a study that also holds measured runs: the simulated T_serial
     own = base[1] if str(scheduler).endswith(SIMULATED_MARK) else base[0]
+    if own != base[0]:
+        notes.append(f"{scheduler}: simulated points (the study also holds measured runs)")
     serial = ok[(ok["scheduler"] == own) & (ok["P"] == 1) & (ok["k"] == 1)]
     if len(serial) == 0:
         raise UsageError(f"{path}: no verified {own} runs at P=1, k=1 to take T_serial from "

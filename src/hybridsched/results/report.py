@@ -12,6 +12,7 @@ import numpy as np
 
 from . import claims, metrics
 from ..machine.rule import SHARED_MACHINE, dedicated
+from ..store import simulated_cores
 from .data import (SERIAL_CHECK, Row, Study, alpha_text, best_per_family, simulated_line,
                    chunk_text, disturbed_mark, fmt, k_at_n, serial_gap, summarise,
                    t_text, variant_label, variants)
@@ -170,7 +171,8 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     if ser:
         head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
-        head += serial_check(rows, ser)
+        if not simulated_cores(study.attrs):  # a model's serial is never disturbed
+            head += serial_check(rows, ser)
     else:
         how = ("simulate again with `-s serial` added and `--overwrite`" if sim
                else "resume with `--resume`")
@@ -194,8 +196,8 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
 
         our_directory(out_dir)  # fresh, or ours: never through a symlink
         for name, recs in (("summary.csv", row_records(rows)), ("best_per_family.csv", fam_recs),
-                           ("claims.csv", claims.claims_records(rows, study.n,
-                                                              foreign=list(study.foreign.values())))):
+                           ("claims.csv", claims.claims_records(
+                               rows, study.n, list(study.foreign.values()), study.attrs))):
             if recs:
                 p = os.path.join(out_dir, name)
                 write_csv(p, recs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import statistics
 import time
 
@@ -73,12 +74,17 @@ def switch_seconds(rounds: int = 2000) -> float:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
+            os.close(there[1])  # only the parent writes: its close is the child's EOF
+            os.close(back[0])
             os.sched_setaffinity(0, {cpu})
             for _ in range(rounds):
-                os.read(there[0], 1)
+                if not os.read(there[0], 1):
+                    break  # the parent stopped early (Ctrl-C, an error)
                 os.write(back[1], b"x")
         finally:
             os._exit(0)
+    os.close(there[0])
+    os.close(back[1])
     try:
         os.sched_setaffinity(0, {cpu})
         t0 = time.perf_counter()
@@ -88,9 +94,14 @@ def switch_seconds(rounds: int = 2000) -> float:
         return (time.perf_counter() - t0) / (2 * rounds)
     finally:
         os.sched_setaffinity(0, mine)
-        for fd in (*there, *back):
-            os.close(fd)  # the child, if still reading, sees EOF and ends
-        os.waitpid(pid, 0)
+        os.close(there[1])  # the child, if still reading, sees EOF and ends
+        os.close(back[0])
+        try:
+            os.waitpid(pid, 0)
+        except BaseException:  # a second Ctrl-C while reaping: no zombie left behind
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
 
 
 def row_sort_seconds(width: int) -> float:

@@ -34,13 +34,14 @@ TENSOR = ("L", "H", "W", "workload", "workload_params", "seed", "kernel", "input
 class MeasuredStudy:
     """The verified runs of one study with their traces, indexed for cost look-ups."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, option: str = "--from"):
         runs = read_runs(path)
         self.path = path
+        self.option = option  # how the user named it, for messages
         self.n = max(1, machine_n(path, read_attrs(path)) or 1)
         self.runs = runs[runs["verified"] & ~runs["simulated"]]
         if not len(self.runs):
-            raise UsageError(f"--from {path}: no verified measured runs to take costs from")
+            raise UsageError(f"{option} {path}: no verified measured runs to take costs from")
         self.traces: dict[int, np.ndarray] = {}
         self.workers: dict[int, np.ndarray] = {}
         self._own: dict[tuple, dict] = {}  # a configuration's own overheads (overheads_for)
@@ -49,7 +50,7 @@ class MeasuredStudy:
                 self.traces[rid] = d.trace
                 self.workers[rid] = d.workers
         if not self.traces:
-            raise UsageError(f"--from {path}: its runs hold no chunk traces to take task costs from")
+            raise UsageError(f"{option} {path}: its runs hold no chunk traces to take task costs from")
 
     def tensor(self, row) -> tuple:
         return tuple(row[f] for f in TENSOR)
@@ -82,7 +83,7 @@ class MeasuredStudy:
             costs = self._per_task([int(r["run_id"]) for r in pool], L)
             if costs is not None:
                 return costs
-        raise UsageError(f"--from {self.path}: no trace covers the {L} tasks of "
+        raise UsageError(f"{self.option} {self.path}: no trace covers the {L} tasks of "
                          f"{row['scheduler']} k={row['k']}")
 
     def overheads(self, base: Overheads) -> Overheads:

@@ -56,7 +56,7 @@ def claims_markdown(rows: list[Row], n: int, attrs: dict | None = None,
                     foreign: list[float] | None = None) -> str:
     """The claims section of the report. ``foreign``: every run's share of the CPUs that
     other processes used (data.dedicated decides claim 4's shared machine)."""
-    ctx = Ctx(rows, n, list(foreign or []))
+    ctx = Ctx(rows, n, list(foreign or []), _simulated(attrs))
     out = _preamble(ctx)
     for title, lines in _sections(ctx):
         out += [f"### {title}", "", *(ln.markdown() for ln in lines), ""]
@@ -69,8 +69,16 @@ def claims_markdown(rows: list[Row], n: int, attrs: dict | None = None,
     return "\n".join(out)
 
 
-def claims_records(rows: list[Row], n: int, foreign: list[float] | None = None) -> list[dict]:
+def claims_records(rows: list[Row], n: int, foreign: list[float] | None = None,
+                   attrs: dict | None = None) -> list[dict]:
     """One record per verdict line, then the control's cells (claims.csv)."""
-    ctx = Ctx(rows, n, list(foreign or []))
+    ctx = Ctx(rows, n, list(foreign or []), _simulated(attrs))
     recs = [ln.record(ctx) for _, lines in _sections(ctx) for ln in lines]
     return recs + control(ctx)[1]
+
+
+def _simulated(attrs: dict | None) -> bool:
+    """Whether the study was written by `simulate` (its runs are all simulated)."""
+    from ...store import simulated_cores
+
+    return bool(simulated_cores(attrs or {}))
