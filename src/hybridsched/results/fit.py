@@ -364,8 +364,8 @@ def _physical_cores(attrs: dict) -> int | None:
     None where neither is recorded."""
     from ..store import simulated_cores
 
-    if simulated_cores(attrs):
-        return simulated_cores(attrs)
+    if cores := simulated_cores(attrs):
+        return cores
     vals = []
     for key in ("machine.cpu_count_physical", "machine.N"):
         try:

@@ -154,6 +154,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
     ok = int(study.runs["verified"].sum())
     sim = simulated_line(study.runs)
+    modelled = bool(simulated_cores(study.attrs))  # written by `simulate`: no run measured
     by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
     head = [f"# Study {os.path.basename(study.path)}", "",
             study.machine_line(), "",
@@ -171,10 +172,10 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     if ser:
         head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
-        if not simulated_cores(study.attrs):  # a model's serial is never disturbed
+        if not modelled:  # a model's serial is never disturbed
             head += serial_check(rows, ser)
     else:
-        how = ("simulate again with `-s serial` added and `--overwrite`" if sim
+        how = ("simulate again with `-s serial` added and `--overwrite`" if modelled
                else "resume with `--resume`")
         head += ["**This study has no verified `serial` runs, so T_serial (Eq. 4) is unknown: "
                  "σ, σE, α and every derived figure are left blank (—). Add `-s serial` "

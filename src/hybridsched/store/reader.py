@@ -183,8 +183,8 @@ def simulated_cores(attrs: dict) -> int:
 def machine_n(path: str, attrs: dict) -> int:
     """N (usable CPUs when the study ran) from the attributes, for a simulated study the
     virtual cores per node it was simulated on; 0 when not recorded."""
-    if simulated_cores(attrs):
-        return simulated_cores(attrs)
+    if cores := simulated_cores(attrs):
+        return cores
     val = attrs.get("machine.N", attrs.get("machine.cpus_usable", 0))
     try:
         n = int(val or 0)

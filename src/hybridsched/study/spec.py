@@ -62,8 +62,8 @@ class StudySpec:
     input_hash: str = ""
     verify: str = ""
     # Repetition-major order (--interleave): rep 0 of every configuration, then rep 1, ...,
-    # within each tensor (one slab is generated at a time, as in the default order)
-    # The default keeps the paper's order (a configuration's repetitions back to back), whose
+    # within each tensor (one slab is generated at a time, as in the default order). The
+    # default keeps the paper's order (a configuration's repetitions back to back), whose
     # medians a few seconds of a shared host's slowdown can shift for one configuration.
     interleave: bool = False
 
