@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hybridsched.core import dispatch
 from hybridsched.core import policies as pol
 from hybridsched.core.monitor import UtilisationModel, UtilisationMonitor
+from waiting import wait_until
 
 # --- Eq. 1 and Eq. 2 from synthetic counters ---------------------------------------------
 
@@ -142,20 +143,35 @@ def test_reset_forgets_the_history_of_earlier_runs():
 
 
 def test_reset_restarts_the_sampling_period():
-    calls = []
+    """After a reset the next sample comes a full period after the reset's own baseline,
+    not at the end of the period the reset interrupted. Timestamps, not sleeps: on a loaded
+    machine samples come late, never early."""
+    calls: list[tuple[float, bool]] = []  # (when, made by the sampling thread)
+    period = 0.2
 
     def source():
-        calls.append(time.monotonic())
+        calls.append((time.monotonic(), threading.current_thread() is not threading.main_thread()))
         return [(0.0, float(len(calls)))]
 
-    with UtilisationMonitor(period=0.2, source=source) as mon:
-        time.sleep(0.15)
-        mon.reset()
-        n = len(calls)
-        time.sleep(0.1)  # 0.25 s after start but only 0.1 s after the reset: no sample
-        assert len(calls) == n
-        time.sleep(0.2)
-        assert len(calls) > n
+    def sampled_after(i: int) -> int | None:
+        return next((j for j in range(i + 1, len(calls)) if calls[j][1]), None)
+
+    with UtilisationMonitor(period=period, source=source) as mon:
+        last = 0
+        for _ in range(20):  # until a reset lands mid-period (a loaded machine may miss one)
+            k = wait_until(lambda: sampled_after(last), "a periodic sample")
+            while time.monotonic() < calls[k][0] + period / 2:
+                pass  # half into the period
+            mon.reset()
+            r = max(i for i, (_, sampler) in enumerate(calls) if not sampler)  # the reset's
+            last = r
+            if sampled_after(k) is None or sampled_after(k) > r:
+                break  # no sample between the one seen and the reset
+        else:
+            raise AssertionError("no reset landed mid-period in 20 periods")
+        nxt = wait_until(lambda: sampled_after(r), "the first sample after the reset")
+        assert calls[nxt][0] - calls[r][0] >= period - 1e-3
+        assert calls[nxt][0] - calls[k][0] >= 1.5 * period - 1e-3  # not the old period's end
 
 
 # --- the AIMD window ---------------------------------------------------------------------
@@ -256,7 +272,7 @@ def test_window_gates_concurrent_claims():
     got = []
     t = threading.Thread(target=lambda: got.append(gate.claim(1)))
     t.start()
-    time.sleep(0.05)
+    wait_until(lambda: gate._waiting == 1, "the second claim blocking on the full window")
     assert got == [] and gate.in_flight == 1  # blocked: window 1, one chunk in flight
     gate.done(0, first[1], 0.001)
     t.join(5)
@@ -264,7 +280,7 @@ def test_window_gates_concurrent_claims():
     # window full again: a blocked claimer is released (with None) by stop()
     t2 = threading.Thread(target=lambda: got.append(gate.claim(0)))
     t2.start()
-    time.sleep(0.05)
+    wait_until(lambda: gate._waiting == 1, "a claim blocking on the full window again")
     assert len(got) == 1
     gate.stop()
     t2.join(5)
@@ -272,19 +288,22 @@ def test_window_gates_concurrent_claims():
 
 
 def test_waiters_are_released_at_the_end():
-    """When the last frames are handed out, claimers waiting on a full window get None."""
-    gate = dispatch.AimdGate(4, pool=1, limit=1, monitor=FakeMonitor(0.99))
-    chunk = gate.claim(0)
-    assert chunk == (0, 4)
+    """When the last frames are handed out, claimers waiting on a full window get None
+    (they block while frames remain, one takes the last chunk, the rest see the end)."""
+    gate = dispatch.AimdGate(8, pool=1, limit=1, monitor=FakeMonitor(0.99))
+    assert gate.claim(0) == (0, 4)
     got = []
     waiters = [threading.Thread(target=lambda: got.append(gate.claim(1))) for _ in range(3)]
     for t in waiters:
         t.start()
-    time.sleep(0.05)
+    wait_until(lambda: gate._waiting == 3, "three claims blocking on the full window")
     gate.done(0, 4, 0.001)
+    wait_until(lambda: got, "a waiter taking the last chunk")
+    assert got == [(4, 4)] and gate._waiting == 2
+    gate.done(1, 4, 0.001)
     for t in waiters:
         t.join(5)
-    assert not any(t.is_alive() for t in waiters) and got == [None, None, None]
+    assert not any(t.is_alive() for t in waiters) and got == [(4, 4), None, None]
 
 
 # --- adaptive chunk sizes from chosen timings (§2.4, Eq. 3) --------------------------------

@@ -17,9 +17,9 @@ import pytest
 
 from hybridsched import cli, kernels
 from hybridsched.core import registry as schedulers
-from hybridsched.errors import NotOurFile
 from hybridsched.store import read_detail, read_runs
 from hybridsched.oslayer.shm import our_shm_entries
+from waiting import default_sigint, wait_for_rows
 
 TINY = ["-s", "serial", "-k", "1", "--frames", "2", "--height", "2", "--width", "2", "--reps", "1"]
 
@@ -250,19 +250,6 @@ def test_unverified_runs_are_warned_and_kept_out_of_tables(tmp_path, monkeypatch
 LONG_RUN = ["--frames", "40", "--height", "128", "--width", "640", "--reps", "500", "-k", "2"]
 
 
-def _wait_for_runs(path: str, n: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        try:
-            if len(read_runs(path)) >= n:
-                return
-        except NotOurFile:
-            pass  # not created yet
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} runs after {timeout} s")
-
-
 @pytest.mark.parametrize("sig,rc", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["SIGTERM", "Ctrl-C"])
 @pytest.mark.parametrize("scheds", ["serial,dynamic", "prolific,pipe-MtoM"])
@@ -270,9 +257,9 @@ def test_signal_keeps_completed_runs_and_leaves_nothing(tmp_path, sig, rc, sched
     out = str(tmp_path / "sig.h5")
     proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", scheds, *LONG_RUN,
                              "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
     try:
-        _wait_for_runs(out, 3, proc)
+        wait_for_rows(out, 3, proc)
         kids = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)

@@ -20,6 +20,7 @@ from hybridsched.colocate.output import read_colocate
 from hybridsched.records import RunConfig
 from hybridsched.oslayer.cpus import n_cpus, usable_cpus
 from hybridsched.workloads.slab import Slab
+from waiting import cpu_seconds, wait_until
 
 N = n_cpus()
 
@@ -110,7 +111,8 @@ def test_a_killed_job_does_not_stall_the_others(seg):
             import psutil
             kids = psutil.Process().children()
             if len(kids) >= 4:
-                time.sleep(0.05)
+                while cpu_seconds(kids[0]) < 0.005 and time.monotonic() < deadline:
+                    time.sleep(0.001)  # until it works: a kill mid-run
                 os.kill(kids[0].pid, signal.SIGKILL)
                 victim.append(kids[0].pid)
                 return
@@ -266,7 +268,8 @@ def test_a_sigkilled_run_job_leaves_nothing_in_dev_shm(tmp_path):
         assert len(jobs) == 2
         pids = [proc.pid] + [j.pid for j in jobs]
         assert not [e for p in pids for e in our_shm_entries(p)]  # no name while it runs
-        time.sleep(1.0)  # past the start: the jobs sort (about 1 s of work each)
+        # past the start: job 0 sorts (about 1 s of CPU each job), well before its end
+        wait_until(lambda: cpu_seconds(jobs[0]) > 0.1, "job 0 sorting", proc=proc)
         os.kill(jobs[0].pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:

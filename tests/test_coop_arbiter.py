@@ -13,6 +13,7 @@ import pytest
 
 from hybridsched.oslayer import futex
 from coopcheck import fork_token_holder
+from waiting import default_sigint, wait_until, waits_in_kernel
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.errors import UsageError
 from hybridsched.oslayer.cpus import usable_cpus
@@ -291,9 +292,12 @@ def test_futex_wake_across_processes():
 
     m = mmap.mmap(-1, 64)
     words = np.frombuffer(m, np.int32, 2)
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:
-        time.sleep(0.05)
+    if pid == 0:  # wakes the parent once it sleeps in its futex wait (a wait, then a wake)
+        deadline = time.monotonic() + 60
+        while not waits_in_kernel(parent, "futex") and time.monotonic() < deadline:
+            time.sleep(0.001)
         words[0] = 1
         futex.wake(futex.address(words, 0))
         os._exit(0)
@@ -415,9 +419,10 @@ def test_ctrl_c_while_waiting_for_the_lock_leaks_nothing(seg):
             "import sys\nfrom hybridsched.coop.arbiter import Arbiter\n"
             "a = Arbiter(path=sys.argv[1])\nprint('ready', flush=True)\n"
             "try:\n    a.__enter__()\nexcept KeyboardInterrupt:\n    sys.exit(3)\na.close()\n"),
-            seg], stdout=subprocess.PIPE, text=True)
+            seg], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
         assert victim.stdout.readline().strip() == "ready"
-        time.sleep(0.5)                           # in its wait for the holder's mutex
+        wait_until(lambda: waits_in_kernel(victim.pid, "futex"),
+                   "the new participant waiting for the holder's mutex")
         t0 = time.monotonic()
         victim.send_signal(signal.SIGINT)
         assert victim.wait(5) == 3 and time.monotonic() - t0 < 1.0

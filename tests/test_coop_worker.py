@@ -11,6 +11,7 @@ import time
 import pytest
 
 from coopcheck import fork_token_holder
+from waiting import wait_until
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.layout import WAITING
 from hybridsched.oslayer.cpus import usable_cpus
@@ -47,6 +48,10 @@ def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
     assert seen["waiting"] == os.SCHED_BATCH
 
 
+# Long enough to hold several of the longest sleeps (0.5 s), short for a test.
+WINDOW_S = 1.5
+
+
 def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
     """Many waiters do not all wake every period (each wake-up preempts a holder): the one
     that made the last scan keeps the period, the others sleep longer. A holder killed
@@ -59,19 +64,24 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
         a.reclaim_due = lambda: calls.append(time.monotonic()) or scan()
         j = a.join_job()
         pid = fork_token_holder(a, j)  # takes the only token and keeps it until killed
-        got = []
+        got, seats = [], []
 
         def body():
             me = a.worker(j)
+            seats.append(me)
             me.acquire()
             got.append(time.monotonic())
             me.leave()
         ts = [threading.Thread(target=body) for _ in range(6)]
         for t in ts:
             t.start()
-        time.sleep(2.0)  # long enough for every waiter to reach the longest sleep
-        n_calls = len(calls)
-        t_kill = time.monotonic()
+        # every waiter but the scanner has backed off to the longer sleep
+        wait_until(lambda: len(seats) == 6 and sum(w.poll_ns > worker_mod._RECLAIM_POLL_NS
+                                                    for w in seats) >= 5,
+                   "five of the six waiters backing off")
+        n0, t0 = len(calls), time.monotonic()
+        time.sleep(WINDOW_S)  # the measurement window (not a wait for a state)
+        n_calls, t_kill = len(calls) - n0, time.monotonic()
         os.kill(pid, signal.SIGKILL)
         for t in ts:
             t.join(10)
@@ -79,8 +89,8 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
         a.leave_job(j)
     assert len(got) == 6
     assert min(got) - t_kill < 1.0, min(got) - t_kill
-    # every waiter on the period would have woken 6 x 2 s / 0.2 s = 60 times
-    periods = 6 * 2.0 / worker_mod.RECLAIM_POLL_S
+    # every waiter on the period would have woken 6 x window / 0.2 s times
+    periods = 6 * (t_kill - t0) / worker_mod.RECLAIM_POLL_S
     assert n_calls < 0.6 * periods, n_calls
 
 

@@ -23,6 +23,7 @@ from hybridsched.coop import arbiter as arb
 from hybridsched.errors import UsageError
 from hybridsched.oslayer.cpus import n_cpus
 from hybridsched.oslayer.shm import our_shm_entries
+from waiting import default_sigint, wait_for_rows, wait_until
 
 N = n_cpus()
 
@@ -133,12 +134,12 @@ def test_after_ctrl_c_to_a_coop_colocate_the_next_run_finds_no_coop_segment(tmp_
         pytest.skip("another coop run is using the node's segment")
     proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", "--workload", "run",
                              "-s", "prolific", "--jobs", "2", "--workers", "2", "--steps", "3000",
-                             "--height", "64", "--width", "64", "--reps", "20", "--policy",
-                             "coop", "-o", str(tmp_path / "c.h5")], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(arb.segment_path()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(1.0)
+                             "--height", "64", "--width", "64", "--reps", "1000", "--policy",
+                             "coop", "-o", str(tmp_path / "c.h5")], stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
+    # a repetition is stored and the next one runs on the arbiter
+    wait_for_rows(str(tmp_path / "c.h5"), 1, proc, table="colocate")
+    wait_until(lambda: os.path.exists(arb.segment_path()), "the arbiter's segment", proc=proc)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=60)
     assert proc.returncode == 130

@@ -8,13 +8,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-
 import pytest
 
 from hybridsched.cli import main
 from hybridsched.commands.parsers import SUBCOMMANDS
 from hybridsched.oslayer.proctree import FAULT_ENV
+from waiting import DEADLINE_S, default_sigint, wait_for_descendants, wait_for_rows
 
 TINY = ["-k", "2", "-L", "6", "--height", "4", "--width", "8", "--reps", "1"]
 
@@ -119,17 +118,32 @@ def test_1_when_a_rank_failed(tmp_path):
                          ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("name", ["run", "colocate", "ge"])
 def test_130_and_143_for_the_signals(name, sig, rc, tmp_path):
+    """The signal arrives once the command is known to be inside its runs (a committed row,
+    or the jobs' processes), and each command has work for minutes on any machine, so it
+    cannot end on its own first. The child starts with SIGINT at its default whatever this
+    process's disposition is (a background job's suite has it ignored)."""
+    out = str(tmp_path / "x.h5")
     long = {
         "run": ["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "200", "--height", "64",
-                "--width", "64", "--reps", "50"],
-        "colocate": ["colocate", "--jobs", "2", "--workers", "1", "--steps", "100000",
+                "--width", "64", "--reps", "2000"],
+        "colocate": ["colocate", "--jobs", "2", "--workers", "1", "--steps", "1000000",
                      "--step-us", "50", "--reps", "5", "--policy", "linux"],
-        "ge": ["ge", "--arch", "A0,A1,A2", "--n", "256", "--threads", "64", "--reps", "50"],
+        "ge": ["ge", "--arch", "A0,A1,A2", "--n", "256", "--threads", "64", "--reps", "100000"],
     }[name]
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", *long,
-                             "-o", str(tmp_path / "x.h5")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)  # past the start-up, into the runs
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    inside = {  # the state that says the command is running its experiment
+        "run": lambda proc: wait_for_rows(out, 1, proc),
+        "colocate": lambda proc: wait_for_descendants(proc.pid, 2, proc),
+        "ge": lambda proc: wait_for_rows(out, 1, proc, table="ge"),
+    }[name]
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", *long, "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    try:
+        inside(proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == rc, err

@@ -22,6 +22,7 @@ from hybridsched.oslayer.proctree import FAULT_ENV, fault_plan
 from hybridsched.study.runner import timed_run
 from hybridsched.workloads.slab import Slab
 from hybridsched.oslayer.shm import our_shm_entries
+from waiting import cpu_seconds, default_sigint
 
 PROCESS = ["prolific", "collective"]
 PIPES = ["pipe-1to1", "pipe-1toN", "pipe-MtoM"]
@@ -168,7 +169,8 @@ def _kill_one_worker_when_running(k: int, victim_index: int, out: list):
     while time.monotonic() < deadline:
         kids = sorted(_descendants(), key=lambda p: p.pid)
         if len(kids) >= k:
-            time.sleep(0.02)  # let them start working
+            while cpu_seconds(kids[victim_index]) < 0.005 and time.monotonic() < deadline:
+                time.sleep(0.001)  # until it works: a kill mid-run, not before it
             try:
                 kids[victim_index].kill()
                 out.append(kids[victim_index].pid)
@@ -226,7 +228,8 @@ def test_cli_signal_mid_run_leaves_no_process_or_segment(tmp_path, sig, code):
     out = tmp_path / "s.h5"
     cmd = [sys.executable, "-m", "hybridsched", "run", "-s", "pipe-MtoM", "-k", "3", "-L", "3000",
            "--height", "32", "--width", "640", "--reps", "5", "-o", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
     try:
         parent = psutil.Process(proc.pid)
         workers: list[psutil.Process] = []

@@ -23,6 +23,7 @@ from hybridsched import store
 from hybridsched.cli import main
 from hybridsched.errors import DiskFull, UsageError
 from hybridsched.oslayer.shm import our_shm_entries
+from waiting import DEADLINE_S, wait_for_descendants, wait_until
 
 TINY = ["-k", "2", "--reps", "1"]
 
@@ -264,21 +265,26 @@ def test_parallel_for_sweeps_the_segments_of_a_process_killed_outright():
 
 
 def test_sigterm_inside_parallel_for_leaves_no_segment(tmp_path):
+    # a kernel that takes a millisecond a task: minutes of work on any machine
     code = textwrap.dedent("""
-        import numpy as np, hybridsched, sys
-        data = np.random.default_rng(0).integers(0, 255, (4000, 64, 64), dtype=np.uint8)
+        import time, numpy as np, hybridsched
+        def slow(task):
+            time.sleep(0.001)
         print("ready", flush=True)
-        hybridsched.parallel_for("quicksort", data, scheduler="prolific", k=2, check=False)
+        hybridsched.parallel_for(slow, np.zeros((200000, 8)), scheduler="prolific", k=2,
+                                 verify="none")
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    deadline = time.monotonic() + 60
-    while not our_shm_entries(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert our_shm_entries(proc.pid), "the run's segment never appeared"
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        wait_until(lambda: our_shm_entries(proc.pid), "the run's segment", proc=proc)
+        wait_for_descendants(proc.pid, 2, proc)  # inside the run: its workers are forked
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 143
     assert our_shm_entries(proc.pid) == []
 

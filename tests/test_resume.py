@@ -18,6 +18,7 @@ from hybridsched import cli
 from hybridsched.study.progress import Progress
 from hybridsched.records import RunConfig
 from hybridsched.store import read_attrs, read_runs
+from waiting import default_sigint
 
 # Enough runs (3 x 40) of ~10-30 ms each that the sweep is still going when we interrupt it
 # after a few are stored; small enough that the whole test takes a few seconds.
@@ -46,7 +47,8 @@ def _keys(runs: np.ndarray) -> list[tuple]:
 @pytest.mark.slow
 def test_sigint_then_resume(tmp_path):
     out = str(tmp_path / "sweep.h5")
-    proc = subprocess.Popen(_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 60
         while _stored(out) < 5 and proc.poll() is None and time.monotonic() < deadline:
