@@ -27,6 +27,7 @@ done
 [ ${#conds[@]} -gt 0 ] || conds=(a b c d)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/hybridsched-stress.XXXXXX")"
+logs="$(mktemp -d "${TMPDIR:-/tmp}/hybridsched-stress-logs.XXXXXX")"  # kept: read the failures
 loaders=()
 cleanup() {
   for p in "${loaders[@]}"; do kill "$p" 2>/dev/null; done
@@ -53,7 +54,7 @@ summary=()
 status=0
 pytest_line="$(command -v python) -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-}"
 run_suite() {  # $1 condition, $2 the command line that runs the suite
-  local cond=$1 log="$work/$1.log" t0 t1 line
+  local cond=$1 log="$logs/$1.log" t0 t1 line
   t0=$(date +%s)
   eval "$2" >"$log" 2>&1
   t1=$(date +%s)
@@ -97,6 +98,6 @@ EOF
   esac
 done
 
-echo "--- tests/stress.sh ($(git -C "$PWD" rev-parse --short HEAD 2>/dev/null), $(nproc) CPUs) ---"
+echo "--- tests/stress.sh ($(git -C "$PWD" rev-parse --short HEAD 2>/dev/null), $(nproc) CPUs; logs in $logs) ---"
 for s in "${summary[@]}"; do echo "$s"; done
 exit $status

@@ -255,9 +255,16 @@ def test_colocate_gate_and_coop_pipes_work_with_descriptors_above_1024(many_fds,
 
 # --- 14: the API after SIGTERM ----------------------------------------------------------------
 
-def test_parallel_for_sweeps_the_segments_of_a_process_killed_outright():
-    code = ("import os, signal\nfrom hybridsched.oslayer.shm import segment_array\n"
-            "segment_array((16,), 'u1', 'api')\nos.kill(os.getpid(), signal.SIGKILL)\n")
+def test_parallel_for_sweeps_the_segments_of_a_process_killed_outright(monkeypatch):
+    from hybridsched.oslayer import shm
+
+    # A pid namespace of this test's own (real ones are inode numbers near 4026531836): the
+    # sweep of any other hybridsched process on the machine leaves the orphan to ours.
+    ns = os.getpid()
+    monkeypatch.setattr(shm, "pid_namespace", lambda: ns)
+    code = ("import os, signal\nfrom hybridsched.oslayer import shm\n"
+            f"shm.pid_namespace = lambda: {ns}\n"
+            "shm.segment_array((16,), 'u1', 'api')\nos.kill(os.getpid(), signal.SIGKILL)\n")
     proc = subprocess.Popen([sys.executable, "-c", code])
     assert proc.wait(timeout=60) == -signal.SIGKILL and our_shm_entries(proc.pid)
     hybridsched.parallel_for("quicksort", np.zeros((2, 2, 4), np.uint8), scheduler="dynamic", k=1)

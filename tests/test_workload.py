@@ -185,18 +185,21 @@ def test_check_sizes():
     assert our_shm_entries(os.getpid()) == []
 
 
-def test_sweep_orphans_removes_only_segments_of_dead_creators():
+def test_sweep_orphans_removes_only_segments_of_dead_creators(monkeypatch):
     import subprocess
     import sys
 
     import posix_ipc
 
-    from hybridsched.oslayer.procfs import pid_namespace
+    from hybridsched.oslayer import shm
     from hybridsched.oslayer.shm import SEGMENT_PREFIX, sweep_orphans
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    ns = pid_namespace()
+    # A pid namespace of this test's own (real ones are inode numbers near 4026531836): the
+    # sweep of any other hybridsched process on the machine leaves these names alone.
+    ns = os.getpid()
+    monkeypatch.setattr(shm, "pid_namespace", lambda: ns)
     orphan = f"/{SEGMENT_PREFIX}{dead.pid}.{ns}.0.orig"
     alive = f"/{SEGMENT_PREFIX}1.{ns}.0.orig"  # pid 1 always exists
     for name in (orphan, alive):
