@@ -39,6 +39,25 @@ def _interruptible():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _own_coop_segment():
+    """The suite's cooperative runs use an arbiter segment of their own, inherited by every
+    command it starts: another suite, or the user's own cooperative jobs on this machine,
+    can neither take its tokens nor leave a segment that its leak checks would count."""
+    from hybridsched.coop.paths import SEGMENT_ENV
+
+    old = os.environ.get(SEGMENT_ENV)
+    path = f"/dev/shm/hybridsched-coop.{os.getuid()}.tests-{os.getpid()}"
+    os.environ[SEGMENT_ENV] = path
+    yield
+    if old is None:
+        os.environ.pop(SEGMENT_ENV, None)
+    else:
+        os.environ[SEGMENT_ENV] = old
+    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), \
+        f"the suite left its arbiter segment {path}"
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _no_load_probe():
     """`run` warns when the machine looks shared; on a shared test machine that would put a
     load-dependent line on the stderr of every run a test checks. tests/test_check.py

@@ -163,8 +163,28 @@ def test_bad_input_is_one_line_and_exit_2(argv, capsys, tmp_path):
     assert not os.path.exists(out)
 
 
-def test_default_segment_name_carries_the_uid():
-    assert segment_path().endswith(f"hybridsched-coop.{os.getuid()}")
+def test_default_segment_name_carries_the_uid(monkeypatch):
+    from hybridsched.coop.paths import SEGMENT_ENV
+
+    monkeypatch.delenv(SEGMENT_ENV, raising=False)
+    assert segment_path() == f"/dev/shm/hybridsched-coop.{os.getuid()}"
+    monkeypatch.setenv(SEGMENT_ENV, "/dev/shm/hybridsched-coop.mine")
+    assert segment_path() == "/dev/shm/hybridsched-coop.mine"
+    assert segment_path(os.getuid()) == f"/dev/shm/hybridsched-coop.{os.getuid()}"
+
+
+@pytest.mark.parametrize("where", ["relative", "/tmp/seg", "/dev/shm/", "/dev/shm/a/b"])
+def test_a_segment_named_outside_dev_shm_is_refused_in_one_line(monkeypatch, capsys, where,
+                                                                 tmp_path):
+    from hybridsched.coop.paths import SEGMENT_ENV
+
+    monkeypatch.setenv(SEGMENT_ENV, where)
+    out = str(tmp_path / "c.h5")
+    assert main(["colocate", "--jobs", "2", "--workers", "1", "--steps", "5", "--step-us", "50",
+                 "--reps", "1", "--policy", "coop", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and SEGMENT_ENV in err
+    assert not os.path.exists(out) and not os.path.exists(where + ".lock")
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))

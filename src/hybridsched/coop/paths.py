@@ -4,6 +4,20 @@ from __future__ import annotations
 
 import os
 
+from ..errors import UsageError
+
+# Jobs cooperate when they share one segment: the node's, by default. An experiment (or a
+# test suite) that must not meet the node's other cooperating jobs names a segment of its
+# own here; a name outside /dev/shm is refused (the segment is memory, not a file on disk).
+SEGMENT_ENV = "HYBRIDSCHED_COOP_SEGMENT"
+
 
 def segment_path(uid: int | None = None) -> str:
+    """The arbiter segment of this user (of ``uid``: the node's, ignoring the variable)."""
+    own = os.environ.get(SEGMENT_ENV) if uid is None else None
+    if own:
+        if os.path.dirname(own) != "/dev/shm" or not os.path.basename(own).strip("."):
+            raise UsageError(f"{SEGMENT_ENV}={own!r}: name a file directly in /dev/shm, "
+                             f"e.g. /dev/shm/hybridsched-coop.mine")
+        return own
     return f"/dev/shm/hybridsched-coop.{os.getuid() if uid is None else uid}"
