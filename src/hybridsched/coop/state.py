@@ -128,6 +128,22 @@ class State:
             raise ArbiterError(f"job {j} still has workers")
         self.jobs[j]["used"] = 0
 
+    def evict_job(self, j: int, now: int) -> list[int]:
+        """Free job ``j``'s row and every worker slot of it, whether or not its processes
+        still run (its owner is done with it: the shim's threads that outlive it find
+        their slot gone and run unmanaged); the slots the freed tokens went to."""
+        woken: list[int] = []
+        for w in np.flatnonzero((self.workers["used"] == 1) & (self.workers["job"] == j)):
+            woken += self.leave_worker(int(w), now)
+        self.jobs[j]["used"] = 0
+        return [w for w in woken if self.workers["used"][w]]
+
+    def revoke_holder(self, w: int, now: int) -> list[int]:
+        """Take the token of worker ``w``, RUNNING but asleep in a call nothing sees (see
+        rules.revoke_holder); the slot it went to."""
+        self._check(w)
+        return _one(rules.revoke_holder(*self._args(), w, now, self.ws))
+
     def participants(self) -> int:
         """Job-table rows in use: jobs and attached processes (ATTACHED)."""
         return int(self.jobs["used"].sum())

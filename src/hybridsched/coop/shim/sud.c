@@ -42,6 +42,11 @@ int hs_nudge_signal(void)
     return SIGRTMAX - 7;
 }
 
+HS_EXPORT int hs_x_nudge_signal(void)
+{
+    return hs_nudge_signal();
+}
+
 int hs_own_signal(int sig)
 {
     return (sig == SIGSYS && sud_ok) || sig == hs_nudge_signal();
