@@ -443,7 +443,8 @@ void hs_thread_end(void *unused)
 {
     (void)unused;
     int me = hs_t.slot;
-    if (!hs_on || me < 0)
+    /* a vfork child shares its parent thread's TLS: the slot there is the parent's */
+    if (!hs_on || me < 0 || getpid() != hs_pid)
         return;
     hs_t.depth++;
     hs_sud_disarm();
