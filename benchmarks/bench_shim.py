@@ -230,8 +230,9 @@ def main() -> None:
         steps = str(args.steps)
         report(f"J = {args.jobs} OpenMP barrier loops, {steps} steps of {args.step_us:g} µs",
                colocated([bar, steps, str(args.step_us)], args.jobs, args.reps, folder))
-        report(f"J = {args.jobs} lock-contended OpenMP loops, {steps} iterations of 50 µs out, "
-               "50 µs in", colocated([lock, steps, "50", "50"], args.jobs, args.reps, folder))
+        iters = str(4 * args.steps)
+        report(f"J = {args.jobs} lock-contended OpenMP loops, {iters} iterations of 5 µs out, "
+               "20 µs in the lock", colocated([lock, iters, "5", "20"], args.jobs, args.reps, folder))
         report(f"J = 1 OpenMP barrier loop, {steps} steps of {args.step_us:g} µs",
                colocated([bar, steps, str(args.step_us)], 1, args.reps, folder))
         print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
