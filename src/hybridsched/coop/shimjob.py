@@ -161,16 +161,17 @@ class ShimJob:
 
 class _Watchdog(threading.Thread):
     """A holder of one of the job's tokens that keeps it past the bound while others wait
-    is signalled to rotate if it runs, or has its token revoked if it sleeps (see the
-    module's docstring). One look per quantum; the shared tables are read without the
-    lock, which it takes only to revoke."""
+    is signalled to rotate if it runs, or has its token revoked if it sleeps — or if it
+    still holds it a bound after the signal (see the module's docstring). One look per
+    quantum; the shared tables are read without the lock, which it takes only to revoke."""
 
     def __init__(self, job: ShimJob):
         super().__init__(name="hybridsched-coop-watchdog", daemon=True)
         self.shim = job
         self.signals = 0
         self._halt = threading.Event()
-        self._seen: dict[int, tuple[tuple[int, int], int]] = {}  # token -> ((slot, since), first seen)
+        # token -> ((slot, since), when first seen held so, whether signalled since)
+        self._seen: dict[int, tuple[tuple[int, int], int, bool]] = {}
 
     def stop(self) -> None:
         self._halt.set()
@@ -195,16 +196,20 @@ class _Watchdog(threading.Thread):
             held = (holder, int(w["acquired_ns"]))
             first = self._seen.get(ci)
             if first is None or first[0] != held:
-                self._seen[ci] = (held, now)
-            elif now - first[1] >= bound:
-                self._seen[ci] = (held, now)  # at most one act per bound
-                self._act(holder, held[1], int(w["pid"]), int(w["tid"]))
+                self._seen[ci] = (held, now, False)
+            elif now - first[1] >= bound:  # at most one act per bound
+                signalled = self._act(holder, held[1], int(w["pid"]), int(w["tid"]), first[2])
+                self._seen[ci] = (held, now, signalled)
 
-    def _act(self, slot: int, since: int, pid: int, tid: int) -> None:
+    def _act(self, slot: int, since: int, pid: int, tid: int, signalled: bool) -> bool:
+        """Signal a running holder, or revoke the token of a sleeping one or of one that
+        let a signal go unanswered; whether it signalled."""
         state = thread_state(pid, tid)
-        if state == "R":
-            self.signals += _tgkill(pid, tid, NUDGE_SIGNAL)
-        elif state in ("S", "D"):
+        if state == "R" and not signalled:
+            sent = _tgkill(pid, tid, NUDGE_SIGNAL)
+            self.signals += sent
+            return sent
+        if state in ("R", "S", "D"):
             arbiter = self.shim.arbiter
             woken: list[int] = []
             with arbiter.locked() as st:
@@ -214,3 +219,4 @@ class _Watchdog(threading.Thread):
                     woken = st.revoke_holder(slot, now_ns())
                     st.jobs["revoked"][self.shim.job] += 1
             arbiter.post(woken)
+        return False

@@ -61,6 +61,7 @@ struct hs_thread {
     int yields;        /* consecutive sched_yield calls while others wait */
     int batch;         /* SCHED_BATCH set */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
+    int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
     cpu_set_t mask;
     volatile char selector; /* Syscall User Dispatch: HS_SUD_ALLOW or HS_SUD_BLOCK */
     char armed;        /* Syscall User Dispatch is on for this thread */
@@ -97,8 +98,12 @@ static inline int hs_enter(void)
     return 1;
 }
 
+HS_HIDDEN void hs_pending_rotation(void);
+
 static inline void hs_exit(void)
 {
+    if (__builtin_expect(hs_t.pending, 0))
+        hs_pending_rotation();
     hs_t.depth = 0;
     if (hs_t.armed && hs_t.selector != 1)
         hs_t.selector = 1;  /* HS_SUD_BLOCK: armed again after a call it let run natively */

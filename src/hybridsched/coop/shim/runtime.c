@@ -381,6 +381,16 @@ void hs_rotate(void)
     }
 }
 
+/* a rotation signal that came while the thread was inside the shim, answered as it leaves */
+void hs_pending_rotation(void)
+{
+    hs_t.pending = 0;
+    if (hs_t.slot >= 0) {
+        hs_count(HS_C_NUDGES);
+        hs_rotate();
+    }
+}
+
 void hs_yield_point(void)
 {
     int me = hs_t.slot;
@@ -405,6 +415,7 @@ static void reset_thread(void)
     hs_t.yields = 0;
     hs_t.batch = 0;
     hs_t.has_mask = 0;
+    hs_t.pending = 0;
     hs_t.armed = 0;
     hs_t.selector = HS_SUD_ALLOW;
 }
@@ -435,7 +446,7 @@ void hs_thread_begin(void)
         start(w);
         acquire(w);
     }
-    hs_t.depth = 0;
+    hs_exit();
 }
 
 /* at the thread's exit (a TLS destructor), at _exit and at the process's exit */
@@ -488,7 +499,7 @@ static void main_thread_begin(void)
     }
     start(mine);
     acquire(mine);  /* held already (RUNNING): keeps it, pinned where it was */
-    hs_t.depth = 0;
+    hs_exit();
 }
 
 static void atfork_child(void)

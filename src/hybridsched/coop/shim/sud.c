@@ -52,10 +52,13 @@ int hs_own_signal(int sig)
     return (sig == SIGSYS && sud_ok) || sig == hs_nudge_signal();
 }
 
+/* neither of the shim's signals is ever blocked: SIGSYS blocked when a system call traps
+   kills the process, and a holder that blocks the rotation signal would keep its token */
 void hs_keep_unblocked(void *set)
 {
     if (sud_ok)
         sigdelset((sigset_t *)set, SIGSYS);
+    sigdelset((sigset_t *)set, hs_nudge_signal());
 }
 
 static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
@@ -165,7 +168,9 @@ static void on_nudge(int sig, siginfo_t *si, void *ctx)
         return;
     }
     int saved = errno;
-    if (hs_t.slot >= 0 && hs_t.depth == 0) {  /* inside the shim: about to park anyway */
+    if (hs_t.slot >= 0 && hs_t.depth > 0) {
+        hs_t.pending = 1;  /* inside the shim: rotated as it leaves (hs_exit) */
+    } else if (hs_t.slot >= 0) {
         char was = hs_t.selector;
         hs_t.selector = HS_SUD_ALLOW;
         hs_t.depth = 1;

@@ -730,7 +730,7 @@ HS_EXPORT __sighandler_t signal(int sig, __sighandler_t h)
     return o.sa_handler;
 }
 
-/* SIGSYS blocked when an inline system call traps kills the process: never blocked */
+/* the shim's signals are never blocked (hs_keep_unblocked) */
 HS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
     if (!hs_on || !set || how == SIG_UNBLOCK)
