@@ -96,7 +96,13 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
 
 def shim_refusal(argv: list[str], alternative: str = shimbuild.NO_SHIM) -> str | None:
     """One line saying why ``argv`` cannot run under the cooperative shim here, ending with
-    ``alternative``; None when it can. Costs no build (see shimbuild.available)."""
+    ``alternative`` (a command that cannot run at all gets none); None when it can. Costs
+    no build (see shimbuild.available)."""
+    if not argv or not argv[0]:
+        return "coop: no command given"
+    program = program_refusal(argv[0])
+    if program is not None and program.endswith((NOT_FOUND, NOT_EXECUTABLE)):
+        return f"coop: {program}"
     machine = platform.machine()
     if platform.system() != "Linux" or machine != "x86_64":
         why = f"the coop shim runs on Linux x86_64 only, not {platform.system()} {machine}"
@@ -106,10 +112,6 @@ def shim_refusal(argv: list[str], alternative: str = shimbuild.NO_SHIM) -> str |
     elif not shimbuild.available():
         why = ("the coop shim is built on first use and needs a C compiler (cc), which this "
                f"machine lacks (or set {shimbuild.SHIM_ENV} to a built one)")
-    elif not argv or not argv[0]:
-        why = "no command given"
     else:
-        why = program_refusal(argv[0])
-        if why is not None and why.endswith((NOT_FOUND, NOT_EXECUTABLE)):
-            return f"coop: {why}"
+        why = program
     return None if why is None else f"coop: {why}; {alternative}"
