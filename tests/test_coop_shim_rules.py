@@ -191,3 +191,16 @@ def test_a_difference_would_be_seen(lib):
     assert bytes(py._buf) != bytes(c.st._buf)
     assert where(bytes(py._buf), bytes(c.st._buf), 1).startswith(("header", "cpus", "workers", "wake"))
     assert np.array_equal(py.workers["thread"], c.st.workers["thread"])
+
+
+def test_the_shim_compiles_without_a_warning(shim_lib, tmp_path):
+    import subprocess
+
+    from hybridsched.coop import shimbuild
+
+    for name, text in shimbuild.sources().items():
+        (tmp_path / name).write_text(text)
+    p = subprocess.run([shimbuild.compiler(), *shimbuild.CFLAGS, "-Werror", "-o", "shim.so",
+                        *shimbuild.SOURCES, *shimbuild.LIBS], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr[-2000:]

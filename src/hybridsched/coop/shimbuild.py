@@ -26,8 +26,8 @@ from ..errors import ShimUnavailable
 from .layout import c_header
 
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
-SOURCES = ("rules.c", "runtime.c", "sud.c", "wrappers.c")
-HEADERS = ("coop.h",)
+SOURCES = ("rules.c", "runtime.c", "sud.c", "wrap_sync.c", "wrap_io.c", "wrap_process.c")
+HEADERS = ("coop.h", "wrap.h")
 LAYOUT_HEADER = "hs_layout.h"
 # -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are
 # exported, so the shim's own calls between its files never go through the PLT;
