@@ -3,6 +3,7 @@ is the command's, Ctrl-C and SIGTERM reach it, two started independently share t
 arbiter, and nothing is left when it ends: no segment, lock file or process."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -77,3 +78,32 @@ def test_bad_command_lines_get_one_line_and_status_2(seg, argv, words):
     p = coop_exec(seg, *argv)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
     assert not os.path.exists(seg)
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_lib):
+    """From a terminal the command's group is the foreground while it runs, so the
+    terminal's Ctrl-C goes to it; the terminal is ours again after."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # a session of its own with the pty as its terminal
+        os.execv(sys.executable, [*CLI[:1], *CLI[1:], "--segment", seg, "--", "sh", "-c",
+                                  "echo ready; sleep 300; echo not interrupted"])
+    try:
+        seen = b""
+        while b"ready" not in seen:
+            seen += os.read(fd, 1024)
+        group = psutil.Process(pid).children(recursive=True)
+        with open(f"/proc/{group[0].pid}/stat") as fh:  # pgrp (5) and tpgid (8)
+            fields = fh.read().rsplit(")", 1)[1].split()
+        assert fields[2] == fields[5] == str(group[0].pid), "the command's group is not the foreground"
+        os.write(fd, b"\x03")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive

@@ -79,7 +79,7 @@ class Command:
             raise UsageError(f"{self.argv[0]}: cannot run it ({exc.strerror})") from None
         with contextlib.suppress(OSError):  # also from here: the terminal is handed to it next
             os.setpgid(self.proc.pid, self.proc.pid)
-        self._tty = _hand_terminal(self.proc.pid)
+        self._tty = _hand_terminal(self.proc.pid, os.getpgrp())
         return self
 
     def wait(self) -> int:
@@ -101,7 +101,7 @@ class Command:
 
     def __exit__(self, *exc) -> None:
         if self._tty:
-            _hand_terminal(os.getpgrp())
+            _hand_terminal(os.getpgrp(), None)
         pgid = self.proc.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -117,13 +117,13 @@ class Command:
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
 
 
-def _hand_terminal(pgid: int) -> bool:
-    """Make ``pgid`` the terminal's foreground group, when our stdin is a terminal whose
-    foreground we are (or the command's group is); whether it did."""
+def _hand_terminal(pgid: int, owner: int | None) -> bool:
+    """Make ``pgid`` the foreground group of the terminal on our stdin, if there is one and
+    its foreground is ``owner`` (None: whoever); whether it did."""
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
-        if not os.isatty(0) or os.tcgetpgrp(0) not in (os.getpgrp(), pgid):
+        if not os.isatty(0) or (owner is not None and os.tcgetpgrp(0) != owner):
             return False
         old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may not
         try:
