@@ -27,6 +27,24 @@ def seg(tmp_path):
     assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
 
 
+@pytest.fixture(scope="session")
+def shim_lib(tmp_path_factory):
+    """The cooperative shim, built once per session into a private cache and named by
+    HYBRIDSCHED_COOP_SHIM for everything the tests start; skipped without a C compiler."""
+    from hybridsched.coop import shimbuild
+
+    if shimbuild.compiler() is None:
+        pytest.skip("no C compiler (cc): the cooperative shim cannot be built here")
+    path = shimbuild.shim_library(cache=str(tmp_path_factory.mktemp("shim-cache")))
+    old = os.environ.get(shimbuild.SHIM_ENV)
+    os.environ[shimbuild.SHIM_ENV] = path
+    yield path
+    if old is None:
+        os.environ.pop(shimbuild.SHIM_ENV, None)
+    else:
+        os.environ[shimbuild.SHIM_ENV] = old
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _interruptible():
     """A shell starts a background job (`.ci/run &`, nohup) with SIGINT ignored, and an

@@ -33,6 +33,7 @@ def _ok(study, tmp):
         "ge": ["ge", "--arch", "A2", "--algo", "rows", "--n", "16", "--threads", "4", "-o", out],
         "colocate": ["colocate", "--jobs", "2", "--workers", "1", "--steps", "5",
                      "--step-us", "50", "--reps", "1", "--policy", "linux", "-o", out],
+        "coop": ["coop", "exec", "--segment", str(tmp / "seg"), "--", "true"],
         "trace": ["trace", study, "--png", str(tmp / "t.png")],
         "check": ["check", "-L", "2", "--height", "2", "--width", "2"],
         "list": ["list"],
@@ -63,6 +64,7 @@ BAD = {
     "run": ["run", "-k", "0"],
     "ge": ["ge", "--n", "0"],
     "colocate": ["colocate", "--jobs", "0"],
+    "coop": ["coop", "exec"],
     "trace": ["trace", "/nonexistent.h5"],
     "check": ["check", "--frames", "x"],
     "list": ["list", "--bogus"],
@@ -80,7 +82,9 @@ def test_every_subcommand_is_covered(tmp_path):
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
-def test_0_when_everything_ran(name, study, tmp_path, capsys):
+def test_0_when_everything_ran(name, study, tmp_path, capsys, request):
+    if name == "coop":
+        request.getfixturevalue("shim_lib")  # built once (skipped without a C compiler)
     assert main(_ok(study, tmp_path)[name]) == 0, capsys.readouterr().err
 
 

@@ -12,6 +12,12 @@ class UsageError(HybridschedError):
     """
 
 
+class ShimUnavailable(UsageError):
+    """The cooperative shim cannot manage a command here (no C compiler to build it, a
+    kernel without Syscall User Dispatch, a static, setuid or non-glibc program): one
+    line naming the reason and what to use instead, exit status 2, nothing started."""
+
+
 class NotOurFile(UsageError):
     """A file given to us is not a hybridsched HDF5 study (or is unreadable)."""
 

@@ -31,6 +31,8 @@ HELP = {
     "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination",
     "colocate": ("co-located jobs under Linux, the coop arbiter or a partition: makespan and "
                  "interference"),
+    "coop": ("unmodified commands on the node's cooperative arbiter: `coop exec CMD` runs one "
+             "as a job of it"),
     "trace": "one run's timeline: a Gantt PNG and a Perfetto / chrome://tracing JSON",
     "check": ("what could make timings here untrustworthy (governor, boost, SMT, cpuset, "
               "other load, memory, /dev/shm)"),
@@ -206,6 +208,30 @@ def add_colocate(sub) -> None:
     co.set_defaults(command="colocate")
 
 
+def add_coop(sub) -> None:
+    co = sub.add_parser("coop", help=HELP["coop"])
+    actions = co.add_subparsers(dest="coop_action", parser_class=type(co), metavar="ACTION",
+                                required=True)
+    ex = actions.add_parser("exec", help="run one unmodified command as a job of the node's "
+                            "arbiter, under the cooperative shim (an LD_PRELOAD library); its "
+                            "exit status is the command's")
+    ex.add_argument("--quantum-ms", type=float, default=20.0,
+                    help="a job's time on a CPU before it yields to a waiting job, when this "
+                    "command creates the segment (default 20)")
+    ex.add_argument("--segment", metavar="PATH",
+                    help="the arbiter's segment: jobs cooperate when they share one (default: "
+                    "the node's, /dev/shm/hybridsched-coop.<uid>)")
+    ex.add_argument("--keep-env", action="store_true",
+                    help="leave the runtimes' wait policies as given (default: set "
+                    "OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=0, KMP_BLOCKTIME=0, "
+                    "OPENBLAS_THREAD_TIMEOUT=4, as colocate's coop policy does)")
+    ex.add_argument("--counters", action="store_true",
+                    help="print the job's shim counters on stderr when it ends")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD ...",
+                    help="the command and its arguments (after --, or after the options)")
+    ex.set_defaults(command="coop")
+
+
 def add_trace(sub) -> None:
     tr = sub.add_parser("trace", help=HELP["trace"])
     tr.add_argument("file", metavar="FILE.h5")
@@ -328,7 +354,7 @@ def add_calibrate(sub) -> None:
 
 
 # name -> parser builder, in --help order
-SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "trace": add_trace,
-               "check": add_check, "list": add_list, "plan": add_plan, "report": add_report,
-               "fit": add_fit, "merge": add_merge, "simulate": add_simulate,
-               "calibrate": add_calibrate}
+SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "coop": add_coop,
+               "trace": add_trace, "check": add_check, "list": add_list, "plan": add_plan,
+               "report": add_report, "fit": add_fit, "merge": add_merge,
+               "simulate": add_simulate, "calibrate": add_calibrate}

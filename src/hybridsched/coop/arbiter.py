@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from ..oslayer import futex, native
-from ..oslayer.procfs import pid_alive
+from ..oslayer.procfs import pid_alive, thread_alive
 from ..oslayer.shm import unmap
 from . import handoff, warm
 from .paths import segment_path
@@ -168,7 +168,7 @@ class Arbiter:
         try:
             native.lock_into(st.lock, held)
             if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
-                woken = st.reclaim(pid_alive, now_ns())
+                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
                 st.lock[native.DIED_AT] = 0
             yield st
         finally:
@@ -236,7 +236,7 @@ class Arbiter:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
         with self.locked() as st:
-            st.reclaim(pid_alive, now_ns())  # never trust a segment blindly: drop the dead
+            st.reclaim(pid_alive, now_ns(), thread_alive)  # never trust a segment blindly
             busy, problems = st.participants(), st.check_invariants()
         if busy and problems:
             raise UsageError(f"{self.path}: coop segment inconsistent while in use "
@@ -371,7 +371,7 @@ class Arbiter:
             held = np.zeros(1, np.int8)
             try:
                 native.lock_into(s.lock, held)
-                s.reclaim(pid_alive, now_ns())
+                s.reclaim(pid_alive, now_ns(), thread_alive)
                 busy = s.participants()
             finally:
                 native.unlock_from(s.lock, held)
@@ -413,7 +413,7 @@ class Arbiter:
             if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
                 st.jobs["used"][self._seat] = 0
             self._seat = -1
-            st.reclaim(pid_alive, now_ns())
+            st.reclaim(pid_alive, now_ns(), thread_alive)
             return st.participants() == 0 and not st.workers["used"].any()
 
     def __exit__(self, *exc) -> None:
@@ -421,16 +421,17 @@ class Arbiter:
 
     # --- jobs and workers ---------------------------------------------------------------
 
-    def join_job(self) -> int:
+    def join_job(self, key: int = 0) -> int:
+        """A job of this process; ``key`` > 0 lets other processes find it (the shim's)."""
         with self.locked() as st:
             try:
-                return st.join_job(os.getpid())
+                return st.join_job(os.getpid(), key)
             except ArbiterError as exc:
                 raise ResourceError(f"coop: {exc}") from None
 
     def leave_job(self, job: int) -> None:
         with self.locked() as st:
-            st.reclaim(pid_alive, now_ns())
+            st.reclaim(pid_alive, now_ns(), thread_alive)
             try:
                 st.leave_job(job)
             except ArbiterError:
@@ -461,7 +462,7 @@ class Arbiter:
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
                 return False
             h["reclaim_ns"][0] = now
-            woken = st.reclaim(pid_alive, now)
+            woken = st.reclaim(pid_alive, now, thread_alive)
         self.post(woken)
         return True
 
@@ -472,7 +473,7 @@ class Arbiter:
         deadline = time.monotonic() + timeout_s
         while True:
             with self.locked() as st:
-                st.reclaim(pid_alive, now_ns())
+                st.reclaim(pid_alive, now_ns(), thread_alive)
                 if not st.workers["used"].any() or time.monotonic() >= deadline:
                     return
             time.sleep(0.02)

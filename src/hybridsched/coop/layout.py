@@ -1,10 +1,12 @@
 """The arbiter segment's layout: worker states, the record types of its regions and where
-each region lies (shared by the rules, which are compiled against it, and the state)."""
+each region lies. The one definition of it: the numba rules are compiled against it, the
+state reads it, and the cooperative shim's C header is generated from it
+(:func:`c_header`, at the shim's build), so the C rules read the same bytes."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..oslayer.native import LOCK_BYTES
+from ..oslayer.native import DIED_AT, LOCK_BYTES
 
 # worker states; LAZY: parked (asleep in a primitive) but still holding its token, because
 # nobody waited when it parked; any worker that queues later revokes it (see rules)
@@ -16,8 +18,13 @@ MAGIC = b"HSCOOP01"
 # 2: the header's high-water mark ``hi`` (the compiled rules scan slots below it only),
 # ``reclaim_ns`` (when the dead were last looked for) and the LAZY state;
 # 3: the ``lock`` region (a robust process-shared mutex, see oslayer/native.py) instead of an flock,
-# and each worker's thread id (``tid``: the granter pins the thread it wakes)
-VERSION = 3
+# and each worker's thread id (``tid``: the granter pins the thread it wakes);
+# 4: for unmodified commands under the cooperative shim: a job found by its ``key`` (one
+# per command, whatever it forks), each job's counters (threads, intercepted calls, grants,
+# hand-offs, trapped system calls, rotation signals, tokens revoked from sleepers), and a
+# worker's ``thread`` flag: its liveness is its thread's, not its process's (a shim thread
+# that exits holding a token is reclaimed while its process lives on)
+VERSION = 4
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
@@ -27,11 +34,15 @@ HEADER_DTYPE = np.dtype([
 ])
 CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "i4"),
                       ("since_ns", "i8")])
-JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")])
+# the counters are the shim's (a job of Python workers leaves them at 0); each job's row on
+# two cache lines of its own, so one job's counting does not slow another's
+JOB_COUNTERS = ("threads", "calls", "grants", "handoffs", "traps", "nudges", "revoked")
+JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")]
+                     + [(c, "i8") for c in JOB_COUNTERS] + [("_pad", "i8", (7,))])
 WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
                          ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
                          ("acquired_ns", "i8"), ("tid", "i4"), ("pinned", "i4"),
-                         ("_pad", "i4", (2,))])
+                         ("thread", "i4"), ("_pad", "i4")])
 
 
 def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:
@@ -66,3 +77,60 @@ def word_index(dt: np.dtype, field: str) -> tuple[int, int]:
     assert dt.itemsize % 4 == 0 and off % 4 == 0
     return dt.itemsize // 4, off // 4
 
+
+# --- the C side ---------------------------------------------------------------------------
+
+_C_TYPES = {"i4": "int32_t", "i8": "int64_t", "u1": "uint8_t"}
+
+
+def _c_struct(name: str, dt: np.dtype) -> list[str]:
+    out = [f"struct {name} {{"]
+    asserts = []
+    for field in sorted(dt.names, key=lambda f: dt.fields[f][1]):
+        ft, off = dt.fields[field][:2]
+        if ft.kind == "S":
+            decl = f"char {field}[{ft.itemsize}]"
+        elif ft.subdtype is not None:
+            base, shape = ft.subdtype
+            decl = f"{_C_TYPES[base.str[1:]]} {field}[{int(np.prod(shape))}]"
+        else:
+            decl = f"{_C_TYPES[ft.str[1:]]} {field}"
+        out.append(f"    {decl};")
+        asserts.append(f"_Static_assert(offsetof(struct {name}, {field}) == {off}, "
+                       f"\"{name}.{field}: layout.py says {off}\");")
+    out.append("};")
+    out.append(f"_Static_assert(sizeof(struct {name}) == {dt.itemsize}, "
+               f"\"{name}: layout.py says {dt.itemsize} bytes\");")
+    return out + asserts
+
+
+def c_header() -> str:
+    """The segment's layout as a C header (generated at the shim's build, never edited):
+    the record structs with every offset asserted, the constants, and where each region
+    lies for given table sizes."""
+    lines = ["/* Generated from hybridsched/coop/layout.py at build time: do not edit. */",
+             "#ifndef HS_LAYOUT_H", "#define HS_LAYOUT_H", "#include <stddef.h>",
+             "#include <stdint.h>", "",
+             f"#define HS_MAGIC \"{MAGIC.decode()}\"", f"#define HS_VERSION {VERSION}",
+             f"#define HS_LOCK_BYTES {LOCK_BYTES}", f"#define HS_DIED_AT {DIED_AT}"]
+    lines += [f"#define HS_{n.upper()} {v}" for n, v in
+              (("free", FREE), ("running", RUNNING), ("waiting", WAITING), ("blocked", BLOCKED),
+               ("lazy", LAZY))]
+    lines.append("")
+    for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
+                     ("hs_worker", WORKER_DTYPE)):
+        lines += _c_struct(name, dt) + [""]
+    regions = layout(1, 1, 1)
+    lines.append(f"#define HS_NREGIONS {len(regions)}")
+    lines.append("/* the regions' offsets, in layout() order: "
+                 + ", ".join(n for n, _, _ in regions) + " */")
+    lines.append("static inline size_t hs_region_offsets(int64_t ncpu, int64_t max_jobs, "
+                 "int64_t max_workers, size_t off[HS_NREGIONS])\n{")
+    lines.append("    size_t at = 0;")
+    counts = {"header": "1", "cpus": "ncpu", "jobs": "max_jobs", "workers": "max_workers",
+              "wake": "max_workers", "lock": "1"}
+    for i, (name, dt, _) in enumerate(regions):
+        lines.append(f"    off[{i}] = at; /* {name} */")
+        lines.append(f"    at += ((size_t)({dt.itemsize} * {counts[name]}) + 63) / 64 * 64;")
+    lines += ["    return at;", "}", "#endif", ""]
+    return "\n".join(lines)

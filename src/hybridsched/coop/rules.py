@@ -257,6 +257,23 @@ def leave_worker(header, cpus, jobs, workers, wake, hi, w, now, ws):
 
 
 @_jit
+def revoke_holder(header, cpus, jobs, workers, wake, hi, w, now, ws):
+    """Take the token of RUNNING worker ``w``, asleep in a call nothing intercepts (the
+    shim's watchdog, lock held): its state becomes BLOCKED by compare-exchange, so a
+    worker that resumes meanwhile and parks lazily fails its own exchange and takes the
+    locked path, where it finds it holds nothing. The slot woken, or -1. Not one of the
+    rules the C shim mirrors: only the watchdog (Python) revokes."""
+    ci = workers[w].cpu
+    if ci < 0 or not compare_exchange(ws, w * W_STRIDE + W_STATE, RUNNING, BLOCKED):
+        return -1
+    r = workers[w]
+    r.held_ns += now - r.acquired_ns
+    r.cpu = -1
+    wake[w] = 0
+    return pass_token(header, cpus, jobs, workers, wake, hi, ci, r.job, now)
+
+
+@_jit
 def running_all(workers, slots):
     """Whether every slot in ``slots`` is a worker holding a token (-1: not a coop worker)."""
     for s in slots:

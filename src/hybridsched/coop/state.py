@@ -82,14 +82,26 @@ class State:
     # --- membership -------------------------------------------------------------------
 
     def join_job(self, pid: int, key: int = 0) -> int:
+        """A job-table row for ``pid`` (lowest free first), its counters at zero. ``key``
+        names a job that others find (:meth:`find_job`: an unmodified command's processes
+        under the shim), ATTACHED marks an attachment; 0 is nobody's."""
         free = np.flatnonzero(self.jobs["used"] == 0)
         if not len(free):
             raise ArbiterError(f"all {len(self.jobs)} job slots are in use")
         j = int(free[0])
-        self.jobs[j] = (1, pid, key)
+        self.jobs[j] = 0
+        self.jobs[j]["used"], self.jobs[j]["pid"], self.jobs[j]["key"] = 1, pid, key
         return j
 
-    def join_worker(self, job: int, pid: int) -> int:
+    def find_job(self, key: int) -> int:
+        """The row of the job registered under ``key`` (> 0), or -1."""
+        hit = np.flatnonzero((self.jobs["used"] == 1) & (self.jobs["key"] == key))
+        return int(hit[0]) if len(hit) and key > 0 else -1
+
+    def join_worker(self, job: int, pid: int, tid: int = 0, thread: bool = False) -> int:
+        """A worker slot of ``job`` (lowest free first), blocked. ``thread``: the slot is
+        thread ``tid``'s and lives as long as that thread (the shim's), not as long as
+        ``pid`` (a Python worker's, whose thread may change)."""
         if not (0 <= job < len(self.jobs)) or not self.jobs["used"][job]:
             raise ArbiterError(f"job {job} is not registered")
         free = np.flatnonzero(self.workers["used"] == 0)
@@ -99,8 +111,10 @@ class State:
         row = self.workers[w]
         row["used"], row["pid"], row["job"], row["state"] = 1, pid, job, BLOCKED
         row["cpu"], row["last_cpu"], row["seq"], row["held_ns"] = -1, -1, 0, 0
-        row["tid"] = 0  # set by the thread that runs it (Worker.acquire); 0: never pinned
+        # Python workers: set by the thread that runs it (Worker.acquire); 0: never pinned
+        row["tid"] = tid
         row["pinned"] = -1  # the CPU its thread is pinned to, as far as the arbiter knows
+        row["thread"] = 1 if thread else 0
         self.wake[w] = 0
         if w >= self.header["hi"][0]:
             self.header["hi"][0] = w + 1
@@ -113,6 +127,22 @@ class State:
         if (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any():
             raise ArbiterError(f"job {j} still has workers")
         self.jobs[j]["used"] = 0
+
+    def evict_job(self, j: int, now: int) -> list[int]:
+        """Free job ``j``'s row and every worker slot of it, whether or not its processes
+        still run (its owner is done with it: the shim's threads that outlive it find
+        their slot gone and run unmanaged); the slots the freed tokens went to."""
+        woken: list[int] = []
+        for w in np.flatnonzero((self.workers["used"] == 1) & (self.workers["job"] == j)):
+            woken += self.leave_worker(int(w), now)
+        self.jobs[j]["used"] = 0
+        return [w for w in woken if self.workers["used"][w]]
+
+    def revoke_holder(self, w: int, now: int) -> list[int]:
+        """Take the token of worker ``w``, RUNNING but asleep in a call nothing sees (see
+        rules.revoke_holder); the slot it went to."""
+        self._check(w)
+        return _one(rules.revoke_holder(*self._args(), w, now, self.ws))
 
     def participants(self) -> int:
         """Job-table rows in use: jobs and attached processes (ATTACHED)."""
@@ -164,13 +194,19 @@ class State:
         No lock. False: it was revoked and must queue under the lock."""
         return bool(rules.lazy_resume(self.workers, w, self.ws))
 
-    def reclaim(self, alive: Callable[[int], bool], now: int) -> list[int]:
-        """Free the slots (and pass on the tokens) of workers whose process is gone, and
-        the job slots whose creator is gone with no worker left."""
+    def reclaim(self, alive: Callable[[int], bool], now: int,
+                thread_alive: Callable[[int, int], bool] | None = None) -> list[int]:
+        """Free the slots (and pass on the tokens) of workers whose process is gone — or,
+        for a ``thread`` slot, whose thread is gone (``thread_alive(pid, tid)``; without
+        it a thread lives as long as its process) — and the job slots whose creator is
+        gone with no worker left."""
         woken: list[int] = []
         for w in np.flatnonzero(self.workers["used"] == 1):
             w = int(w)
-            if not alive(int(self.workers["pid"][w])):
+            row = self.workers[w]
+            pid = int(row["pid"])
+            if not alive(pid) or (row["thread"] and thread_alive is not None
+                                  and not thread_alive(pid, int(row["tid"]))):
                 woken += self.leave_worker(w, now)
                 self.header["reclaimed"][0] += 1
         for j in np.flatnonzero(self.jobs["used"] == 1):

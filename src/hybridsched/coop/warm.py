@@ -23,6 +23,7 @@ def _rules() -> None:
     st.boundary(a, 2)
     st.release(b, 3)
     st.try_acquire(b, 3)
+    st.revoke_holder(b, 3)
     st.leave_worker(a, 4)
     rules.running_all(st.workers, st.wake[:0])
 

@@ -189,3 +189,26 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def thread_state(pid: int, tid: int) -> str:
+    """The state letter of thread ``tid`` of process ``pid`` (R running, S or D asleep, Z
+    a zombie, ...): "" when there is no such thread, "?" when /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+            raw = fh.read()
+        return raw[raw.rindex(b")") + 2:].split()[0].decode()
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return "?"
+
+
+def thread_alive(pid: int, tid: int) -> bool:
+    """Whether thread ``tid`` of process ``pid`` runs, by pid_alive's rule (a zombie or a
+    dying thread is gone; where /proc cannot tell, it is alive). A tid names another
+    thread of the same process only once the kernel's pid space has wrapped."""
+    if tid <= 0:
+        return pid_alive(pid)
+    state = thread_state(pid, tid)
+    return state not in ("", "Z", "X") and (state != "?" or pid_alive(pid))

@@ -1,0 +1,25 @@
+"""`hybridsched coop exec [--] CMD ...`: one unmodified command as a job of the node's
+cooperative arbiter; the command's exit status is ours."""
+from __future__ import annotations
+
+import sys
+
+from ..coop.launch import exec_command
+from ..errors import UsageError
+from .common import PROG
+
+
+def main(args) -> int:
+    argv = list(args.cmd)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(f"{PROG} coop exec: a command is required ({PROG} coop exec [--] CMD ...)")
+    if not args.quantum_ms > 0:
+        raise UsageError(f"--quantum-ms must be positive, got {args.quantum_ms}")
+    result = exec_command(argv, segment=args.segment, quantum_s=args.quantum_ms / 1e3,
+                          keep_env=args.keep_env)
+    if args.counters:
+        print(f"{PROG} coop: " + ", ".join(f"{k} {v}" for k, v in result.counters.as_dict().items()),
+              file=sys.stderr)
+    return result.status

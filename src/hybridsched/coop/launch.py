@@ -1,0 +1,135 @@
+"""``hybridsched coop exec``: one unmodified command run as a job of the node's arbiter
+under the cooperative shim, so that jobs started independently — two terminals, two Slurm
+jobs sharing a node — cooperate on the same tokens.
+
+The command runs in a process group of its own (given the terminal while it runs, when
+we had it); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to us are passed to that group; its
+exit status is ours (128 + N when signal N ended it). When it ends, whatever it left in
+its group is killed and reaped, then its job and tokens are freed, and the segment goes
+with its last participant.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+
+from ..errors import ShimUnavailable, UsageError
+from ..oslayer.proctree import get_subreaper, prctl
+from ..oslayer.signals import signals_held
+from .arbiter import DEFAULT_QUANTUM_S, Arbiter
+from .refusal import shim_refusal
+from .shimjob import WAIT_POLICY_ENV, ShimCounters, ShimJob
+from .sweep import sweep
+
+EXEC_ALTERNATIVE = "run it without `coop exec`"
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    status: int               # the command's exit status; 128 + N if signal N ended it
+    counters: ShimCounters    # its job's counts from the shim
+
+
+def exec_command(argv: list[str], *, segment: str | None = None,
+                 quantum_s: float = DEFAULT_QUANTUM_S, keep_env: bool = False) -> ExecResult:
+    """Run ``argv`` as one job of the arbiter at ``segment`` (default: the node's) under
+    the shim, the runtimes' wait policies set to block (:data:`WAIT_POLICY_ENV`) unless
+    ``keep_env``. Refused (ShimUnavailable, nothing started) where the shim cannot
+    manage it; a new segment gets ``quantum_s``."""
+    why = shim_refusal(argv, EXEC_ALTERNATIVE)
+    if why:
+        raise ShimUnavailable(why)
+    sweep(segment)  # a segment whose participants all died outright
+    with contextlib.ExitStack() as stack:
+        with signals_held():
+            arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
+        shim = stack.enter_context(ShimJob(arbiter))
+        env = dict(os.environ)
+        if not keep_env:
+            env.update(WAIT_POLICY_ENV)
+        env.update(shim.env(env))
+        status = stack.enter_context(Command(argv, env)).wait()
+    return ExecResult(status, shim.final or ShimCounters())
+
+
+class Command:
+    """The command's processes, a context manager: started in a group of their own, with
+    us as the subreaper of whatever they leave orphaned; on exit every process left in
+    the group is killed and reaped."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.argv, self.env = argv, env
+        self.proc: subprocess.Popen | None = None
+        self._tty = False
+        self._subreaper = False
+
+    def __enter__(self) -> "Command":
+        self._subreaper = get_subreaper()
+        prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, process_group=0)
+        except OSError as exc:
+            prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+            raise UsageError(f"{self.argv[0]}: cannot run it ({exc.strerror})") from None
+        with contextlib.suppress(OSError):  # also from here: the terminal is handed to it next
+            os.setpgid(self.proc.pid, self.proc.pid)
+        self._tty = _hand_terminal(self.proc.pid, os.getpgrp())
+        return self
+
+    def wait(self) -> int:
+        """The command's exit status, signals sent to us passed on to its group meanwhile."""
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in _FORWARDED:
+                old[sig] = signal.signal(sig, self._forward)
+        try:
+            rc = self.proc.wait()
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        return rc if rc >= 0 else 128 - rc
+
+    def _forward(self, signum, frame) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signum)
+
+    def __exit__(self, *exc) -> None:
+        if self._tty:
+            _hand_terminal(os.getpgrp(), None)
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with signals_held():
+            self.proc.wait()
+            while True:  # the group's orphans are ours to reap (subreaper)
+                try:
+                    os.waitpid(-pgid, 0)
+                except ChildProcessError:
+                    break
+                except InterruptedError:
+                    continue
+        prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+
+
+def _hand_terminal(pgid: int, owner: int | None) -> bool:
+    """Make ``pgid`` the foreground group of the terminal on our stdin, if there is one and
+    its foreground is ``owner`` (None: whoever); whether it did."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        if not os.isatty(0) or (owner is not None and os.tcgetpgrp(0) != owner):
+            return False
+        old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may not
+        try:
+            os.tcsetpgrp(0, pgid)
+        finally:
+            signal.signal(signal.SIGTTOU, old)
+        return True
+    except OSError:
+        return False

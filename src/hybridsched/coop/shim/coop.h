@@ -1,0 +1,138 @@
+/* The cooperative shim's internals, shared by its C files. The segment's layout comes from
+   "hs_layout.h", generated from hybridsched/coop/layout.py when the shim is built. */
+#ifndef HS_COOP_H
+#define HS_COOP_H
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <sched.h>
+#include "hs_layout.h"
+#include <pthread.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <poll.h>
+
+#define HS_EXPORT __attribute__((visibility("default")))
+#define HS_HIDDEN __attribute__((visibility("hidden")))
+
+/* One segment's regions (the shared one in a run, a private copy in the tests). */
+struct hs_view {
+    struct hs_header *h;
+    struct hs_cpu *cpus;
+    struct hs_job *jobs;
+    struct hs_worker *workers;
+    int32_t *wake;
+    unsigned char *lock;
+    int ncpu, njobs, nworkers;
+    size_t size;
+};
+
+/* the liveness a reclaim asks about: tid 0 for the process, else that thread of it */
+typedef int (*hs_alive_fn)(void *ctx, int32_t pid, int32_t tid);
+
+/* rules.c: coop/rules.py and coop/state.py's membership, on the same bytes */
+HS_HIDDEN size_t hs_view_init(struct hs_view *v, void *base, int ncpu, int njobs, int nworkers);
+HS_HIDDEN void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int woken[2]);
+HS_HIDDEN int hs_rule_try_acquire(struct hs_view *v, int w, int64_t now);
+HS_HIDDEN int hs_rule_release(struct hs_view *v, int w, int64_t now);
+HS_HIDDEN int hs_rule_lazy_park(struct hs_view *v, int w);
+HS_HIDDEN int hs_rule_lazy_resume(struct hs_view *v, int w);
+HS_HIDDEN int hs_rule_expired(struct hs_view *v, int w, int64_t now);
+HS_HIDDEN void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2]);
+HS_HIDDEN int hs_rule_leave_worker(struct hs_view *v, int w, int64_t now);
+HS_HIDDEN int hs_find_job(struct hs_view *v, int64_t key);
+HS_HIDDEN int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thread);
+HS_HIDDEN int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx,
+                         int32_t *woken, int max);
+
+static inline int32_t hs_ld(const int32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static inline void hs_st(int32_t *p, int32_t x) { __atomic_store_n(p, x, __ATOMIC_RELAXED); }
+static inline int hs_cas(int32_t *p, int32_t expect, int32_t x)
+{
+    return __atomic_compare_exchange_n(p, &expect, x, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* runtime.c: the thread's side of the arbiter, used by the wrappers and the trap */
+struct hs_thread {
+    int slot;          /* this thread's worker slot, -1: not managed */
+    int tid;
+    int depth;         /* > 0 inside the shim: a nested call passes straight through */
+    int parked;        /* how the last park left the token: HS_PARK_* */
+    int cpu;           /* the CPU this thread pinned itself to, -1 none */
+    int yields;        /* consecutive sched_yield calls while others wait */
+    int batch;         /* SCHED_BATCH set */
+    int has_mask;      /* the program set its own mask (answered back, not applied) */
+    int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
+    cpu_set_t mask;
+    volatile char selector; /* Syscall User Dispatch: HS_SUD_ALLOW or HS_SUD_BLOCK */
+    char armed;        /* Syscall User Dispatch is on for this thread */
+};
+#define HS_PARK_NONE 0
+#define HS_PARK_LAZY 1
+#define HS_PARK_RELEASED 2
+
+extern __thread struct hs_thread hs_t __attribute__((tls_model("initial-exec")));
+extern int hs_on;            /* the shim manages this process */
+extern struct hs_view hs_v;
+extern int hs_job;
+
+HS_HIDDEN void hs_park(void);
+HS_HIDDEN void hs_resume(void);
+HS_HIDDEN void hs_yield_point(void);
+HS_HIDDEN void hs_rotate(void);
+HS_HIDDEN void hs_thread_begin(void);
+HS_HIDDEN void hs_thread_end(void *unused);
+HS_HIDDEN void hs_count(int which);
+HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
+HS_HIDDEN long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6);
+HS_HIDDEN long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6);
+HS_HIDDEN void hs_resolve(void);
+HS_HIDDEN int hs_launcher_pid(void);
+
+/* Whether the calling thread is managed and outside the shim: then it is inside from now
+   (depth 1) until hs_exit. A wrapper that gets 0 calls the real function straight away. */
+static inline int hs_enter(void)
+{
+    if (!hs_on || hs_t.slot < 0 || hs_t.depth)
+        return 0;
+    hs_t.depth = 1;
+    return 1;
+}
+
+HS_HIDDEN void hs_pending_rotation(void);
+
+static inline void hs_exit(void)
+{
+    if (__builtin_expect(hs_t.pending, 0))
+        hs_pending_rotation();
+    hs_t.depth = 0;
+    if (hs_t.armed && hs_t.selector != 1)
+        hs_t.selector = 1;  /* HS_SUD_BLOCK: armed again after a call it let run natively */
+}
+
+/* counters of the job row (hs_count) */
+enum { HS_C_THREADS, HS_C_CALLS, HS_C_GRANTS, HS_C_HANDOFFS, HS_C_TRAPS, HS_C_NUDGES };
+
+/* sud.c: Syscall User Dispatch */
+#define HS_SUD_ALLOW 0
+#define HS_SUD_BLOCK 1
+HS_HIDDEN int hs_sud_setup(void);      /* find libc's text, install the SIGSYS handler */
+HS_HIDDEN void hs_sud_arm(void);       /* arm it for the calling thread */
+HS_HIDDEN void hs_sud_disarm(void);
+HS_HIDDEN int hs_nudge_signal(void);
+HS_HIDDEN int hs_signals_setup(void);
+HS_HIDDEN int hs_own_signal(int sig);  /* SIGSYS (when armed) or the nudge signal */
+HS_HIDDEN void hs_keep_unblocked(void *set);
+HS_HIDDEN int hs_app_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
+
+/* real functions behind the interposed ones (wrappers.c resolves them) */
+extern int (*hs_real_mutex_lock)(pthread_mutex_t *);
+extern int (*hs_real_mutex_unlock)(pthread_mutex_t *);
+extern int (*hs_real_mutex_consistent)(pthread_mutex_t *);
+extern ssize_t (*hs_real_read)(int, void *, size_t);
+extern long (*hs_real_syscall)(long, ...);
+extern int (*hs_real_setaffinity)(pid_t, size_t, const cpu_set_t *);
+extern int (*hs_real_getaffinity)(pid_t, size_t, cpu_set_t *);
+extern int (*hs_real_sigaction)(int, const struct sigaction *, struct sigaction *);
+extern int (*hs_real_poll)(struct pollfd *, nfds_t, int);
+
+#endif

@@ -1,0 +1,604 @@
+/* One thread's side of the node's arbiter, inside an unmodified program (the cooperative
+   shim, LD_PRELOADed by hybridsched's ShimJob): the process maps the arbiter's segment,
+   finds its command's job by key, and registers each of its threads as a worker of it;
+   a thread runs while it holds a token, gives it up before every call that can block
+   (hs_park) and takes one again after (hs_resume). The rules are rules.c's, the same as the
+   Python workers'. Everything here runs with hs_t.depth > 0, so a call the shim makes
+   itself, or a signal handler's, passes straight through the wrappers. */
+#include "coop.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+__thread struct hs_thread hs_t __attribute__((tls_model("initial-exec"))) = {.slot = -1, .cpu = -1};
+int hs_on;
+struct hs_view hs_v;
+int hs_job = -1;
+static int64_t hs_key;
+static int hs_pid;
+static cpu_set_t hs_natural;
+static pthread_key_t hs_exit_key;
+
+/* How long a waiter sleeps before it looks for dead holders, and the longest it backs off
+   to once another waiter made the period's scan: the Python workers' figures (worker.py),
+   so a dead holder stalls the node as briefly whoever waits for its token. */
+#define RECLAIM_POLL_NS 200000000LL
+#define IDLE_POLL_NS 500000000LL
+/* sched_yield calls in a row while others wait before a yield hands the token on: a
+   runtime that yields in its spin (libomp when oversubscribed) gives its token up within
+   tens of microseconds, while a lone yield (a lock's back-off) costs no hand-off. */
+#define YIELDS_TO_ROTATE 64
+/* slots woken by one critical section: a grant or two, or one per dead holder reclaimed;
+   a waiter beyond finds its grant at its next poll */
+#define MAX_WOKEN 64
+
+struct hs_cs {
+    int32_t woken[MAX_WOKEN];
+    int n;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    int saved = errno;
+    long r = hs_real_syscall(nr, a1, a2, a3, a4, a5, a6);
+    if (r == -1)
+        r = -errno;
+    errno = saved;
+    return r;
+}
+
+void hs_count(int which)
+{
+    struct hs_job *j = &hs_v.jobs[hs_job];
+    int64_t *c = which == HS_C_THREADS ? &j->threads : which == HS_C_CALLS ? &j->calls
+               : which == HS_C_GRANTS ? &j->grants : which == HS_C_HANDOFFS ? &j->handoffs
+               : which == HS_C_TRAPS ? &j->traps : &j->nudges;
+    __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+}
+
+int hs_launcher_pid(void)
+{
+    return hs_job >= 0 ? hs_v.jobs[hs_job].pid : -1;
+}
+
+void hs_natural_mask(cpu_set_t *out, int own)
+{
+    *out = own && hs_t.has_mask ? hs_t.mask : hs_natural;
+}
+
+/* --- liveness: procfs.pid_alive and thread_alive's rule ---------------------------------- */
+
+static int task_state(int pid, int tid, char *out)
+{
+    char path[64], buf[256];
+    if (tid > 0)
+        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+    else
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 ? 0 : -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || !p[2])
+        return -1;
+    *out = p[2];
+    return 1;
+}
+
+static int alive(void *ctx, int32_t pid, int32_t tid)
+{
+    (void)ctx;
+    if (pid <= 0)
+        return 0;
+    if (tid <= 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char s;
+    int r = task_state(pid, tid, &s);
+    if (r == 0)
+        return 0;
+    if (r < 0)  /* /proc cannot tell: alive while the process exists */
+        return tid > 0 ? alive(ctx, pid, 0) : 1;
+    return s != 'Z' && s != 'X';
+}
+
+/* --- the mutex and the wake-ups ---------------------------------------------------------- */
+
+static void fatal(const char *what, int err)
+{
+    dprintf(2, "hybridsched coop shim: %s (%s); stopping rather than running unlocked\n",
+            what, strerror(err));
+    abort();
+}
+
+static void cs_add(struct hs_cs *cs, int w)
+{
+    if (w >= 0 && cs->n < MAX_WOKEN)
+        cs->woken[cs->n++] = w;
+}
+
+static void cs_lock(struct hs_cs *cs)
+{
+    pthread_mutex_t *m = (pthread_mutex_t *)hs_v.lock;
+    cs->n = 0;
+    int r = hs_real_mutex_lock(m);
+    if (r == EOWNERDEAD) {  /* its owner died in the middle: the next step reclaims it */
+        hs_real_mutex_consistent(m);
+        hs_v.lock[HS_DIED_AT] = 1;
+    } else if (r != 0) {
+        fatal("cannot lock the arbiter's mutex", r);
+    }
+    if (hs_v.lock[HS_DIED_AT]) {
+        cs->n += hs_reclaim(&hs_v, now_ns(), alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
+        hs_v.lock[HS_DIED_AT] = 0;
+    }
+}
+
+/* handoff._wake: pin the new holder to its token's CPU, then wake it */
+static void post(int slot)
+{
+    struct hs_worker *r = &hs_v.workers[slot];
+    int ci = r->cpu;
+    if (r->used == 1 && r->tid > 0 && ci >= 0) {
+        int c = hs_v.cpus[ci].cpu;
+        if (r->pinned != c && c >= 0 && c < CPU_SETSIZE) {
+            cpu_set_t s;
+            CPU_ZERO(&s);
+            CPU_SET(c, &s);
+            if (hs_real_setaffinity(r->tid, sizeof s, &s) == 0)
+                r->pinned = c;
+        }
+    }
+    hs_raw(SYS_futex, (long)&hs_v.wake[slot], FUTEX_WAKE, 1, 0, 0, 0);
+}
+
+static void cs_unlock(struct hs_cs *cs)
+{
+    hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
+    for (int i = 0; i < cs->n; i++)
+        post(cs->woken[i]);
+}
+
+/* the slot is still this thread's (not reclaimed, not someone else's since) */
+static int own(int me)
+{
+    struct hs_worker *r = &hs_v.workers[me];
+    return me >= 0 && r->used == 1 && r->pid == hs_pid && r->tid == hs_t.tid && r->thread == 1;
+}
+
+/* the slot was taken away (the job ended under us): this thread runs unmanaged */
+static void lost(void)
+{
+    hs_t.slot = -1;
+}
+
+static int reclaim_due(void)
+{
+    struct hs_header *h = hs_v.h;
+    if (!hs_v.lock[HS_DIED_AT] && now_ns() - h->reclaim_ns < RECLAIM_POLL_NS)
+        return 0;
+    struct hs_cs cs;
+    int did = 0;
+    cs_lock(&cs);
+    int64_t now = now_ns();
+    if (now - h->reclaim_ns >= RECLAIM_POLL_NS) {
+        h->reclaim_ns = now;
+        cs.n += hs_reclaim(&hs_v, now, alive, NULL, cs.woken + cs.n, MAX_WOKEN - cs.n);
+        did = 1;
+    }
+    cs_unlock(&cs);
+    return did;
+}
+
+/* SCHED_BATCH, as the Python workers (worker.HANDOFF_POLICY): a hand-off is then two
+   voluntary switches, the woken holder never preempting the one that woke it */
+static void batch(void)
+{
+    if (hs_t.batch)
+        return;
+    hs_t.batch = 1;
+    struct sched_param p = {0};
+    if (sched_getscheduler(0) == SCHED_OTHER)
+        sched_setscheduler(0, SCHED_BATCH, &p);
+}
+
+static void pin(int me)
+{
+    int ci = hs_v.workers[me].cpu;
+    if (ci < 0)
+        return;
+    int c = hs_v.cpus[ci].cpu;
+    if (c == hs_t.cpu || c < 0 || c >= CPU_SETSIZE)
+        return;
+    if (hs_v.workers[me].pinned != c) {  /* else the granter did */
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        CPU_SET(c, &s);
+        hs_real_setaffinity(0, sizeof s, &s);
+        hs_v.workers[me].pinned = c;
+    }
+    hs_t.cpu = c;
+}
+
+/* --- taking and giving up the token ------------------------------------------------------ */
+
+static void wait_token(int me, int queued)
+{
+    int64_t poll = RECLAIM_POLL_NS;
+    for (;;) {
+        struct hs_worker *r = &hs_v.workers[me];
+        int st = hs_ld(&r->state);
+        if (r->used != 1 || r->pid != hs_pid || r->tid != hs_t.tid) {
+            lost();
+            return;
+        }
+        if (st == HS_RUNNING)
+            break;
+        if (st != HS_WAITING) {  /* not queued (never so in practice): ask again */
+            struct hs_cs cs;
+            int w2[2];
+            cs_lock(&cs);
+            if (own(me) && hs_ld(&r->state) != HS_WAITING) {
+                hs_cas(&r->state, HS_LAZY, HS_RUNNING);
+                hs_rule_acquire(&hs_v, me, now_ns(), w2);
+                if (w2[0] != me)
+                    cs_add(&cs, w2[0]);
+                cs_add(&cs, w2[1]);
+            }
+            cs_unlock(&cs);
+            continue;
+        }
+        queued = 1;
+        struct timespec ts = {poll / 1000000000LL, poll % 1000000000LL};
+        long rc = hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
+        if (rc == -ETIMEDOUT)
+            poll = reclaim_due() ? RECLAIM_POLL_NS : (2 * poll < IDLE_POLL_NS ? 2 * poll : IDLE_POLL_NS);
+    }
+    if (queued)
+        hs_count(HS_C_GRANTS);
+    pin(me);
+}
+
+static void acquire(int me)
+{
+    struct hs_cs cs;
+    int w2[2];
+    cs_lock(&cs);
+    if (!own(me)) {
+        cs_unlock(&cs);
+        lost();
+        return;
+    }
+    int32_t *state = &hs_v.workers[me].state;
+    hs_cas(state, HS_LAZY, HS_RUNNING);  /* taken lazily by the watchdog while we ran: ours */
+    hs_rule_acquire(&hs_v, me, now_ns(), w2);
+    int queued = hs_ld(state) == HS_WAITING;
+    if (w2[0] != me)
+        cs_add(&cs, w2[0]);
+    cs_add(&cs, w2[1]);
+    cs_unlock(&cs);
+    wait_token(me, queued);
+}
+
+static void release(int me)
+{
+    struct hs_cs cs;
+    cs_lock(&cs);
+    if (!own(me)) {
+        cs_unlock(&cs);
+        lost();
+        return;
+    }
+    hs_cas(&hs_v.workers[me].state, HS_LAZY, HS_RUNNING);
+    int w = hs_rule_release(&hs_v, me, now_ns());
+    if (w >= 0)
+        hs_count(HS_C_HANDOFFS);
+    cs_add(&cs, w);
+    cs_unlock(&cs);
+}
+
+/* lock-free paths first check the slot is ours (it changes hands only when reclaimed) */
+static int mine_unlocked(int me)
+{
+    struct hs_worker *r = &hs_v.workers[me];
+    return r->used == 1 && r->tid == hs_t.tid && r->pid == hs_pid;
+}
+
+void hs_park(void)
+{
+    int me = hs_t.slot;
+    hs_count(HS_C_CALLS);
+    if (!mine_unlocked(me)) {
+        lost();
+        return;
+    }
+    if (hs_rule_lazy_park(&hs_v, me)) {
+        hs_t.parked = HS_PARK_LAZY;
+        return;
+    }
+    release(me);
+    hs_t.parked = HS_PARK_RELEASED;
+}
+
+void hs_resume(void)
+{
+    int me = hs_t.slot;
+    if (me < 0)
+        return;
+    int lazy = hs_t.parked == HS_PARK_LAZY;
+    hs_t.parked = HS_PARK_NONE;
+    if (lazy && hs_rule_lazy_resume(&hs_v, me))
+        return;
+    acquire(me);
+}
+
+/* a rotation (sched_yield in a spin, or the watchdog's signal): to another job's waiter
+   once the quantum is over (the boundary rule), else to a waiter of the own job first */
+void hs_rotate(void)
+{
+    int me = hs_t.slot;
+    if (me < 0 || hs_ld(&hs_v.h->waiting) <= 0 || !mine_unlocked(me))
+        return;
+    struct hs_cs cs;
+    int w2[2] = {-1, -1};
+    cs_lock(&cs);
+    if (!own(me)) {
+        cs_unlock(&cs);
+        lost();
+        return;
+    }
+    hs_rule_boundary(&hs_v, me, now_ns(), w2);
+    int rotated = hs_ld(&hs_v.workers[me].state) == HS_WAITING;
+    if (rotated)
+        hs_count(HS_C_HANDOFFS);
+    cs_add(&cs, w2[0]);
+    cs_add(&cs, w2[1]);
+    cs_unlock(&cs);
+    if (rotated) {
+        wait_token(me, 1);
+    } else if (hs_ld(&hs_v.h->waiting) > 0) {
+        release(me);
+        acquire(me);
+    }
+}
+
+/* a rotation signal that came while the thread was inside the shim, answered as it leaves */
+void hs_pending_rotation(void)
+{
+    hs_t.pending = 0;
+    if (hs_t.slot >= 0) {
+        hs_count(HS_C_NUDGES);
+        hs_rotate();
+    }
+}
+
+void hs_yield_point(void)
+{
+    int me = hs_t.slot;
+    if (hs_ld(&hs_v.h->waiting) <= 0 || hs_ld(&hs_v.workers[me].state) != HS_RUNNING) {
+        hs_t.yields = 0;
+        return;
+    }
+    if (hs_rule_expired(&hs_v, me, now_ns()) || ++hs_t.yields >= YIELDS_TO_ROTATE) {
+        hs_t.yields = 0;
+        hs_rotate();
+    }
+}
+
+/* --- threads and processes --------------------------------------------------------------- */
+
+static void reset_thread(void)
+{
+    hs_t.tid = gettid();
+    hs_t.slot = -1;
+    hs_t.cpu = -1;
+    hs_t.parked = HS_PARK_NONE;
+    hs_t.yields = 0;
+    hs_t.batch = 0;
+    hs_t.has_mask = 0;
+    hs_t.pending = 0;
+    hs_t.armed = 0;
+    hs_t.selector = HS_SUD_ALLOW;
+}
+
+static void start(int slot)
+{
+    hs_t.slot = slot;
+    pthread_setspecific(hs_exit_key, (void *)1);  /* hs_thread_end at the thread's exit */
+    batch();
+    hs_sud_arm();
+}
+
+/* the calling thread (new, or the child of a fork) joins the job and waits for a token */
+void hs_thread_begin(void)
+{
+    if (!hs_on)
+        return;
+    reset_thread();
+    hs_t.depth = 1;
+    struct hs_cs cs;
+    int w = -1;
+    cs_lock(&cs);
+    if (hs_v.jobs[hs_job].used == 1 && hs_v.jobs[hs_job].key == hs_key)
+        w = hs_join_worker(&hs_v, hs_job, hs_pid, hs_t.tid, 1);
+    cs_unlock(&cs);
+    if (w >= 0) {  /* else the job is gone, or the tables are full: unmanaged */
+        hs_count(HS_C_THREADS);
+        start(w);
+        acquire(w);
+    }
+    hs_exit();
+}
+
+/* at the thread's exit (a TLS destructor), at _exit and at the process's exit */
+void hs_thread_end(void *unused)
+{
+    (void)unused;
+    int me = hs_t.slot;
+    /* a vfork child shares its parent thread's TLS: the slot there is the parent's */
+    if (!hs_on || me < 0 || getpid() != hs_pid)
+        return;
+    hs_t.depth++;
+    hs_sud_disarm();
+    struct hs_cs cs;
+    cs_lock(&cs);
+    if (own(me)) {
+        int w = hs_rule_leave_worker(&hs_v, me, now_ns());
+        if (w >= 0)
+            hs_count(HS_C_HANDOFFS);
+        cs_add(&cs, w);
+    }
+    cs_unlock(&cs);
+    hs_t.slot = -1;
+    hs_t.depth--;
+}
+
+/* The process's first thread: after an exec, the exec'ing thread finds its slot (and its
+   token) under its pid and tid and keeps it; the slots of the threads the exec ended are
+   given up. Otherwise it joins like any thread. */
+static void main_thread_begin(void)
+{
+    reset_thread();
+    hs_t.depth = 1;
+    struct hs_cs cs;
+    int mine = -1;
+    cs_lock(&cs);
+    for (int w = 0; w < hs_v.h->hi; w++) {
+        struct hs_worker *r = &hs_v.workers[w];
+        if (r->used != 1 || r->pid != hs_pid || r->job != hs_job || !r->thread)
+            continue;
+        if (r->tid == hs_t.tid && mine < 0)
+            mine = w;
+        else
+            cs_add(&cs, hs_rule_leave_worker(&hs_v, w, now_ns()));
+    }
+    cs_unlock(&cs);
+    if (mine < 0) {
+        hs_t.depth = 0;
+        hs_thread_begin();
+        return;
+    }
+    start(mine);
+    acquire(mine);  /* held already (RUNNING): keeps it, pinned where it was */
+    hs_exit();
+}
+
+static void atfork_child(void)
+{
+    if (!hs_on)
+        return;
+    hs_pid = getpid();
+    hs_thread_begin();  /* a new thread: the parent's slot stays the parent's */
+}
+
+static void warn(const char *fmt, const char *a, const char *b)
+{
+    dprintf(2, "hybridsched coop shim: ");
+    dprintf(2, fmt, a, b);
+    dprintf(2, "; this process runs unmanaged\n");
+}
+
+static int attach(const char *path, int64_t key)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        warn("cannot open the coop segment %s (%s)", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)
+        || (size_t)st.st_size < sizeof(struct hs_header)) {
+        close(fd);
+        warn("%s is not a private coop segment of this user%s", path, "");
+        return -1;
+    }
+    void *p = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        warn("cannot map %s (%s)", path, strerror(errno));
+        return -1;
+    }
+    struct hs_header *h = p;
+    char have[16];
+    snprintf(have, sizeof have, "%d", h->version);
+    if (memcmp(h->magic, HS_MAGIC, 8) != 0 || h->version != HS_VERSION
+        || hs_view_init(&hs_v, p, h->ncpu, h->max_jobs, h->max_workers) > (size_t)st.st_size) {
+        munmap(p, st.st_size);
+        warn("%s: not a coop segment of this layout (version %s)", path, have);
+        return -1;
+    }
+    struct hs_cs cs;
+    cs_lock(&cs);
+    hs_job = hs_find_job(&hs_v, key);
+    cs_unlock(&cs);
+    if (hs_job < 0) {
+        munmap(p, st.st_size);
+        warn("no job %s on %s (its launcher has gone)", getenv("HYBRIDSCHED_COOP_JOB"), path);
+        return -1;
+    }
+    hs_key = key;
+    return 0;
+}
+
+/* "0,1,5": the CPUs the program would have had (its launcher's): what its affinity
+   queries are answered with, whatever CPU its threads are pinned to now */
+static void natural_cpus(const char *list)
+{
+    CPU_ZERO(&hs_natural);
+    for (const char *s = list; s && *s;) {
+        char *end;
+        long c = strtol(s, &end, 10);
+        if (end == s)
+            break;
+        if (c >= 0 && c < CPU_SETSIZE)
+            CPU_SET(c, &hs_natural);
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (CPU_COUNT(&hs_natural) == 0)
+        hs_real_getaffinity(0, sizeof hs_natural, &hs_natural);
+}
+
+__attribute__((constructor)) static void hs_init(void)
+{
+    const char *seg = getenv("HYBRIDSCHED_COOP_SEGMENT"), *key = getenv("HYBRIDSCHED_COOP_JOB");
+    if (!seg || !key || !*seg || !*key)
+        return;  /* loaded but not launched by hybridsched (a test's ctypes): dormant */
+    hs_resolve();
+    if (attach(seg, strtoll(key, NULL, 10)) != 0)
+        return;
+    natural_cpus(getenv("HYBRIDSCHED_COOP_CPUS"));
+    hs_pid = getpid();
+    if (pthread_key_create(&hs_exit_key, hs_thread_end) != 0) {
+        warn("no thread-specific key left%s%s", "", "");
+        return;
+    }
+    hs_signals_setup();
+    hs_sud_setup();
+    pthread_atfork(NULL, NULL, atfork_child);
+    hs_on = 1;
+    main_thread_begin();
+}
+
+__attribute__((destructor)) static void hs_fini(void)
+{
+    hs_thread_end(NULL);
+}

@@ -1,0 +1,249 @@
+/* Syscall User Dispatch (Linux >= 5.11, no privileges): the system calls a thread makes
+   from outside libc's text raise SIGSYS, and the handler here emulates them. That is how
+   the shim sees libgomp's futex waits, which are inline `syscall` instructions that no
+   symbol interposition reaches. It is per thread, and inherited by neither pthread_create
+   nor fork, so every thread arms it itself (hs_thread_begin). libc's own system calls,
+   the shim's included, run natively; the selector byte lets a thread turn it off while it
+   is in the handler. Also here: the signal the watchdog sends a holder that keeps its
+   token past the bound while others wait (the shim's rotation), and keeping both signals
+   the shim's when the program installs handlers or blocks signals. */
+#include "coop.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <stdlib.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
+#define PR_SYS_DISPATCH_ON 1
+#endif
+#ifndef SYS_USER_DISPATCH
+#define SYS_USER_DISPATCH 2
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+static uintptr_t libc_lo, libc_len;
+static int sud_ok;
+static struct sigaction app_sigsys, app_nudge;  /* what the program asked for */
+
+/* the watchdog's rotation request: a real-time signal far from SIGRTMIN, which programs
+   number theirs from; it is also hybridsched.coop.shimjob.NUDGE_SIGNAL */
+int hs_nudge_signal(void)
+{
+    return SIGRTMAX - 7;
+}
+
+HS_EXPORT int hs_x_nudge_signal(void)
+{
+    return hs_nudge_signal();
+}
+
+int hs_own_signal(int sig)
+{
+    return (sig == SIGSYS && sud_ok) || sig == hs_nudge_signal();
+}
+
+/* neither of the shim's signals is ever blocked: SIGSYS blocked when a system call traps
+   kills the process, and a holder that blocks the rotation signal would keep its token */
+void hs_keep_unblocked(void *set)
+{
+    if (sud_ok)
+        sigdelset((sigset_t *)set, SIGSYS);
+    sigdelset((sigset_t *)set, hs_nudge_signal());
+}
+
+static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t target = (uintptr_t)data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (target >= lo && target < lo + ph->p_memsz) {
+            libc_lo = lo;
+            libc_len = ph->p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void chain(struct sigaction *app, int sig, siginfo_t *si, void *ctx)
+{
+    if (app->sa_flags & SA_SIGINFO) {
+        if (app->sa_sigaction)
+            app->sa_sigaction(sig, si, ctx);
+    } else if (app->sa_handler != SIG_IGN && app->sa_handler != SIG_DFL && app->sa_handler) {
+        app->sa_handler(sig);
+    } else if (sig == SIGSYS && app->sa_handler != SIG_IGN) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};  /* a SIGSYS not of ours: its default */
+        hs_real_sigaction(SIGSYS, &dfl, NULL);
+        raise(SIGSYS);
+    }
+}
+
+#ifdef __x86_64__
+/* rt_sigprocmask from outside libc: on the mask sigreturn restores, never blocking SIGSYS */
+static long sigprocmask_on(ucontext_t *uc, long how, const uint64_t *set, uint64_t *old)
+{
+    uint64_t *mask = (uint64_t *)&uc->uc_sigmask;
+    if (old)
+        *old = *mask;
+    if (set) {
+        if (how == SIG_BLOCK)
+            *mask |= *set;
+        else if (how == SIG_UNBLOCK)
+            *mask &= ~*set;
+        else if (how == SIG_SETMASK)
+            *mask = *set;
+        else
+            return -EINVAL;
+        *mask &= ~(1ULL << (SIGSYS - 1));
+    }
+    return 0;
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *ctx)
+{
+    if (si->si_code != SYS_USER_DISPATCH) {
+        chain(&app_sigsys, sig, si, ctx);
+        return;
+    }
+    ucontext_t *uc = ctx;
+    greg_t *g = uc->uc_mcontext.gregs;
+    hs_t.selector = HS_SUD_ALLOW;  /* nothing the handler (or a handler nested in it) does traps */
+    int saved = errno;
+    long nr = g[REG_RAX], r;
+    long a1 = g[REG_RDI], a2 = g[REG_RSI], a3 = g[REG_RDX], a4 = g[REG_R10], a5 = g[REG_R8],
+         a6 = g[REG_R9];
+    if (hs_on && hs_job >= 0)
+        hs_count(HS_C_TRAPS);
+    switch (nr) {
+    case SYS_rt_sigreturn:
+    case SYS_clone:
+    case SYS_clone3:
+    case SYS_fork:
+    case SYS_vfork:
+        /* cannot run on a signal handler's behalf: run it natively (the instruction again,
+           with the selector off); the thread is armed again at its next call through the shim */
+        if (((unsigned char *)g[REG_RIP])[-2] == 0x0f && ((unsigned char *)g[REG_RIP])[-1] == 0x05) {
+            g[REG_RIP] -= 2;
+            g[REG_RAX] = nr;
+            errno = saved;
+            return;
+        }
+        r = -ENOSYS;
+        break;
+    case SYS_rt_sigprocmask:
+        r = sigprocmask_on(uc, a1, (const uint64_t *)a2, (uint64_t *)a3);
+        break;
+    case SYS_futex:
+        r = hs_futex(a1, a2, a3, a4, a5, a6);
+        break;
+    default:
+        r = hs_raw(nr, a1, a2, a3, a4, a5, a6);
+    }
+    g[REG_RAX] = r;
+    errno = saved;
+    if (hs_t.armed)
+        hs_t.selector = HS_SUD_BLOCK;
+}
+#endif
+
+static void on_nudge(int sig, siginfo_t *si, void *ctx)
+{
+    if (!(si->si_code == SI_TKILL && si->si_pid == hs_launcher_pid())) {
+        chain(&app_nudge, sig, si, ctx);  /* the program's own use of the signal */
+        return;
+    }
+    int saved = errno;
+    if (hs_t.slot >= 0 && hs_t.depth > 0) {
+        hs_t.pending = 1;  /* inside the shim: rotated as it leaves (hs_exit) */
+    } else if (hs_t.slot >= 0) {
+        char was = hs_t.selector;
+        hs_t.selector = HS_SUD_ALLOW;
+        hs_t.depth = 1;
+        hs_count(HS_C_NUDGES);
+        hs_rotate();
+        hs_t.depth = 0;
+        hs_t.selector = was;
+    }
+    errno = saved;
+}
+
+int hs_signals_setup(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_nudge;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    return hs_real_sigaction(hs_nudge_signal(), &sa, &app_nudge);
+}
+
+int hs_sud_setup(void)
+{
+#ifdef __x86_64__
+    const char *off = getenv("HYBRIDSCHED_COOP_SUD");
+    if (off && strcmp(off, "0") == 0)
+        return 0;
+    dl_iterate_phdr(find_libc, (void *)hs_real_syscall);  /* libc's syscall() lies in its text */
+    if (!libc_len)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigsys;
+    /* NODEFER: a trap in a program's handler nested in ours re-enters (and passes through) */
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, hs_nudge_signal());
+    if (hs_real_sigaction(SIGSYS, &sa, &app_sigsys) != 0)
+        return 0;
+    sud_ok = 1;
+#endif
+    return sud_ok;
+}
+
+void hs_sud_arm(void)
+{
+    if (!sud_ok)
+        return;
+    hs_t.selector = HS_SUD_ALLOW;
+    if (prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, libc_lo, libc_len,
+              (unsigned long)&hs_t.selector) == 0) {
+        hs_t.armed = 1;
+        hs_t.selector = HS_SUD_BLOCK;
+    }
+}
+
+void hs_sud_disarm(void)
+{
+    if (!hs_t.armed)
+        return;
+    hs_t.selector = HS_SUD_ALLOW;
+    prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+    hs_t.armed = 0;
+}
+
+/* sigaction for the shim's own signals: recorded (the program's handler is chained for
+   signals that are not the shim's), never installed over the shim's */
+int hs_app_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    struct sigaction *app = sig == SIGSYS ? &app_sigsys : &app_nudge;
+    if (old)
+        *old = *app;
+    if (act)
+        *app = *act;
+    return 0;
+}

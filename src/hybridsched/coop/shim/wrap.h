@@ -1,0 +1,73 @@
+/* What the wrap_*.c files share: the real function behind each interposed one (found
+   lazily, by dlsym of the next definition), and the two shapes of a wrapped call. */
+#ifndef HS_WRAP_H
+#define HS_WRAP_H
+#include "coop.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef FUTEX_LOCK_PI2
+#define FUTEX_LOCK_PI2 13
+#endif
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+
+static inline void *sym(const char *name)
+{
+    void *p = NULL;
+    if (strncmp(name, "pthread_cond_", 13) == 0)  /* the condition variables of glibc >= 2.3.2 */
+        p = dlvsym(RTLD_NEXT, name, "GLIBC_2.3.2");
+    return p ? p : dlsym(RTLD_NEXT, name);
+}
+
+#define REAL(ret, name, params) static ret(*real_##name) params
+#define R(name)                                                                               \
+    ({                                                                                        \
+        if (__builtin_expect(!real_##name, 0))                                                \
+            real_##name = (__typeof__(real_##name))sym(#name);                                \
+        real_##name;                                                                          \
+    })
+
+/* give the token up around `call`, keeping the call's errno */
+#define PARKED(type, call)                                                                    \
+    do {                                                                                      \
+        type r_;                                                                              \
+        int e_;                                                                               \
+        hs_park();                                                                            \
+        r_ = (call);                                                                          \
+        e_ = errno;                                                                           \
+        hs_resume();                                                                          \
+        hs_exit();                                                                            \
+        errno = e_;                                                                           \
+        return r_;                                                                            \
+    } while (0)
+
+/* try `probe` (the call that never blocks) first: done if `done`, else park around `call` */
+#define TRY_THEN_PARK(type, probe, done, call)                                                \
+    do {                                                                                      \
+        type p_ = (probe);                                                                    \
+        if (done) {                                                                           \
+            hs_exit();                                                                        \
+            return p_;                                                                        \
+        }                                                                                     \
+        PARKED(type, call);                                                                   \
+    } while (0)
+
+#endif

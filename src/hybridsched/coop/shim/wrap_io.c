@@ -1,0 +1,302 @@
+/* The interposed libc functions, part 2: sleeps, signal waits, polls, reads and writes,
+   children and file locks (see wrap_sync.c). A descriptor is polled first, so a ready one,
+   or a regular file, costs no token. */
+#include "wrap.h"
+
+REAL(int, poll, (struct pollfd *, nfds_t, int));
+REAL(ssize_t, read, (int, void *, size_t));
+
+/* a descriptor that is not ready, in blocking mode: the call would sleep */
+static int would_block(int fd, short events)
+{
+    struct pollfd p = {fd, events, 0};
+    int e = errno;
+    int blocks = R(poll)(&p, 1, 0) == 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    errno = e;
+    return blocks;
+}
+
+#define BLOCKING_IO(type, name, fd, events, skip, args)                                      \
+    do {                                                                                      \
+        if (!hs_enter())                                                                      \
+            return R(name) args;                                                              \
+        if ((skip) || !would_block(fd, events)) {                                            \
+            hs_exit();                                                                        \
+            return R(name) args;                                                              \
+        }                                                                                     \
+        PARKED(type, R(name) args);                                                           \
+    } while (0)
+
+/* --- sleeps, signal waits, polls -------------------------------------------------------- */
+
+REAL(int, nanosleep, (const struct timespec *, struct timespec *));
+REAL(int, clock_nanosleep, (clockid_t, int, const struct timespec *, struct timespec *));
+REAL(int, usleep, (useconds_t));
+REAL(unsigned, sleep, (unsigned));
+
+static int zero_ts(const struct timespec *t)
+{
+    return t && t->tv_sec == 0 && t->tv_nsec == 0;
+}
+
+HS_EXPORT int nanosleep(const struct timespec *t, struct timespec *rem)
+{
+    if (zero_ts(t) || !hs_enter())
+        return R(nanosleep)(t, rem);
+    PARKED(int, R(nanosleep)(t, rem));
+}
+
+HS_EXPORT int clock_nanosleep(clockid_t c, int flags, const struct timespec *t, struct timespec *rem)
+{
+    if ((!(flags & TIMER_ABSTIME) && zero_ts(t)) || !hs_enter())
+        return R(clock_nanosleep)(c, flags, t, rem);
+    PARKED(int, R(clock_nanosleep)(c, flags, t, rem));
+}
+
+HS_EXPORT int usleep(useconds_t us)
+{
+    if (us == 0 || !hs_enter())
+        return R(usleep)(us);
+    PARKED(int, R(usleep)(us));
+}
+
+HS_EXPORT unsigned sleep(unsigned s)
+{
+    if (s == 0 || !hs_enter())
+        return R(sleep)(s);
+    PARKED(unsigned, R(sleep)(s));
+}
+
+REAL(int, pause, (void));
+REAL(int, sigsuspend, (const sigset_t *));
+REAL(int, sigwaitinfo, (const sigset_t *, siginfo_t *));
+REAL(int, sigtimedwait, (const sigset_t *, siginfo_t *, const struct timespec *));
+REAL(int, sigwait, (const sigset_t *, int *));
+
+HS_EXPORT int pause(void)
+{
+    if (!hs_enter())
+        return R(pause)();
+    PARKED(int, R(pause)());
+}
+
+HS_EXPORT int sigsuspend(const sigset_t *m)
+{
+    if (!hs_enter())
+        return R(sigsuspend)(m);
+    PARKED(int, R(sigsuspend)(m));
+}
+
+HS_EXPORT int sigwaitinfo(const sigset_t *s, siginfo_t *i)
+{
+    if (!hs_enter())
+        return R(sigwaitinfo)(s, i);
+    PARKED(int, R(sigwaitinfo)(s, i));
+}
+
+HS_EXPORT int sigtimedwait(const sigset_t *s, siginfo_t *i, const struct timespec *t)
+{
+    if (zero_ts(t) || !hs_enter())
+        return R(sigtimedwait)(s, i, t);
+    PARKED(int, R(sigtimedwait)(s, i, t));
+}
+
+HS_EXPORT int sigwait(const sigset_t *s, int *sig)
+{
+    if (!hs_enter())
+        return R(sigwait)(s, sig);
+    PARKED(int, R(sigwait)(s, sig));
+}
+
+REAL(int, ppoll, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *));
+REAL(int, __poll_chk, (struct pollfd *, nfds_t, int, size_t));
+REAL(int, select, (int, fd_set *, fd_set *, fd_set *, struct timeval *));
+REAL(int, pselect, (int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *));
+REAL(int, epoll_wait, (int, struct epoll_event *, int, int));
+REAL(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *));
+
+static const struct timespec ts0 = {0, 0};
+
+HS_EXPORT int poll(struct pollfd *f, nfds_t n, int ms)
+{
+    if (ms == 0 || !hs_enter())
+        return R(poll)(f, n, ms);
+    TRY_THEN_PARK(int, R(poll)(f, n, 0), p_ != 0, R(poll)(f, n, ms));
+}
+
+HS_EXPORT int __poll_chk(struct pollfd *f, nfds_t n, int ms, size_t len)
+{
+    if (ms == 0 || !hs_enter())
+        return R(__poll_chk)(f, n, ms, len);
+    TRY_THEN_PARK(int, R(__poll_chk)(f, n, 0, len), p_ != 0, R(__poll_chk)(f, n, ms, len));
+}
+
+HS_EXPORT int ppoll(struct pollfd *f, nfds_t n, const struct timespec *t, const sigset_t *m)
+{
+    if (zero_ts(t) || !hs_enter())
+        return R(ppoll)(f, n, t, m);
+    TRY_THEN_PARK(int, R(ppoll)(f, n, &ts0, m), p_ != 0, R(ppoll)(f, n, t, m));
+}
+
+/* a zero-timeout select first; when nothing is ready the sets it cleared are put back */
+#define SELECT_FIRST(probe, call)                                                             \
+    do {                                                                                      \
+        fd_set r0, w0, e0;                                                                    \
+        if (rd) r0 = *rd;                                                                     \
+        if (wr) w0 = *wr;                                                                     \
+        if (ex) e0 = *ex;                                                                     \
+        int p_ = (probe);                                                                     \
+        if (p_ != 0) {                                                                        \
+            hs_exit();                                                                        \
+            return p_;                                                                        \
+        }                                                                                     \
+        if (rd) *rd = r0;                                                                     \
+        if (wr) *wr = w0;                                                                     \
+        if (ex) *ex = e0;                                                                     \
+        PARKED(int, call);                                                                    \
+    } while (0)
+
+HS_EXPORT int select(int n, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
+{
+    if ((tv && tv->tv_sec == 0 && tv->tv_usec == 0) || !hs_enter())
+        return R(select)(n, rd, wr, ex, tv);
+    struct timeval z = {0, 0};
+    SELECT_FIRST(R(select)(n, rd, wr, ex, &z), R(select)(n, rd, wr, ex, tv));
+}
+
+HS_EXPORT int pselect(int n, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *t,
+                      const sigset_t *m)
+{
+    if (zero_ts(t) || !hs_enter())
+        return R(pselect)(n, rd, wr, ex, t, m);
+    SELECT_FIRST(R(pselect)(n, rd, wr, ex, &ts0, m), R(pselect)(n, rd, wr, ex, t, m));
+}
+
+HS_EXPORT int epoll_wait(int ep, struct epoll_event *ev, int max, int ms)
+{
+    if (ms == 0 || !hs_enter())
+        return R(epoll_wait)(ep, ev, max, ms);
+    TRY_THEN_PARK(int, R(epoll_wait)(ep, ev, max, 0), p_ != 0, R(epoll_wait)(ep, ev, max, ms));
+}
+
+HS_EXPORT int epoll_pwait(int ep, struct epoll_event *ev, int max, int ms, const sigset_t *m)
+{
+    if (ms == 0 || !hs_enter())
+        return R(epoll_pwait)(ep, ev, max, ms, m);
+    TRY_THEN_PARK(int, R(epoll_pwait)(ep, ev, max, 0, m), p_ != 0, R(epoll_pwait)(ep, ev, max, ms, m));
+}
+
+/* --- descriptors, children, file locks -------------------------------------------------- */
+
+REAL(ssize_t, __read_chk, (int, void *, size_t, size_t));
+REAL(ssize_t, readv, (int, const struct iovec *, int));
+REAL(ssize_t, recv, (int, void *, size_t, int));
+REAL(ssize_t, __recv_chk, (int, void *, size_t, size_t, int));
+REAL(ssize_t, recvfrom, (int, void *, size_t, int, struct sockaddr *, socklen_t *));
+REAL(ssize_t, __recvfrom_chk, (int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *));
+REAL(ssize_t, recvmsg, (int, struct msghdr *, int));
+REAL(int, accept, (int, struct sockaddr *, socklen_t *));
+REAL(int, accept4, (int, struct sockaddr *, socklen_t *, int));
+REAL(ssize_t, write, (int, const void *, size_t));
+REAL(ssize_t, writev, (int, const struct iovec *, int));
+REAL(ssize_t, send, (int, const void *, size_t, int));
+REAL(ssize_t, sendto, (int, const void *, size_t, int, const struct sockaddr *, socklen_t));
+REAL(ssize_t, sendmsg, (int, const struct msghdr *, int));
+
+HS_EXPORT ssize_t read(int fd, void *b, size_t n) { BLOCKING_IO(ssize_t, read, fd, POLLIN, 0, (fd, b, n)); }
+HS_EXPORT ssize_t __read_chk(int fd, void *b, size_t n, size_t len)
+{
+    BLOCKING_IO(ssize_t, __read_chk, fd, POLLIN, 0, (fd, b, n, len));
+}
+HS_EXPORT ssize_t readv(int fd, const struct iovec *v, int n) { BLOCKING_IO(ssize_t, readv, fd, POLLIN, 0, (fd, v, n)); }
+HS_EXPORT ssize_t recv(int fd, void *b, size_t n, int fl)
+{
+    BLOCKING_IO(ssize_t, recv, fd, POLLIN, fl & MSG_DONTWAIT, (fd, b, n, fl));
+}
+HS_EXPORT ssize_t __recv_chk(int fd, void *b, size_t n, size_t len, int fl)
+{
+    BLOCKING_IO(ssize_t, __recv_chk, fd, POLLIN, fl & MSG_DONTWAIT, (fd, b, n, len, fl));
+}
+HS_EXPORT ssize_t recvfrom(int fd, void *b, size_t n, int fl, struct sockaddr *a, socklen_t *al)
+{
+    BLOCKING_IO(ssize_t, recvfrom, fd, POLLIN, fl & MSG_DONTWAIT, (fd, b, n, fl, a, al));
+}
+HS_EXPORT ssize_t __recvfrom_chk(int fd, void *b, size_t n, size_t len, int fl, struct sockaddr *a,
+                                 socklen_t *al)
+{
+    BLOCKING_IO(ssize_t, __recvfrom_chk, fd, POLLIN, fl & MSG_DONTWAIT, (fd, b, n, len, fl, a, al));
+}
+HS_EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int fl)
+{
+    BLOCKING_IO(ssize_t, recvmsg, fd, POLLIN, fl & MSG_DONTWAIT, (fd, m, fl));
+}
+HS_EXPORT int accept(int fd, struct sockaddr *a, socklen_t *al) { BLOCKING_IO(int, accept, fd, POLLIN, 0, (fd, a, al)); }
+HS_EXPORT int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl)
+{
+    BLOCKING_IO(int, accept4, fd, POLLIN, fl & SOCK_NONBLOCK, (fd, a, al, fl));
+}
+HS_EXPORT ssize_t write(int fd, const void *b, size_t n) { BLOCKING_IO(ssize_t, write, fd, POLLOUT, 0, (fd, b, n)); }
+HS_EXPORT ssize_t writev(int fd, const struct iovec *v, int n) { BLOCKING_IO(ssize_t, writev, fd, POLLOUT, 0, (fd, v, n)); }
+HS_EXPORT ssize_t send(int fd, const void *b, size_t n, int fl)
+{
+    BLOCKING_IO(ssize_t, send, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, b, n, fl));
+}
+HS_EXPORT ssize_t sendto(int fd, const void *b, size_t n, int fl, const struct sockaddr *a, socklen_t al)
+{
+    BLOCKING_IO(ssize_t, sendto, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, b, n, fl, a, al));
+}
+HS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int fl)
+{
+    BLOCKING_IO(ssize_t, sendmsg, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, m, fl));
+}
+
+REAL(pid_t, wait, (int *));
+REAL(pid_t, waitpid, (pid_t, int *, int));
+REAL(pid_t, wait3, (int *, int, struct rusage *));
+REAL(pid_t, wait4, (pid_t, int *, int, struct rusage *));
+REAL(int, waitid, (idtype_t, id_t, siginfo_t *, int));
+REAL(int, flock, (int, int));
+
+HS_EXPORT pid_t wait(int *st)
+{
+    if (!hs_enter())
+        return R(wait)(st);
+    TRY_THEN_PARK(pid_t, R(waitpid)(-1, st, WNOHANG), p_ != 0, R(wait)(st));
+}
+
+HS_EXPORT pid_t waitpid(pid_t pid, int *st, int opt)
+{
+    if ((opt & WNOHANG) || !hs_enter())
+        return R(waitpid)(pid, st, opt);
+    TRY_THEN_PARK(pid_t, R(waitpid)(pid, st, opt | WNOHANG), p_ != 0, R(waitpid)(pid, st, opt));
+}
+
+HS_EXPORT pid_t wait3(int *st, int opt, struct rusage *ru)
+{
+    if ((opt & WNOHANG) || !hs_enter())
+        return R(wait3)(st, opt, ru);
+    TRY_THEN_PARK(pid_t, R(wait3)(st, opt | WNOHANG, ru), p_ != 0, R(wait3)(st, opt, ru));
+}
+
+HS_EXPORT pid_t wait4(pid_t pid, int *st, int opt, struct rusage *ru)
+{
+    if ((opt & WNOHANG) || !hs_enter())
+        return R(wait4)(pid, st, opt, ru);
+    TRY_THEN_PARK(pid_t, R(wait4)(pid, st, opt | WNOHANG, ru), p_ != 0, R(wait4)(pid, st, opt, ru));
+}
+
+HS_EXPORT int waitid(idtype_t t, id_t id, siginfo_t *info, int opt)
+{
+    if ((opt & WNOHANG) || !info || !hs_enter())
+        return R(waitid)(t, id, info, opt);
+    info->si_pid = 0;
+    TRY_THEN_PARK(int, R(waitid)(t, id, info, opt | WNOHANG), p_ != 0 || info->si_pid != 0,
+                  R(waitid)(t, id, info, opt));
+}
+
+HS_EXPORT int flock(int fd, int op)
+{
+    if ((op & LOCK_NB) || !hs_enter())
+        return R(flock)(fd, op);
+    TRY_THEN_PARK(int, R(flock)(fd, op | LOCK_NB), p_ == 0 || errno != EWOULDBLOCK, R(flock)(fd, op));
+}

@@ -1,0 +1,230 @@
+/* The interposed libc functions, part 1: locks, condition variables, barriers,
+   semaphores, joins, and futex waits through syscall() and through the trap. Each call
+   that can block gives the calling thread's token up before it blocks and takes one again
+   after (hs_park / hs_resume); a call that would not block (a free mutex, a posted
+   semaphore, an ended thread) is tried first and costs no token. Calls from threads the
+   shim does not manage, or from inside the shim, go straight to libc. */
+#include "wrap.h"
+
+REAL(int, pthread_mutex_lock, (pthread_mutex_t *));
+REAL(int, pthread_mutex_unlock, (pthread_mutex_t *));
+REAL(int, pthread_mutex_consistent, (pthread_mutex_t *));
+REAL(ssize_t, read, (int, void *, size_t));
+REAL(long, syscall, (long, ...));
+REAL(int, sched_setaffinity, (pid_t, size_t, const cpu_set_t *));
+REAL(int, sched_getaffinity, (pid_t, size_t, cpu_set_t *));
+REAL(int, sigaction, (int, const struct sigaction *, struct sigaction *));
+REAL(int, poll, (struct pollfd *, nfds_t, int));
+
+int (*hs_real_mutex_lock)(pthread_mutex_t *);
+int (*hs_real_mutex_unlock)(pthread_mutex_t *);
+int (*hs_real_mutex_consistent)(pthread_mutex_t *);
+ssize_t (*hs_real_read)(int, void *, size_t);
+long (*hs_real_syscall)(long, ...);
+int (*hs_real_setaffinity)(pid_t, size_t, const cpu_set_t *);
+int (*hs_real_getaffinity)(pid_t, size_t, cpu_set_t *);
+int (*hs_real_sigaction)(int, const struct sigaction *, struct sigaction *);
+int (*hs_real_poll)(struct pollfd *, nfds_t, int);
+
+void hs_resolve(void)
+{
+    hs_real_mutex_lock = R(pthread_mutex_lock);
+    hs_real_mutex_unlock = R(pthread_mutex_unlock);
+    hs_real_mutex_consistent = R(pthread_mutex_consistent);
+    hs_real_read = R(read);
+    hs_real_syscall = R(syscall);
+    hs_real_setaffinity = R(sched_setaffinity);
+    hs_real_getaffinity = R(sched_getaffinity);
+    hs_real_sigaction = R(sigaction);
+    hs_real_poll = R(poll);
+}
+
+/* --- locks, condition variables, barriers, semaphores, joins ---------------------------- */
+
+REAL(int, pthread_mutex_trylock, (pthread_mutex_t *));
+REAL(int, pthread_mutex_timedlock, (pthread_mutex_t *, const struct timespec *));
+REAL(int, pthread_mutex_clocklock, (pthread_mutex_t *, clockid_t, const struct timespec *));
+
+HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+{
+    if (!hs_enter())
+        return R(pthread_mutex_lock)(m);
+    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_lock)(m));
+}
+
+HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(pthread_mutex_timedlock)(m, t);
+    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_timedlock)(m, t));
+}
+
+HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(pthread_mutex_clocklock)(m, c, t);
+    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_clocklock)(m, c, t));
+}
+
+#define RWLOCK(kind)                                                                          \
+    REAL(int, pthread_rwlock_try##kind##lock, (pthread_rwlock_t *));                         \
+    REAL(int, pthread_rwlock_##kind##lock, (pthread_rwlock_t *));                            \
+    REAL(int, pthread_rwlock_timed##kind##lock, (pthread_rwlock_t *, const struct timespec *)); \
+    REAL(int, pthread_rwlock_clock##kind##lock, (pthread_rwlock_t *, clockid_t, const struct timespec *)); \
+    HS_EXPORT int pthread_rwlock_##kind##lock(pthread_rwlock_t *l)                           \
+    {                                                                                         \
+        if (!hs_enter())                                                                      \
+            return R(pthread_rwlock_##kind##lock)(l);                                         \
+        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
+                      R(pthread_rwlock_##kind##lock)(l));                                     \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_timed##kind##lock(pthread_rwlock_t *l, const struct timespec *t) \
+    {                                                                                         \
+        if (!hs_enter())                                                                      \
+            return R(pthread_rwlock_timed##kind##lock)(l, t);                                 \
+        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
+                      R(pthread_rwlock_timed##kind##lock)(l, t));                             \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_clock##kind##lock(pthread_rwlock_t *l, clockid_t c,          \
+                                                   const struct timespec *t)                  \
+    {                                                                                         \
+        if (!hs_enter())                                                                      \
+            return R(pthread_rwlock_clock##kind##lock)(l, c, t);                              \
+        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
+                      R(pthread_rwlock_clock##kind##lock)(l, c, t));                          \
+    }
+RWLOCK(rd)
+RWLOCK(wr)
+
+REAL(int, pthread_cond_wait, (pthread_cond_t *, pthread_mutex_t *));
+REAL(int, pthread_cond_timedwait, (pthread_cond_t *, pthread_mutex_t *, const struct timespec *));
+REAL(int, pthread_cond_clockwait, (pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *));
+REAL(int, pthread_barrier_wait, (pthread_barrier_t *));
+
+HS_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+    if (!hs_enter())
+        return R(pthread_cond_wait)(c, m);
+    PARKED(int, R(pthread_cond_wait)(c, m));
+}
+
+HS_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(pthread_cond_timedwait)(c, m, t);
+    PARKED(int, R(pthread_cond_timedwait)(c, m, t));
+}
+
+HS_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
+                                     const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(pthread_cond_clockwait)(c, m, k, t);
+    PARKED(int, R(pthread_cond_clockwait)(c, m, k, t));
+}
+
+HS_EXPORT int pthread_barrier_wait(pthread_barrier_t *b)
+{
+    if (!hs_enter())
+        return R(pthread_barrier_wait)(b);
+    PARKED(int, R(pthread_barrier_wait)(b));
+}
+
+REAL(int, sem_trywait, (sem_t *));
+REAL(int, sem_wait, (sem_t *));
+REAL(int, sem_timedwait, (sem_t *, const struct timespec *));
+REAL(int, sem_clockwait, (sem_t *, clockid_t, const struct timespec *));
+
+HS_EXPORT int sem_wait(sem_t *s)
+{
+    if (!hs_enter())
+        return R(sem_wait)(s);
+    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_wait)(s));
+}
+
+HS_EXPORT int sem_timedwait(sem_t *s, const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(sem_timedwait)(s, t);
+    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t));
+}
+
+HS_EXPORT int sem_clockwait(sem_t *s, clockid_t c, const struct timespec *t)
+{
+    if (!hs_enter())
+        return R(sem_clockwait)(s, c, t);
+    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_clockwait)(s, c, t));
+}
+
+REAL(int, pthread_tryjoin_np, (pthread_t, void **));
+REAL(int, pthread_join, (pthread_t, void **));
+REAL(int, pthread_timedjoin_np, (pthread_t, void **, const struct timespec *));
+REAL(int, pthread_clockjoin_np, (pthread_t, void **, clockid_t, const struct timespec *));
+
+HS_EXPORT int pthread_join(pthread_t t, void **ret)
+{
+    if (!hs_enter())
+        return R(pthread_join)(t, ret);
+    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY, R(pthread_join)(t, ret));
+}
+
+HS_EXPORT int pthread_timedjoin_np(pthread_t t, void **ret, const struct timespec *ts)
+{
+    if (!hs_enter())
+        return R(pthread_timedjoin_np)(t, ret, ts);
+    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY, R(pthread_timedjoin_np)(t, ret, ts));
+}
+
+HS_EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t c, const struct timespec *ts)
+{
+    if (!hs_enter())
+        return R(pthread_clockjoin_np)(t, ret, c, ts);
+    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY,
+                  R(pthread_clockjoin_np)(t, ret, c, ts));
+}
+
+/* --- futexes through syscall() (libomp, TBB, ...) and through the trap (libgomp) -------- */
+
+long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
+{
+    int op = (int)a2 & FUTEX_CMD_MASK;
+    int waits = op == FUTEX_WAIT || op == FUTEX_WAIT_BITSET || op == FUTEX_LOCK_PI
+                || op == FUTEX_LOCK_PI2 || op == FUTEX_WAIT_REQUEUE_PI;
+    if (!waits || !hs_enter())
+        return hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
+    if ((op == FUTEX_WAIT || op == FUTEX_WAIT_BITSET) && a1 && !(a1 & 3)
+        && __atomic_load_n((int32_t *)a1, __ATOMIC_RELAXED) != (int32_t)a3) {
+        hs_exit();  /* the word changed already: the kernel would say EAGAIN at once */
+        return -EAGAIN;
+    }
+    hs_park();
+    long r = hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
+    hs_resume();
+    hs_exit();
+    return r;
+}
+
+HS_EXPORT long syscall(long nr, ...)
+{
+    va_list ap;
+    va_start(ap, nr);
+    long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
+    long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
+    va_end(ap);
+    long r;
+    if (nr == SYS_futex) {
+        r = hs_futex(a1, a2, a3, a4, a5, a6);
+    } else if (nr == SYS_futex_waitv && hs_enter()) {
+        hs_park();
+        r = hs_raw(nr, a1, a2, a3, a4, a5, a6);
+        hs_resume();
+        hs_exit();
+    } else {
+        return R(syscall)(nr, a1, a2, a3, a4, a5, a6);
+    }
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}

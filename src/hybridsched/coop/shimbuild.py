@@ -1,0 +1,142 @@
+"""The cooperative shim's shared library: built from its C sources (package data,
+``coop/shim/``) with the system C compiler on first use, into a per-user cache.
+
+Why on first use and not at ``pip install``: the package stays pure Python (one wheel for
+every machine, no compiler needed to install it), every policy but ``coop`` works
+without a compiler, and a build that fails refuses ``coop`` alone, in one line, instead
+of breaking the install. The cached library's name carries a hash of everything that
+decides its bytes — the sources, the layout header generated from :mod:`layout`, the
+flags, the compiler's version and the machine — so a new hybridsched, layout or compiler
+builds anew and never loads a stale one. It is written under a temporary name and renamed
+into place: a concurrent first use builds at most twice and nobody loads half a file.
+``HYBRIDSCHED_COOP_SHIM`` names a library built elsewhere instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+from importlib import resources
+
+from ..errors import ShimUnavailable
+from .layout import c_header
+
+SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
+SOURCES = ("rules.c", "runtime.c", "sud.c", "wrap_sync.c", "wrap_io.c", "wrap_process.c")
+HEADERS = ("coop.h", "wrap.h")
+LAYOUT_HEADER = "hs_layout.h"
+# -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are
+# exported, so the shim's own calls between its files never go through the PLT;
+# -fexceptions: a thread cancelled inside a wrapped call unwinds through its frame
+CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fexceptions",
+          "-Wall", "-Wextra", "-Wno-unused-parameter")
+LIBS = ("-ldl", "-lpthread")
+# what to use instead, in every refusal's line
+NO_SHIM = "use --policy env or gang, which need no shim"
+
+
+def sources() -> dict[str, str]:
+    """The shim's C files (package data) and the generated layout header, by name."""
+    folder = resources.files(__package__) / "shim"
+    out = {name: (folder / name).read_text() for name in SOURCES + HEADERS}
+    out[LAYOUT_HEADER] = c_header()
+    return out
+
+
+def compiler() -> str | None:
+    """The C compiler's path ($CC, else cc), or None."""
+    return shutil.which(os.environ.get("CC") or "cc")
+
+
+def cache_dir() -> str:
+    """Where built shims are kept: $XDG_CACHE_HOME/hybridsched (~/.cache/hybridsched)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hybridsched")
+
+
+def _private_dir(path: str) -> None:
+    """Make ``path`` (mode 0700) or accept it only if it is this user's and nobody else
+    may write in it: a library loaded into other programs is never taken from a folder
+    someone else could have planted it in."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path, follow_symlinks=False)
+    except OSError as exc:
+        raise ShimUnavailable(f"coop shim cache {path}: {exc.strerror}; set {SHIM_ENV} or "
+                              f"XDG_CACHE_HOME, or {NO_SHIM}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ShimUnavailable(f"coop shim cache {path} is not a private folder of this user: "
+                              f"refusing it (set XDG_CACHE_HOME, or {NO_SHIM})")
+
+
+def _version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
+        return out.stdout.splitlines()[0] if out.stdout else cc
+    except (OSError, subprocess.SubprocessError):
+        return cc
+
+
+def build_key(files: dict[str, str], cc: str) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    h.update(" ".join(CFLAGS + LIBS).encode() + b"\0" + _version(cc).encode())
+    h.update(platform.machine().encode() + " ".join(platform.libc_ver()).encode())
+    return h.hexdigest()[:16]
+
+
+def _compile(cc: str, files: dict[str, str], out: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="coopshim-", dir=os.path.dirname(out)) as tmp:
+        for name, text in files.items():
+            with open(os.path.join(tmp, name), "w") as fh:
+                fh.write(text)
+        lib = os.path.join(tmp, "coopshim.so")
+        try:
+            p = subprocess.run([cc, *CFLAGS, "-o", lib, *SOURCES, *LIBS], cwd=tmp,
+                               capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ShimUnavailable(f"the coop shim did not build ({cc}: {exc}); {NO_SHIM}") from None
+        if p.returncode != 0:
+            first = next((ln for ln in p.stderr.splitlines() if "error" in ln), p.stderr.strip()[:200])
+            raise ShimUnavailable(f"the coop shim did not build with {cc}: {first}; {NO_SHIM}")
+        os.chmod(lib, 0o755)
+        os.replace(lib, out)  # atomic: whoever loads it sees all of it
+
+
+def shim_library(cache: str | None = None) -> str:
+    """The path of the built shim: $HYBRIDSCHED_COOP_SHIM when set, else the build in
+    ``cache`` (default :func:`cache_dir`), made now if missing (a second or two). Raises
+    ShimUnavailable."""
+    given = os.environ.get(SHIM_ENV) if cache is None else None
+    if given:
+        if not os.path.isfile(given):
+            raise ShimUnavailable(f"{SHIM_ENV}={given}: no such file; {NO_SHIM}")
+        return os.path.abspath(given)
+    cc = compiler()
+    if cc is None:
+        raise ShimUnavailable("the coop shim is built on first use and needs a C compiler "
+                              f"(cc), which this machine lacks; install one or set {SHIM_ENV}, "
+                              f"or {NO_SHIM}")
+    files = sources()
+    folder = cache or cache_dir()
+    _private_dir(folder)
+    path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        _compile(cc, files, path)
+        return path
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        raise ShimUnavailable(f"{path} is not this user's file: refusing to load it")
+    return path
+
+
+def available() -> bool:
+    """Whether the shim can be had without building anything new: a given or cached one,
+    or a C compiler to build it (cheap: used to refuse before anything starts)."""
+    return bool(os.environ.get(SHIM_ENV)) or compiler() is not None

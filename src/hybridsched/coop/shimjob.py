@@ -1,0 +1,222 @@
+"""Unmodified commands on the node's arbiter: :class:`ShimJob` gives one command a job of
+its own and the environment that preloads the cooperative shim into it (a C library,
+``coop/shim/``), so every thread of every process the command starts runs only while it
+holds one of the arbiter's tokens, by the same rules as hybridsched's own workers.
+
+The job is found by its key (``HYBRIDSCHED_COOP_JOB``) by each process the command forks
+or execs, and owned by the ShimJob's process: it outlives the command's processes, and
+leaving it frees whatever they left behind. While it runs, a watchdog thread looks at the
+job's tokens once per quantum: a holder that keeps its token past :data:`BOUND_QUANTA`
+quanta while others wait is asked to rotate (a signal the shim handles) when it is
+running — a spin that calls nothing, like OpenBLAS's caller — or has the token taken
+away when it sleeps in a call the shim does not see. Both are time slicing, not
+cooperation, and are counted.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import threading
+from dataclasses import asdict, dataclass
+from typing import Mapping
+
+from ..errors import ResourceError, ShimUnavailable, UsageError
+from ..oslayer.procfs import thread_state
+from ..oslayer.signals import signals_held
+from .arbiter import Arbiter
+from .layout import JOB_COUNTERS, RUNNING
+from .shimbuild import shim_library
+from .state import ArbiterError
+from .worker import now_ns
+
+# the variables the shim reads in every process of the command
+SEGMENT_ENV, JOB_ENV, CPUS_ENV = "HYBRIDSCHED_COOP_SEGMENT", "HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_CPUS"
+# The watchdog's rotation request (sud.c's hs_nudge_signal): a real-time signal far from
+# SIGRTMIN, from which programs number their own.
+NUDGE_SIGNAL = signal.SIGRTMAX - 7
+# How long a holder may keep its token, in quanta, while others wait, before the watchdog
+# acts: a holder reaches no scheduling point of its own only when it never blocks, and
+# one quantum more than the arbiter's own rotation leaves a holder that does block time to.
+BOUND_QUANTA = 2
+# The runtimes' wait policies set to block instead of spinning: colocate's `env` policy,
+# and what `coop exec` sets unless told to keep the environment (a spin holds a token).
+WAIT_POLICY_ENV = {
+    "OMP_WAIT_POLICY": "passive",   # libgomp, LLVM libomp: sleep at once when waiting
+    "GOMP_SPINCOUNT": "0",          # libgomp: no spin before the futex wait
+    "KMP_BLOCKTIME": "0",           # LLVM libomp / intel-openmp: its passive setting
+    # OpenBLAS: idle pool threads spin 2^4 cycles (its minimum) before they sleep, against
+    # 2^28 by default (about 70 ms of a CPU after every call, measured here)
+    "OPENBLAS_THREAD_TIMEOUT": "4",
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_SYS_TGKILL = 234  # x86_64, where the shim runs
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> bool:
+    fn = getattr(_libc, "tgkill", None)
+    r = fn(pid, tid, sig) if fn is not None else _libc.syscall(_SYS_TGKILL, pid, tid, sig)
+    return r == 0
+
+
+@dataclass(frozen=True)
+class ShimCounters:
+    """A job's counts from the shim: threads registered, blocking calls intercepted,
+    tokens got after waiting (grants), tokens handed to a waiter (hand-offs), system calls
+    trapped (Syscall User Dispatch), rotation signals handled, tokens revoked from holders
+    asleep in calls the shim does not see; and rotation signals the watchdog sent."""
+
+    threads: int = 0
+    calls: int = 0
+    grants: int = 0
+    handoffs: int = 0
+    traps: int = 0
+    nudges: int = 0
+    revoked: int = 0
+    signals: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ShimJob:
+    """One unmodified command's job on ``arbiter``; a context manager.
+
+    On entry it builds (or finds) the shim, registers a job under ``key`` (a fresh random
+    one by default; a key in use is refused) owned by this process, and starts the
+    watchdog (``watchdog=False``: none). :meth:`env` gives the variables to add to the
+    command's environment; :meth:`counters` the job's counts so far (:attr:`final` once
+    left). On exit it stops the watchdog and frees the job and every slot of it, tokens
+    included: call it once the command's processes are gone (any left run unmanaged).
+    ``cpus`` is the mask the command would have had (default: this process's), which the
+    shim answers its affinity queries with.
+    """
+
+    def __init__(self, arbiter: Arbiter, key: int | None = None, *, cpus=None,
+                 watchdog: bool = True):
+        if key is not None and not 0 < key < 2**63:
+            raise UsageError(f"a coop job key is a positive 63-bit integer, got {key}")
+        self.arbiter = arbiter
+        self.key = key
+        self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+        self.job = -1
+        self.library = ""
+        self.final: ShimCounters | None = None
+        self._watchdog = _Watchdog(self) if watchdog else None
+
+    def __enter__(self) -> "ShimJob":
+        self.library = shim_library()
+        if any(c in self.library for c in " :"):
+            raise ShimUnavailable(f"the coop shim's path {self.library} has a space or a colon, "
+                                  "which LD_PRELOAD cannot carry; set XDG_CACHE_HOME elsewhere")
+        with signals_held(), self.arbiter.locked() as st:
+            if self.key is not None and st.find_job(self.key) >= 0:
+                raise UsageError(f"coop job key {self.key} is in use on {self.arbiter.path}")
+            while self.key is None or st.find_job(self.key) >= 0:
+                self.key = secrets.randbits(62) + 1
+            try:
+                self.job = st.join_job(os.getpid(), self.key)
+            except ArbiterError as exc:
+                raise ResourceError(f"coop: {exc}") from None
+        if self._watchdog is not None:
+            try:
+                self._watchdog.start()
+            except BaseException:
+                self._leave()
+                raise
+        return self
+
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The variables to add to the command's environment ``base`` (default ours):
+        the shim first in LD_PRELOAD, the segment, the job's key, the natural CPU mask."""
+        before = (os.environ if base is None else base).get("LD_PRELOAD", "")
+        return {"LD_PRELOAD": self.library + (f":{before}" if before else ""),
+                SEGMENT_ENV: self.arbiter.path, JOB_ENV: str(self.key),
+                CPUS_ENV: ",".join(map(str, self.cpus))}
+
+    def counters(self) -> ShimCounters:
+        """The job's counts so far (after exit: as they were when it was left)."""
+        if self.job < 0 or self.arbiter.state is None:
+            return self.final or ShimCounters()
+        row = self.arbiter.state.jobs[self.job]
+        sent = self._watchdog.signals if self._watchdog is not None else 0
+        return ShimCounters(**{c: int(row[c]) for c in JOB_COUNTERS}, signals=sent)
+
+    def __exit__(self, *exc) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        self._leave()
+
+    def _leave(self) -> None:
+        if self.job < 0:
+            return
+        self.final = self.counters()
+        with signals_held(), self.arbiter.locked() as st:
+            woken = st.evict_job(self.job, now_ns())
+            self.job = -1
+        self.arbiter.post(woken)
+
+
+class _Watchdog(threading.Thread):
+    """A holder of one of the job's tokens that keeps it past the bound while others wait
+    is signalled to rotate if it runs, or has its token revoked if it sleeps — or if it
+    still holds it a bound after the signal (see the module's docstring). One look per
+    quantum; the shared tables are read without the lock, which it takes only to revoke."""
+
+    def __init__(self, job: ShimJob):
+        super().__init__(name="hybridsched-coop-watchdog", daemon=True)
+        self.shim = job
+        self.signals = 0
+        self._halt = threading.Event()
+        # token -> ((slot, since), when first seen held so, whether signalled since)
+        self._seen: dict[int, tuple[tuple[int, int], int, bool]] = {}
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join()
+
+    def run(self) -> None:
+        st = self.shim.arbiter.state
+        quantum = int(st.header["quantum_ns"][0])
+        while not self._halt.wait(quantum / 1e9):
+            self._look(st, now_ns(), BOUND_QUANTA * quantum)
+
+    def _look(self, st, now: int, bound: int) -> None:
+        if st.header["waiting"][0] <= 0:
+            self._seen.clear()
+            return
+        for ci, holder in enumerate(st.cpus["holder"].tolist()):
+            w = st.workers[holder] if holder >= 0 else None
+            if w is None or w["job"] != self.shim.job or not w["thread"] or w["state"] != RUNNING:
+                self._seen.pop(ci, None)
+                continue
+            held = (holder, int(w["acquired_ns"]))
+            first = self._seen.get(ci)
+            if first is None or first[0] != held:
+                self._seen[ci] = (held, now, False)
+            elif now - first[1] >= bound:  # at most one act per bound
+                signalled = self._act(holder, held[1], int(w["pid"]), int(w["tid"]), first[2])
+                self._seen[ci] = (held, now, signalled)
+
+    def _act(self, slot: int, since: int, pid: int, tid: int, signalled: bool) -> bool:
+        """Signal a running holder, or revoke the token of a sleeping one or of one that
+        let a signal go unanswered; whether it signalled."""
+        state = thread_state(pid, tid)
+        if state == "R" and not signalled:
+            sent = _tgkill(pid, tid, NUDGE_SIGNAL)
+            self.signals += sent
+            return sent
+        if state in ("R", "S", "D"):
+            arbiter = self.shim.arbiter
+            woken: list[int] = []
+            with arbiter.locked() as st:
+                w = st.workers[slot]
+                if (w["used"] and w["job"] == self.shim.job and w["state"] == RUNNING
+                        and w["acquired_ns"] == since):
+                    woken = st.revoke_holder(slot, now_ns())
+                    st.jobs["revoked"][self.shim.job] += 1
+            arbiter.post(woken)
+        return False

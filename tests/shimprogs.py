@@ -1,0 +1,95 @@
+"""Small C programs for the cooperative shim's tests, compiled with cc into a test's
+folder (the shim_lib fixture has skipped the test already where there is no compiler)."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+SOURCES = {
+    # a thread that ends by the raw exit system call, holding its token: no TLS destructor
+    # runs, so only the arbiter's per-thread liveness can give its token back
+    "thread_exit": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void *body(void *a) { volatile long x = 0; for (long i = 0; i < 100000; i++) x += i;
+                             syscall(SYS_exit, 0); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, body, 0); pthread_join(t, 0);
+                 puts("joined"); return 0; }
+""",
+    # argv[1] a file of 4 bytes shared by two processes; "wait": spin (calling nothing)
+    # until the other has set it ("deaf": with every signal blocked by the raw system
+    # call, past the shim's wrappers); "set": set it
+    "spin_flag": r"""
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_RDWR);
+    volatile int *flag = mmap(0, 4, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (strcmp(argv[2], "set") == 0) { *flag = 1; puts("set"); return 0; }
+    if (strcmp(argv[2], "deaf") == 0) { unsigned long all = ~0UL; syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, 0, 8); }
+    printf("spinning\n"); fflush(stdout);
+    while (*flag == 0) { }
+    puts("released"); return 0;
+}
+""",
+    # "read": open a FIFO for reading (blocks in open(), which the shim does not see, until
+    # a writer opens it) and read it; "write": open it and write one line
+    "fifo": r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (strcmp(argv[2], "write") == 0) { int fd = open(argv[1], O_WRONLY); write(fd, "x\n", 2);
+                                         close(fd); return 0; }
+    printf("opening\n"); fflush(stdout);
+    int fd = open(argv[1], O_RDONLY); char c[2]; read(fd, c, 2); printf("got %c\n", c[0]);
+    return 0;
+}
+""",
+    # an OpenMP barrier loop: argv[1] steps of argv[2] µs of computing per thread
+    "omp_bsp": r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(int argc, char **argv) {
+    int steps = atoi(argv[1]); double us = atof(argv[2]); long done = 0;
+    printf("start\n"); fflush(stdout);
+    double t0 = now();
+    #pragma omp parallel reduction(+:done)
+    { for (int s = 0; s < steps; s++) { double e = now() + us * 1e-6; while (now() < e) { }
+                                         done++;
+        #pragma omp barrier
+      } }
+    printf("%ld steps by %d threads in %.6f s\n", done, omp_get_max_threads(), now() - t0);
+    return done == (long)steps * omp_get_max_threads() ? 0 : 1;
+}
+""",
+}
+
+
+def build(name: str, folder, *flags: str) -> str:
+    """The program ``name`` compiled into ``folder``; skips the test when the compiler
+    cannot make it (e.g. no static libc for -static, no OpenMP)."""
+    src = os.path.join(folder, f"{name}.c")
+    exe = os.path.join(folder, name + ("-" + "-".join(f.strip("-") for f in flags) if flags else ""))
+    with open(src, "w") as fh:
+        fh.write(SOURCES[name])
+    openmp = ("-fopenmp",) if name.startswith("omp") else ()
+    p = subprocess.run(["cc", "-O1", *openmp, *flags, src, "-o", exe, "-lpthread"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cc could not build {name} {' '.join(flags)}: {p.stderr.strip()[:200]}")
+    return exe

@@ -1,0 +1,109 @@
+"""`hybridsched coop exec`: one unmodified command as a job of the arbiter; its exit status
+is the command's, Ctrl-C and SIGTERM reach it, two started independently share the
+arbiter, and nothing is left when it ends: no segment, lock file or process."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from shimprogs import build
+
+CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
+
+
+def coop_exec(seg, *argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "--segment", seg, *argv], capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+def test_the_exit_status_is_the_commands(seg, shim_lib):
+    p = coop_exec(seg, "--", "sh", "-c", "echo out; exit 7")
+    assert p.returncode == 7 and p.stdout == "out\n" and p.stderr == ""
+
+
+def test_a_command_killed_by_a_signal_gives_128_plus_it(seg, shim_lib):
+    p = coop_exec(seg, "sh", "-c", "kill -USR1 $$")
+    assert p.returncode == 128 + signal.SIGUSR1
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, sig, status):
+    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        group = [c for c in psutil.Process(p.pid).children(recursive=True)]
+        assert len(group) == 2  # sh and its sleep, in a group of their own
+        p.send_signal(sig)
+        assert p.wait(timeout=120) == status
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive, f"left running: {alive}"
+
+
+def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
+    exe = build("omp_bsp", tmp_path)
+    ps = [subprocess.Popen([*CLI, "--segment", seg, "--counters", exe, "400", "200"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in ps]
+    for p, (out, err) in zip(ps, outs):
+        assert p.returncode == 0 and " steps by " in out, err
+        assert "hybridsched coop: threads " in err and ", traps " in err
+    # the tokens were the same: the second to attach found the first's segment (or came
+    # after it had gone); either way nothing of theirs is left (the seg fixture checks)
+
+
+def test_a_static_program_is_refused_in_one_line_and_nothing_starts(seg, shim_lib, tmp_path):
+    static = build("thread_exit", tmp_path, "-static")
+    p = coop_exec(seg, static)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "statically linked" in p.stderr and "coop exec" in p.stderr
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
+
+
+@pytest.mark.parametrize("argv, words", [([], "a command is required"), (["--"], "a command is required"),
+                                         (["no-such-command-x"], "no such command"),
+                                         (["--quantum-ms", "0", "true"], "--quantum-ms")])
+def test_bad_command_lines_get_one_line_and_status_2(seg, argv, words):
+    p = coop_exec(seg, *argv)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr
+    assert not os.path.exists(seg)
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_lib):
+    """From a terminal the command's group is the foreground while it runs, so the
+    terminal's Ctrl-C goes to it; the terminal is ours again after."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:  # a session of its own with the pty as its terminal
+        os.execv(sys.executable, [*CLI[:1], *CLI[1:], "--segment", seg, "--", "sh", "-c",
+                                  "echo ready; sleep 300; echo not interrupted"])
+    try:
+        seen = b""
+        while b"ready" not in seen:
+            seen += os.read(fd, 1024)
+        group = psutil.Process(pid).children(recursive=True)
+        with open(f"/proc/{group[0].pid}/stat") as fh:  # pgrp (5) and tpgid (8)
+            fields = fh.read().rsplit(")", 1)[1].split()
+        assert fields[2] == fields[5] == str(group[0].pid), "the command's group is not the foreground"
+        os.write(fd, b"\x03")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive

@@ -1,0 +1,213 @@
+"""The cooperative shim in unmodified programs, through ShimJob on a private arbiter (one
+token, so every wait is contended): a thread that exits holding its token, a command that
+forks and execs, a spin that never blocks, a holder asleep where the shim cannot see, a
+job SIGKILLed mid-run, the affinity its programs see; and the shim's build and refusals."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hybridsched.coop import refusal, shimbuild
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.shimjob import NUDGE_SIGNAL, WAIT_POLICY_ENV, ShimJob
+from hybridsched.errors import ShimUnavailable, UsageError
+from hybridsched.oslayer.cpus import usable_cpus
+from shimprogs import build
+
+CPUS = usable_cpus()
+ONE = CPUS[:1]  # one token: every wait for it is contended
+
+
+def environ(job: ShimJob, passive: bool = True) -> dict:
+    env = dict(os.environ, **(WAIT_POLICY_ENV if passive else {}))
+    env.update(job.env(env))
+    return env
+
+
+def run_under(job: ShimJob, argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=environ(job), capture_output=True, text=True, timeout=120, **kw)
+
+
+def job_slots(a: Arbiter, job: ShimJob) -> int:
+    st = a.state
+    return int(((st.workers["used"] == 1) & (st.workers["job"] == job.job)).sum())
+
+
+def test_a_thread_that_exits_holding_its_token_gives_it_back(seg, shim_lib, tmp_path):
+    """The thread ends by the raw exit call while its process lives on (no destructor of
+    the shim's runs): the waiting main thread gets the token from the reclaim of its dead
+    thread's slot, where liveness per process would have kept it for ever."""
+    exe = build("thread_exit", tmp_path)
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe])
+        reclaimed = int(a.state.header["reclaimed"][0])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "joined\n", p.stderr
+    assert counts.threads == 2 and reclaimed >= 1
+
+
+def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):
+    """sh forks seq and wc, which exec: each process joins the command's job (the exec'd
+    image keeps its slot), the pipe's ends hand the one token back and forth, and every
+    slot is given back when they end."""
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, ["sh", "-c", "seq 1 50000 | wc -l"])
+        counts, left = job.counters(), job_slots(a, job)
+        held = (a.state.cpus["holder"] >= 0).sum()
+    assert p.returncode == 0 and p.stdout.strip() == "50000", p.stderr
+    assert counts.threads >= 3 and counts.handoffs >= 1 and counts.calls >= 1
+    assert left == 0 and held == 0
+
+
+@pytest.mark.parametrize("mode", ["wait", "deaf"])
+def test_a_holder_that_never_blocks_is_asked_to_rotate(seg, shim_lib, tmp_path, mode):
+    """One job spins (calling nothing) holding the only token until the other job has run:
+    it would wait for ever but for the watchdog, whose signal makes it rotate — or, when
+    it has every signal blocked (deaf), which takes the token away a bound later."""
+    exe = build("spin_flag", tmp_path)
+    flag = tmp_path / "flag"
+    flag.write_bytes(b"\0" * 4)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=0.005) as a, ShimJob(a) as spinner, \
+            ShimJob(a) as setter:
+        pw = subprocess.Popen([exe, str(flag), mode], env=environ(spinner),
+                              stdout=subprocess.PIPE, text=True)
+        try:
+            assert pw.stdout.readline() == "spinning\n"
+            ps = run_under(setter, [exe, str(flag), "set"])
+            out = pw.communicate(timeout=120)[0]
+        finally:
+            pw.kill()
+            pw.wait()
+        counts = spinner.counters()
+    assert ps.returncode == 0 and pw.returncode == 0 and out == "released\n"
+    assert counts.signals >= 1
+    if mode == "wait":  # answered (on a loaded machine perhaps after the revocation too)
+        assert counts.nudges >= 1
+    else:
+        assert counts.nudges == 0 and counts.revoked >= 1
+
+
+def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib, tmp_path):
+    """One job sleeps in open() of a FIFO (no wrapper sees it) holding the only token, until
+    the other job opens the FIFO, which needs the token: the watchdog revokes it."""
+    exe = build("fifo", tmp_path)
+    fifo = str(tmp_path / "the.fifo")
+    os.mkfifo(fifo)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=0.005) as a, ShimJob(a) as reader, \
+            ShimJob(a) as writer:
+        pr = subprocess.Popen([exe, fifo, "read"], env=environ(reader), stdout=subprocess.PIPE,
+                              text=True)
+        try:
+            assert pr.stdout.readline() == "opening\n"
+            pw = run_under(writer, [exe, fifo, "write"])
+            out = pr.communicate(timeout=120)[0]
+        finally:
+            pr.kill()
+            pr.wait()
+        counts = reader.counters()
+    assert pw.returncode == 0 and pr.returncode == 0 and out == "got x\n"
+    assert counts.revoked >= 1
+
+
+def test_a_job_killed_mid_run_leaves_the_others_running_and_nothing_behind(seg, shim_lib, tmp_path):
+    exe = build("omp_bsp", tmp_path)
+    with Arbiter(cpus=ONE, path=seg) as a:
+        with ShimJob(a) as victim, ShimJob(a) as other:
+            pv = subprocess.Popen([exe, "1000000", "200"], env=environ(victim),
+                                  stdout=subprocess.PIPE, text=True)
+            po = subprocess.Popen([exe, "300", "200"], env=environ(other),
+                                  stdout=subprocess.PIPE, text=True)
+            try:
+                assert pv.stdout.readline() == "start\n" and po.stdout.readline() == "start\n"
+            finally:
+                pv.kill()  # mid-run: it has a million steps to go
+                pv.wait()
+            out = po.communicate(timeout=120)[0]
+            assert po.returncode == 0 and " steps by " in out
+        st = a.state
+        assert not st.workers["used"].any() and (st.cpus["holder"] == -1).all()
+        assert st.check_invariants() == []
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="one CPU: the natural mask and the pinned one agree")
+def test_programs_see_the_cpus_they_would_have_had(seg, shim_lib):
+    """Pinned to the one token's CPU, a program still sees every CPU it was given (runtimes
+    size their thread pools from it)."""
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, ["nproc"])
+        q = run_under(job, [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"])
+    assert p.returncode == 0 and int(p.stdout) == len(CPUS)
+    assert q.returncode == 0 and q.stdout.strip() == str(CPUS)
+
+
+def test_the_job_is_found_by_its_key_and_given_back(seg, shim_lib):
+    with Arbiter(path=seg) as a:
+        with ShimJob(a, watchdog=False) as job:
+            env = job.env({"LD_PRELOAD": "/x.so"})
+            assert env["LD_PRELOAD"] == f"{shim_lib}:/x.so" and env["HYBRIDSCHED_COOP_SEGMENT"] == seg
+            assert a.state.find_job(int(env["HYBRIDSCHED_COOP_JOB"])) == job.job
+            with pytest.raises(UsageError, match="in use"):
+                ShimJob(a, key=job.key).__enter__()
+        assert job.job == -1 and a.state.find_job(job.key) == -1
+        assert job.final is not None and job.counters() == job.final
+
+
+def test_the_signal_numbers_agree(shim_lib):
+    import ctypes
+
+    assert ctypes.CDLL(shim_lib).hs_x_nudge_signal() == NUDGE_SIGNAL
+
+
+# --- the build and the refusals ----------------------------------------------------------
+
+def test_the_build_is_cached_by_its_source_and_made_atomically(tmp_path, shim_lib, monkeypatch):
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    cache = str(tmp_path / "c")
+    first = shimbuild.shim_library(cache=cache)
+    assert shimbuild.shim_library(cache=cache) == first
+    assert os.listdir(cache) == [os.path.basename(first)]  # no temporary left
+    files = shimbuild.sources()
+    files["rules.c"] += "\n/* changed */\n"
+    assert shimbuild.build_key(files, shimbuild.compiler()) not in first
+
+
+def test_a_cache_folder_others_may_write_is_refused(tmp_path, shim_lib, monkeypatch):
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    cache = tmp_path / "open"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    with pytest.raises(ShimUnavailable, match="not a private folder"):
+        shimbuild.shim_library(cache=str(cache))
+
+
+def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_lib):
+    static = build("thread_exit", tmp_path, "-static")
+    script = tmp_path / "run.sh"
+    script.write_text(f"#!{static}\n")
+    script.chmod(0o755)
+    data = tmp_path / "data"
+    data.write_text("x")
+    data.chmod(0o755)
+    for argv, words in (([static], "statically linked"), ([str(script)], "statically linked"),
+                        ([str(data)], "neither a program"), (["no-such-command-x"], "no such command"),
+                        ([str(tmp_path)], "not an executable")):
+        why = refusal.shim_refusal(argv)
+        assert why and "\n" not in why and words in why, (argv, why)
+    assert refusal.shim_refusal(["sh"]) is None and refusal.shim_refusal(["/usr/bin/env"]) is None
+    assert "--policy env or gang" in refusal.shim_refusal([static])
+
+
+def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative(monkeypatch, shim_lib):
+    monkeypatch.setattr(refusal, "sud_available", lambda: False)
+    why = refusal.shim_refusal(["sh"])
+    assert "Syscall User Dispatch" in why and why.endswith(shimbuild.NO_SHIM)
+    monkeypatch.undo()
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("CC", "no-such-compiler-x")
+    why = refusal.shim_refusal(["sh"], alternative="use something else")
+    assert "C compiler" in why and why.endswith("use something else")
+    with pytest.raises(ShimUnavailable, match="C compiler"):
+        shimbuild.shim_library()
