@@ -230,6 +230,24 @@ def test_mpiexec_two_ranks_end_to_end(mpi, tmp_path, split):
     with h5py.File(out, "r") as h5:
         study = json.loads(h5.attrs["study"])
     assert study["P"] == 2 and study["split"] == split
+    if split == "static":  # the report names the MPI that ran the ranks, also once merged
+        _report_names_the_mpi(mpi, out, tmp_path)
+
+
+def _report_names_the_mpi(mpi, out: str, tmp_path) -> None:
+    import contextlib
+    import io
+
+    p1, merged = str(tmp_path / "p1.h5"), str(tmp_path / "all.h5")
+    assert main(["run", "-s", "serial", "-k", "1", "-L", "30", *SMALL, "-o", p1]) == 0
+    assert main(["merge", p1, out, "-o", merged]) == 0
+    for path, where in ((out, ""), (merged, f" ({os.path.basename(out)})")):
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            assert main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "rep")]) == 0
+        line = next(ln for ln in text.getvalue().splitlines() if ln.startswith("MPI: "))
+        assert line.startswith(f"MPI: {mpi.impl.title} ") and line.endswith(f"{where}."), line
+        assert "started by mp" in line, line
 
 
 def test_verification_is_summed_over_ranks(mpi, tmp_path):
