@@ -21,6 +21,7 @@ from hybridsched.store import read_runs
 
 SMALL = ["--height", "32", "--width", "32", "--reps", "1"]
 HYBRIDSCHED = os.path.join(os.path.dirname(sys.executable), "hybridsched")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _clean_env(**extra) -> dict:
@@ -214,6 +215,7 @@ def test_mpiexec_two_ranks_end_to_end(mpi, tmp_path, split):
     # rank 0 alone prints the summary table (once); progress goes to stderr
     assert p.stdout.count("| scheduler |") == 1 and "| 2×2 |" in p.stdout
     assert p.stderr.count("written to") == 1
+    assert f"runs at P=2 under {mpi.impl.title} " in p.stderr  # which MPI ran
     runs = read_runs(out)
     assert len(runs) == 2 * len(names.split(","))
     assert (runs["P"] == 2).all() and runs["verified"].all() and (runs["bad_rows"] == 0).all()
@@ -431,3 +433,18 @@ def test_argparse_error_under_mpiexec_is_printed_once(mpi, tmp_path):
     assert p.returncode == 2
     assert p.stderr.count("unrecognized arguments") == 1, p.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_the_one_node_launch_script_runs_under_either_mpi(mpi, tmp_path):
+    """launch/mpirun-node.sh as it stands: P = 1 and 2, merge, the USL fit; it names the
+    MPI library, and passes Open MPI's launcher what hybridsched needs of it."""
+    script = os.path.join(os.path.dirname(HERE), "launch", "mpirun-node.sh")
+    env = mpi.env(MPIEXEC=mpi.found.launcher[0], P_LIST="1 2", K_LIST="1,2", FRAMES="8",
+                  SIDE="16", REPS="1", PATH=os.path.dirname(sys.executable) + os.pathsep
+                  + os.environ.get("PATH", ""))
+    p = mpi.call([script, str(tmp_path / "node")], env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"mpirun-node.sh: MPI library: {mpi.impl.title}" in p.stdout, p.stdout
+    assert "usl fit of" in p.stdout and os.path.exists(tmp_path / "node" / "usl.png")
+    runs = read_runs(str(tmp_path / "node" / "all.h5"))
+    assert sorted(set(runs["P"].tolist())) == [1, 2] and runs["verified"].all()
