@@ -170,11 +170,19 @@ PartitionName=ci Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP
             raise AssertionError(f"{' '.join(argv)}: {p.stderr or p.stdout}")
         return p
 
-    def mpi_plugins(self) -> set[str]:
-        """The --mpi types this Slurm offers (srun --mpi=list: one per indented line)."""
+    def cannot(self, pmi: str) -> str:
+        """Why this Slurm cannot start ranks with ``srun --mpi=PMI`` ("" when it can): not
+        among its plugins (srun --mpi=list), or a step with it fails (Debian's PMIx plugin
+        opens an unversioned libpmix.so, which only libpmix-dev installs)."""
         p = self.client("srun", "--mpi=list")
-        return {ln.strip() for ln in (p.stdout + p.stderr).splitlines()
-                if ln[:1] in ("\t", " ") and ln.strip()}
+        offered = {ln.strip() for ln in (p.stdout + p.stderr).splitlines()
+                   if ln[:1] in ("\t", " ") and ln.strip()}
+        if pmi not in offered:
+            return f"this Slurm offers no srun --mpi={pmi} (only {', '.join(sorted(offered))})"
+        p = self.client("srun", f"--mpi={pmi}", "-N", "1", "-n", "1", "true", check=False)
+        if p.returncode:
+            return f"srun --mpi={pmi} fails here: {(p.stderr.strip().splitlines() or ['?'])[-1]}"
+        return ""
 
     def submit(self, script: str, *options: str, env: dict, cwd: str) -> str:
         p = subprocess.run([_program("sbatch"), "--parsable", *options, script],

@@ -32,8 +32,9 @@ def cluster():
 @pytest.mark.slurm
 def test_slurm_round_trip_of_the_batch_template(mpi, cluster, tmp_path, capsys):
     pmi = PMI[mpi.impl.name]
-    if pmi not in cluster.mpi_plugins():
-        pytest.skip(f"this Slurm offers no --mpi={pmi} (needed by {mpi.impl.title})")
+    why = cluster.cannot(pmi)
+    if why:
+        pytest.skip(f"{why} (needed by {mpi.impl.title})")
     results = tmp_path / "results"
     env = mpi.env(K_LIST="1,2", FRAMES="12", SIDE="16", REPS="1", SCHEDULERS="dynamic",
                   RESULTS=str(results),
@@ -62,3 +63,13 @@ def test_slurm_round_trip_of_the_batch_template(mpi, cluster, tmp_path, capsys):
     capsys.readouterr()
     assert main(["fit", merged, "--model", "usl"]) == 0
     assert "usl fit of 4 points" in capsys.readouterr().out
+
+
+def test_no_cluster_without_root_or_slurm(monkeypatch):
+    """Where the round trip cannot run it is skipped with the reason, never passed."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert slurmcluster.missing().startswith("needs root")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurmcluster.shutil, "which", lambda name: None)
+    monkeypatch.setattr(slurmcluster.os.path, "exists", lambda path: False)
+    assert slurmcluster.missing().startswith("Slurm is not installed (munged, slurmctld")
