@@ -13,9 +13,9 @@ from ..version import __version__
 from .launch import detect_launch
 from .probes import facts, metadata
 
-# The longest text stored for one fact: a library's banner (Open MPI's runs to ~250
-# characters) keeps its name and version within this, and a runaway value (an environment
-# variable holding a file) cannot bloat every study's attributes.
+# The longest text stored for one fact: the first line of a library's banner (Open MPI's
+# is ~115 characters) fits, and a runaway value (a hostname or an environment variable
+# holding a whole file) cannot bloat every study's attributes.
 TEXT_LIMIT = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
