@@ -6,9 +6,11 @@
 #
 # Every P gets its own file (hybridsched-P<P>.h5); P=1 also runs the serial baseline
 # (T_serial of Eq. 4). Then it merges them and fits the USL over N = P x k.
-# Ranks on one node split its CPUs between them (each pins its k workers to its share),
-# so the launcher must not bind ranks itself: MPICH's hydra binds nothing by default;
-# with Open MPI add --bind-to none (and --allow-run-as-root inside a root container).
+# Works with MPICH's and Open MPI's launcher alike and says which MPI runs. Ranks on one
+# node split its CPUs between them (each pins its k workers to its share), so the launcher
+# must not bind ranks itself: MPICH's hydra binds nothing by default; to Open MPI's mpirun
+# the script passes --bind-to none, and says so when it also passes --allow-run-as-root
+# (run as root, e.g. in a container) or --oversubscribe (more ranks than CPUs).
 set -euo pipefail
 OUT=${1:-hybridsched-node}
 P_LIST=${P_LIST:-"1 2"}
@@ -21,6 +23,13 @@ SPLIT=${SPLIT:-static}
 MPIEXEC=${MPIEXEC:-mpiexec}
 MPIEXEC_FLAGS=${MPIEXEC_FLAGS:-}
 mkdir -p "$OUT"
+# Which MPI runs: the library mpi4py loads (it must be the launcher's), and the launcher.
+lib=$(python3 -m mpi4py --mpi-lib-version 2>/dev/null || echo "unknown (is mpi4py installed?)")
+read -r -a words <<< "${lib%%$'\n'*}"  # its first line, blanks squeezed
+echo "mpirun-node.sh: MPI library: ${words[*]}"
+launcher=$("$MPIEXEC" --version 2>&1 || true)
+openmpi=no
+case "$launcher" in *"Open MPI"*) openmpi=yes ;; esac
 common=(-k "$K_LIST" -L "$FRAMES" --height "$SIDE" --width "$SIDE" --reps "$REPS" --overwrite)
 files=()
 for P in $P_LIST; do
@@ -29,9 +38,21 @@ for P in $P_LIST; do
         # no launcher: P = 1 without MPI; the serial runs give T_serial
         hybridsched run -s "serial,$SCHEDULERS" "${common[@]}" -o "$f"
     else
+        flags=()
+        if [ "$openmpi" = yes ]; then
+            flags=(--bind-to none)  # Open MPI binds each rank to a core by default
+            if [ "$(id -u)" = 0 ]; then
+                echo "mpirun-node.sh: running as root: passing --allow-run-as-root to Open MPI"
+                flags+=(--allow-run-as-root)
+            fi
+            if [ "$P" -gt "$(nproc)" ]; then
+                echo "mpirun-node.sh: P = $P > $(nproc) CPUs: passing --oversubscribe to Open MPI"
+                flags+=(--oversubscribe)
+            fi
+        fi
         # shellcheck disable=SC2086
-        "$MPIEXEC" $MPIEXEC_FLAGS -n "$P" hybridsched run -s "$SCHEDULERS" --split "$SPLIT" \
-            "${common[@]}" -o "$f"
+        "$MPIEXEC" ${flags[@]+"${flags[@]}"} $MPIEXEC_FLAGS -n "$P" \
+            hybridsched run -s "$SCHEDULERS" --split "$SPLIT" "${common[@]}" -o "$f"
     fi
     files+=("$f")
 done

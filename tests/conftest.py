@@ -9,6 +9,7 @@ import time
 import psutil
 import pytest
 
+import mpiimpls
 from hybridsched import kernels
 from hybridsched.oslayer.shm import live_segments, our_shm_entries
 
@@ -16,6 +17,35 @@ from hybridsched.oslayer.shm import live_segments, our_shm_entries
 @pytest.fixture(scope="session", autouse=True)
 def _compiled():
     kernels.prepare()  # compile once, before any test forks
+
+
+def pytest_generate_tests(metafunc):
+    """A test that takes the `mpi` fixture runs once per MPI implementation (MPICH, Open
+    MPI), skipped with the reason where one is not installed."""
+    if "mpi" in metafunc.fixturenames:
+        params = [pytest.param(f, id=f.impl.name,
+                               marks=[pytest.mark.skip(reason=f.missing)] if f.missing else [])
+                  for f in mpiimpls.available()]
+        metafunc.parametrize("mpi", params, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m mpi` selects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "mpi" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mpi)
+
+
+@pytest.fixture
+def mpi(request):
+    """Start MPI jobs of one implementation (tests/mpiimpls.py); what the MPI library left
+    of them in /dev/shm and the temporary directory (a killed rank's, an aborted job's) is
+    removed when the test ends."""
+    launcher = mpiimpls.Launcher(request.param)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ study.runner.TimedRun keeps each run's resources and results, whichever caller i
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -197,27 +196,22 @@ def test_resume_at_p1_refuses_an_mpi_study(tmp_path, capsys):
 
 # --- MPI -----------------------------------------------------------------------------------------
 
-def _mpiexec(args, tmp_path, env=None):
-    if shutil.which("mpiexec") is None:
-        pytest.skip("mpiexec not found")
-    return subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "hybridsched", *args],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, **(env or {})), cwd=tmp_path)
+def _mpiexec(mpi, args, tmp_path, env=None):
+    return mpi.call([*mpi.argv(2), sys.executable, "-m", "hybridsched", *args], timeout=300,
+                    env=mpi.env(**(env or {})), cwd=tmp_path)
 
 
-@pytest.mark.mpi
-def test_a_dynamic_split_chunk_recovers_a_lost_pipe_worker(tmp_path):
-    p = _mpiexec(["run", "-s", "pipe-MtoM", "-k", "2", "-L", "20", "--height", "8", "--width",
+def test_a_dynamic_split_chunk_recovers_a_lost_pipe_worker(mpi, tmp_path):
+    p = _mpiexec(mpi, ["run", "-s", "pipe-MtoM", "-k", "2", "-L", "20", "--height", "8", "--width",
                   "16", "--reps", "1", "-o", "x.h5", "--split", "dynamic"], tmp_path,
                  {"HYBRIDSCHED_FAULT": "0:1:kill"})
     assert p.returncode == 0, p.stderr
     assert bool(store.read_runs(str(tmp_path / "x.h5"))["verified"].all())
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("fault", ["1:1", "0:1:kill"])
-def test_a_failed_mpi_run_leaves_no_study_lock(fault, tmp_path):
-    p = _mpiexec(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "8", "--height", "4",
+def test_a_failed_mpi_run_leaves_no_study_lock(mpi, fault, tmp_path):
+    p = _mpiexec(mpi, ["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "8", "--height", "4",
                   "--width", "8", "--reps", "1", "-o", "f.h5"], tmp_path,
                  {"HYBRIDSCHED_FAIL_RANK": fault})
     assert p.returncode != 0
@@ -228,9 +222,8 @@ def test_a_failed_mpi_run_leaves_no_study_lock(fault, tmp_path):
     assert len(store.read_runs(str(tmp_path / "f.h5"))) == 1  # the committed run is kept
 
 
-@pytest.mark.mpi
-def test_a_malformed_mpi_test_hook_is_refused_at_the_start(tmp_path):
-    p = _mpiexec(["run", "-s", "dynamic", "-k", "1", "-L", "8", "--height", "4", "--width", "8",
+def test_a_malformed_mpi_test_hook_is_refused_at_the_start(mpi, tmp_path):
+    p = _mpiexec(mpi, ["run", "-s", "dynamic", "-k", "1", "-L", "8", "--height", "4", "--width", "8",
                   "--reps", "1", "-o", "h.h5"], tmp_path, {"HYBRIDSCHED_FAIL_RANK": "x"})
     assert p.returncode == 2 and "HYBRIDSCHED_FAIL_RANK" in p.stderr
     assert not os.path.exists(tmp_path / "h.h5") and not os.path.exists(tmp_path / "h.h5.lock")

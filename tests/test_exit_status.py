@@ -4,7 +4,6 @@ left behind), 130/143 for SIGINT/SIGTERM."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -107,14 +106,10 @@ def test_1_when_a_run_or_job_failed(name, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err.strip()  # said why
 
 
-@pytest.mark.mpi
-def test_1_when_a_rank_failed(tmp_path):
-    if shutil.which("mpiexec") is None:
-        pytest.skip("mpiexec not found")
-    env = dict(os.environ, HYBRIDSCHED_FAIL_RANK="1:0")
-    p = subprocess.run(["mpiexec", "-n", "2", sys.executable, "-m", "hybridsched", "run", "-s",
-                        "dynamic", *TINY, "-o", str(tmp_path / "m.h5")], env=env,
-                       capture_output=True, text=True, timeout=300)
+def test_1_when_a_rank_failed(mpi, tmp_path):
+    p = mpi.call([*mpi.argv(2), sys.executable, "-m", "hybridsched", "run", "-s", "dynamic",
+                  *TINY, "-o", str(tmp_path / "m.h5")],
+                 env=mpi.env(HYBRIDSCHED_FAIL_RANK="1:0"), timeout=300)
     assert p.returncode == 1, p.stderr
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,70 +19,22 @@ from hybridsched.core.splits import dynamic_chunks
 from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus
 from hybridsched.store import read_runs
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-BIN = os.path.dirname(sys.executable)
-MPIEXEC = shutil.which("mpiexec", path=BIN) or shutil.which("mpiexec")
-LAUNCH_VARS = ("PMI_", "OMPI_", "PMIX_", "SLURM_", "MPI_LOCAL", "HYDRA_", "HYBRIDSCHED_")
 SMALL = ["--height", "32", "--width", "32", "--reps", "1"]
+HYBRIDSCHED = os.path.join(os.path.dirname(sys.executable), "hybridsched")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_VARS)}
+    from mpiimpls import _base_env
+
+    env = _base_env()
     env.update(extra)
     return env
-
-
-def _has_mpi4py() -> bool:
-    try:
-        import mpi4py  # noqa: F401  (the package only; MPI is not initialised)
-    except ImportError:
-        return False
-    return True
-
-
-needs_mpi = pytest.mark.skipif(MPIEXEC is None or not _has_mpi4py(),
-                               reason="needs mpi4py and mpiexec (pip install 'hybridsched[mpi]')")
 
 
 def _process_schedulers() -> list[str]:
     """A fork and a pipe scheduler where the backends exist in this tree."""
     return [s for s in ("prolific", "pipe-MtoM") if s in schedulers.SCHEDULERS]
-
-
-def mpirun(args: list[str], n: int = 2, timeout: float = 60, **env) -> subprocess.CompletedProcess:
-    cmd = [MPIEXEC, "-n", str(n), os.path.join(BIN, "hybridsched")] + args
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=_clean_env(**env))
-
-
-def _mpich_shm() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("mpich_shm_")}
-
-
-def _remove_orphan_mpich_shm(before: set[str]) -> None:
-    """MPICH leaves its node segment behind when hydra kills ranks with SIGKILL; remove
-    the ones this test's job made once no process maps them any more."""
-    import glob
-
-    deadline = time.monotonic() + 5
-    for name in sorted(_mpich_shm() - before):
-        while time.monotonic() < deadline:
-            mapped = False
-            for maps in glob.glob("/proc/[0-9]*/maps"):
-                try:
-                    with open(maps) as fh:
-                        mapped = name in fh.read()
-                except OSError:
-                    continue
-                if mapped:
-                    break
-            if not mapped:
-                try:
-                    os.unlink(os.path.join("/dev/shm", name))
-                except OSError:
-                    pass
-                break
-            time.sleep(0.05)
 
 
 # --- pure -----------------------------------------------------------------------------
@@ -121,6 +73,89 @@ def test_dynamic_chunks_cover_every_frame_once(L, P, k):
     assert (covered == 1).all()
     sizes = [c for _, c in chunks]
     assert sizes == sorted(sizes, reverse=True)  # guided: chunks shrink
+
+
+class _FakeMPI:
+    """What mpi_metadata and World read of mpi4py.MPI, for an MPI that is not here."""
+
+    COMM_TYPE_SHARED = 0
+
+    def __init__(self, size=2, vendor=("Open MPI", (5, 0, 11)),
+                 library="Open MPI v5.0.11, package: Open MPI user@localhost Distribution, "
+                         "ident: 5.0.11, repo rev: v5.0.11rc1, Sep 16, 2026\x00"):
+        self.size, self.vendor, self.library = size, vendor, library
+        self.COMM_WORLD = self
+
+    def Is_initialized(self):
+        return True
+
+    def get_vendor(self):
+        return self.vendor
+
+    def Get_library_version(self):
+        return self.library
+
+    def Get_version(self):
+        return (3, 1)
+
+    def Get_processor_name(self):
+        return "node\x001\tx"
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self.size
+
+    def Split_type(self, kind, key=0):
+        return self
+
+
+def test_strings_from_the_mpi_library_are_cleaned_before_they_are_stored(monkeypatch, tmp_path):
+    """Open MPI's library version ends in a NUL, which HDF5 strings cannot hold: the study
+    of an Open MPI job failed on rank 0 before its first run."""
+    from hybridsched.machine.metadata import clean_text, machine_metadata
+    from hybridsched.store import read_attrs
+    from hybridsched.study.output import new_study
+
+    assert clean_text("a\x00b") == "ab"
+    assert clean_text(" MPICH Version:\t5.0.2\nMPICH Release date: x\x1b[0m ") == \
+        "MPICH Version: 5.0.2 MPICH Release date: x [0m"
+    assert clean_text("x" * 500) == "x" * 200 and clean_text("é€", 1) == "é"
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", _FakeMPI())
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    meta = machine_metadata()
+    assert meta["mpi_implementation"] == "Open MPI" and meta["mpi_version"] == "5.0.11"
+    assert meta["mpi_library"].endswith("Sep 16, 2026") and meta["mpi_standard"] == "3.1"
+    assert meta["mpi_launcher"] == "mpirun (Open MPI)"
+    assert all("\x00" not in v for v in meta.values() if isinstance(v, str))
+    out = str(tmp_path / "s.h5")
+    with new_study(out, {"P": 2}, metadata=meta):
+        pass
+    assert read_attrs(out)["machine.mpi_library"] == meta["mpi_library"]
+
+
+def test_an_mpi_library_that_is_not_the_launchers_is_refused(monkeypatch):
+    """Both wheels in one environment: mpirun (Open MPI) started 2 ranks, but mpi4py loaded
+    MPICH, so each copy is a singleton that would run the whole study alone."""
+    from hybridsched.errors import UsageError
+    from hybridsched.mpi import ranks as W
+
+    import types
+
+    fake = _FakeMPI(size=1, vendor=("MPICH", (5, 0, 2)))
+    package = types.ModuleType("mpi4py")
+    package.MPI = fake
+    monkeypatch.setitem(sys.modules, "mpi4py", package)
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    with pytest.raises(UsageError, match=r"started 2 ranks but the MPI library mpi4py loaded "
+                                         r"\(MPICH 5\.0\.2\) sees 1.*MPI4PY_LIBMPI"):
+        W._make_world()
+    monkeypatch.setattr(fake, "size", 2)
+    assert W._make_world().host == "node1 x"  # the processor name, cleaned
 
 
 def test_launcher_without_mpi4py_runs_as_P1_on_rank_0_only(monkeypatch, capsys):
@@ -170,18 +205,17 @@ def _check_cover(path: str, L: int) -> list[dict]:
     return extras
 
 
-@pytest.mark.mpi
-@needs_mpi
 @pytest.mark.parametrize("split", ["static", "dynamic"])
-def test_mpiexec_two_ranks_end_to_end(tmp_path, split):
+def test_mpiexec_two_ranks_end_to_end(mpi, tmp_path, split):
     out = str(tmp_path / f"{split}.h5")
     L = 30
     names = ",".join(["dynamic"] + _process_schedulers())
-    p = mpirun(["run", "-s", names, "-k", "1,2", "-L", str(L), *SMALL, "--split", split, "-o", out])
+    p = mpi.run(["run", "-s", names, "-k", "1,2", "-L", str(L), *SMALL, "--split", split, "-o", out])
     assert p.returncode == 0, p.stderr
     # rank 0 alone prints the summary table (once); progress goes to stderr
     assert p.stdout.count("| scheduler |") == 1 and "| 2×2 |" in p.stdout
     assert p.stderr.count("written to") == 1
+    assert f"runs at P=2 under {mpi.impl.title} " in p.stderr  # which MPI ran
     runs = read_runs(out)
     assert len(runs) == 2 * len(names.split(","))
     assert (runs["P"] == 2).all() and runs["verified"].all() and (runs["bad_rows"] == 0).all()
@@ -198,14 +232,30 @@ def test_mpiexec_two_ranks_end_to_end(tmp_path, split):
     with h5py.File(out, "r") as h5:
         study = json.loads(h5.attrs["study"])
     assert study["P"] == 2 and study["split"] == split
+    if split == "static":  # the report names the MPI that ran the ranks, also once merged
+        _report_names_the_mpi(mpi, out, tmp_path)
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_verification_is_summed_over_ranks(tmp_path):
+def _report_names_the_mpi(mpi, out: str, tmp_path) -> None:
+    import contextlib
+    import io
+
+    p1, merged = str(tmp_path / "p1.h5"), str(tmp_path / "all.h5")
+    assert main(["run", "-s", "serial", "-k", "1", "-L", "30", *SMALL, "-o", p1]) == 0
+    assert main(["merge", p1, out, "-o", merged]) == 0
+    for path, where in ((out, ""), (merged, f" ({os.path.basename(out)})")):
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            assert main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "rep")]) == 0
+        line = next(ln for ln in text.getvalue().splitlines() if ln.startswith("MPI: "))
+        assert line.startswith(f"MPI: {mpi.impl.title} ") and line.endswith(f"{where}."), line
+        assert "started by mp" in line, line
+
+
+def test_verification_is_summed_over_ranks(mpi, tmp_path):
     out = str(tmp_path / "bad.h5")
-    p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL, "-o", out],
-               HYBRIDSCHED_CORRUPT_RANK="1")
+    p = mpi.run(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL, "-o", out],
+                HYBRIDSCHED_CORRUPT_RANK="1")
     assert p.returncode == 1
     assert "UNVERIFIED" in p.stderr
     runs = read_runs(out)
@@ -214,18 +264,12 @@ def test_verification_is_summed_over_ranks(tmp_path):
     assert extra["rank_bad_rows"] == [0, 1]
 
 
-@pytest.mark.mpi
-@needs_mpi
 @pytest.mark.parametrize("split", ["static", "dynamic"])
-def test_failing_rank_aborts_the_job_quickly(tmp_path, split):
+def test_failing_rank_aborts_the_job_quickly(mpi, tmp_path, split):
     out = str(tmp_path / "fault.h5")
-    before = _mpich_shm()
     t0 = time.monotonic()
-    try:
-        p = mpirun(["run", "-s", "dynamic", "-k", "1", "-L", "8", *SMALL[:-1], "4",
-                    "--split", split, "-o", out], timeout=60, HYBRIDSCHED_FAIL_RANK="1:2")
-    finally:
-        _remove_orphan_mpich_shm(before)
+    p = mpi.run(["run", "-s", "dynamic", "-k", "1", "-L", "8", *SMALL[:-1], "4",
+                 "--split", split, "-o", out], timeout=60, HYBRIDSCHED_FAIL_RANK="1:2")
     assert p.returncode != 0
     assert time.monotonic() - t0 < 30
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("hybridsched: rank")]
@@ -234,17 +278,11 @@ def test_failing_rank_aborts_the_job_quickly(tmp_path, split):
     assert len(runs) == 2 and runs["verified"].all()
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_killed_rank_ends_the_job(tmp_path):
+def test_killed_rank_ends_the_job(mpi, tmp_path):
     out = str(tmp_path / "killed.h5")
-    before = _mpich_shm()
     t0 = time.monotonic()
-    try:
-        p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
-                   timeout=60, HYBRIDSCHED_FAIL_RANK="0:1:kill")
-    finally:
-        _remove_orphan_mpich_shm(before)
+    p = mpi.run(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
+                timeout=60, HYBRIDSCHED_FAIL_RANK="0:1:kill")
     assert p.returncode != 0 and time.monotonic() - t0 < 30
     assert len(_read_when_released(out)) == 1
     # the killed rank is named, once (its watchdog), and the others say nothing of their own
@@ -254,30 +292,56 @@ def test_killed_rank_ends_the_job(tmp_path):
     assert "SIGKILL" in named[0] or "killed by a signal" in named[0]
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_a_failing_rank_is_named_once_and_not_as_killed(tmp_path):
+def test_a_failing_rank_is_named_once_and_not_as_killed(mpi, tmp_path):
     out = str(tmp_path / "raised.h5")
-    p = mpirun(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
-               timeout=60, HYBRIDSCHED_FAIL_RANK="1:1")
+    p = mpi.run(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
+                timeout=60, HYBRIDSCHED_FAIL_RANK="1:1")
     assert p.returncode != 0
     assert "rank 1 of 2" in p.stderr and "failed: RuntimeError" in p.stderr
     assert "hybridsched: MPI rank" not in p.stderr, p.stderr  # watchdogs stay quiet
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_dynamic_split_gives_a_slow_rank_less_work(tmp_path):
+def test_dynamic_split_gives_a_slow_rank_less_work(mpi, tmp_path):
     """Self-scheduling between ranks: a rank that is 4x slower (test hook) claims fewer
     frames, and the ranks finish close together, unlike the static halves."""
     out = str(tmp_path / "slow.h5")
     L = 64
-    p = mpirun(["run", "-s", "static", "-k", "1", "-L", str(L), "--height", "128", "--width",
+    p = mpi.run(["run", "-s", "static", "-k", "1", "-L", str(L), "--height", "128", "--width",
                 "128", "--reps", "1", "--split", "dynamic", "-o", out],
-               HYBRIDSCHED_SLOW_RANK="1:4")
+                HYBRIDSCHED_SLOW_RANK="1:4")
     assert p.returncode == 0, p.stderr
     (extra,) = _check_cover(out, L)
     assert extra["rank_frames"][0] > extra["rank_frames"][1], extra
+
+
+def test_ctrl_c_to_the_launcher_ends_the_job_and_keeps_the_runs(mpi, tmp_path):
+    """SIGINT to mpiexec/mpirun (Ctrl-C at the terminal): the launcher passes it on, every
+    rank ends, the runs already written stay readable and no lock, process or segment of
+    the job is left (the `mpi` fixture and the leak check look)."""
+    out = str(tmp_path / "int.h5")
+    cmd = [*mpi.argv(2), HYBRIDSCHED, "run", "-s", "dynamic", "-k", "1", "-L", "40",
+           "--height", "64", "--width", "64", "--reps", "2000", "-o", out]
+    proc = mpi.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        while not any(ln.startswith("[2/") for ln in seen):  # two runs stored: mid-study
+            line = proc.stderr.readline()
+            assert line, f"the job ended before its second run: {''.join(seen)}"
+            seen.append(line)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.watch.__exit__(None, None, None)
+    assert proc.returncode != 0, err
+    runs = _read_when_released(out)
+    assert len(runs) >= 2 and runs["verified"].all()
+    deadline = time.monotonic() + 10  # a rank's watchdog removes the lock of a dead rank
+    while os.path.exists(out + ".lock") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(out + ".lock")
 
 
 def _read_when_released(path: str, wait: float = 10.0) -> np.ndarray:
@@ -295,13 +359,12 @@ def _read_when_released(path: str, wait: float = 10.0) -> np.ndarray:
             time.sleep(0.05)
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_bad_input_under_mpiexec_is_one_line_and_exit_2(tmp_path):
+def test_bad_input_under_mpiexec_is_one_line_and_exit_2(mpi, tmp_path):
     out = str(tmp_path / "x.h5")
-    p = mpirun(["run", "-s", "static", "-L", "1", *SMALL, "-o", out])
+    p = mpi.run(["run", "-s", "static", "-L", "1", *SMALL, "-o", out])
     assert p.returncode == 2
-    assert p.stderr.strip().count("\n") == 0 and "smaller than the 2 MPI ranks" in p.stderr
+    (line,) = mpi.ours(p.stderr)
+    assert "smaller than the 2 MPI ranks" in line, p.stderr
     assert not os.path.exists(out)
 
 
@@ -365,10 +428,23 @@ def test_merge_refuses_a_repeated_file_and_different_tensors(tmp_path, capsys):
     assert not os.path.exists(out)
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_argparse_error_under_mpiexec_is_printed_once(tmp_path):
-    p = mpirun(["run", "--no-such-option", "-o", str(tmp_path / "x.h5")])
+def test_argparse_error_under_mpiexec_is_printed_once(mpi, tmp_path):
+    p = mpi.run(["run", "--no-such-option", "-o", str(tmp_path / "x.h5")])
     assert p.returncode == 2
     assert p.stderr.count("unrecognized arguments") == 1, p.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_the_one_node_launch_script_runs_under_either_mpi(mpi, tmp_path):
+    """launch/mpirun-node.sh as it stands: P = 1 and 2, merge, the USL fit; it names the
+    MPI library, and passes Open MPI's launcher what hybridsched needs of it."""
+    script = os.path.join(os.path.dirname(HERE), "launch", "mpirun-node.sh")
+    env = mpi.env(MPIEXEC=mpi.found.launcher[0], P_LIST="1 2", K_LIST="1,2", FRAMES="8",
+                  SIDE="16", REPS="1", PATH=os.path.dirname(sys.executable) + os.pathsep
+                  + os.environ.get("PATH", ""))
+    p = mpi.call([script, str(tmp_path / "node")], env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"mpirun-node.sh: MPI library: {mpi.impl.title}" in p.stdout, p.stdout
+    assert "usl fit of" in p.stdout and os.path.exists(tmp_path / "node" / "usl.png")
+    runs = read_runs(str(tmp_path / "node" / "all.h5"))
+    assert sorted(set(runs["P"].tolist())) == [1, 2] and runs["verified"].all()

@@ -199,13 +199,12 @@ def test_coop_runs_a_user_technique(techmod, tmp_path):
     assert row["coop"] and row["verified"] and row["scheduler"] == b"quarter_t"
 
 
-@pytest.mark.mpi
-def test_mpi_split_by_a_user_technique(techmod, tmp_path):
+def test_mpi_split_by_a_user_technique(mpi, techmod, tmp_path):
     out = tmp_path / "m.h5"
-    cmd = ["mpiexec", "-n", "2"] + HS + ["run", "-s", f"dynamic,{techmod}:Quarter", "--split",
-                                         f"{techmod}:Quarter", "-k", "1", "-L", "40", "--height",
-                                         "8", "--width", "8", "--reps", "1", "-o", str(out)]
-    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    cmd = mpi.argv(2) + HS + ["run", "-s", f"dynamic,{techmod}:Quarter", "--split",
+                              f"{techmod}:Quarter", "-k", "1", "-L", "40", "--height", "8",
+                              "--width", "8", "--reps", "1", "-o", str(out)]
+    p = mpi.call(cmd, cwd=tmp_path, env=mpi.env(), timeout=180)
     assert p.returncode == 0, p.stderr
     with h5py.File(out) as h5:
         runs = h5["runs"][()]

@@ -393,17 +393,14 @@ def test_split_chunks_are_the_techniques_sequence(split, L, P, k):
     assert sum(c for _, c in chunks) == L
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("split", ["fac2", "trapezoidal"])
-def test_mpiexec_split_by_technique(tmp_path, split):
-    from test_mpi import MPIEXEC, SMALL, _check_cover, _has_mpi4py, mpirun
+def test_mpiexec_split_by_technique(mpi, tmp_path, split):
+    from test_mpi import SMALL, _check_cover
     from hybridsched.store import read_runs
 
-    if MPIEXEC is None or not _has_mpi4py():
-        pytest.skip("needs mpi4py and mpiexec")
     out = str(tmp_path / f"{split}.h5")
-    p = mpirun(["run", "-s", "dynamic,fac2", "-k", "1", "-L", "30", *SMALL, "--split", split,
-                "-o", out])
+    p = mpi.run(["run", "-s", "dynamic,fac2", "-k", "1", "-L", "30", *SMALL, "--split", split,
+                 "-o", out])
     assert p.returncode == 0, p.stderr
     runs = read_runs(out)
     assert runs["verified"].all() and all(n.startswith(f"split={split}") for n in runs["notes"])

@@ -162,23 +162,22 @@ def test_report_draws_a_gantt_per_scheduler_and_tables_carry_li(study, tmp_path,
     assert 0.0 <= float(cells[7]) <= 1.0  # LI of two workers
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("split", ["static", "dynamic"])
-def test_trace_of_an_mpi_run(tmp_path, split, capsys):
-    from test_mpi import SMALL, _process_schedulers, mpirun, needs_mpi  # noqa: F401
+def test_trace_of_an_mpi_run(mpi, tmp_path, split, capsys):
+    from test_mpi import SMALL, _process_schedulers
 
-    if needs_mpi.args[0]:
-        pytest.skip(needs_mpi.kwargs["reason"])
     out = str(tmp_path / "p2.h5")
     names = ",".join(["dynamic"] + _process_schedulers()[:1])
-    p = mpirun(["run", "-s", names, "-k", "2", "-L", "20", *SMALL, "--split", split, "-o", out])
+    p = mpi.run(["run", "-s", names, "-k", "2", "-L", "20", *SMALL, "--split", split, "-o", out])
     assert p.returncode == 0, p.stderr
     # progress under mpiexec: one line per run, in the single-node bar's words
     assert "[1/2] P=2 dynamic k=2 L=20 rep 1/1: " in p.stderr
     from hybridsched.store import read_attrs
 
-    attrs = read_attrs(out)  # the MPI library and launcher are recorded
-    assert attrs["machine.mpi_library"] and attrs["machine.mpi_launcher"].startswith("mpiexec")
+    attrs = read_attrs(out)  # the MPI implementation, library and launcher are recorded
+    assert attrs["machine.mpi_implementation"] == mpi.impl.title
+    assert attrs["machine.mpi_library"] and attrs["machine.mpi_version"]
+    assert attrs["machine.mpi_launcher"].startswith(("mpiexec", "mpirun"))
     for name in names.split(","):
         row = timeline.select(read_runs(out), scheduler=name)
         rt = timeline.load(out, row)

@@ -132,6 +132,7 @@ def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
         failed = run_split(w, configs, on_record, args.split)
     # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
     print(run_summary(out))
-    print(f"\n{len(configs)} runs at P={w.size} ({failed} failed or unverified) "
-          f"written to {out}", file=sys.stderr)
+    under = " ".join(str(meta.get(k, "")) for k in ("mpi_implementation", "mpi_version")).strip()
+    print(f"\n{len(configs)} runs at P={w.size}{f' under {under}' if under else ''} ({failed} "
+          f"failed or unverified) written to {out}", file=sys.stderr)
     return 1 if failed else 0

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
+from ..machine.metadata import clean_text
 from ..study.world import Solo
 
 ABORT_GRACE_S = 0.3
@@ -32,7 +33,7 @@ class World:
         self.comm = MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        self.host = MPI.Get_processor_name()
+        self.host = clean_text(MPI.Get_processor_name(), 64)  # in every line naming a rank
         # Ranks on one host split its CPUs between them (see local_cpus).
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank = self.node.Get_rank()
@@ -83,6 +84,15 @@ def _make_world() -> Solo | World:
               "running as P = 1 on rank 0 only (pip install 'hybridsched[mpi]')", file=sys.stderr)
         return Solo()
     w = World(MPI)
+    if launch.size is not None and w.size != launch.size:
+        # Another MPI than the launcher's (both wheels in one environment, a module
+        # loaded after mpi4py was built): every copy would run the whole study alone.
+        name, version = MPI.get_vendor()
+        raise UsageError(f"{launch.how} started {launch.size} ranks but the MPI library "
+                         f"mpi4py loaded ({name} {'.'.join(map(str, version))}) sees "
+                         f"{w.size}: it is not the launcher's MPI; start the job with the "
+                         "launcher of that MPI, or point MPI4PY_LIBMPI at the launcher's "
+                         "libmpi (docs/mpi.md)")
     return w if w.size > 1 else Solo()
 
 

@@ -6,7 +6,9 @@ Every mean is over verified repetitions only; a failed or unverified run never e
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,6 +95,32 @@ class Study:
             return (f"Simulated machine: N = {cores} virtual cores per node (simulated on "
                     f"{cpu}, host {host}; {load}).")
         return f"Machine: {cpu}, N = {self.n or '?'} usable CPUs, host {host}; {load}."
+
+    def mpi_line(self) -> str:
+        """Which MPI ran the study's ranks, "" when none did; a merged study names it for
+        each input that ran under one."""
+        try:
+            sources = json.loads(self.attrs.get("study", "{}")).get("merged_from") or []
+        except (ValueError, AttributeError):
+            sources = []
+        if sources:
+            texts = [f"{s['mpi']} ({os.path.basename(str(s.get('path', '?')))})"
+                     for s in sources if isinstance(s, dict) and s.get("mpi")]
+        else:
+            texts = [t for t in (mpi_text(self.attrs),) if t]
+        return f"MPI: {'; '.join(texts)}." if texts else ""
+
+
+def mpi_text(attrs: dict) -> str:
+    """'MPICH 5.0.2 (MPI 5.0), started by mpiexec (...)' from a study's ``machine.mpi_*``
+    attributes (older studies: ``mpi_vendor`` alone); "" for a study MPI did not run."""
+    name, version = attrs.get("machine.mpi_implementation"), attrs.get("machine.mpi_version")
+    what = f"{name} {version}" if name and version else str(attrs.get("machine.mpi_vendor", ""))
+    if not what:
+        return ""
+    standard, launcher = attrs.get("machine.mpi_standard"), attrs.get("machine.mpi_launcher")
+    return (what + (f" (MPI {standard})" if standard else "")
+            + (f", started by {launcher}" if launcher else ""))
 
 
 def load_study(path: str, utilisation: bool = True) -> Study:

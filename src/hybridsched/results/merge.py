@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import UsageError
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
 from ..study.output import new_study
+from .data import mpi_text
 
 
 def _same(a: str, b: str) -> bool:
@@ -67,6 +68,8 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
         sources.append({"path": os.path.abspath(p), "created": str(a.get("created", "")),
                         "hostname": str(a.get("machine.hostname", "")),
                         "study": study_spec(p, a)})
+        if mpi_text(a):  # the root keeps the first input's machine: each input's MPI here
+            sources[-1]["mpi"] = mpi_text(a)
     # the lock before looking at -o (its writer may be creating it now), the machine the
     # studies ran on (the first input's) rather than this one
     counts = {"runs": 0}

@@ -156,8 +156,10 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     sim = simulated_line(study.runs)
     modelled = bool(simulated_cores(study.attrs))  # written by `simulate`: no run measured
     by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
+    mpi = study.mpi_line()
     head = [f"# Study {os.path.basename(study.path)}", "",
             study.machine_line(), "",
+            *([mpi, ""] if mpi else []),
             load_line(study), "",
             *([sim, ""] if sim else []),
             f"Runs: {len(study.runs)} stored, {ok} verified"
