@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from hybridsched.core import registry
@@ -290,6 +291,10 @@ def test_a_version_2_colocate_study_still_reads_and_reports(tmp_path, capsys):
     rows = read_colocate(V2)
     assert len(rows) == 12 and rows["verified"].all()
     assert set(rows["policy"]) == {"linux", "coop", "partition"}
+    # the fields of format version 3 (--cmd) at what a built-in workload's row holds
+    assert (rows["command"] == "").all() and (rows["experiment"] == "").all()
+    assert (rows["exit_status"] == 0).all() and np.isnan(rows["cpu_s"]).all()
+    assert (rows["counters"] == "").all() and (rows["err_tail"] == "").all()
     assert main(["report", V2, "--out-dir", str(tmp_path / "r"), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "### bsp: 2 jobs × 2 workers, block barrier, 10 steps of 50 µs" in out

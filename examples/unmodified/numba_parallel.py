@@ -1,6 +1,7 @@
 """A numba ``parallel=True`` loop (its OpenMP threading layer here: libgomp), threads at
-numba's default (the CPUs this process may use): STEPS parallel loops, each a fork-join of
-the pool, as an unmodified numba program would run.
+numba's default (the CPUs this process may use): STEPS parallel loops over 64 rows of ITERS
+each, every loop a fork-join of the pool, as an unmodified numba program would run. The
+work does not depend on the thread count.
 
     python numba_parallel.py STEPS ITERS
 
@@ -41,7 +42,7 @@ def main() -> int:
         print(f"usage: {sys.argv[0]} STEPS ITERS", file=sys.stderr)
         return 2
     steps, iters = int(sys.argv[1]), int(sys.argv[2])
-    rows = 4 * numba.get_num_threads()   # a few rows per thread: one loop is one fork-join
+    rows = 64   # an equal share for any thread count dividing 64
     total = sum(step(rows, iters, float(s)) for s in range(steps))
     want = sum(serial(rows, iters, float(s)) for s in range(min(steps, 3)))
     got = sum(step(rows, iters, float(s)) for s in range(min(steps, 3)))

@@ -29,8 +29,8 @@ DESCRIPTION = ("Fork-, pipe- and thread-based scheduler study on a shared-memory
 HELP = {
     "run": "run a study (schedulers x k x L x repetitions)",
     "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination",
-    "colocate": ("co-located jobs under Linux, the coop arbiter or a partition: makespan and "
-                 "interference"),
+    "colocate": ("co-located jobs (built-in workloads or unmodified commands) under Linux, the "
+                 "coop arbiter, gang scheduling or a partition: makespan and interference"),
     "trace": "one run's timeline: a Gantt PNG and a Perfetto / chrome://tracing JSON",
     "check": ("what could make timings here untrustworthy (governor, boost, SMT, cpuset, "
               "other load, memory, /dev/shm)"),
