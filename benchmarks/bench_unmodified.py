@@ -66,12 +66,12 @@ WORKLOADS = {
     "omp_barrier": (f"{{omp_barrier}} 200 {250_000 * N}", r"\bok$"),
     # 20 000 rounds per thread: ~3 µs outside the lock, ~0.3 µs inside it
     "omp_lock": (f"{{omp_lock}} {20_000 * N} 2000 200", r"\bok$"),
-    # 150 products of 384 x 384 (~2-5 ms each on 2 CPUs): enough that numpy's import
+    # 120 products of 384 x 384 (~2-5 ms each on 2 CPUs): enough that numpy's import
     # (~0.25 s, one thread) does not make up most of a job
-    "numpy_matmul": (f"{PY} {EX / 'numpy_matmul.py'} 150 384", r"\bok$"),
-    # 600 fork-joins of ~400 µs per thread (64 rows of N x 4000 iterations); numba's import
+    "numpy_matmul": (f"{PY} {EX / 'numpy_matmul.py'} 120 384", r"\bok$"),
+    # 300 fork-joins of ~400 µs per thread (64 rows of N x 4000 iterations); numba's import
     # and cache load (~0.5-1 s a job) come on top
-    "numba_parallel": (f"{PY} {EX / 'numba_parallel.py'} 600 {4000 * N}", r"\bok$"),
+    "numba_parallel": (f"{PY} {EX / 'numba_parallel.py'} 300 {4000 * N}", r"\bok$"),
     # 1000 rounds of N x 128 KiB hashed, a barrier between rounds
     "py_threads": (f"{PY} {EX / 'py_threads.py'} 1000 {128 * N}", r"\bok$"),
     "pipeline": (f"sh -c 'yes hybridsched | head -c {PIPE_BYTES} | sha256sum'", None),

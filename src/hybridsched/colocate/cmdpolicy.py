@@ -10,13 +10,18 @@ A policy says, for one repetition (its :class:`Session`, a context manager):
   look at job j, whose command has just exited;
 * ``counters(j)``: its own counts for job j, stored with the job's row.
 
-and, before anything starts, ``refusal(commands)``: why it cannot run these commands
-(None when it can), and ``environment()``: the variables it sets, stored in the study.
+and, before anything starts, ``refusal(argvs)``: why it cannot run these commands (one
+argv per job; None when it can), and ``environment()``: the variables it sets, stored in
+the study.
 
 ``coop`` (env plus the cooperative LD_PRELOAD shim) is not in this branch: its entry is a
-placeholder that refuses. The real policy is one more class here — a :class:`Env` whose
-session also enters the arbiter and a ``ShimJob(arbiter, key)`` per job, adds the shim's
-variables to ``env(j)`` and returns the shim's counters — registered under ``coop``.
+placeholder that refuses. The real policy is one more class here: a subclass of
+:class:`Env` whose session, on entering, attaches to the arbiter (``Setup.cpus``,
+``quantum_s``, ``arbiter_path``) and enters a ``ShimJob(arbiter, key)`` per job on its
+``stack``; whose ``env(j)`` adds the shim's variables to the normalised environment and
+whose ``counters(j)`` are the shim's; whose ``refusal`` is the shim's for any job's argv
+(and the arbiter's job table, ``len(argvs)``); registered under ``coop`` in place of
+:class:`CoopNeedsShim`.
 """
 from __future__ import annotations
 
@@ -78,6 +83,7 @@ class CommandPolicy:
     session_class = Session
 
     def refusal(self, argvs: list) -> str | None:
+        """Why these jobs (one argv each) cannot run under this policy; None if they can."""
         return None
 
     def environment(self) -> dict:

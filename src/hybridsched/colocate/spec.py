@@ -125,7 +125,8 @@ class ColocateSpec:
         self.jobs = len(self.commands)
         if not 1 <= self.jobs <= MAX_JOBS:
             raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}, got {self.jobs}")
-        argvs = [list(parse_command(c).argv) for c in dict.fromkeys(self.commands)]
+        parsed = {c: list(parse_command(c).argv) for c in dict.fromkeys(self.commands)}
+        argvs = [parsed[c] for c in self.commands]  # one per job
         bad = [p for p in self.policies if p not in CMD_POLICIES]
         if bad or not self.policies:
             raise UsageError(f"unknown policy {bad[0] if bad else ''!r} for --cmd; choose from "
