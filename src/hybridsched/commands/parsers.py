@@ -182,7 +182,7 @@ def add_colocate(sub) -> None:
     co.add_argument("--cmd", action="append", metavar="'CMD ...'",
                     help="instead of a --workload: an unmodified command, one job (repeatable; "
                     "or one --cmd with --jobs J for J copies); quoted as in a shell, run "
-                    "without one")
+                    "without one (default: none, a built-in --workload)")
     co.add_argument("--expect", metavar="REGEX",
                     help="--cmd: a job verifies only if its stdout matches REGEX (default: exit "
                     "status 0 is enough)")
