@@ -6,6 +6,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from hybridsched.core import registry
@@ -301,3 +302,25 @@ def test_a_sigkilled_run_job_leaves_nothing_in_dev_shm(tmp_path):
     assert not [e for p in pids for e in our_shm_entries(p)]
     recs = read_colocate(out)
     assert [bool(v) for v in recs["verified"]] == [False, True]
+
+
+# written by `colocate` at format version 2, before --cmd (the v2 fixture):
+#   hybridsched colocate --jobs 2 --workers 2 --policy linux,coop,partition --barrier block
+#       --steps 10 --step-us 50 --reps 2 -o tests/fixtures/colocate-v2.h5
+V2 = os.path.join(os.path.dirname(__file__), "fixtures", "colocate-v2.h5")
+
+
+def test_a_version_2_colocate_study_still_reads_and_reports(tmp_path, capsys):
+    rows = read_colocate(V2)
+    assert len(rows) == 12 and rows["verified"].all()
+    assert set(rows["policy"]) == {"linux", "coop", "partition"}
+    # the fields of format version 3 (--cmd) at what a built-in workload's row holds
+    assert (rows["command"] == "").all() and (rows["experiment"] == "").all()
+    assert (rows["exit_status"] == 0).all() and np.isnan(rows["cpu_s"]).all()
+    assert (rows["counters"] == "").all() and (rows["err_tail"] == "").all()
+    assert main(["report", V2, "--out-dir", str(tmp_path / "r"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "### bsp: 2 jobs × 2 workers, block barrier, 10 steps of 50 µs" in out
+    # the stored measurements, as the code of their day printed them
+    assert "| linux | 2 | 0.009 ± 0.003 | 1.00x | 0.001 | 0.006 | 0.738 | 0.6 |" in out
+    assert "| partition | 2 | 0.005 ± 0.002 | 1.90x |" in out

@@ -180,7 +180,7 @@ def test_stored_name_reference_hash_and_params(techmod, tmp_path):
     assert p.returncode == 0, p.stderr
     source = inspect.getsource(sys.modules.get(techmod, __import__(techmod)).Quarter)
     with h5py.File(out) as h5:
-        assert h5.attrs["format_version"] == 2
+        assert h5.attrs["format_version"] >= 2  # the technique fields came with 2
         runs = h5["runs"][()]
     assert list(runs["scheduler"]) == [b"quarter_t", b"pipe-MtoM:quarter_t"]
     assert set(runs["technique"]) == {f"{techmod}:Quarter".encode()}

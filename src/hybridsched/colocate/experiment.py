@@ -183,11 +183,20 @@ def run_colocate(spec: ColocateSpec, on_record: Callable[[JobRecord], None],
     slow drift of the machine does not favour one policy."""
     from .work import iters_per_us
 
-    iters_per_us()  # calibrate and compile before any fork
+    if spec.commands:  # unmodified commands: their own runtimes, their own policies
+        from .cmdrun import run_commands_once
+
+        def once(name, rep):
+            return run_commands_once(spec, name, rep, cpus, arbiter_path)
+    else:
+        iters_per_us()  # calibrate and compile before any fork
+
+        def once(name, rep):
+            return run_once(spec, POLICIES[name], rep, cpus, arbiter_path)
     out = []
     for rep in range(spec.reps):
         for name in spec.policies:
-            for rec in run_once(spec, POLICIES[name], rep, cpus, arbiter_path):
+            for rec in once(name, rep):
                 on_record(rec)
                 out.append(rec)
     return out

@@ -2,11 +2,13 @@
 through the study store's side tables (one writer, always-complete snapshots)."""
 from __future__ import annotations
 
+import math
 from dataclasses import astuple, fields
 
 import h5py
 import numpy as np
 
+from ..errors import BadStudy
 from ..store import TableWriter, read_table
 from .spec import JobRecord
 
@@ -18,8 +20,16 @@ COLOCATE_DTYPE = np.dtype([
     ("makespan_s", "f8"), ("invol_ctx", "f8"), ("runq_wait_s", "f8"), ("spin_s", "f8"),
     ("switches", "f8"), ("verified", "?"), ("error", _S(240)), ("matrix", "i4"),
     ("scheduler", _S(64)),  # 24 bytes before format version 2
+    # format version 3: unmodified commands (--cmd)
+    ("command", _S(512)), ("experiment", _S(16)), ("exit_status", "i4"), ("cpu_s", "f8"),
+    ("nivcsw", "f8"), ("counters", _S(240)), ("out_tail", _S(1000)), ("err_tail", _S(1000)),
 ])
 assert [f.name for f in fields(JobRecord)] == list(COLOCATE_DTYPE.names)
+
+# What the fields added in format version 3 hold in the rows of older files (built-in
+# workloads only): what the code of their day would have written for them.
+COLOCATE_DEFAULTS = {"command": "", "experiment": "", "exit_status": 0, "cpu_s": math.nan,
+                     "nivcsw": math.nan, "counters": "", "out_tail": "", "err_tail": ""}
 
 
 def _row(r: JobRecord) -> np.ndarray:
@@ -27,7 +37,10 @@ def _row(r: JobRecord) -> np.ndarray:
     for name, v in zip(COLOCATE_DTYPE.names, astuple(r)):
         if COLOCATE_DTYPE[name].kind in ("S", "O"):
             n = COLOCATE_DTYPE[name].itemsize if COLOCATE_DTYPE[name].kind == "S" else 240
-            v = v.encode("utf-8")[:n].decode("utf-8", "ignore").encode("utf-8")
+            raw = v.encode("utf-8")
+            # a tail keeps its end, every other text its beginning
+            raw = raw[-n:] if name.endswith("_tail") else raw[:n]
+            v = raw.decode("utf-8", "ignore").encode("utf-8")
         vals.append(v)
     row = np.zeros(1, COLOCATE_DTYPE)
     row[0] = tuple(vals)
@@ -44,6 +57,31 @@ class ColocateWriter(TableWriter):
         return self.append_row(_row(rec))  # built completely before the table grows
 
 
+def conform(rows: np.ndarray, dtype: np.dtype = COLOCATE_DTYPE) -> np.ndarray:
+    """Rows of any stored ``/colocate`` layout in ``dtype`` (today's; decoded or not), the
+    fields an older file lacks at :data:`COLOCATE_DEFAULTS`."""
+    names = rows.dtype.names or ()
+    missing = [n for n in dtype.names if n not in names and n not in COLOCATE_DEFAULTS]
+    if missing:
+        raise BadStudy(f"/colocate lacks the fields {', '.join(missing)}")
+    out = np.zeros(len(rows), dtype)
+    for name in dtype.names:
+        out[name] = rows[name] if name in names else COLOCATE_DEFAULTS[name]
+    return out
+
+
+def _decoded(dtype: np.dtype) -> np.dtype:
+    return np.dtype([(n, f"U{dtype[n].itemsize}" if dtype[n].kind == "S" else dtype[n])
+                     for n in dtype.names])
+
+
 def read_colocate(path: str) -> np.ndarray:
-    """The ``/colocate`` rows of a study (strings decoded); empty if it has none."""
-    return read_table(path, "colocate", COLOCATE_DTYPE)
+    """The ``/colocate`` rows of a study (strings decoded, any format version in today's
+    layout); empty if it has none."""
+    raw = read_table(path, "colocate")
+    if raw.dtype.names is None:  # no table
+        return np.zeros(0, _decoded(COLOCATE_DTYPE))
+    try:
+        return conform(raw, _decoded(COLOCATE_DTYPE))
+    except BadStudy as exc:
+        raise BadStudy(f"{path}: {exc}") from None

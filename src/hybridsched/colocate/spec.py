@@ -3,14 +3,24 @@ policies (data: a function from (job, worker) to a CPU, not names tested in the 
 one ``/colocate`` row (:class:`JobRecord`)."""
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from ..coop.arbiter import DEFAULT_QUANTUM_S, MAX_JOBS as COOP_TABLE
 from ..coop.barrier import POLICIES as BARRIERS
 from ..errors import UsageError
+from .cmdline import parse_command
+from .cmdpolicy import CMD_POLICIES
+from .placement import partition, unpinned
 
 WORKLOADS = ("bsp", "blas", "run")
+CMD = "cmd"                 # the workload of unmodified commands (--cmd)
+CMD_DEFAULT_POLICIES = ["linux", "env", "gang"]
 MAX_JOBS = 64
 MAX_WORKERS = 1024          # per job
 MAX_STEPS = 1_000_000
@@ -19,20 +29,6 @@ MAX_TRACE = 20_000_000      # jobs x workers x steps timestamps kept for the bar
 
 
 # --- placement policies: data, not names tested in the code ------------------------------
-
-def _unpinned(j: int, t: int, jobs: int, cpus: list[int]) -> int:
-    return -1
-
-
-def _partition(j: int, t: int, jobs: int, cpus: list[int]) -> int:
-    """Job j on its own N/J CPUs (jobs share CPUs round-robin when J > N)."""
-    n = len(cpus)
-    if jobs >= n:
-        return cpus[j % n]
-    share = n // jobs
-    mine = cpus[j * share:(j + 1) * share]
-    return mine[t % len(mine)]
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -43,10 +39,10 @@ class Policy:
 
 
 POLICIES = {p.name: p for p in (
-    Policy("linux", _unpinned, description="plain Linux scheduling: every worker runnable, unpinned"),
-    Policy("coop", _unpinned, coop=True,
+    Policy("linux", unpinned, description="plain Linux scheduling: every worker runnable, unpinned"),
+    Policy("coop", unpinned, coop=True,
            description="the cooperative arbiter: one token per CPU, switch only at scheduling points"),
-    Policy("partition", _partition, description="each job pinned to its own N/J CPUs"),
+    Policy("partition", partition, description="each job pinned to its own N/J CPUs"),
 )}
 
 
@@ -65,11 +61,19 @@ class ColocateSpec:
     scheduler: str = "dynamic"       # run: the scheduler every job runs (--steps frames of H x W)
     height: int = 256
     width: int = 256
+    commands: list[str] = field(default_factory=list)  # cmd: one per job, as given
+    expect: str = ""                 # cmd: a regex a job's stdout must match to verify
 
     def validate(self, n: int) -> None:
+        if self.commands:
+            self._validate_commands()
+            return
         if self.workload not in WORKLOADS:
             raise UsageError(f"unknown workload {self.workload!r}; choose from {', '.join(WORKLOADS)}")
         bad = [p for p in self.policies if p not in POLICIES]
+        if bad and bad[0] in CMD_POLICIES:
+            raise UsageError(f"--policy {bad[0]}: for unmodified commands (--cmd) only; "
+                             f"--workload {self.workload} takes {', '.join(POLICIES)}")
         if bad or not self.policies:
             raise UsageError(f"unknown policy {bad[0] if bad else ''!r}; choose from {', '.join(POLICIES)}")
         if self.barrier not in BARRIERS:
@@ -108,8 +112,53 @@ class ColocateSpec:
             raise UsageError(f"{self.jobs} jobs x {self.workers} workers x {self.steps} steps is more "
                              f"than {MAX_TRACE:,} barrier timestamps to keep; fewer --steps")
 
+    def _validate_commands(self) -> None:
+        """--cmd: the commands (all found before anything starts), J, the policies (each
+        able to run these commands), --expect."""
+        self.workload = CMD
+        J = len(self.commands)
+        if J > 1 and self.jobs not in (0, J):
+            raise UsageError(f"--jobs {self.jobs} with {J} --cmd: J is the number of --cmd "
+                             "(--jobs copies a single --cmd)")
+        if J == 1 and self.jobs > 1:
+            self.commands = self.commands * self.jobs
+        self.jobs = len(self.commands)
+        if not 1 <= self.jobs <= MAX_JOBS:
+            raise UsageError(f"--jobs must be from 1 to {MAX_JOBS}, got {self.jobs}")
+        parsed = {c: list(parse_command(c).argv) for c in dict.fromkeys(self.commands)}
+        argvs = [parsed[c] for c in self.commands]  # one per job
+        bad = [p for p in self.policies if p not in CMD_POLICIES]
+        if bad or not self.policies:
+            raise UsageError(f"unknown policy {bad[0] if bad else ''!r} for --cmd; choose from "
+                             f"{', '.join(CMD_POLICIES)}")
+        for name in self.policies:
+            why = CMD_POLICIES[name].refusal(argvs)
+            if why:
+                raise UsageError(why)
+        if not 0 < self.quantum_s <= 10:
+            raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
+        if self.reps < 1:
+            raise UsageError(f"--reps must be at least 1, got {self.reps}")
+        try:
+            re.compile(self.expect)
+        except re.error as exc:
+            raise UsageError(f"--expect {self.expect!r}: not a regular expression ({exc})") from None
+
+    def experiment_id(self) -> str:
+        """Names one experiment of commands in the table (its rows pooled by the report):
+        the commands of the jobs, in order, and --expect."""
+        text = json.dumps([self.commands, self.expect])
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.commands:
+            # what each policy sets in the jobs' environment, and what ours held for those
+            # variables (inherited by every job, `linux` included)
+            d["environment"] = {p: CMD_POLICIES[p].environment() for p in self.policies}
+            names = sorted({k for env in d["environment"].values() for k in env})
+            d["inherited_environment"] = {k: os.environ.get(k) for k in names}
+        return d
 
 
 @dataclass
@@ -135,3 +184,12 @@ class JobRecord:
     error: str = ""
     matrix: int = 0         # blas: n of the products (0 for bsp)
     scheduler: str = ""     # run: the scheduler every job ran
+    # format version 3: unmodified commands (--cmd); "" / 0 / NaN for the built-in workloads
+    command: str = ""       # the job's command, as given
+    experiment: str = ""    # ColocateSpec.experiment_id(): which rows are one experiment
+    exit_status: int = 0    # the command's (negative: killed by that signal)
+    cpu_s: float = math.nan  # user + system CPU seconds (wait4: descendants waited for too)
+    nivcsw: float = math.nan  # involuntary context switches of the job (wait4)
+    counters: str = ""      # the policy's own counts for the job, JSON
+    out_tail: str = ""      # a failed job's last stdout ...
+    err_tail: str = ""      # ... and stderr

@@ -5,7 +5,7 @@ import sys
 
 from ..colocate.experiment import run_colocate
 from ..colocate.output import ColocateWriter, read_colocate
-from ..colocate.spec import ColocateSpec
+from ..colocate.spec import CMD_DEFAULT_POLICIES, ColocateSpec
 from ..coop.sweep import sweep as sweep_coop
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
@@ -15,17 +15,38 @@ from ..study.output import this_machine
 from .common import PROG, out_name
 
 
+# Options of the built-in workloads (the ones a --cmd job does not have)
+_BUILTIN = ("workload", "workers", "barrier", "step_us", "steps", "matrix", "scheduler",
+            "height", "width")
+
+
+def _spec(args) -> ColocateSpec:
+    """The experiment the options ask for; options that do not belong to it refused."""
+    if args.cmd is not None:
+        given = [f"--{o.replace('_', '-')}" for o in _BUILTIN if getattr(args, o) is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)}: not with --cmd (its jobs are the commands, "
+                             "as they are)")
+        return ColocateSpec("cmd", args.jobs or 0, 0, args.policy or list(CMD_DEFAULT_POLICIES),
+                            quantum_s=args.quantum_ms / 1e3, reps=args.reps,
+                            commands=list(args.cmd), expect=args.expect or "")
+    if args.expect is not None:
+        raise UsageError("--expect: for --cmd only (the built-in workloads verify themselves)")
+    workload = args.workload or "bsp"
+    for kind, options in (("run", ("scheduler", "height", "width")), ("blas", ("matrix",))):
+        given = [f"--{o}" for o in options if getattr(args, o) is not None]
+        if given and workload != kind:
+            raise UsageError(f"{', '.join(given)}: for --workload {kind} only, not {workload}")
+    return ColocateSpec(workload, args.jobs or 2, args.workers or 0,
+                        args.policy or ["linux", "coop"], args.barrier or "spin-block",
+                        200.0 if args.step_us is None else args.step_us, args.steps or 500,
+                        args.reps, args.quantum_ms / 1e3, args.matrix or 384,
+                        args.scheduler or "dynamic", args.height or 256, args.width or 256)
+
+
 def main(args) -> int:
     n = n_cpus()
-    for workload, options in (("run", ("scheduler", "height", "width")), ("blas", ("matrix",))):
-        given = [f"--{o}" for o in options if getattr(args, o) is not None]
-        if given and args.workload != workload:
-            raise UsageError(f"{', '.join(given)}: for --workload {workload} only, "
-                             f"not {args.workload}")
-    spec = ColocateSpec(args.workload, args.jobs, args.workers, args.policy, args.barrier,
-                        args.step_us, args.steps, args.reps, args.quantum_ms / 1e3,
-                        args.matrix or 384,
-                        args.scheduler or "dynamic", args.height or 256, args.width or 256)
+    spec = _spec(args)
     spec.validate(n)
     out = out_name(args.out, "hybridsched-colocate")
     check_output(out)
@@ -37,10 +58,16 @@ def main(args) -> int:
             writer.append(rec)
             failed += not rec.verified
             print(f"{rec.policy} rep {rec.rep} job {rec.job}: {rec.time_s:.3f} s "
-                  f"(makespan {rec.makespan_s:.3f} s){'' if rec.verified else ' FAILED ' + rec.error}",
-                  file=sys.stderr)
+                  f"(makespan {rec.makespan_s:.3f} s){'' if rec.verified else ' FAILED ' + rec.error}"
+                  f"{_last_words(rec.err_tail)}", file=sys.stderr)
         records = run_colocate(spec, on_record)
     print(markdown(read_colocate(out), n)[0])
     print(f"{len(records)} job records ({failed} failed) written to {out}; "
           f"`{PROG} report {out}` for the plots", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _last_words(tail: str) -> str:
+    """A failed command's last line on stderr, to go with its FAILED line."""
+    lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
+    return f"; its stderr ends: {lines[-1][:200]}" if lines else ""

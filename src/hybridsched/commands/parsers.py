@@ -29,8 +29,8 @@ DESCRIPTION = ("Fork-, pipe- and thread-based scheduler study on a shared-memory
 HELP = {
     "run": "run a study (schedulers x k x L x repetitions)",
     "ge": "cooperative scheduler A0/A1/A2 on blocked Gaussian elimination",
-    "colocate": ("co-located jobs under Linux, the coop arbiter or a partition: makespan and "
-                 "interference"),
+    "colocate": ("co-located jobs (built-in workloads or unmodified commands) under Linux, the "
+                 "coop arbiter, gang scheduling or a partition: makespan and interference"),
     "coop": ("unmodified commands on the node's cooperative arbiter: `coop exec CMD` runs one "
              "as a job of it"),
     "trace": "one run's timeline: a Gantt PNG and a Perfetto / chrome://tracing JSON",
@@ -174,23 +174,32 @@ def add_ge(sub) -> None:
 
 
 def add_colocate(sub) -> None:
-    from ..colocate.spec import BARRIERS, POLICIES, WORKLOADS as KINDS
+    from ..colocate.spec import BARRIERS, CMD_DEFAULT_POLICIES, CMD_POLICIES, POLICIES, WORKLOADS as KINDS
 
     co = sub.add_parser("colocate", help=HELP["colocate"])
-    co.add_argument("--workload", choices=list(KINDS), default="bsp",
+    co.add_argument("--workload", choices=list(KINDS),
                     help="bsp: compute steps separated by a barrier (default); blas: numpy "
                     "matrix products with the BLAS pool at --workers threads; run: one "
                     "scheduler run per job (--scheduler, k = --workers)")
-    co.add_argument("--jobs", "-J", type=positive("--jobs"), default=2,
-                    help="jobs started together (default 2)")
-    co.add_argument("--workers", "-T", type=positive("--workers"), default=0,
+    co.add_argument("--cmd", action="append", metavar="'CMD ...'",
+                    help="instead of a --workload: an unmodified command, one job (repeatable; "
+                    "or one --cmd with --jobs J for J copies); quoted as in a shell, run "
+                    "without one (default: none, a built-in --workload)")
+    co.add_argument("--expect", metavar="REGEX",
+                    help="--cmd: a job verifies only if its stdout matches REGEX (default: exit "
+                    "status 0 is enough)")
+    co.add_argument("--jobs", "-J", type=positive("--jobs"),
+                    help="jobs started together (default 2; with --cmd the number of --cmd)")
+    co.add_argument("--workers", "-T", type=positive("--workers"),
                     help="workers per job (default N, every job sized for the whole machine)")
-    co.add_argument("--policy", type=choice_list(list(POLICIES), "policy"), default=["linux", "coop"],
-                    help=f"comma list of {', '.join(POLICIES)} (default linux,coop)")
-    co.add_argument("--barrier", choices=list(BARRIERS), default="spin-block",
+    names = list(dict.fromkeys([*POLICIES, *CMD_POLICIES]))
+    co.add_argument("--policy", type=choice_list(names, "policy"),
+                    help=f"comma list of {', '.join(POLICIES)} (default linux,coop); with --cmd "
+                    f"of {', '.join(CMD_POLICIES)} (default {','.join(CMD_DEFAULT_POLICIES)})")
+    co.add_argument("--barrier", choices=list(BARRIERS),
                     help="how a barrier waits (default spin-block, libgomp's)")
-    co.add_argument("--step-us", type=float, default=200.0, help="compute per step in µs (default 200)")
-    co.add_argument("--steps", type=positive("--steps"), default=500,
+    co.add_argument("--step-us", type=float, help="compute per step in µs (default 200)")
+    co.add_argument("--steps", type=positive("--steps"),
                     help="steps per job (bsp) or matrix products per job (blas) (default 500)")
     co.add_argument("--matrix", type=positive("--matrix"),
                     help="blas: the n of the n x n products (default 384)")
@@ -201,7 +210,8 @@ def add_colocate(sub) -> None:
     co.add_argument("--width", type=positive("--width"), help="run: bytes per row (default 256)")
     co.add_argument("--reps", type=positive("--reps"), default=3, help="repetitions (default 3)")
     co.add_argument("--quantum-ms", type=float, default=20.0,
-                    help="coop: a job's time on a CPU before it yields to a waiting job (default 20)")
+                    help="coop: a job's time on a CPU before it yields to a waiting job; gang: "
+                    "a job's time slice (default 20)")
     co.add_argument("--out", "-o", metavar="FILE.h5",
                     help="HDF5 output (default hybridsched-colocate-<time>.h5)")
     co.add_argument("--overwrite", action="store_true", help="replace an existing --out file")

@@ -171,6 +171,40 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def _children(pid: int, tid: str) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+            return [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        return []  # gone, or a kernel without CONFIG_PROC_CHILDREN: the tree stops here
+
+
+def all_threads_blocked(pid: int) -> bool | None:
+    """Whether every thread of ``pid`` and of every process below it is blocked: sleeping
+    (S) or in uninterruptible wait (D) in its /proc/<pid>/task/<tid>/stat; False at the
+    first that is not (running, or stopped and not yet continued); None when ``pid`` has no
+    thread left to read (gone). A blocked tree would not use a CPU it were given."""
+    todo, seen = [pid], False
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/stat", "rb") as fh:
+                    raw = fh.read()
+            except OSError:
+                continue  # a thread that just ended
+            seen = True
+            at = raw.rindex(b")") + 2
+            if raw[at:at + 1] not in (b"S", b"D"):
+                return False
+            todo += _children(p, tid)
+    return True if seen else None
+
+
 def wait_status(pid: int) -> int | None:
     """The wait status a zombie ``pid`` left (field 52 of its stat), or None when it can no
     longer be read."""

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title
 from .data import fmt
 from .plots import save_png
 
@@ -22,7 +23,8 @@ def jain(values) -> float:
 
 def _experiments(rows: np.ndarray) -> list[tuple]:
     keys = {(str(r["workload"]), str(r["barrier"]), int(r["jobs"]), int(r["workers"]),
-             float(r["step_us"]), int(r["steps"]), _sched(r)) for r in rows}
+             float(r["step_us"]), int(r["steps"]), _sched(r), str(r["experiment"]))
+            for r in rows}
     return sorted(keys)
 
 
@@ -31,7 +33,10 @@ def _sched(r) -> str:
 
 
 def _title(rows: np.ndarray, wl: str, bar: str, J: int, T: int, step: float, steps: int,
-           sched: str) -> str:
+           sched: str, experiment: str = "") -> str:
+    if wl == CMD:
+        return cmd_title(rows[rows["experiment"] == experiment], J) if len(rows) else \
+            f"cmd: {J} co-located commands"
     if wl == "run":
         return f"run: {J} co-located `{sched}` jobs at k = {T}, {steps} frames each"
     if wl == "blas":
@@ -50,9 +55,10 @@ def ideal_makespan(J: int, T: int, step_us: float, steps: int, n: int) -> float:
 def summary(rows: np.ndarray, n: int) -> list[dict]:
     """One record per experiment and policy, over verified repetitions only."""
     out = []
-    for wl, bar, J, T, step, steps, sched in _experiments(rows):
+    for wl, bar, J, T, step, steps, sched, exp in _experiments(rows):
         sel = rows[(rows["workload"] == wl) & (rows["barrier"] == bar) & (rows["jobs"] == J)
-                   & (rows["workers"] == T) & (rows["step_us"] == step) & (rows["steps"] == steps)]
+                   & (rows["workers"] == T) & (rows["step_us"] == step) & (rows["steps"] == steps)
+                   & (rows["experiment"] == exp)]
         if sched:
             sel = sel[sel["scheduler"] == sched]
         for pol in dict.fromkeys(sel["policy"].tolist()):
@@ -64,7 +70,7 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
             fair = [jain(p[p["rep"] == r]["time_s"]) for r in good]
             out.append(dict(
                 workload=wl, barrier=bar, jobs=J, workers=T, step_us=step, steps=steps,
-                scheduler=sched, policy=pol,
+                scheduler=sched, experiment=exp, policy=pol,
                 reps=len(good), failed=len(reps) - len(good),
                 makespan_s=float(np.mean(mk)) if mk else math.nan,
                 makespan_sd=float(np.std(mk)) if mk else math.nan,
@@ -73,13 +79,14 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
                 ideal_s=ideal_makespan(J, T, step, steps, n) if wl == "bsp" else math.nan,
                 invol_ctx=float(ok["invol_ctx"].mean()) if len(ok) else math.nan,
                 runq_wait_s=float(ok["runq_wait_s"].mean()) if len(ok) else math.nan,
-                spin_s=float(ok["spin_s"].mean()) if len(ok) else math.nan))
+                spin_s=float(ok["spin_s"].mean()) if len(ok) else math.nan,
+                **cmd_fields(ok)))
     return out
 
 
 def _key(r: dict) -> tuple:
     return (r["workload"], r["barrier"], r["jobs"], r["workers"], r["step_us"], r["steps"],
-            r["scheduler"])
+            r["scheduler"], r["experiment"])
 
 
 def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
@@ -90,11 +97,18 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
              "repetitions. Interference per worker: involuntary context switches, run-queue wait "
              "(schedstat), time spinning in the barrier. Ideal: all the jobs' compute spread over "
              f"the N = {n or '?'} CPUs. Jain: fairness of the jobs' speeds (1 = equal).", ""]
+    if (rows["workload"] == CMD).any():
+        lines += ["Unmodified commands (`--cmd`): a job's time runs from the common start "
+                        "to its command's exit; CPU seconds and involuntary context switches are "
+                        "wait4's, the descendants it waited for included.", ""]
     for exp in _experiments(rows):
         mine = [r for r in recs if _key(r) == exp]
+        lines += [f"### {_title(rows, *exp)}", ""]
+        if exp[0] == CMD:
+            lines += cmd_table(mine, rows[rows["experiment"] == exp[-1]])
+            continue
         base = next((r for r in mine if r["policy"] == "linux"), None)
-        lines += [f"### {_title(rows, *exp)}", "",
-                  "| policy | reps | makespan (s) | vs linux | ideal (s) | job time (s) | Jain | "
+        lines += ["| policy | reps | makespan (s) | vs linux | ideal (s) | job time (s) | Jain | "
                   "invol. ctx / worker | run-queue wait / worker (s) | spin / worker (s) |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in mine:
@@ -117,7 +131,7 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
 
     files = []
     for exp in sorted({_key(r) for r in recs}):
-        wl, bar, J, T, step, steps, sched = exp
+        wl, bar, J, T, step, steps, sched, ident = exp
         mine = [r for r in recs if _key(r) == exp]
         fig = Figure(figsize=(5.5, 3.8))
         FigureCanvasAgg(fig)
@@ -125,16 +139,28 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
         names = [r["policy"] for r in mine]
         ax.bar(names, [r["makespan_s"] for r in mine], yerr=[r["makespan_sd"] for r in mine],
                color="tab:blue", alpha=0.8, capsize=4)
-        ax.axhline(mine[0]["ideal_s"], ls="--", color="grey", label="ideal")
+        if wl != CMD:
+            ax.axhline(mine[0]["ideal_s"], ls="--", color="grey", label="ideal")
+            ax.legend()
         ax.set_ylabel("makespan (s)")
-        ax.set_title(_title(np.zeros(0, [("workload", "U8")]), *exp) if wl != "blas" else
-                     f"blas: {J} jobs × a pool of {T}", fontsize=9)
-        ax.legend()
+        ax.set_title(_plot_title(exp, mine), fontsize=9)
         fig.tight_layout()
-        tag = sched if wl == "run" else bar
-        path = os.path.join(out_dir, f"colocate_{wl}_{tag}_J{J}_T{T}_{int(step)}us_{steps}.png")
-        files.append(save_png(fig, path))
+        if wl == CMD:
+            name = f"colocate_cmd_J{J}_{ident}.png"
+        else:
+            tag = sched if wl == "run" else bar
+            name = f"colocate_{wl}_{tag}_J{J}_T{T}_{int(step)}us_{steps}.png"
+        files.append(save_png(fig, os.path.join(out_dir, name)))
     return files
+
+
+def _plot_title(exp: tuple, mine: list[dict]) -> str:
+    wl, J, T = exp[0], exp[2], exp[3]
+    if wl == "blas":
+        return f"blas: {J} jobs × a pool of {T}"
+    if wl == CMD:
+        return f"{J} co-located commands: {mine[0]['commands'][:70]}"
+    return _title(np.zeros(0, [("workload", "U8")]), *exp)
 
 
 def section(path: str, out_dir: str | None, plots: bool, n: int) -> tuple[list[str], list[str]]:

@@ -13,6 +13,7 @@ import os
 import h5py
 import numpy as np
 
+from ..colocate.output import conform as conform_colocate
 from ..errors import UsageError
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
 from ..study.output import new_study
@@ -29,6 +30,9 @@ def _same(a: str, b: str) -> bool:
 # The side tables a merge carries over with /runs: `hybridsched ge` and `colocate` rows
 # are results as much as runs are.
 SIDE_TABLES = ("ge", "colocate")
+# A side table whose layout grew with a format version: its rows of older files in today's
+# layout first, so studies of both versions merge
+_CONFORM = {"colocate": conform_colocate}
 
 
 def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int]:
@@ -90,6 +94,11 @@ def _copy_tables(path: str, dst: h5py.File, counts: dict[str, int]) -> None:
             if not isinstance(ds, h5py.Dataset) or ds.dtype.names is None or ds.ndim != 1:
                 continue
             rows = ds[()]
+            if name in _CONFORM:
+                try:
+                    rows = _CONFORM[name](rows)
+                except UsageError as exc:
+                    raise UsageError(f"merge: {path}: {exc}") from None
             have = dst.get(name)
             if have is None:
                 have = dst.create_dataset(name, shape=(0,), maxshape=(None,), dtype=rows.dtype,

@@ -1,4 +1,4 @@
-"""The layout of a study file (format_version 2; DESIGN.md §6) and the row codec.
+"""The layout of a study file (format_version 3; DESIGN.md §6) and the row codec.
 
 Layout::
 
@@ -19,6 +19,12 @@ Version 2 (users' techniques and simulation, issues 24-25): ``scheduler`` widene
 source, so runs of two versions are never pooled), ``simulated`` (a row of `hybridsched
 simulate`) and ``portfolio`` (the techniques ``auto`` raced, "" for its default). Version-1 files read as version 2 with those fields empty/false; a version-1
 study continued with ``--resume`` is rewritten as version 2.
+
+Version 3 (unmodified commands under `colocate --cmd`, issue 32): ``/runs`` is unchanged;
+the ``/colocate`` side table gains ``command``, ``experiment``, ``exit_status``, ``cpu_s``,
+``nivcsw``, ``counters``, ``out_tail`` and ``err_tail`` (colocate/output.py). Version-2
+``/colocate`` tables read with those fields empty, 0 or NaN (what the built-in workloads'
+rows mean by them).
 """
 from __future__ import annotations
 
@@ -29,9 +35,9 @@ from ..errors import HybridschedError
 from ..records import RunRecord, fit_text  # noqa: F401  (fit_text: store's name for it)
 
 FORMAT = "hybridsched"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Versions this hybridsched reads (older ones through conform())
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731  fixed-length UTF-8 fields
 

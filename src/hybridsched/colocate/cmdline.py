@@ -1,0 +1,64 @@
+"""An unmodified command of `colocate --cmd`: its words (shell quoting, no shell) and the
+executable they name, checked before anything starts, as ``execvp`` would find it."""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+MAX_COMMAND = 512  # bytes of the command as given, stored with every row of its job
+
+
+@dataclass(frozen=True)
+class Command:
+    text: str                # as given, stored in the study
+    argv: tuple[str, ...]
+    path: str                # the executable: absolute, resolved through PATH if need be
+
+
+def parse_command(text: str, path_env: str | None = None) -> Command:
+    """The command ``text`` names, or UsageError (one line) when it is empty, badly quoted,
+    not found, or not something the kernel can execute."""
+    shown = f"--cmd {text!r}"
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{shown}: {exc} (quote as in a shell)") from None
+    if not argv:
+        raise UsageError(f"{shown}: an empty command")
+    if len(text.encode("utf-8")) > MAX_COMMAND:
+        raise UsageError(f"{shown[:60]}...: longer than {MAX_COMMAND} bytes; put it in a script")
+    exe = argv[0]
+    if "/" in exe:
+        path = os.path.abspath(exe)
+        if not os.path.exists(path):
+            raise UsageError(f"{shown}: {exe}: no such file")
+        if os.path.isdir(path):
+            raise UsageError(f"{shown}: {exe}: is a directory")
+        if not os.access(path, os.X_OK):
+            raise UsageError(f"{shown}: {exe}: not executable (chmod +x it, or name its "
+                             "interpreter first)")
+    else:
+        found = shutil.which(exe, path=path_env if path_env is not None else os.environ.get("PATH"))
+        if found is None:
+            raise UsageError(f"{shown}: {exe}: command not found (not an executable on PATH)")
+        path = os.path.abspath(found)
+    if not _executable_format(path):
+        raise UsageError(f"{shown}: {exe}: neither a binary nor a script with a #! line "
+                         "(name its interpreter first)")
+    return Command(text, argv, path)
+
+
+def _executable_format(path: str) -> bool:
+    """Whether execve can run ``path``: an ELF binary or a #! script (what a shell would run
+    through sh instead, execve refuses with ENOEXEC). True when it cannot be read (an
+    execute-only binary)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return True
+    return head.startswith(b"#!") or head == b"\x7fELF"

@@ -1,0 +1,92 @@
+"""One repetition of unmodified commands (`colocate --cmd`) under one policy.
+
+The jobs are forked, placed and given their environment by the policy's session, wait at
+the start gate, and exec their commands when it opens (:class:`CommandJobs`); the policy
+supervises them while they run (gang: the switching thread); each job's end is seen at
+once, its group killed and reaped with its rusage. A job verifies when its command exits
+with status 0 and, with --expect, its stdout matches; only a verified job's time is kept.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+
+from ..oslayer.cmdjobs import CommandJobs, Exit, Launch
+from ..oslayer.cpus import usable_cpus
+from .cmdline import parse_command
+from .cmdpolicy import CMD_POLICIES, Setup
+from .spec import ColocateSpec, JobRecord
+
+TAIL = 1000  # bytes of a failed job's stdout and stderr kept in its row (the table's fields)
+
+
+def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] | None = None,
+                      arbiter_path: str | None = None) -> list[JobRecord]:
+    """Every job of ``spec`` together under policy ``name``; one record per job."""
+    cpus = cpus or usable_cpus()
+    policy = CMD_POLICIES[name]
+    commands = [parse_command(c) for c in spec.commands]
+    setup = Setup(cpus, spec.jobs, spec.quantum_s, [list(c.argv) for c in commands],
+                  arbiter_path)
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(policy.session(setup))
+        launches = []
+        for j, c in enumerate(commands):
+            env = dict(os.environ)
+            env.update(session.env(j))
+            mine = session.cpus(j)
+            # every job on the run's CPUs at most: those the policies share out
+            launches.append(Launch(c.argv, c.path, env, mine or (
+                frozenset(cpus) if set(cpus) != os.sched_getaffinity(0) else None)))
+        jobs = stack.enter_context(CommandJobs(launches))
+        jobs.wait_ready()
+        with session.supervise(jobs):
+            t0 = jobs.open_gate()
+            exits = jobs.wait(session.ended)
+        return _records(spec, name, rep, jobs, exits, t0, session)
+
+
+def _verdict(spec: ColocateSpec, ex: Exit, stdout: str) -> str:
+    """Why job ``ex`` does not verify ("" when it does)."""
+    if ex.code < 0:
+        return _killed(-ex.code)
+    if ex.code:
+        return f"exited with status {ex.code}"
+    if spec.expect and re.search(spec.expect, stdout, re.M) is None:
+        return f"its stdout does not match --expect {spec.expect!r}"
+    return ""
+
+
+def _killed(sig: int) -> str:
+    try:
+        return f"was killed by signal {sig} ({signal.Signals(sig).name})"
+    except ValueError:
+        return f"was killed by signal {sig}"
+
+
+def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
+    J = spec.jobs
+    why, outs = [], []
+    for j in range(J):
+        out, err = jobs.output(j)
+        why.append(_verdict(spec, exits[j], out))
+        outs.append((out, err))
+    times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
+    ok = [t for t in times if t == t]
+    makespan = max(ok) if ok else math.nan
+    nan = math.nan
+    recs = []
+    for j in range(J):
+        ex = exits[j]
+        out, err = outs[j] if why[j] else ("", "")
+        recs.append(JobRecord(
+            "cmd", name, "", J, j, 0, rep, 0.0, 0, times[j], makespan, nan, nan, nan, nan,
+            not why[j], why[j], 0, "", command=spec.commands[j],
+            experiment=spec.experiment_id(), exit_status=ex.code, cpu_s=ex.cpu_s,
+            nivcsw=float(ex.nivcsw), counters=json.dumps(session.counters(j), sort_keys=True),
+            out_tail=out[-TAIL:], err_tail=err[-TAIL:]))
+    return recs

@@ -1,0 +1,287 @@
+"""Unmodified commands started together, each a job in a process group of its own.
+
+:class:`CommandJobs` owns J commands for one repetition. It
+
+* forks one child per job; the child makes its own process group (so one signal to the
+  group reaches everything the command forks, and a job can be stopped and continued as a
+  whole), sets its CPUs, points stdin at /dev/null and stdout/stderr at unnamed temporary
+  files, says it is ready and waits at the start gate (a futex word in anonymous shared
+  memory, the same gate as the built-in workloads'), then ``execve``\\ s the command;
+* opens the gate for all of them at once (:meth:`open_gate`);
+* sees each job end through a pidfd, kills what the command left in its group, and reaps
+  it with ``wait4``: its exit status and the CPU time and involuntary context switches of
+  the command and every descendant it waited for (:class:`Exit`);
+* is a child subreaper while it runs, so what a command orphans comes back to us;
+* registers every group with a :class:`guardian.Guardian`, so the groups are killed (and
+  continued, were they stopped) even when this process is killed outright;
+* on leaving, normally or by an exception (Ctrl-C, SIGTERM), kills, continues and reaps
+  every group still there, so no process, zombie or stopped job is left.
+
+A process that leaves its job's group (``setsid``, a shell with job control) escapes the
+group's signals; it is still reaped here if it ends while we run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import ResourceError
+from . import futex
+from .guardian import Guardian
+from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
+from .shm import SharedArrays
+
+_DEFERRED = {signal.SIGINT, signal.SIGTERM}
+# signals whose disposition CPython changes at start-up (SIGPIPE ignored) or that a test
+# harness may: a command must start with the defaults, as from a shell (`yes | head` ends
+# by SIGPIPE)
+_RESET = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT,
+          signal.SIGHUP)
+_MAX_FD = 1 << 20
+# How long a killed group may take to disappear before we stop waiting for it (a member in
+# uninterruptible sleep): generous, since it is only ever spent on a broken machine
+_GROUP_GONE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One job: its argv, the executable already resolved, the whole environment, and the
+    CPUs it may use (None: this process's)."""
+
+    argv: tuple[str, ...]
+    path: str
+    env: dict
+    cpus: frozenset | None = None
+
+
+@dataclass
+class Exit:
+    """How a job ended: ``code`` as subprocess gives it (negative: killed by that signal),
+    ``end`` the perf_counter time its end was seen, CPU seconds and involuntary context
+    switches from wait4's rusage (the descendants it waited for included), and its output
+    files (read with :meth:`CommandJobs.output`)."""
+
+    code: int
+    end: float
+    cpu_s: float
+    nivcsw: int
+
+
+def exit_code(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+
+
+class CommandJobs:
+    """The jobs of one repetition (see the module's docstring); a context manager."""
+
+    def __init__(self, launches: Sequence[Launch]):
+        self.launches = list(launches)
+        self.pids: list[int] = []
+        self.pidfds: list[int] = []
+        self.exits: dict[int, Exit] = {}
+        self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
+        self._stack = contextlib.ExitStack()
+        self._parent = os.getpid()
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def __enter__(self) -> "CommandJobs":
+        stack = self._stack
+        try:
+            if not get_subreaper():
+                prctl(_PR_SET_CHILD_SUBREAPER, 1)
+                stack.callback(prctl, _PR_SET_CHILD_SUBREAPER, 0)
+            self.guardian = stack.enter_context(Guardian())
+            self.shared = stack.enter_context(
+                SharedArrays([("gate", np.int32, 1), ("ready", np.int32, len(self.launches))]))
+            stack.callback(self._cleanup)  # before the guardian's goodbye and the unmap
+            for j in range(len(self.launches)):
+                out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: nothing to leak
+                err = stack.enter_context(tempfile.TemporaryFile())
+                self._files.append((out, err))
+                self._spawn(j)
+        except BaseException:
+            stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def _spawn(self, j: int) -> None:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            # Ctrl-C/SIGTERM wait until the child is in our books and the guardian's
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+            try:
+                try:
+                    pid = os.fork()
+                except OSError as exc:
+                    raise ResourceError(f"colocate: fork of job {j} failed: {exc}") from exc
+                if pid == 0:
+                    self._child(j, devnull)  # never returns
+                try:
+                    os.setpgid(pid, pid)  # also done by the child: whoever runs first
+                except OSError:
+                    pass
+                self.pids.append(pid)
+                self.guardian.watch(pid)
+                try:
+                    self.pidfds.append(os.pidfd_open(pid))
+                except OSError as exc:
+                    raise ResourceError(f"colocate: cannot watch job {j} (pid {pid}): {exc}") \
+                        from exc
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        finally:
+            os.close(devnull)
+
+    def _child(self, j: int, devnull: int) -> None:
+        launch = self.launches[j]
+        out, err = self._files[j]
+        try:
+            os.setpgid(0, 0)
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # kept across exec: dies with us
+            if os.getppid() != self._parent:
+                os._exit(1)
+            for sig in _RESET:
+                signal.signal(sig, signal.SIG_DFL)
+            if launch.cpus:
+                os.sched_setaffinity(0, launch.cpus)
+            os.dup2(devnull, 0)
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            os.closerange(3, _MAX_FD)  # no descriptor of ours survives into the command
+            self.shared.ready[j] = 1
+            addr = futex.address(self.shared.gate, 0)
+            while self.shared.gate[0] == 0:
+                futex.wait(addr, 0, 0.05)
+            signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the mask survives exec
+            os.execve(launch.path, list(launch.argv), launch.env)
+        except BaseException as exc:  # noqa: BLE001 - reported on the job's stderr
+            try:
+                os.write(2, f"hybridsched colocate: cannot start {launch.argv[0]}: {exc}\n".encode())
+            except BaseException:
+                pass
+        os._exit(127)
+
+    # --- the run ----------------------------------------------------------------------
+
+    def wait_ready(self) -> None:
+        """Until every job waits at the gate; ResourceError if one died before it."""
+        while not (self.shared.ready == 1).all():
+            for j, fd in enumerate(self.pidfds):
+                if self.shared.ready[j] == 0 and _readable(fd, 0):
+                    self._finish(j)
+                    text = self.output(j)[1].strip().splitlines()
+                    raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
+                                        f"before the start: {text[-1] if text else 'no message'}")
+            time.sleep(0.001)
+
+    def open_gate(self) -> float:
+        """Let every job exec at once; returns the common start time."""
+        t0 = perf_counter()
+        self.shared.gate[0] = 1
+        futex.wake(futex.address(self.shared.gate, 0), 1 << 30)
+        return t0
+
+    def wait(self, on_end: Callable[[int], None] = lambda j: None) -> dict[int, Exit]:
+        """Until every job has ended. ``on_end(j)`` runs as soon as job j's command has
+        exited, before its group is killed and it is reaped (a supervisor's last look)."""
+        poller = select.poll()
+        job_of = {}
+        for j, fd in enumerate(self.pidfds):
+            if j not in self.exits:
+                poller.register(fd, select.POLLIN)
+                job_of[fd] = j
+        while job_of:
+            for fd, _ in poller.poll():
+                j = job_of.pop(fd)
+                poller.unregister(fd)
+                end = perf_counter()
+                on_end(j)
+                self._finish(j, end)
+        return self.exits
+
+    def _finish(self, j: int, end: float | None = None) -> Exit:
+        """Job j's command has exited (a zombie: its group number is still ours): kill what
+        is left of its group, reap it with its rusage, then the rest of the group."""
+        pid = self.pids[j]
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            _killpg(pid, sig)
+        self.guardian.release(pid)
+        while True:
+            try:
+                _, status, ru = os.wait4(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        self.exits[j] = Exit(exit_code(status), perf_counter() if end is None else end,
+                             ru.ru_utime + ru.ru_stime, int(ru.ru_nivcsw))
+        _reap_group(pid)
+        return self.exits[j]
+
+    def output(self, j: int, limit: int = 1 << 20) -> tuple[str, str]:
+        """The last ``limit`` bytes of job j's stdout and stderr, as text."""
+        texts = []
+        for fh in self._files[j]:
+            size = os.fstat(fh.fileno()).st_size
+            texts.append(os.pread(fh.fileno(), limit, max(0, size - limit))
+                         .decode("utf-8", "replace"))
+        return texts[0], texts[1]
+
+    def _cleanup(self) -> None:
+        """Kill, continue and reap every job not reaped yet (any exit path)."""
+        if os.getpid() != self._parent:
+            return
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+        try:
+            for j in range(len(self.pids)):
+                if j not in self.exits:
+                    self._finish(j)
+            for fd in self.pidfds:
+                os.close(fd)
+            self.pidfds = []
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _readable(fd: int, timeout_ms: int) -> bool:
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(timeout_ms))
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap the killed group's members that come to us (orphans, as subreaper) until the
+    group is gone (zombies of other parents included) or a member will not go."""
+    deadline = time.monotonic() + _GROUP_GONE_S
+    while True:
+        try:
+            while os.waitpid(-pgid, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.001)

@@ -1,0 +1,123 @@
+"""A guardian process: it outlives us and cleans up the process groups we leave behind.
+
+We register every job's process group with it as soon as the job exists and unregister it
+once we have killed the group ourselves (before its last member is reaped, so the guardian
+never holds a group number that could be reused). If we die without saying goodbye (SIGKILL,
+a crash), the guardian sees its end of the pipe close and, for every group still
+registered, sends SIGKILL and then SIGCONT, so no job is left running on its own, or
+stopped (SIGSTOP) for ever.
+
+The guardian is in a process group of its own and ignores SIGINT, SIGTERM and SIGHUP, so a
+Ctrl-C at the terminal or a signal to our group does not take it down before it has done
+its work; it exits as soon as we say goodbye or its work is done. It keeps no descriptor of
+ours but its end of the pipe (a study's lock file, say).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from ..errors import ResourceError
+
+_BYE = b"q"
+_MAX_FD = 1 << 20  # close_range covers the whole table whatever `ulimit -n` says
+
+
+class Guardian:
+    """A context manager owning the guardian process (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.pid = 0
+        self._w = -1
+
+    def __enter__(self) -> "Guardian":
+        r, w = os.pipe()  # both O_CLOEXEC: no job inherits an end across exec
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                os.close(r)
+                os.close(w)
+                raise ResourceError(f"cannot fork the guardian process: {exc}") from exc
+            if pid == 0:
+                _guard(r, w)  # never returns
+            self.pid, self._w = pid, w
+            os.close(r)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return self
+
+    def _say(self, line: bytes) -> None:
+        if self._w >= 0:
+            os.write(self._w, line + b"\n")  # one short write on a pipe: atomic
+
+    def watch(self, pgid: int) -> None:
+        """Have group ``pgid`` killed and continued should we die before :meth:`release`."""
+        self._say(b"+%d" % pgid)
+
+    def release(self, pgid: int) -> None:
+        """We have dealt with group ``pgid`` ourselves (it is killed; not yet reaped)."""
+        self._say(b"-%d" % pgid)
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._w < 0:
+            return
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            try:
+                self._say(_BYE)
+            except OSError:
+                pass  # the guardian is gone already: nothing to tell it
+            os.close(self._w)
+            self._w = -1
+            while True:
+                try:
+                    os.waitpid(self.pid, 0)
+                    break
+                except ChildProcessError:
+                    break
+                except InterruptedError:
+                    continue
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _guard(r: int, w: int) -> None:
+    """The guardian's whole life (in the forked child)."""
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        os.close(w)
+        os.closerange(3, r)
+        os.closerange(r + 1, _MAX_FD)
+        groups: set[int] = set()
+        buf = b""
+        while True:
+            try:
+                data = os.read(r, 4096)
+            except InterruptedError:
+                continue
+            if not data:
+                break  # the writer died without saying goodbye: clean up after it
+            *lines, buf = (buf + data).split(b"\n")
+            for line in lines:
+                if line == _BYE:
+                    os._exit(0)
+                (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+        for pgid in groups:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.killpg(pgid, sig)
+                except OSError:
+                    pass
+    except BaseException:  # noqa: BLE001 - nothing to report to; exit without Python's teardown
+        code = 1
+    finally:
+        os._exit(code)

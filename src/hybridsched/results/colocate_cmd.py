@@ -1,0 +1,84 @@
+"""The report's part for unmodified commands (`colocate --cmd`): the experiment's title
+(its commands), the per-policy fields from the jobs' rusage and the policies' own
+counters, the table, and the failed jobs with the end of their output."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from .data import fmt
+
+CMD = "cmd"
+_FAILED_SHOWN = 5  # failed jobs listed under a table (all of them are in the study file)
+
+
+def _commands(rows: np.ndarray) -> list[str]:
+    """The experiment's commands, job by job."""
+    by_job = {}
+    for r in rows:
+        by_job.setdefault(int(r["job"]), str(r["command"]))
+    return [by_job[j] for j in sorted(by_job)]
+
+
+def cmd_title(rows: np.ndarray, J: int) -> str:
+    cmds = _commands(rows)
+    if cmds and len(set(cmds)) == 1:
+        return f"cmd: {J} co-located jobs, each `{cmds[0]}`"
+    return f"cmd: {J} co-located jobs: " + ", ".join(f"`{c}`" for c in cmds)
+
+
+def _mean_counters(rows: np.ndarray) -> dict:
+    """Each counter of the policy, averaged over the jobs' rows."""
+    sums: dict[str, list[float]] = {}
+    for r in rows:
+        text = str(r["counters"])
+        for k, v in (json.loads(text) if text else {}).items():
+            sums.setdefault(k, []).append(float(v))
+    return {k: float(np.mean(v)) for k, v in sorted(sums.items())}
+
+
+def cmd_fields(ok: np.ndarray) -> dict:
+    """The summary's fields for commands (NaN or empty for the built-in workloads), over the
+    verified repetitions' rows ``ok``."""
+    cmd = len(ok) and str(ok["workload"][0]) == CMD
+    return dict(
+        commands=" + ".join(dict.fromkeys(_commands(ok))) if cmd else "",
+        cpu_s=float(ok["cpu_s"].mean()) if cmd else math.nan,
+        nivcsw=float(ok["nivcsw"].mean()) if cmd else math.nan,
+        counters=json.dumps(_mean_counters(ok), sort_keys=True) if cmd else "")
+
+
+def _counters_text(text: str) -> str:
+    values = json.loads(text) if text else {}
+    return ", ".join(f"{k.replace('_', ' ')} {v:.3g}" for k, v in values.items()) or "—"
+
+
+def cmd_table(recs: list[dict], rows: np.ndarray) -> list[str]:
+    """Markdown lines: a row per policy, then the failed jobs, if any."""
+    base = next((r for r in recs if r["policy"] == "linux"), None)
+    lines = ["| policy | reps | makespan (s) | vs linux | job time (s) | Jain | CPU s / job | "
+             "invol. ctx / job | the policy's counters / job |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in recs:
+        gain = (base["makespan_s"] / r["makespan_s"]) if base and r["reps"] and base["reps"] \
+            else math.nan
+        extra = f" (+{r['failed']} failed)" if r["failed"] else ""
+        lines.append(
+            f"| {r['policy']} | {r['reps']}{extra} | {fmt(r['makespan_s'], '.3f')} ± "
+            f"{fmt(r['makespan_sd'], '.3f')} | {fmt(gain, '.2f')}x | "
+            f"{fmt(r['job_time_s'], '.3f')} | {fmt(r['jain'], '.3f')} | {fmt(r['cpu_s'], '.3f')} | "
+            f"{fmt(r['nivcsw'], '.0f')} | {_counters_text(r['counters'])} |")
+    lines.append("")
+    bad = rows[~rows["verified"]]
+    for r in bad[:_FAILED_SHOWN]:
+        tail = [ln for ln in str(r["err_tail"]).strip().splitlines() if ln.strip()]
+        lines.append(f"- failed: {r['policy']} rep {int(r['rep'])} job {int(r['job'])} "
+                     f"{r['error']}" + (f"; its stderr ends: `{tail[-1][:160]}`" if tail else ""))
+    if len(bad) > _FAILED_SHOWN:
+        lines.append(f"- ... and {len(bad) - _FAILED_SHOWN} more failed jobs (`out_tail`, "
+                     "`err_tail` in /colocate)")
+    if len(bad):
+        lines.append("")
+    return lines
