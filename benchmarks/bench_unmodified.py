@@ -46,12 +46,12 @@ EX = Path(__file__).resolve().parent.parent / "examples" / "unmodified"
 PY = shlex.quote(sys.executable)
 
 # The policies compared, each with the policies it is compared against (ratio base/policy:
-# above 1 means the policy is faster). Adding `coop` is the entry commented out.
+# above 1 means the policy is faster).
 BASES = {
     "env": ["linux"],
     "partition": ["linux"],
     "gang": ["linux"],
-    # "coop": ["env", "linux"],
+    "coop": ["env", "linux"],
 }
 POLICIES = ["linux", *BASES]
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples" / "unmodified"
 PY = shlex.quote(sys.executable)
 CC = shutil.which("gcc") or shutil.which("cc")
-POLICIES = ["linux", "env", "partition", "gang"]
+POLICIES = ["linux", "env", "partition", "gang", "coop"]
 PIPE_BYTES = 2_000_000
 PIPE_SUM = hashlib.sha256((b"hybridsched\n" * PIPE_BYTES)[:PIPE_BYTES]).hexdigest()
 
@@ -88,6 +88,8 @@ WORKLOADS = ["omp_barrier", "omp_lock", "numpy_matmul", "numba_parallel", "py_th
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_every_workload_verifies_under_every_policy(workload, policy, request):
     omp = request.getfixturevalue("omp") if workload.startswith("omp") else None
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
     expect = PIPE_SUM if workload == "pipeline" else r"\bok$"
     spec = _spec([_workload(workload, omp)], [policy], jobs=2, expect=expect, reps=1,
                  quantum_s=0.005)
@@ -100,6 +102,8 @@ def test_every_workload_verifies_under_every_policy(workload, policy, request):
         counters = json.loads(r.counters)
         if policy == "gang":
             assert counters["slices"] >= 1 and counters["sigstops"] >= (r.job > 0)
+        elif policy == "coop":  # every job's threads ran on the arbiter's tokens
+            assert counters["threads"] >= 1 and counters["calls"] >= 1
         else:
             assert counters == {}
 
@@ -130,8 +134,12 @@ def test_partition_confines_each_job_to_its_own_cpus(jobs, tmp_path):
     assert seen == want
 
 
-@pytest.mark.parametrize("policy", ["linux", "env", "gang"])
-def test_other_policies_leave_the_jobs_on_all_the_cpus(policy, tmp_path):
+@pytest.mark.parametrize("policy", ["linux", "env", "gang", "coop"])
+def test_other_policies_leave_the_jobs_on_all_the_cpus(policy, tmp_path, request):
+    """(coop pins a thread to its token's CPU, and answers the program's affinity query
+    with the mask it would have had.)"""
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
     spec = _spec([_writes_affinity(tmp_path)], [policy], jobs=2, reps=1)
     assert all(r.verified for r in run_commands_once(spec, policy, 0))
     assert {f.read_text() for f in tmp_path.iterdir()} == {" ".join(map(str, usable_cpus()))}
@@ -142,8 +150,12 @@ ENV_PROBE = ("sh -c 'echo \"$OMP_WAIT_POLICY $GOMP_SPINCOUNT $KMP_BLOCKTIME "
 
 
 @pytest.mark.parametrize("policy, expect", [("env", r"^passive 0 0 4 unset$"),
+                                            ("coop", r"^passive 0 0 4 unset$"),
                                             ("linux", r"^    unset$")])
-def test_env_sets_the_wait_policies_and_never_a_thread_count(policy, expect, monkeypatch):
+def test_env_sets_the_wait_policies_and_never_a_thread_count(policy, expect, monkeypatch,
+                                                             request):
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OPENBLAS_THREAD_TIMEOUT",
                 "OMP_NUM_THREADS"):
         monkeypatch.delenv(var, raising=False)
@@ -279,9 +291,11 @@ def test_colocate_killed_outright_under_gang_leaves_no_job_stopped(tmp_path):
     assert not (tmp_path / "x.h5").exists()  # nothing was published: no job ended
 
 
-@pytest.mark.parametrize("policy", ["linux", "gang"])
+@pytest.mark.parametrize("policy", ["linux", "gang", "coop"])
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path):
+def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path, request):
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
     pipeline = f"sh -c {shlex.quote(LONG + ' | cat')}"  # a group of three processes
     proc = _colocate(tmp_path, "--cmd", pipeline, "--jobs", "2", "--policy", policy)
     try:
@@ -363,7 +377,6 @@ def _not_started(monkeypatch):
     (["--cmd", "true", "--steps", "5", "--barrier", "spin"], "--barrier, --steps"),
     (["--cmd", "true", "--jobs", "0"], "--jobs"),
     (["--cmd", "true", "--cmd", "false", "--jobs", "3"], "number of --cmd"),
-    (["--cmd", "true", "--policy", "coop"], "cooperative shim"),
     (["--cmd", "true", "--policy", "linux,fifo"], "unknown policy"),
     (["--cmd", "true", "--expect", "("], "not a regular expression"),
     (["--cmd", "true", "--quantum-ms", "0"], "--quantum-ms"),
@@ -393,3 +406,53 @@ def test_what_cannot_be_executed_is_refused(kind, tmp_path, capsys, monkeypatch)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and {"directory": "is a directory", "not executable":
                                      "not executable", "no #! line": "#!"}[kind] in err, err
+
+
+def test_a_static_program_under_coop_is_refused_in_one_line_and_starts_nothing(
+        shim_lib, tmp_path, capsys, monkeypatch):
+    from shimprogs import build
+
+    static = build("thread_exit", tmp_path, "-static")
+    _not_started(monkeypatch)
+    out = tmp_path / "x.h5"
+    assert main(["colocate", "--cmd", "true", "--cmd", static, "--policy", "linux,coop",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "statically linked" in err and "--policy env or gang" in err
+    assert not out.exists()
+
+
+def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free(shim_lib):
+    """SIGKILL one job's leader while both run on the arbiter: the other verifies, the
+    dead job's tokens go back (its threads' liveness is checked per thread), and the
+    arbiter's segment goes with the last participant."""
+    from hybridsched.coop.paths import segment_path
+
+    short = f"{PY} {EX / 'py_threads.py'} 400 64"
+    spec = _spec([LONG, short], ["coop"], reps=1, quantum_s=0.005)  # job 0 ends by a signal
+    victim: list[int] = []
+
+    def killer():
+        def working_job0():
+            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
+                    if "200000" in " ".join(p.cmdline())]
+            if not jobs:
+                return []
+            try:  # past its start-up: its threads work on the tokens
+                return jobs if sum(jobs[0].cpu_times()[:2]) > 0.3 else []
+            except psutil.Error:
+                return []
+        got = _wait_for(working_job0)
+        if got:
+            os.kill(got[0].pid, signal.SIGKILL)
+            victim.append(got[0].pid)
+
+    th = threading.Thread(target=killer)
+    th.start()
+    recs = run_commands_once(spec, "coop", 0)
+    th.join()
+    assert victim, "job 0 was never seen working"
+    assert not recs[0].verified and recs[0].exit_status == -9 and "SIGKILL" in recs[0].error
+    assert recs[1].verified, (recs[1].error, recs[1].err_tail)
+    assert _state(victim[0]) == "gone"
+    assert not os.path.exists(segment_path())

@@ -14,20 +14,18 @@ and, before anything starts, ``refusal(argvs)``: why it cannot run these command
 argv per job; None when it can), and ``environment()``: the variables it sets, stored in
 the study.
 
-``coop`` (env plus the cooperative LD_PRELOAD shim) is not in this branch: its entry is a
-placeholder that refuses. The real policy is one more class here: a subclass of
-:class:`Env` whose session, on entering, attaches to the arbiter (``Setup.cpus``,
-``quantum_s``, ``arbiter_path``) and enters a ``ShimJob(arbiter, key)`` per job on its
-``stack``; whose ``env(j)`` adds the shim's variables to the normalised environment and
-whose ``counters(j)`` are the shim's; whose ``refusal`` is the shim's for any job's argv
-(and the arbiter's job table, ``len(argvs)``); registered under ``coop`` in place of
-:class:`CoopNeedsShim`.
+``coop`` is ``env`` plus the cooperative shim: each job a job of the arbiter
+(:class:`~hybridsched.coop.shimjob.ShimJob`), every thread of its command running only
+while it holds a token.
 """
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
 
+from ..coop.arbiter import MAX_JOBS, Arbiter
+from ..coop.refusal import shim_refusal
+from ..coop.shimjob import WAIT_POLICY_ENV, ShimJob
 from .gang import GangScheduler
 from .placement import partition
 
@@ -101,14 +99,8 @@ class Env(CommandPolicy):
     name = "env"
     description = ("runtimes told to block instead of spin (OMP_WAIT_POLICY=passive, ...); "
                    "thread counts unchanged")
-    VARIABLES = {
-        "OMP_WAIT_POLICY": "passive",   # libgomp, LLVM libomp: sleep at once when waiting
-        "GOMP_SPINCOUNT": "0",          # libgomp: no spin before the futex wait
-        "KMP_BLOCKTIME": "0",           # LLVM libomp / intel-openmp: its passive setting
-        # OpenBLAS: idle pool threads spin 2^4 cycles (its minimum) before they sleep,
-        # against 2^28 by default (about 70 ms of a CPU after every call measured here)
-        "OPENBLAS_THREAD_TIMEOUT": "4",
-    }
+    # the runtimes' wait policies set to block (one definition, shared with `coop exec`)
+    VARIABLES = WAIT_POLICY_ENV
 
     def environment(self) -> dict:
         return dict(self.VARIABLES)
@@ -160,16 +152,42 @@ class Gang(CommandPolicy):
     session_class = _GangSession
 
 
-class CoopNeedsShim(CommandPolicy):
-    """``coop`` for unmodified commands needs the cooperative LD_PRELOAD shim, which this
-    build does not have: refused before anything starts."""
+class _CoopSession(Session):
+    """The arbiter attached and one ShimJob per job, entered before the jobs are forked
+    (the first builds the shim: never inside the timed region) and left after they are
+    reaped (leaving frees whatever the command's threads still held)."""
+
+    def __enter__(self) -> "_CoopSession":
+        setup = self.setup
+        arbiter = self.stack.enter_context(Arbiter(setup.cpus, setup.quantum_s,
+                                                   setup.arbiter_path))
+        self.shims = [self.stack.enter_context(ShimJob(arbiter, cpus=setup.cpus))
+                      for _ in range(setup.jobs)]
+        return self
+
+    def env(self, j: int) -> dict:
+        base = dict(self.policy.environment())
+        return {**base, **self.shims[j].env()}
+
+    def counters(self, j: int) -> dict:
+        return self.shims[j].counters().as_dict()
+
+
+class Coop(Env):
+    """``coop``: ``env`` plus the cooperative shim (an LD_PRELOAD library): every thread of
+    each job runs only while it holds one of the arbiter's tokens, and gives it up when it
+    blocks (seed 001's SCHED_COOP)."""
 
     name = "coop"
-    description = "env plus the cooperative shim (LD_PRELOAD): not available in this build"
+    description = ("env plus the cooperative shim (LD_PRELOAD): a thread runs only while it "
+                   "holds one of the arbiter's tokens, and leaves its CPU only when it blocks")
+    session_class = _CoopSession
 
     def refusal(self, argvs: list) -> str | None:
-        return ("--policy coop with --cmd needs the cooperative shim (an LD_PRELOAD library), "
-                "which this hybridsched does not have; use --policy env or gang")
+        if len(argvs) > MAX_JOBS - 1:  # the arbiter's table also holds colocate's own seat
+            return (f"--policy coop runs at most {MAX_JOBS - 1} jobs (the arbiter's table holds "
+                    f"colocate's own seat too), got {len(argvs)}")
+        return next((why for why in map(shim_refusal, argvs) if why), None)
 
 
-CMD_POLICIES = {p.name: p for p in (CommandPolicy(), Env(), Partition(), Gang(), CoopNeedsShim())}
+CMD_POLICIES = {p.name: p for p in (CommandPolicy(), Env(), Partition(), Gang(), Coop())}

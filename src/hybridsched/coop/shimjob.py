@@ -27,12 +27,14 @@ from ..oslayer.procfs import thread_state
 from ..oslayer.signals import signals_held
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, RUNNING
+from .paths import SEGMENT_ENV
 from .shimbuild import shim_library
 from .state import ArbiterError
 from .worker import now_ns
 
-# the variables the shim reads in every process of the command
-SEGMENT_ENV, JOB_ENV, CPUS_ENV = "HYBRIDSCHED_COOP_SEGMENT", "HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_CPUS"
+# the variables the shim reads in every process of the command (the segment's is the one
+# that names the arbiter for hybridsched's own commands too)
+JOB_ENV, CPUS_ENV = "HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_CPUS"
 # The watchdog's rotation request (sud.c's hs_nudge_signal): a real-time signal far from
 # SIGRTMIN, from which programs number their own.
 NUDGE_SIGNAL = signal.SIGRTMAX - 7
