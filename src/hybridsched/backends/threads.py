@@ -155,7 +155,7 @@ def execute(job: Job) -> Execution:
     t_begin = perf_counter()
     if native:
         bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None, job=job)
-        disp = compiled.CompiledTickets(bounds, workers)
+        disp = compiled.CompiledTickets(bounds, workers, job.frames, job.scheduler)
     else:
         disp = make_dispenser(job, workers)
         # auto: the technique it chose runs compiled when its hand-out is fixed
