@@ -193,7 +193,8 @@ def test_one_signal_ends_a_run_whose_worker_is_stuck_in_user_code(tmp_path, wher
     mark, out = tmp_path / "stalled", tmp_path / "s.h5"
     argv = (["-s", "serial,stuckmod:Stuck"] if where == "technique" else
             ["-s", "serial,dynamic", "--kernel", "stuckmod:stuck", "--verify", "none"])
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), STUCK_MARK=str(mark))
+    env = dict(os.environ, STUCK_MARK=str(mark), PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", *argv, "-k", "2",
                              "-L", "24", "--height", "8", "--width", "16", "--reps", "1",
                              "-o", str(out)], env=env, cwd=tmp_path,

@@ -50,7 +50,9 @@ def main(args) -> int:
                  f"--from {args.source}") for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
-        spec = build_spec(args, virtual=True)
+        spec = build_spec(args, virtual=True, split=args.split if any(
+            P > 1 for P in (args.P or [1])) else "static")
+        args.split_params = spec.params  # a user technique splitting over -P reads them
         for opt, v in (("--height", spec.height), ("--width", spec.width),
                        ("--frames", max(spec.frames))):
             if v > INT32_MAX:  # the study file's fields
@@ -190,7 +192,8 @@ def _simulated(args, todo: list, cores: int, ov: Overheads):
             yield replace(again, config=cfg)
             continue
         costs, cum, *own = costs_of()  # --from: the configuration's own overheads
-        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
+        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source,
+                       getattr(args, "split_params", None))
         if _repeatable(cfg.scheduler):
             done[replace(cfg, rep=0)] = rec
         yield rec

@@ -24,7 +24,7 @@ from .world import Solo, World
 def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunRecord], None],
                make_space: MakeSpace, *, cpus: list[int] | None = None,
                body_for: Callable[[RunConfig, Workspace], Body] | None = None,
-               split: str = "static",
+               split: str = "static", split_params: dict | None = None,
                on_start: Callable[[RunConfig], None] | None = None,
                before_run: Callable[[int], None] | None = None
                ) -> Iterator[tuple[RunRecord | None, bool]]:
@@ -48,7 +48,7 @@ def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunR
             results = world.gather(m)
             record = ok = None
             if world.rank == 0:
-                record = ranks_record(results, total_bad, split) if world.is_mpi else single_record(m)
+                record = ranks_record(results, total_bad, split, split_params) if world.is_mpi else single_record(m)
                 if not record.verified or record.lost_workers:
                     warn_unverified(record)
                 on_record(record)
