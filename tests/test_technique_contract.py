@@ -178,12 +178,14 @@ def test_stored_name_reference_hash_and_params(techmod, tmp_path):
            "--height", "8", "--width", "8", "--reps", "1", "--param", "divisor=3", "-o", str(out),
            cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    source = inspect.getsource(sys.modules.get(techmod, __import__(techmod)).Quarter)
+    module = sys.modules.get(techmod, __import__(techmod))
+    source = inspect.getsource(module.Quarter) + "\0module " + techmod + "\0" + inspect.getsource(module)
     with h5py.File(out) as h5:
         assert h5.attrs["format_version"] == 2
         runs = h5["runs"][()]
     assert list(runs["scheduler"]) == [b"quarter_t", b"pipe-MtoM:quarter_t"]
     assert set(runs["technique"]) == {f"{techmod}:Quarter".encode()}
+    # the class and the module that defines it (issue 33 item 5)
     assert set(runs["technique_hash"]) == {hashlib.sha256(source.encode()).hexdigest().encode()}
     assert set(runs["params"]) == {b"divisor=3"} and runs["verified"].all()
     assert not runs["simulated"].any()
@@ -357,6 +359,80 @@ def test_resume_refuses_a_changed_technique(tmp_path):
     assert "technique quarter_t (rtech:Quarter) changed" in line
     with h5py.File(out) as h5:
         assert len(h5["runs"]) == 2  # nothing added
+
+
+MODULE_CONSTANT = '''
+import hybridsched
+
+SIZE = 2
+
+
+def size():
+    return SIZE
+
+
+class Sized(hybridsched.Technique):
+    deterministic = True
+
+    def chunk(self, remaining, request, worker):
+        return size()
+'''
+
+
+def test_a_change_of_a_module_constant_or_helper_changes_the_identity(tmp_path):
+    """Issue 33 item 5: the hash covered the class only, so editing the constant or helper
+    that chunk() uses was accepted by --resume and pooled by report."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "c.h5"
+    args = ["run", "-s", "ctech:Sized", "-k", "2", "-L", "20", "--height", "8", "--width", "8",
+            "-o", str(out)]
+    assert hs(*args, "--reps", "1", cwd=tmp_path).returncode == 0
+    for edit in ("SIZE = 3", "    return SIZE + 1"):
+        changed = MODULE_CONSTANT.replace("SIZE = 2", edit) if edit.startswith("SIZE") else \
+            MODULE_CONSTANT.replace("    return SIZE\n", edit + "\n")
+        (tmp_path / "ctech.py").write_text(changed)
+        line = one_line_error(hs(*args, "--reps", "2", "--resume", cwd=tmp_path))
+        assert "technique sized (ctech:Sized) changed since its stored runs" in line
+    with h5py.File(out) as h5:
+        assert len(h5["runs"]) == 1
+
+
+def test_a_study_hashed_by_the_class_alone_is_not_resumed_as_unchanged(tmp_path):
+    """A study written before module hashing stored the class's hash: --resume cannot rule
+    out a change elsewhere in the module, and says so."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "old.h5"
+    args = ["run", "-s", "ctech:Sized", "-k", "2", "-L", "20", "--height", "8", "--width", "8",
+            "-o", str(out)]
+    assert hs(*args, "--reps", "1", cwd=tmp_path).returncode == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import ctech
+        legacy = usertech.class_source_hash(ctech.Sized)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("ctech", None)
+    with h5py.File(out, "r+") as h5:
+        rows = h5["runs"][()]
+        rows["technique_hash"] = legacy.encode()
+        h5["runs"][...] = rows
+    line = one_line_error(hs(*args, "--reps", "2", "--resume", cwd=tmp_path))
+    assert "identified by its class's source alone" in line
+
+
+@pytest.mark.parametrize("opt", ["--from", "--validate"])
+def test_simulate_refuses_a_technique_changed_since_its_runs(tmp_path, opt):
+    """Issue 33 item 6: simulate --from / --validate re-simulated the new code over the old
+    code's measurements without a word."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "m.h5"
+    assert hs("run", "-s", "serial,ctech:Sized", "-k", "2", "-L", "20", "--height", "8",
+              "--width", "8", "--reps", "1", "-o", str(out), cwd=tmp_path).returncode == 0
+    sim = ["simulate", opt, str(out), "-o", str(tmp_path / "s.h5")]
+    assert hs(*sim, cwd=tmp_path).returncode == 0, "unchanged: simulated"
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT.replace("SIZE = 2", "SIZE = 5"))
+    line = one_line_error(hs(*sim, "--overwrite", cwd=tmp_path))
+    assert f"{opt} {out}: cannot re-simulate its runs: technique sized (ctech:Sized) changed" in line
 
 
 def test_report_keeps_two_versions_apart():

@@ -25,6 +25,7 @@ from ..sim.validate import compare, print_validation
 from ..store import INT32_MAX, check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
+from ..study.session import changed_techniques
 from .common import out_name
 
 MAX_CORES = 1 << 20  # virtual CPUs per node: far beyond any machine, far below int32
@@ -44,7 +45,7 @@ def main(args) -> int:
         return _validate(args, cores, ov)
     if args.source is not None:
         study = MeasuredStudy(args.source)
-        _register_users(study.runs)
+        _register_users(study.runs, "--from", args.source)
         ov = study.overheads(_here(ov, calib, study))
         todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
                  f"--from {args.source}") for r in study.runs]
@@ -115,13 +116,18 @@ def _check_out(args) -> str | None:
     return out
 
 
-def _register_users(runs) -> None:
+def _register_users(runs, opt: str, path: str) -> None:
     """A measured study's user techniques, registered from the references it stored (their
-    modules must import here) so that their rows can be simulated under their names."""
+    modules must import here) so that their rows can be simulated under their names; one
+    whose source changed since those runs is refused, as `run --resume` refuses it (the
+    model would run the new code on the old code's measurements)."""
     for name, ref in sorted({(str(r["scheduler"]), str(r["technique"])) for r in runs
                              if r["technique_hash"]}):
         if name not in registry.SCHEDULERS:
             registry.get(f"pipe-MtoM:{ref}" if name.startswith("pipe-MtoM:") else ref)
+    problems = changed_techniques(runs)
+    if problems:
+        raise UsageError(f"{opt} {path}: cannot re-simulate its runs: {'; '.join(problems)}")
 
 
 def _overheads(args) -> tuple[Overheads, str]:
@@ -227,7 +233,7 @@ def _validate(args, cores: int, ov: Overheads) -> int:
     if not (study.runs["P"] == 1).any():
         raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
                          "(--validate compares P = 1 runs)")
-    _register_users(study.runs)
+    _register_users(study.runs, "--validate", args.validate)
     ov = study.overheads(_here(ov, args.calibration, study))
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
                           study.overheads_for(r, ov), args.split, f"--from {args.validate}"))

@@ -115,12 +115,41 @@ def technique_changes(out: str, spec: StudySpec) -> list[str]:
             continue
         # its own runs, and the runs where auto raced it (technique = its reference)
         ran = np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"]) | (runs["technique"] == user.ref)
-        mine = runs["technique_hash"][ran]
-        old = sorted({h for h in mine if h and h != user.hash})
-        if old:
-            problems.append(f"technique {name} ({user.ref}) changed since its stored runs "
-                            f"(source sha256 {user.hash[:12]}, stored {old[0][:12]})")
+        problem = _changed(name, user, runs["technique_hash"][ran])
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def changed_techniques(runs: np.ndarray) -> list[str]:
+    """User techniques, registered here, whose source differs from the version that made
+    stored ``runs`` (their technique and technique_hash): re-running or re-simulating those
+    rows would run other code under their name."""
+    from ..core import registry
+
+    users = {i.user.ref: i.user for i in registry.SCHEDULERS.values() if i.user is not None}
+    problems = []
+    for ref in sorted({str(t) for t, h in zip(runs["technique"], runs["technique_hash"]) if h}):
+        if ref in users:
+            problem = _changed(users[ref].name, users[ref], runs["technique_hash"][runs["technique"] == ref])
+            if problem:
+                problems.append(problem)
+    return problems
+
+
+def _changed(name: str, user, stored) -> str:
+    """Why the stored hashes of technique ``name`` are not its code's here ('' if they are)."""
+    from ..core.usertech import class_source_hash
+
+    old = sorted({str(h) for h in stored if h and h != user.hash})
+    if not old:
+        return ""
+    if old == [class_source_hash(user.cls)]:
+        return (f"technique {name} ({user.ref}): its stored runs were identified by its class's "
+                "source alone (hybridsched before module hashing), so a change elsewhere in "
+                "its module cannot be ruled out")
+    return (f"technique {name} ({user.ref}) changed since its stored runs (source sha256 "
+            f"{user.hash[:12]}, stored {old[0][:12]})")
 
 
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
