@@ -67,6 +67,17 @@ def main(args) -> int:
 
 def _refuse_unmodelled(args) -> None:
     """Variants the model does not simulate are refused rather than stored as if it did."""
+    for opt, attr in (("--input", "input"), ("--verify", "verify")):
+        if getattr(args, attr, None) is not None:
+            raise UsageError(f"{opt} is not simulated: the model knows the built-in workloads' "
+                             "tasks only (measure yours with `run`, then `simulate --from` it)")
+    kernel = getattr(args, "kernel", None)
+    if kernel not in (None, "quicksort"):
+        raise UsageError(f"--kernel {kernel} is not simulated: the model times the rows of the "
+                         "quicksort kernel (measure yours with `run`, then `simulate --from` it)")
+    if getattr(args, "costs", None) and getattr(args, "workload", None) is not None:
+        raise UsageError(f"--costs {args.costs} gives the tasks' costs; --workload would store "
+                         "another workload's name and parameters with them: give one or the other")
     if -1 in (getattr(args, "chunk", None) or []):
         raise UsageError("--chunk auto searches the fastest chunk by timing real runs; "
                          "simulate takes explicit chunks (--chunk C[,C...])")
@@ -132,7 +143,7 @@ def _register_users(runs, opt: str, path: str) -> None:
 
 def _overheads(args) -> tuple[Overheads, str]:
     if args.calibration:
-        data = cost_src.load_calibration(args.calibration)
+        data = cost_src.load_calibration(args.calibration, Overheads.names())
         return Overheads.from_dict(data["overheads"]), args.calibration
     return Overheads(), ""
 
@@ -214,6 +225,11 @@ def _write(args, records, study: dict) -> int:
             writer.append(rec)
             n += 1
             failed += not rec.verified
+            if not rec.verified:  # why, as `run` says it
+                c = rec.config
+                why = rec.error or "the simulated chunks did not cover every task once"
+                print(f"hybridsched: FAILED: {why} [{c.scheduler} k={c.k} L={c.frames} "
+                      f"P={c.P} rep={c.rep}]; stored with verified=false", file=sys.stderr)
     print(run_summary(out))
     print(f"\n{n} simulated runs ({failed} failed or not covering every task once) "
           f"written to {out}", file=sys.stderr)
@@ -230,6 +246,12 @@ def _repeatable(scheduler: str) -> bool:
 
 def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate, "--validate")
+    if args.cores and args.cores != study.n:
+        raise UsageError(f"--validate {args.validate} compares its runs, measured on {study.n} "
+                         f"cores, with the model on as many; --cores {args.cores} would compare "
+                         "them with another machine (leave --cores out, or use --from for "
+                         "what-ifs)")
+    cores = study.n  # the measured machine's, whatever this one has
     if not (study.runs["P"] == 1).any():
         raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
                          "(--validate compares P = 1 runs)")

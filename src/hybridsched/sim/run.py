@@ -56,9 +56,11 @@ def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: i
         return _simulate(cfg, costs, cum, cores, ov, split, source, split_params)
     except HybridschedError as exc:
         info = registry.get(cfg.scheduler)
+        tech, digest = registry.identity(cfg.scheduler)  # which code failed stays on record
         return RunRecord(cfg, info.family, math.nan, False, error=f"simulated: {exc}",
                          notes=f"simulated on {cores} cores", simulated=True,
-                         extra={"simulated": {"cores": cores, "costs": source}})
+                         extra={"simulated": {"cores": cores, "costs": source}},
+                         technique=tech, technique_hash=digest)
 
 
 def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,

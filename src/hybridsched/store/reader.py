@@ -90,6 +90,11 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     return out
 
 
+# The longest time a verified run may hold: about 30,000 years, beyond any real or simulated
+# run, and far below where a mean or a sum over a study's runs would overflow a float.
+MAX_TIME_S = 1e12
+
+
 def _check_values(path: str, runs: np.ndarray) -> None:
     def bad(i: int, what: str):
         return BadStudy(f"{path}: run {int(runs['run_id'][i])}: {what}")
@@ -106,10 +111,11 @@ def _check_values(path: str, runs: np.ndarray) -> None:
         dup = sorted(set(range(len(ids))) - set(first.tolist()))[0]
         raise bad(dup, "run_id appears twice")
     t = runs["time_s"][runs["verified"]]
-    wrong = ~(np.isfinite(t) & (t > 0))
+    wrong = ~(np.isfinite(t) & (t > 0) & (t <= MAX_TIME_S))
     if wrong.any():
         i = int(np.flatnonzero(runs["verified"])[np.flatnonzero(wrong)[0]])
-        raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be finite and > 0)")
+        raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be > 0 and at "
+                  f"most {MAX_TIME_S:.0e} s)")
     if "workload_params" in (runs.dtype.names or ()):
         for text in set(runs["workload_params"].tolist()) - {""}:
             if not _params_object(text):
