@@ -18,6 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..core.contract import TechniqueError
 from ..core.dispatch import Dispenser
 from ..core.policies import check_bounds
 from ..errors import HybridschedError
@@ -191,8 +192,12 @@ def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
         return None
     params = {k: v for k, v in (job.params or {}).items() if k != "profile"}
     chunk = arm.resolve_chunk(job.chunk, job.frames)
-    return Delegated(arm.sequence(job.frames, workers, chunk, params or None, job=job),
-                     workers, job.frames, f"{job.scheduler} ({arm.name})", disp)
+    try:
+        bounds = arm.sequence(job.frames, workers, chunk, params or None, job=job)
+    except TechniqueError as exc:  # the chosen technique failed: the chooser drops it
+        getattr(disp, "failed", lambda e: None)(exc)
+        raise
+    return Delegated(bounds, workers, job.frames, f"{job.scheduler} ({arm.name})", disp)
 
 
 def compile_for(kernel, data: np.ndarray) -> None:

@@ -228,6 +228,7 @@ def execute(job: Job) -> Execution:
         w, exc = team.errors[0]
         failed = WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}")
         failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
+        failed.technique = disp.technique()  # and what auto had chosen
         raise failed from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     disp.executed(t_end - t_begin)  # auto's racer learns the execution's T

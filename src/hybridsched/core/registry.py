@@ -142,6 +142,8 @@ def _auto_sim_prepare(job) -> None:
     choice = pred.choose()  # stored with the run: what it will run and the time it expects
     job.extra["auto_sim"] = {"technique": choice, "predicted_s": pred.predicted[choice],
                              "simulations": pred.simulations}
+    if pred.dropped:  # the portfolio's members that failed, named with why
+        job.extra["auto_sim"]["dropped"] = dict(pred.dropped)
 
 
 def _auto_sim(n, workers, c, monitor, job=None):

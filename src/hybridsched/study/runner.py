@@ -104,7 +104,7 @@ class TimedRun:
         try:
             profile.prepare(self.job)  # e.g. a technique's profiling run (on the workspace)
         except HybridschedError as exc:
-            self.m.failed(f"{self.body.prefix}profiling run: {exc}")
+            self.m.failed(f"{self.body.prefix}{exc}")
             return False
         self.m.extra = dict(self.job.extra)
         if self.body.fresh:
@@ -125,6 +125,7 @@ class TimedRun:
                     self.body.run(job, m)
             except HybridschedError as exc:  # a lost worker, a kernel that raised
                 m.failed(f"{self.body.prefix}{exc}", getattr(exc, "notes", ""))
+                m.technique = getattr(exc, "technique", "") or m.technique  # auto's failed pick
         m.foreign = probe.share()
 
     def verify(self) -> None:
