@@ -237,6 +237,33 @@ def test_a_bad_chunk_fails_the_run_naming_technique_worker_and_value(value):
     assert ("nope" if isinstance(value, Exception) else repr(value)) in text
 
 
+class _LyingInt(int):
+    """0 that says it is not less than anything (issue 33 item 15)."""
+
+    def __lt__(self, other):
+        return False
+
+    def __int__(self):
+        return 3
+
+
+class _LyingInt64(np.int64):
+    def __int__(self):
+        return 3
+
+    def item(self):
+        return 3
+
+
+@pytest.mark.parametrize("value", [_LyingInt(0), _LyingInt64(0)], ids=["int", "int64"])
+def test_an_integer_whose_methods_lie_is_checked_by_the_value_it_holds(value):
+    """Issue 33 item 15: an int subclass whose '<' lies passed the check (the raw value was
+    compared, int(value) used): an endless loop of empty claims."""
+    with pytest.raises(hybridsched.RunFailed, match="technique bad_t: chunk\\(\\) returned (_Lying)?"):
+        hybridsched.parallel_for(add_one, np.zeros((20, 2)), scheduler=_returning(value), k=2,
+                                 dispatch="python")
+
+
 def test_numpy_integers_and_too_large_values_are_accepted():
     r = hybridsched.parallel_for(add_one, np.zeros((20, 2)), scheduler=_returning(np.int64(100)), k=2)
     assert pieces(r.trace) == [(0, 1), (1, 1), (2, 18)]
