@@ -13,7 +13,9 @@ import os
 import h5py
 import numpy as np
 
+from ..colocate.output import read_colocate
 from ..errors import UsageError
+from ..ge.output import read_ge
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
 from ..study.output import new_study
 
@@ -28,6 +30,13 @@ def _same(a: str, b: str) -> bool:
 # The side tables a merge carries over with /runs: `hybridsched ge` and `colocate` rows
 # are results as much as runs are.
 SIDE_TABLES = ("ge", "colocate")
+SIDE_READERS = (read_ge, read_colocate)  # their readers, which check every row
+
+
+def _tensor(t: tuple) -> str:
+    s, h, w, kern, wl, wp, ih = t
+    return (f"seed {s}, {h}x{w}, {kern}" + (f", {wl} {wp}".rstrip() if wl != "uniform" else "")
+            + (f", {ih[:15]}" if ih else ""))
 
 
 def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int]:
@@ -44,17 +53,21 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
     tensors: dict[tuple, str] = {}
     for p in inputs:
         check_ours(p)
-        runs = read_runs(p)
+        runs = read_runs(p)  # what is copied is read as `report` reads it
+        for read in SIDE_READERS:
+            read(p)
         # the workload, its parameters and an --input file's hash name the tasks too
-        for t in set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
-                         runs["kernel"].tolist(), runs["workload"].tolist(),
-                         runs["workload_params"].tolist(), runs["input_hash"].tolist())):
+        mine = set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
+                       runs["kernel"].tolist(), runs["workload"].tolist(),
+                       runs["workload_params"].tolist(), runs["input_hash"].tolist()))
+        if len(mine) > 1:  # one study, one tensor: this one was made otherwise
+            raise UsageError(f"merge: {p} itself holds runs of {len(mine)} tensors or kernels "
+                             f"({'; '.join(map(_tensor, sorted(mine)))})")
+        for t in mine:
             tensors.setdefault(t, p)
     if len(tensors) > 1:
         # one T_serial per L: runs on other frames, seeds or kernels are not comparable
-        shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" + (f", {wl} {wp}".rstrip() if wl != "uniform" else "")
-                          + (f", {ih[:15]}" if ih else "")
-                          for (s, h, w, kern, wl, wp, ih), p in tensors.items())
+        shown = "; ".join(f"{p}: {_tensor(t)}" for t, p in tensors.items())
         raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
     check_output(out, "-o")
     if any(_same(p, out) for p in inputs if os.path.exists(out)):

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy, NotOurFile
-from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig
+from ..records import API_WORKLOAD, TRACE_DTYPE, WORKER_DTYPE, WORKLOAD_NAMES, RunConfig
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 
 
@@ -51,8 +51,9 @@ def check_ours(path: str) -> None:
                          f"it writes {FORMAT_VERSION})")
 
 
-# /runs fields and the kinds of stored dtype that may fill them
-_KINDS = {"S": "S", "i": "iub", "f": "fiu", "b": "biu"}
+# the stored kinds that may fill a field of each kind (an int read as a float or a bool),
+# for /runs and the side tables
+FIELD_KINDS = {"S": "S", "i": "iub", "f": "fiu", "b": "biu"}
 # fields that must be at least 1 in every row: a study of zero nodes, workers or frames
 # is not a study (and would divide by zero in the metrics)
 _POSITIVE = ("P", "k", "L", "H", "W")
@@ -68,7 +69,7 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     for name in RUN_DTYPE.names:
         if name in ds.dtype.names:
             want, got = RUN_DTYPE[name].kind, ds.dtype[name]
-            if got.kind not in _KINDS[want] or got.shape:
+            if got.kind not in FIELD_KINDS[want] or got.shape:
                 raise BadStudy(f"{path}: /runs field {name} is stored as {got}, not as "
                                f"{RUN_DTYPE[name]}")
     try:
@@ -110,6 +111,14 @@ def _check_values(path: str, runs: np.ndarray) -> None:
         _, first = np.unique(ids, return_index=True)
         dup = sorted(set(range(len(ids))) - set(first.tolist()))[0]
         raise bad(dup, "run_id appears twice")
+    known = (*WORKLOAD_NAMES, API_WORKLOAD)
+    unknown = np.flatnonzero(~np.isin(runs["workload"], known))
+    if len(unknown):  # a name no hybridsched wrote: its rows cannot be read as tasks
+        raise bad(int(unknown[0]), f"workload {str(runs['workload'][unknown[0]])[:40]!r} is not "
+                  f"one of {', '.join(known)}")
+    spoilt = np.flatnonzero(runs["verified"] & (runs["bad_rows"] > 0))
+    if len(spoilt):  # verified means checked and found right: no bad row
+        raise bad(int(spoilt[0]), f"marked verified with bad_rows = {runs['bad_rows'][spoilt[0]]}")
     t = runs["time_s"][runs["verified"]]
     wrong = ~(np.isfinite(t) & (t > 0) & (t <= MAX_TIME_S))
     if wrong.any():
