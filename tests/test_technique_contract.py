@@ -330,16 +330,17 @@ def test_param_values_parse_as_numbers_or_text():
 
 # --- installed techniques (entry points) and --resume -----------------------------------
 
-def _installed(tmp_path, body: str) -> dict:
-    """A tiny installed distribution contributing technique 'tinytech' (a dist-info on the path)."""
+def _installed(tmp_path, body: str, entries: str = "tinytech = tinytech_pkg:Tiny\n") -> dict:
+    """A tiny installed distribution contributing technique 'tinytech' (a dist-info on the
+    path), or the ``entries`` given."""
     pkg = tmp_path / "site"
     (pkg / "tinytech_pkg").mkdir(parents=True)
     (pkg / "tinytech_pkg" / "__init__.py").write_text(body)
     info = pkg / "tinytech_pkg-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinytech-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[hybridsched.techniques]\ntinytech = tinytech_pkg:Tiny\n")
-    return {"PYTHONPATH": str(pkg)}
+    (info / "entry_points.txt").write_text("[hybridsched.techniques]\n" + entries)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(pkg), os.environ.get("PYTHONPATH")]))}
 
 
 TINY = textwrap.dedent('''
@@ -352,6 +353,19 @@ TINY = textwrap.dedent('''
         def chunk(self, remaining, request, worker):
             return 3
 ''')
+
+
+def test_list_marks_a_shadowed_entry_point_and_plan_takes_an_installed_name(tmp_path):
+    """Issue 33 item 21: `list` showed an entry point named like a built-in unmarked, and
+    `plan --policy NAME` refused an installed name that `-s NAME` accepts."""
+    env = _installed(tmp_path, TINY, "tinytech = tinytech_pkg:Tiny\ndynamic = tinytech_pkg:Tiny\n")
+    p = hs("list", cwd=tmp_path, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if "tinytech_pkg:Tiny" in ln]
+    assert len(lines) == 2 and "shadowed by the built-in dynamic" in lines[0], p.stdout
+    assert "shadowed" not in lines[1]
+    p = hs("plan", "--policy", "tinytech", "--tasks", "7", "--workers", "2", cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["worker,first,count", "-1,0,3", "-1,3,3", "-1,6,1"]
 
 
 def test_an_installed_technique_is_listed_and_runs(tmp_path):

@@ -362,12 +362,16 @@ def plan(policy, tasks: int, workers: int, chunk: int = 0,
     `hybridsched.Technique` instance or class, or ``"package.module:Class"``)."""
     user = None
     if not isinstance(policy, str) or policy not in PLANS:
-        if not (isinstance(policy, str) and ":" in policy) and not _technique_like(policy):
-            raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)} "
-                             "or give package.module:Class")
         from . import usertech
 
-        user = usertech.resolve(policy, "--policy")
+        # an installed technique's entry-point name, as `run -s NAME` takes it
+        user = usertech.from_entry_point(policy) if isinstance(policy, str) and \
+            ":" not in policy else None
+        if user is None and not (isinstance(policy, str) and ":" in policy) and \
+                not _technique_like(policy):
+            raise UsageError(f"unknown policy {policy!r}; choose from {', '.join(PLAN_POLICIES)}, "
+                             "an installed technique's name, or package.module:Class")
+        user = user or usertech.resolve(policy, "--policy")
     n, k, chunk = (whole(v, what) for v, what in ((tasks, "tasks"), (workers, "workers"),
                                                   (chunk, "chunk")))
     if n < 1 or k < 1 or chunk < 0:
