@@ -413,6 +413,19 @@ def test_a_split_technique_takes_param(tmp_path):
     assert extra["split_params"] == "size=5" and extra["split_technique"] == "splitmod:BySize"
 
 
+def test_a_profiled_scheduler_under_a_dynamic_split_is_refused_in_good_english():
+    """Issue 33 item 22: 'fac need a profiling run'."""
+    from hybridsched.errors import UsageError
+    from hybridsched.mpi.runs import check_split
+    from hybridsched.records import RunConfig
+
+    one = [RunConfig("fac", 1, 8, 8, 8)]
+    with pytest.raises(UsageError, match="^fac needs a profiling run"):
+        check_split(one, 2, "dynamic")
+    with pytest.raises(UsageError, match="^fac, tap need a profiling run"):
+        check_split(one + [RunConfig("tap", 1, 8, 8, 8)], 2, "dynamic")
+
+
 def test_ranks_record_is_verified_only_when_the_ranks_ran_every_frame_once():
     """Issue 33 item 1, rank 0's check: two ranks that each verified their own frames, but
     between them ran frames 0-5 and 4-9 of 12, give an unverified record."""

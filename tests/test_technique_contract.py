@@ -674,3 +674,14 @@ def test_simulate_fails_a_misbehaving_technique_alone_and_reads_user_studies(tmp
     assert p.returncode == 0, p.stderr
     with h5py.File(sim) as h5:
         assert set(h5["runs"]["scheduler"]) == {b"quarter_t", b"guided"}
+
+
+def test_a_reference_to_something_else_is_named_whole():
+    """Issue 33 item 22: a module's repr was cut at 60 characters, in the middle of its
+    path ('.../python3.1 is not a hybridsched.Technique')."""
+    with pytest.raises(UsageError) as err:
+        usertech.resolve("hybridsched.core:registry", "scheduler x")
+    assert str(err.value) == ("scheduler x: module hybridsched.core.registry is not a "
+                              "hybridsched.Technique subclass or instance")
+    with pytest.raises(UsageError, match=r"list \[0, 1, 2, .*\.\.\. is not"):
+        usertech.resolve(list(range(100)), "scheduler y")

@@ -124,8 +124,8 @@ def _checked(obj, what: str) -> UserTechnique:
     elif isinstance(obj, type) and issubclass(obj, Technique) and obj is not Technique:
         cls = obj
     else:
-        raise UsageError(f"{what}: {type(obj).__name__} {obj!r:.60} is not a hybridsched."
-                         "Technique subclass or instance")
+        raise UsageError(f"{what}: {_described(obj)} is not a hybridsched.Technique "
+                         "subclass or instance")
     if cls.chunk is Technique.chunk:
         raise UsageError(f"{what}: {cls.__qualname__} does not define chunk()")
     name = instance.name if instance is not None else cls.name
@@ -144,6 +144,16 @@ def _checked(obj, what: str) -> UserTechnique:
     if instance is None:
         _constructible(cls, what)
     return UserTechnique(cls, ref, source_hash(cls), instance)
+
+
+def _described(obj) -> str:
+    """What ``obj`` is, in a few words: a module, class or function by its name (a repr cut
+    at a width ended in the middle of a path), anything else by a shortened repr."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if isinstance(name, str):
+        return f"{type(obj).__name__} {name}"
+    text = repr(obj)
+    return f"{type(obj).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _constructible(cls: type, what: str) -> None:

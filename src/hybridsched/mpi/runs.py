@@ -79,7 +79,8 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
                          "its block's tasks)")
     profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).profiled})
     if profiled and split != "static":
-        raise UsageError(f"{', '.join(profiled)} need a profiling run of the loop, which a "
+        raise UsageError(f"{', '.join(profiled)} {'needs' if len(profiled) == 1 else 'need'} "
+                         "a profiling run of the loop, which a "
                          f"--split {split} chunk would pay inside the timed region; use "
                          "--split static")
     small = [c.frames for c in configs if c.frames < P]
