@@ -15,6 +15,7 @@ import numpy as np
 
 from ..colocate.output import read_colocate
 from ..errors import UsageError
+from ..oslayer.signals import honour_pending
 from ..ge.output import read_ge
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
 from ..study.output import new_study
@@ -133,6 +134,7 @@ def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:
             runs[first_id:] = rows
         detail = src.get("detail")
         for old, new in zip(old_ids, rows["run_id"]):
+            honour_pending()  # h5py's finalizers may have swallowed a signal's exception
             name = f"{int(old):06d}"
             if detail is not None and name in detail:
                 src.copy(detail[name], dst["detail"], name=f"{int(new):06d}")

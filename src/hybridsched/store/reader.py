@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy, NotOurFile
+from ..oslayer.signals import honour_pending
 from ..records import API_WORKLOAD, TRACE_DTYPE, WORKER_DTYPE, WORKLOAD_NAMES, RunConfig
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 
@@ -267,6 +268,7 @@ def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detai
     missing or malformed (its row still counts; only the figures from detail are left out)."""
     with open_study(path) as h5:
         for rid in run_ids:
+            honour_pending()  # h5py's finalizers may have swallowed a signal's exception
             try:
                 d = _detail(h5, int(rid))
             except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):

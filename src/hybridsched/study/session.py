@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from ..errors import UsageError
+from ..oslayer.signals import honour_pending
 from ..records import RunConfig, RunRecord
 from ..store import has_table, read_attrs, stored_keys, study_spec
 from ..workloads.build import build
@@ -36,6 +37,7 @@ def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunR
     ``before_run(i)`` before run number i (a test hook under MPI)."""
     with Resources(configs, make_space) as res:
         for i, cfg in enumerate(configs):
+            honour_pending()  # a signal whose exception a finalizer swallowed stops here
             if before_run is not None:
                 before_run(i)
             space = res.space(cfg)
