@@ -188,6 +188,26 @@ def test_merge_refuses_a_side_table_that_report_refuses(tmp_path, capsys, damage
     assert not os.path.exists(tmp_path / "m.h5")
 
 
+def test_a_study_attribute_nested_too_deep_is_not_a_traceback(base, tmp_path, capsys):
+    """Found by issue 33's hostile re-run: report and fit read the study attribute for a
+    simulated study's cores, and a nesting past Python's stack raised RecursionError."""
+    _attr("study", "[" * 100_000 + "]" * 100_000)(base)
+    for argv in (["report", base, "--no-plots", "--out-dir", str(tmp_path / "r")],
+                 ["fit", base, "--model", "amdahl"]):
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc in (0, 2) and "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+def test_merge_refuses_a_side_tables_spec_that_is_not_json(tmp_path, capsys):
+    """Found by issue 33's hostile re-run: a crafted ge_spec gave merge a JSONDecodeError."""
+    path = _ge_study(tmp_path)
+    _attr("ge_spec", "{not json")(path)
+    capsys.readouterr()
+    _one_line(cli.main(["merge", path, "-o", str(tmp_path / "m.h5")]), capsys.readouterr())
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
 def test_study_without_detail_reads_reports_merges_and_resumes(base, tmp_path, capsys):
     with h5py.File(base, "a") as h5:
         del h5["detail"]

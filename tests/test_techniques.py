@@ -497,11 +497,13 @@ def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks)
     from hybridsched.workloads.slab import Slab
 
     monkeypatch.setenv(FAULT_ENV, "1:1:kill")  # at its first chunk: auto may pick static
-    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 40, 16, 64, 3))
+    # 400 frames: enough chunks that worker 1 gets one however late it starts on a loaded
+    # machine (at 40, workers 0 and 2 sometimes took every chunk of fac2 before it did)
+    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 400, 16, 64, 3))
     with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
         rec = timed_run(slab, cfg)
     assert rec.verified and rec.lost_workers == 1, rec.error
-    covered = [0] * 40
+    covered = [0] * 400
     for r in rec.trace:
         for f in range(int(r["first"]), int(r["first"]) + int(r["count"])):
             covered[f] += 1

@@ -317,3 +317,14 @@ for _damage in ("dropped", "retyped", "not_utf8"):
     _fn.__name__ = f"i33_19_ge_table_{_damage}"
     _fn.__doc__ = f"/ge with a field {_damage.replace('_', ' ')}: merge refuses what report refuses"
     case("files")(_fn)
+
+
+@case("files")
+def ge_spec_attribute_not_json(tmp: Path) -> str | None:
+    """(found by issue 33's re-run) a ge study whose ge_spec is not JSON: merge one line"""
+    import h5py
+
+    path = _ge(tmp)
+    with h5py.File(path, "r+") as h5:
+        h5.attrs["ge_spec"] = "{not json"
+    return usage(hs("merge", str(path), "-o", "m.h5", env=ENV, cwd=tmp), tmp / "m.h5", says="ge_spec")

@@ -57,6 +57,8 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
         runs = read_runs(p)  # what is copied is read as `report` reads it
         for read in SIDE_READERS:
             read(p)
+        for name in SIDE_TABLES:  # their specs are copied too: JSON objects, or one line
+            study_spec(p, key=f"{name}_spec")
         # the workload, its parameters and an --input file's hash name the tasks too
         mine = set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
                        runs["kernel"].tolist(), runs["workload"].tolist(),
@@ -116,8 +118,8 @@ def _copy_tables(path: str, dst: h5py.File, counts: dict[str, int]) -> None:
                 rows["run_id"] = np.arange(first, first + len(rows))
             have.resize((first + len(rows),))
             have[first:] = rows
-            specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))
-            specs.append(json.loads(src.attrs.get(f"{name}_spec", "{}")))
+            specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))  # ours: written below
+            specs.append(study_spec(path, key=f"{name}_spec"))  # checked: crafted, it is one line
             dst.attrs[f"{name}_specs"] = json.dumps(specs, sort_keys=True)
             dst.attrs[f"{name}_spec"] = json.dumps(specs[0], sort_keys=True)
             counts[name] = counts.get(name, 0) + len(rows)

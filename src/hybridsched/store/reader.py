@@ -181,8 +181,9 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
         val = json.loads(text)
     except (TypeError, ValueError, RecursionError):  # nested past Python's stack: not ours
         raise BadStudy(f"{path}: attribute {key} is not JSON") from None
-    if not isinstance(val, dict if key == "study" else list):
-        raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if key == 'study' else 'list'}")
+    obj = key == "study" or key.endswith("_spec")  # a side table's spec is an object too
+    if not isinstance(val, dict if obj else list):
+        raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if obj else 'list'}")
     return val
 
 
@@ -192,7 +193,7 @@ def simulated_cores(attrs: dict) -> int:
     try:
         sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
         return max(0, int(sim.get("cores", 0) or 0))
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, RecursionError):  # nested too deep too
         return 0
 
 
