@@ -497,9 +497,10 @@ def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks)
     from hybridsched.workloads.slab import Slab
 
     monkeypatch.setenv(FAULT_ENV, "1:1:kill")  # at its first chunk: auto may pick static
-    # 400 frames: enough chunks that worker 1 gets one however late it starts on a loaded
-    # machine (at 40, workers 0 and 2 sometimes took every chunk of fac2 before it did)
-    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 400, 16, 64, 3))
+    # frames long enough (~0.2 s of sorting in all) that worker 1 starts before the others
+    # have taken every chunk, however loaded the machine (with 40 of 16 x 64 they sometimes
+    # had, and no worker was lost)
+    cfg = config(f"pipe-MtoM:{name}", Shape("fault", 400, 64, 256, 3))
     with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
         rec = timed_run(slab, cfg)
     assert rec.verified and rec.lost_workers == 1, rec.error
@@ -507,7 +508,7 @@ def test_pipe_mtom_technique_survives_a_lost_worker(name, monkeypatch, no_leaks)
     for r in rec.trace:
         for f in range(int(r["first"]), int(r["first"]) + int(r["count"])):
             covered[f] += 1
-    assert covered == [1] * 40
+    assert covered == [1] * 400
 
 
 def test_technique_parameters_are_stored_resumed_and_reported_apart(tmp_path, capsys):
