@@ -255,3 +255,47 @@ def test_an_object_array_is_refused_with_one_error():
     with pytest.raises(UsageError, match="object arrays"):
         hybridsched.parallel_for(lambda task: None, np.array([[1], [2]], dtype=object),
                                  scheduler="prolific", k=2)
+
+
+@pytest.mark.parametrize("chunk", [2**62, 2**63 - 1], ids=["2^62", "2^63-1"])
+@pytest.mark.parametrize("scheduler,dispatch", [
+    ("dynamic", "auto"), ("dynamic", "python"), ("chunk", "compiled"), ("static", "auto"),
+    ("guided", "auto"), ("chunk-steal", "auto"), ("fac2", "auto"), ("prolific", "auto"),
+    ("pipe-1toN", "auto"), ("pipe-MtoM", "auto")])
+def test_a_chunk_near_2_63_runs_every_task_once(scheduler, dispatch, chunk, no_leaks):
+    """Issue 33 item 3: a chunk above N is cut to N (numpy's floating-point arange length
+    made the compiled hand-out empty, and the untouched data went back as a normal run)."""
+    data = fresh()
+    orig = data.copy()
+    res = hybridsched.parallel_for(nb_chunk, data, scheduler, k=2, chunk=chunk, verify=check,
+                                   dispatch=dispatch)
+    assert res.verified is True and np.array_equal(data, expected(orig))
+    assert_trace_complete(res, len(data))
+    assert res.record.chunk_used <= len(data)
+
+
+def test_a_hand_out_that_misses_a_task_fails_the_run_before_it_is_used(monkeypatch, no_leaks):
+    """The compiled loop's boundaries are checked to cover [0, N) once before any claim."""
+    from hybridsched.core import policies as pol
+
+    monkeypatch.setattr(pol, "fixed_bounds", lambda n, c: np.array([0, 1, 3, n - 1], np.int64))
+    data = fresh()
+    with pytest.raises(RunFailed, match="does not cover the 37 tasks exactly once"):
+        hybridsched.parallel_for(nb_chunk, data, "dynamic", k=2, chunk=1, verify="none",
+                                 dispatch="compiled")
+    assert np.array_equal(data, fresh())  # nothing ran
+
+
+def test_chunks_that_ran_are_checked_even_without_verification(monkeypatch, no_leaks):
+    """A dispenser that skips a chunk fails the run although --verify none checks nothing."""
+    from hybridsched.core import dispatch as disp
+
+    real = disp.TicketCounter.claim
+
+    def skipping(self, w):
+        got = real(self, w)
+        return real(self, w) if got is not None and got[0] == 2 * self.c else got
+    monkeypatch.setattr(disp.TicketCounter, "claim", skipping)
+    res = hybridsched.parallel_for(nb_chunk, fresh(), "dynamic", k=2, chunk=2, verify="none",
+                                   dispatch="python", check=False)
+    assert not res.record.verified and "2 never ran" in res.error, res.error

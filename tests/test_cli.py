@@ -282,3 +282,39 @@ def test_signal_keeps_completed_runs_and_leaves_nothing(tmp_path, sig, rc, sched
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_signal_whose_exception_python_drops_is_raised_again():
+    """A handler's exception raised inside a weakref callback is dropped by Python (h5py's
+    registry runs such callbacks by the thousand while merge copies a study: one SIGTERM
+    was lost and merge ran to its end); the signal stays pending and is raised again at the
+    next checkpoint, which long loops and the CLI's exit call."""
+    import weakref
+
+    from hybridsched.errors import Terminated
+    from hybridsched.oslayer import signals
+
+    class Obj:
+        pass
+
+    def callback(ref):
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(100):  # the handler runs here, inside the callback
+            pass
+
+    dropped = []
+    old = signal.signal(signal.SIGTERM, signals.raising(lambda s: Terminated(128 + s)))
+    old_hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+    try:
+        obj = Obj()
+        ref = weakref.ref(obj, callback)  # noqa: F841
+        del obj
+        assert dropped and isinstance(dropped[0].exc_value, Terminated)  # Python dropped it
+        assert signals.pending() == signal.SIGTERM
+        with pytest.raises(Terminated):
+            signals.honour_pending()
+    finally:
+        signals.taken()
+        sys.unraisablehook = old_hook
+        signal.signal(signal.SIGTERM, old)
+    signals.honour_pending()  # taken: nothing is raised any more

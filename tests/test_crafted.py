@@ -61,6 +61,18 @@ def _p_zero(rows):
     rows["P"][1] = 0
 
 
+def _unknown_workload(rows):  # issue 33 item 20: report and trace took it as a workload
+    rows["workload"][1] = b"nosuchwork"
+
+
+def _verified_bad_rows(rows):  # issue 33 item 20: pooled as a verified run
+    rows["bad_rows"][1] = 10
+
+
+def _time_huge(rows):  # issue 33 item 17: its means overflowed into numpy's warnings
+    rows["time_s"][2] = 1e308
+
+
 def _replace_runs(data):
     def change(path):
         with h5py.File(path, "a") as h5:
@@ -80,6 +92,9 @@ CRAFTED = {
     "scheduler-not-utf8": lambda p: _rewrite_runs(p, _bad_utf8),
     "time_s-inf": lambda p: _rewrite_runs(p, _time_inf),
     "P-zero": lambda p: _rewrite_runs(p, _p_zero),
+    "workload-unknown": lambda p: _rewrite_runs(p, _unknown_workload),
+    "verified-with-bad-rows": lambda p: _rewrite_runs(p, _verified_bad_rows),
+    "time_s-1e308": lambda p: _rewrite_runs(p, _time_huge),
     "runs-of-ints": _replace_runs(np.arange(4)),
     "runs-other-fields": _replace_runs(np.zeros(2, [("run_id", "i8"), ("x", "f8")])),
     "runs-string-time": _replace_runs(np.zeros(2, [(n, "S8" if n == "time_s" else
@@ -125,6 +140,72 @@ def test_crafted_study_gives_one_line_and_exit_2_everywhere(base, tmp_path, caps
     assert open(base, "rb").read() == before  # resume refused before touching it
     if not NOT_READ_BY.get(which):
         assert not os.path.exists(tmp_path / "merged.h5")
+
+
+def test_a_study_holding_two_tensors_is_named_once_by_merge(base, tmp_path, capsys):
+    """Issue 33 item 20: the refusal named the same file twice, once per tensor."""
+    _rewrite_runs(base, lambda rows: rows["seed"].__setitem__(1, 7))
+    other = str(tmp_path / "other.h5")
+    shutil.copy(base, other)
+    _rewrite_runs(other, lambda rows: rows["seed"].__setitem__(slice(None), 0))
+    assert cli.main(["merge", other, base, "-o", str(tmp_path / "m.h5")]) == 2
+    err = capsys.readouterr().err
+    assert f"merge: {base} itself holds runs of 2 tensors" in err and err.count(base) == 1, err
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def _ge_study(tmp_path) -> str:
+    path = str(tmp_path / "ge.h5")
+    assert cli.main(["ge", "--arch", "A0", "--n", "64", "--threads", "2", "--reps", "1",
+                     "-o", path]) == 0
+    return path
+
+
+@pytest.mark.parametrize("damage", ["field-dropped", "field-retyped", "text-not-utf8"])
+def test_merge_refuses_a_side_table_that_report_refuses(tmp_path, capsys, damage):
+    """Issue 33 item 19: merge copied an invalid /ge (exit 0) that report then refused; a
+    retyped field gave report a traceback."""
+    path = _ge_study(tmp_path)
+    with h5py.File(path, "a") as h5:
+        rows = h5["ge"][()]
+        names = rows.dtype.names
+        if damage == "field-dropped":
+            keep = [(n, rows.dtype[n]) for n in names if n != "error"]
+        else:
+            keep = [(n, "f8" if n == "verified" and damage == "field-retyped" else rows.dtype[n])
+                    for n in names]
+        new = np.zeros(len(rows), keep)
+        for n, _ in keep:
+            new[n] = rows[n]
+        if damage == "text-not-utf8":
+            new["arch"] = b"A\xff"
+        del h5["ge"]
+        h5["ge"] = new
+    capsys.readouterr()
+    for argv in (["report", path, "--no-plots", "--out-dir", str(tmp_path / "r")],
+                 ["merge", path, "-o", str(tmp_path / "m.h5")]):
+        _one_line(cli.main(argv), capsys.readouterr())
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def test_a_study_attribute_nested_too_deep_is_not_a_traceback(base, tmp_path, capsys):
+    """Found by issue 33's hostile re-run: report and fit read the study attribute for a
+    simulated study's cores, and a nesting past Python's stack raised RecursionError."""
+    _attr("study", "[" * 100_000 + "]" * 100_000)(base)
+    for argv in (["report", base, "--no-plots", "--out-dir", str(tmp_path / "r")],
+                 ["fit", base, "--model", "amdahl"]):
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc in (0, 2) and "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+def test_merge_refuses_a_side_tables_spec_that_is_not_json(tmp_path, capsys):
+    """Found by issue 33's hostile re-run: a crafted ge_spec gave merge a JSONDecodeError."""
+    path = _ge_study(tmp_path)
+    _attr("ge_spec", "{not json")(path)
+    capsys.readouterr()
+    _one_line(cli.main(["merge", path, "-o", str(tmp_path / "m.h5")]), capsys.readouterr())
+    assert not os.path.exists(tmp_path / "m.h5")
 
 
 def test_study_without_detail_reads_reports_merges_and_resumes(base, tmp_path, capsys):

@@ -368,6 +368,158 @@ def test_bad_input_under_mpiexec_is_one_line_and_exit_2(mpi, tmp_path):
     assert not os.path.exists(out)
 
 
+# --- issue 33: a --split technique, the ranks' code ----------------------------------
+
+SPLIT_TECHNIQUES = """
+import os
+from hybridsched import Technique
+
+
+class PidDet(Technique):  # declares itself deterministic, but its chunks follow the process
+    deterministic = True
+
+    def chunk(self, remaining, request, worker):
+        return 1 + (os.getpid() + request) % 5
+
+
+_starts = [0]
+
+
+class Drift(Technique):  # the same on every rank at first, then rank 1 drifts
+    deterministic = True
+
+    def start(self):
+        _starts[0] += 1
+
+    def chunk(self, remaining, request, worker):
+        from mpi4py import MPI
+
+        return 2 if _starts[0] <= 1 or MPI.COMM_WORLD.Get_rank() == 0 else 3
+
+
+class BySize(Technique):
+    deterministic = True
+
+    def chunk(self, remaining, request, worker):
+        return int(self.params["size"])
+"""
+
+
+def _split_module(tmp_path) -> str:
+    """A PYTHONPATH where the ranks find the module (before the one they were given)."""
+    (tmp_path / "splitmod.py").write_text(SPLIT_TECHNIQUES)
+    return os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_split_technique_that_differs_between_ranks_is_refused(tmp_path):
+    """Issue 33 item 1: the ranks compare the hand-out they computed before any run (each
+    checks only the frames it ran: 43-58 frame claims for 48 frames were stored verified)."""
+    out = str(tmp_path / "pid.h5")
+    p = mpirun(["run", "-s", "dynamic", "--split", "splitmod:PidDet", "-k", "1", "-L", "48",
+                *SMALL, "-o", out], PYTHONPATH=_split_module(tmp_path))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "rank 1 runs other code than rank 0" in p.stderr
+    assert "hand-out at L=48 k=1" in p.stderr
+    assert not os.path.exists(out) and not os.path.exists(out + ".lock")
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_split_hand_out_that_drifts_during_the_study_is_not_verified(tmp_path):
+    """Issue 33 item 1: whatever the technique does later, a run counts as verified only
+    when the ranks ran every frame of the study exactly once from one hand-out."""
+    out = str(tmp_path / "drift.h5")
+    p = mpirun(["run", "-s", "dynamic", "--split", "splitmod:Drift", "-k", "1", "-L", "48",
+                *SMALL, "-o", out], PYTHONPATH=_split_module(tmp_path))
+    assert p.returncode == 1, p.stderr
+    runs = read_runs(out)
+    assert len(runs) == 1 and not runs["verified"][0]
+    assert "rank 1 computed another --split splitmod:Drift hand-out" in runs["error"][0]
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_ranks_that_import_other_code_for_a_technique_are_refused(tmp_path):
+    """Issue 33 item 7: an MPMD launch whose rank 1 imports another module under the same
+    reference stopped nothing, and rank 0's hash was stored for both."""
+    for d, size in (("a", 2), ("b", 3)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "samename.py").write_text(
+            "from hybridsched import Technique\n\n\nclass Good(Technique):\n"
+            f"    def chunk(self, remaining, request, worker):\n        return {size}\n")
+    out = str(tmp_path / "mpmd.h5")
+    args = ["run", "-s", "samename:Good", "-k", "1", "-L", "16", *SMALL, "-o", out]
+    exe = os.path.join(BIN, "hybridsched")
+    path = {d: os.pathsep.join(filter(None, [str(tmp_path / d), os.environ.get("PYTHONPATH")]))
+            for d in "ab"}
+    p = subprocess.run([MPIEXEC, "-n", "1", "env", f"PYTHONPATH={path['a']}", exe, *args,
+                        ":", "-n", "1", "env", f"PYTHONPATH={path['b']}", exe, *args],
+                       capture_output=True, text=True, timeout=120, env=_clean_env())
+    assert p.returncode == 2, p.stderr
+    assert "technique good is samename:Good (source sha256" in p.stderr, p.stderr
+    assert not os.path.exists(out)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_split_technique_takes_param(tmp_path):
+    """Issue 33 item 8: --param reaches the --split technique (it was refused: 'no
+    scheduler of this study reads it (user techniques read any ...)')."""
+    out = str(tmp_path / "size.h5")
+    p = mpirun(["run", "-s", "dynamic", "--split", "splitmod:BySize", "--param", "size=5",
+                "-k", "1", "-L", "48", *SMALL, "-o", out], PYTHONPATH=_split_module(tmp_path))
+    assert p.returncode == 0, p.stderr
+    (extra,) = _check_cover(out, 48)
+    assert sum(extra["rank_chunks"]) == 10  # 9 chunks of 5 frames and the last 3
+    assert extra["split_params"] == "size=5" and extra["split_technique"] == "splitmod:BySize"
+
+
+def test_a_profiled_scheduler_under_a_dynamic_split_is_refused_in_good_english():
+    """Issue 33 item 22: 'fac need a profiling run'."""
+    from hybridsched.errors import UsageError
+    from hybridsched.mpi.runs import check_split
+    from hybridsched.records import RunConfig
+
+    one = [RunConfig("fac", 1, 8, 8, 8)]
+    with pytest.raises(UsageError, match="^fac needs a profiling run"):
+        check_split(one, 2, "dynamic")
+    with pytest.raises(UsageError, match="^fac, tap need a profiling run"):
+        check_split(one + [RunConfig("tap", 1, 8, 8, 8)], 2, "dynamic")
+
+
+def test_ranks_record_is_verified_only_when_the_ranks_ran_every_frame_once():
+    """Issue 33 item 1, rank 0's check: two ranks that each verified their own frames, but
+    between them ran frames 0-5 and 4-9 of 12, give an unverified record."""
+    from hybridsched.records import TRACE_DTYPE, RunConfig
+    from hybridsched.study.measure import Measured, ranks_record
+
+    cfg = RunConfig("dynamic", 1, 12, 8, 8, 0, True, 0, "quicksort", 0, P=2)
+
+    def rank(r, first, count, handout="same"):
+        m = Measured(cfg, "thread", 0.0, rank=r, time_s=0.01, handout=handout)
+        m.trace = np.zeros(1, TRACE_DTYPE)
+        m.trace["first"], m.trace["count"], m.trace["worker"] = first, count, r
+        return m
+    good = ranks_record([rank(0, 0, 6), rank(1, 6, 6)], 0, "dynamic")
+    assert good.verified and not good.error
+    bad = ranks_record([rank(0, 0, 6), rank(1, 4, 6)], 0, "dynamic")
+    assert not bad.verified and "2 never ran, 2 ran more than once" in bad.error
+    other = ranks_record([rank(0, 0, 6), rank(1, 6, 6, "other")], 0, "dynamic")
+    assert not other.verified and "rank 1 computed another --split dynamic hand-out" in other.error
+
+
+def test_param_for_a_split_technique_is_not_refused_and_the_refusal_does_not_contradict_itself():
+    from hybridsched.study.spec import StudySpec
+
+    spec = StudySpec(["dynamic"], [1], [8], 8, 8, params={"size": 5})
+    spec.validate(split="splitmod:BySize")  # read by the split technique
+    with pytest.raises(Exception, match="to --split under mpiexec, reads any") as err:
+        spec.validate()
+    assert "user techniques read any" not in str(err.value)
+
+
 # --- merge ----------------------------------------------------------------------------
 
 

@@ -423,3 +423,26 @@ def test_hybridsched_plan_is_the_policies_plan_with_its_signature():
                                                             "params"]
     rows = hybridsched.plan("guided", 10, 3)
     assert [(r.worker, r.first, r.count) for r in rows][:2] == [(-1, 0, 4), (-1, 4, 2)]
+
+
+@pytest.mark.parametrize("c", [2**62, 2**63 - 1, 10**18 + 7])
+@pytest.mark.parametrize("n", [0, 1, 8, 1000])
+def test_fixed_bounds_of_a_chunk_near_2_63_cover_every_task(n, c):
+    """Issue 33 item 3: numpy's arange(0, n + c, c) computes its length in floating point,
+    so a chunk near 2**63 gave no chunk at all."""
+    b = pol.fixed_bounds(n, c)
+    assert b.tolist() == ([0, n] if n else [0])
+    pol.check_bounds(b, n, "dynamic")
+
+
+def test_hand_out_checks_name_what_is_wrong():
+    from hybridsched.errors import HandOutError
+
+    with pytest.raises(HandOutError, match="chunk 1 has 0 tasks"):
+        pol.check_bounds([0, 3, 3, 8], 8, "x")
+    with pytest.raises(HandOutError, match="runs from 0 to 7"):
+        pol.check_bounds([0, 3, 7], 8, "x")
+    with pytest.raises(HandOutError, match="2 never handed out, 1 more than once"):
+        pol.check_chunks([(0, 3), (2, 2), (6, 2)], 8, "x")
+    assert pol.coverage([5, 0, 2], [3, 2, 3], 8) == (0, 0)
+    assert pol.coverage([0, 6], [4, 4], 8) == (2, 2)  # 4, 5 missed; 8, 9 outside

@@ -426,3 +426,93 @@ def test_the_switch_probe_interrupted_leaves_no_child():
             "print(len(psutil.Process().children(recursive=True)))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stdout.split() == ["stopped", "0"], p.stderr
+
+
+# --- issue 33 ---------------------------------------------------------------------------
+
+
+def _measured(tmp_path, *extra) -> str:
+    meas = tmp_path / "m.h5"
+    assert hs("run", "-s", "serial,dynamic", "-k", "1,2", "-L", "20", "--height", "8",
+              "--width", "8", "--reps", "1", "-o", str(meas), *extra, cwd=tmp_path).returncode == 0
+    return str(meas)
+
+
+def test_validate_compares_on_the_measured_studys_cores(tmp_path):
+    """Issue 33 item 9: --cores 1 on a 2-core study compared 2-core measurements with a
+    1-core model (worst error 59.7 % instead of 24.1 %)."""
+    from hybridsched.store import machine_n, read_attrs
+
+    meas = _measured(tmp_path)
+    n = machine_n(meas, read_attrs(meas))
+    for other in {1, n + 1} - {n}:
+        line = one_line_error(hs("simulate", "--validate", meas, "--cores", str(other),
+                                 cwd=tmp_path))
+        assert f"measured on {n} cores" in line and f"--cores {other}" in line
+    assert hs("simulate", "--validate", meas, "--cores", str(n), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--input", "tasks.npy", "--kernel", "mine:f"], "--input is not simulated"),
+    (["--kernel", "mine:f", "--verify", "none"], "--verify is not simulated"),
+    (["--kernel", "mine:f"], "--kernel mine:f is not simulated"),
+    (["--kernel", "numpy"], "--kernel numpy is not simulated"),
+    (["--costs", "c.npy", "--workload", "skewed"], "give one or the other"),
+])
+def test_tasks_the_model_does_not_know_are_refused_not_ignored(tmp_path, extra, says):
+    """Issue 33 items 10, 11: --input/--kernel were accepted and the model's own rows
+    simulated; --costs with --workload stored the workload's name and parameters."""
+    np.save(tmp_path / "c.npy", np.full(24, 1e-3))
+    np.save(tmp_path / "tasks.npy", np.zeros((24, 4)))
+    (tmp_path / "mine.py").write_text("def f(data, first, count):\n    pass\n")
+    p = hs("simulate", "-s", "dynamic", "-k", "2", *extra, "-o", "x.h5", cwd=tmp_path)
+    assert says in one_line_error(p) and not (tmp_path / "x.h5").exists()
+
+
+def test_costs_whose_sum_overflows_are_one_line_and_such_a_study_is_refused(tmp_path):
+    """Issue 33 item 17: 24 x 1e308 (each finite) printed numpy's RuntimeWarnings and
+    exited 1; a study holding such times printed them in report."""
+    np.save(tmp_path / "c.npy", np.full(24, 1e308))
+    line = one_line_error(hs("simulate", "-s", "dynamic", "-k", "2", "--costs", "c.npy",
+                             "-o", "x.h5", cwd=tmp_path))
+    assert "add up to more than" in line and not (tmp_path / "x.h5").exists()
+    meas = _measured(tmp_path)
+    with h5py.File(meas, "r+") as h5:
+        rows = h5["runs"][()]
+        rows["time_s"] = 1e308
+        h5["runs"][...] = rows
+    for cmd in (["report", meas], ["fit", meas], ["trace", meas]):
+        p = hs(*cmd, cwd=tmp_path)
+        assert "at most 1e+12 s" in one_line_error(p) and "Warning" not in p.stderr
+
+
+def test_a_failed_simulated_run_says_why_and_keeps_its_technique(tmp_path):
+    """Issue 33 item 16: simulate printed nothing for a failed run (run prints FAILED:
+    ...) and stored it with an empty technique and hash."""
+    (tmp_path / "negmod.py").write_text(
+        "from hybridsched import Technique\n\n\nclass Neg(Technique):\n"
+        "    def chunk(self, remaining, request, worker):\n        return -3\n")
+    p = hs("simulate", "-s", "negmod:Neg,dynamic", "-k", "2", "-L", "24", "--reps", "1",
+           "-o", "n.h5", cwd=tmp_path)
+    assert p.returncode == 1
+    assert "hybridsched: FAILED: simulated: technique neg: chunk() returned -3" in p.stderr
+    from hybridsched.store import read_runs
+
+    failed = read_runs(str(tmp_path / "n.h5"))[0]
+    assert failed["technique"] == "negmod:Neg" and len(failed["technique_hash"]) == 64
+
+
+def test_calibration_files_that_are_not_files_nested_or_misspelt_are_one_line(tmp_path):
+    """Issue 33 items 12, 18: a file nested 100,000 deep raised RecursionError (exit 1); a
+    directory or FIFO said 'no such file'; an unknown overhead (a typo) was ignored."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "dir.json").mkdir()
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "typo.json").write_text(json.dumps(
+        {"format": "hybridsched-calibration", "version": 1, "overheads": {"forks_s": 1e-4}}))
+    for name, says in (("deep.json", "nested too deep"), ("dir.json", "not a regular file"),
+                       ("fifo.json", "not a regular file"), ("typo.json", "unknown overhead 'forks_s'")):
+        p = hs("simulate", "-s", "dynamic", "-k", "2", "-L", "20", "--calibration", name,
+               "-o", "x.h5", cwd=tmp_path)
+        assert says in one_line_error(p), name
+    assert not (tmp_path / "x.h5").exists()

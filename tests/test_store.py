@@ -166,3 +166,69 @@ def test_check_writable(tmp_path):
     with pytest.raises(UsageError):
         store.check_output(str(tmp_path))
     assert not (tmp_path / "new.h5").exists()
+
+
+# The child: a command of the CLI whose numpy decode leaves a mark when it starts, so the
+# test can send its signal while the big /runs is being decoded (a state, not a delay).
+_MARKED_CLI = """
+import os, sys
+import numpy as np
+real = np.char.decode
+def marked(*args, **kw):
+    if not os.path.exists(os.environ["DECODE_MARK"]):
+        open(os.environ["DECODE_MARK"], "w").close()
+    return real(*args, **kw)
+np.char.decode = marked
+from hybridsched.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _tiled_study(tmp_path, rows: int) -> str:
+    """A real study whose /runs is tiled to ``rows`` rows (run ids kept unique)."""
+    from hybridsched.cli import main
+
+    small = str(tmp_path / "small.h5")
+    assert main(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "8", "--height", "8",
+                 "--width", "16", "--reps", "2", "-o", small]) == 0
+    big = str(tmp_path / "big.h5")
+    with h5py.File(small, "r") as src, h5py.File(big, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        tiled = np.resize(src["runs"][()], rows)
+        tiled["run_id"] = np.arange(rows)
+        dst.create_dataset("runs", data=tiled, maxshape=(None,), chunks=(64,))
+    return big
+
+
+@pytest.mark.slow
+def test_every_reader_of_runs_honours_the_first_signal_while_decoding(tmp_path):
+    """Issue 33 item 4: numpy's element-wise decode dropped the exception of a signal
+    handler that ran inside it, and `report` or `merge` of a large study ran to its end
+    after one SIGTERM/Ctrl-C. Each command gets its signal while decoding, three times."""
+    import os
+    import signal
+    import time
+
+    big = _tiled_study(tmp_path, 60_000)
+    commands = {"report": ["report", big, "--out-dir", str(tmp_path / "rep")],
+                "merge": ["merge", big, "-o", str(tmp_path / "merged.h5")]}
+    for attempt in range(3):
+        for name, argv in commands.items():
+            sig, rc = ((signal.SIGTERM, 143), (signal.SIGINT, 130))[attempt % 2]
+            mark = tmp_path / f"mark-{name}-{attempt}"
+            env = dict(os.environ, DECODE_MARK=str(mark))
+            proc = subprocess.Popen([sys.executable, "-c", _MARKED_CLI, *argv], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                while not mark.exists() and proc.poll() is None:
+                    time.sleep(0.001)
+                proc.send_signal(sig)
+                _, err = proc.communicate(timeout=300)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+            assert mark.exists(), err
+            assert proc.returncode == rc, f"{name}, try {attempt}: exit {proc.returncode}: {err}"
+            assert not (tmp_path / "merged.h5").exists()

@@ -178,12 +178,14 @@ def test_stored_name_reference_hash_and_params(techmod, tmp_path):
            "--height", "8", "--width", "8", "--reps", "1", "--param", "divisor=3", "-o", str(out),
            cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    source = inspect.getsource(sys.modules.get(techmod, __import__(techmod)).Quarter)
+    module = sys.modules.get(techmod, __import__(techmod))
+    source = inspect.getsource(module.Quarter) + "\0module " + techmod + "\0" + inspect.getsource(module)
     with h5py.File(out) as h5:
         assert h5.attrs["format_version"] >= 2  # the technique fields came with 2
         runs = h5["runs"][()]
     assert list(runs["scheduler"]) == [b"quarter_t", b"pipe-MtoM:quarter_t"]
     assert set(runs["technique"]) == {f"{techmod}:Quarter".encode()}
+    # the class and the module that defines it (issue 33 item 5)
     assert set(runs["technique_hash"]) == {hashlib.sha256(source.encode()).hexdigest().encode()}
     assert set(runs["params"]) == {b"divisor=3"} and runs["verified"].all()
     assert not runs["simulated"].any()
@@ -232,6 +234,33 @@ def test_a_bad_chunk_fails_the_run_naming_technique_worker_and_value(value):
     text = str(err.value)
     assert "technique bad_t" in text and "worker" in text
     assert ("nope" if isinstance(value, Exception) else repr(value)) in text
+
+
+class _LyingInt(int):
+    """0 that says it is not less than anything (issue 33 item 15)."""
+
+    def __lt__(self, other):
+        return False
+
+    def __int__(self):
+        return 3
+
+
+class _LyingInt64(np.int64):
+    def __int__(self):
+        return 3
+
+    def item(self):
+        return 3
+
+
+@pytest.mark.parametrize("value", [_LyingInt(0), _LyingInt64(0)], ids=["int", "int64"])
+def test_an_integer_whose_methods_lie_is_checked_by_the_value_it_holds(value):
+    """Issue 33 item 15: an int subclass whose '<' lies passed the check (the raw value was
+    compared, int(value) used): an endless loop of empty claims."""
+    with pytest.raises(hybridsched.RunFailed, match="technique bad_t: chunk\\(\\) returned (_Lying)?"):
+        hybridsched.parallel_for(add_one, np.zeros((20, 2)), scheduler=_returning(value), k=2,
+                                 dispatch="python")
 
 
 def test_numpy_integers_and_too_large_values_are_accepted():
@@ -300,16 +329,17 @@ def test_param_values_parse_as_numbers_or_text():
 
 # --- installed techniques (entry points) and --resume -----------------------------------
 
-def _installed(tmp_path, body: str) -> dict:
-    """A tiny installed distribution contributing technique 'tinytech' (a dist-info on the path)."""
+def _installed(tmp_path, body: str, entries: str = "tinytech = tinytech_pkg:Tiny\n") -> dict:
+    """A tiny installed distribution contributing technique 'tinytech' (a dist-info on the
+    path), or the ``entries`` given."""
     pkg = tmp_path / "site"
     (pkg / "tinytech_pkg").mkdir(parents=True)
     (pkg / "tinytech_pkg" / "__init__.py").write_text(body)
     info = pkg / "tinytech_pkg-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinytech-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[hybridsched.techniques]\ntinytech = tinytech_pkg:Tiny\n")
-    return {"PYTHONPATH": str(pkg)}
+    (info / "entry_points.txt").write_text("[hybridsched.techniques]\n" + entries)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(pkg), os.environ.get("PYTHONPATH")]))}
 
 
 TINY = textwrap.dedent('''
@@ -322,6 +352,19 @@ TINY = textwrap.dedent('''
         def chunk(self, remaining, request, worker):
             return 3
 ''')
+
+
+def test_list_marks_a_shadowed_entry_point_and_plan_takes_an_installed_name(tmp_path):
+    """Issue 33 item 21: `list` showed an entry point named like a built-in unmarked, and
+    `plan --policy NAME` refused an installed name that `-s NAME` accepts."""
+    env = _installed(tmp_path, TINY, "tinytech = tinytech_pkg:Tiny\ndynamic = tinytech_pkg:Tiny\n")
+    p = hs("list", cwd=tmp_path, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if "tinytech_pkg:Tiny" in ln]
+    assert len(lines) == 2 and "shadowed by the built-in dynamic" in lines[0], p.stdout
+    assert "shadowed" not in lines[1]
+    p = hs("plan", "--policy", "tinytech", "--tasks", "7", "--workers", "2", cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["worker,first,count", "-1,0,3", "-1,3,3", "-1,6,1"]
 
 
 def test_an_installed_technique_is_listed_and_runs(tmp_path):
@@ -356,6 +399,80 @@ def test_resume_refuses_a_changed_technique(tmp_path):
     assert "technique quarter_t (rtech:Quarter) changed" in line
     with h5py.File(out) as h5:
         assert len(h5["runs"]) == 2  # nothing added
+
+
+MODULE_CONSTANT = '''
+import hybridsched
+
+SIZE = 2
+
+
+def size():
+    return SIZE
+
+
+class Sized(hybridsched.Technique):
+    deterministic = True
+
+    def chunk(self, remaining, request, worker):
+        return size()
+'''
+
+
+def test_a_change_of_a_module_constant_or_helper_changes_the_identity(tmp_path):
+    """Issue 33 item 5: the hash covered the class only, so editing the constant or helper
+    that chunk() uses was accepted by --resume and pooled by report."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "c.h5"
+    args = ["run", "-s", "ctech:Sized", "-k", "2", "-L", "20", "--height", "8", "--width", "8",
+            "-o", str(out)]
+    assert hs(*args, "--reps", "1", cwd=tmp_path).returncode == 0
+    for edit in ("SIZE = 3", "    return SIZE + 1"):
+        changed = MODULE_CONSTANT.replace("SIZE = 2", edit) if edit.startswith("SIZE") else \
+            MODULE_CONSTANT.replace("    return SIZE\n", edit + "\n")
+        (tmp_path / "ctech.py").write_text(changed)
+        line = one_line_error(hs(*args, "--reps", "2", "--resume", cwd=tmp_path))
+        assert "technique sized (ctech:Sized) changed since its stored runs" in line
+    with h5py.File(out) as h5:
+        assert len(h5["runs"]) == 1
+
+
+def test_a_study_hashed_by_the_class_alone_is_not_resumed_as_unchanged(tmp_path):
+    """A study written before module hashing stored the class's hash: --resume cannot rule
+    out a change elsewhere in the module, and says so."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "old.h5"
+    args = ["run", "-s", "ctech:Sized", "-k", "2", "-L", "20", "--height", "8", "--width", "8",
+            "-o", str(out)]
+    assert hs(*args, "--reps", "1", cwd=tmp_path).returncode == 0
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import ctech
+        legacy = usertech.class_source_hash(ctech.Sized)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("ctech", None)
+    with h5py.File(out, "r+") as h5:
+        rows = h5["runs"][()]
+        rows["technique_hash"] = legacy.encode()
+        h5["runs"][...] = rows
+    line = one_line_error(hs(*args, "--reps", "2", "--resume", cwd=tmp_path))
+    assert "identified by its class's source alone" in line
+
+
+@pytest.mark.parametrize("opt", ["--from", "--validate"])
+def test_simulate_refuses_a_technique_changed_since_its_runs(tmp_path, opt):
+    """Issue 33 item 6: simulate --from / --validate re-simulated the new code over the old
+    code's measurements without a word."""
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT)
+    out = tmp_path / "m.h5"
+    assert hs("run", "-s", "serial,ctech:Sized", "-k", "2", "-L", "20", "--height", "8",
+              "--width", "8", "--reps", "1", "-o", str(out), cwd=tmp_path).returncode == 0
+    sim = ["simulate", opt, str(out), "-o", str(tmp_path / "s.h5")]
+    assert hs(*sim, cwd=tmp_path).returncode == 0, "unchanged: simulated"
+    (tmp_path / "ctech.py").write_text(MODULE_CONSTANT.replace("SIZE = 2", "SIZE = 5"))
+    line = one_line_error(hs(*sim, "--overwrite", cwd=tmp_path))
+    assert f"{opt} {out}: cannot re-simulate its runs: technique sized (ctech:Sized) changed" in line
 
 
 def test_report_keeps_two_versions_apart():
@@ -556,3 +673,14 @@ def test_simulate_fails_a_misbehaving_technique_alone_and_reads_user_studies(tmp
     assert p.returncode == 0, p.stderr
     with h5py.File(sim) as h5:
         assert set(h5["runs"]["scheduler"]) == {b"quarter_t", b"guided"}
+
+
+def test_a_reference_to_something_else_is_named_whole():
+    """Issue 33 item 22: a module's repr was cut at 60 characters, in the middle of its
+    path ('.../python3.1 is not a hybridsched.Technique')."""
+    with pytest.raises(UsageError) as err:
+        usertech.resolve("hybridsched.core:registry", "scheduler x")
+    assert str(err.value) == ("scheduler x: module hybridsched.core.registry is not a "
+                              "hybridsched.Technique subclass or instance")
+    with pytest.raises(UsageError, match=r"list \[0, 1, 2, .*\.\.\. is not"):
+        usertech.resolve(list(range(100)), "scheduler y")

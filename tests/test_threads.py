@@ -150,3 +150,68 @@ def test_serial_is_one_chunk_on_the_calling_thread(monkeypatch):
     assert ok and rec.workers_used == 1 and len(rec.trace) == 1
     assert [(f, ident) for f, ident, _ in log] == [(0, threading.get_native_id())]
     assert np.array_equal(rec.trace[["first", "count"]].tolist(), [(0, 6)])
+
+
+STUCK = '''
+import os, time
+from hybridsched import Technique
+
+
+def _stall():
+    open(os.environ["STUCK_MARK"], "w").close()
+    time.sleep(3600)
+
+
+class Stuck(Technique):
+    def chunk(self, remaining, request, worker):
+        if request >= 1:  # from its second claim on, chunk() never returns
+            _stall()
+        return 1
+
+
+def stuck(data, first, count):
+    if first >= 2:  # a plain Python kernel that blocks from its third task on
+        _stall()
+    data[first:first + count].sort(axis=-1)
+'''
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("where", ["technique", "kernel"])
+def test_one_signal_ends_a_run_whose_worker_is_stuck_in_user_code(tmp_path, where, sig, rc):
+    """Issue 33 item 2: the team waits a bounded time for its workers after the signal,
+    then abandons the stuck one (saying so); the command ends 130/143 with the completed
+    run kept and no lock file or segment left."""
+    import subprocess
+    import sys
+
+    from hybridsched.oslayer.shm import our_shm_entries
+    from hybridsched.store import read_runs
+
+    (tmp_path / "stuckmod.py").write_text(STUCK)
+    mark, out = tmp_path / "stalled", tmp_path / "s.h5"
+    argv = (["-s", "serial,stuckmod:Stuck"] if where == "technique" else
+            ["-s", "serial,dynamic", "--kernel", "stuckmod:stuck", "--verify", "none"])
+    env = dict(os.environ, STUCK_MARK=str(mark), PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", *argv, "-k", "2",
+                             "-L", "24", "--height", "8", "--width", "16", "--reps", "1",
+                             "-o", str(out)], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # waiting for a state: the worker is in the stalling call
+        assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "no stall"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == rc, err
+    assert "abandoned worker thread" in err and "Traceback" not in err, err
+    assert len(read_runs(str(out))) == 1  # the serial run, completed before, is kept
+    assert not os.path.exists(str(out) + ".lock")
+    assert our_shm_entries(proc.pid) == []

@@ -203,3 +203,12 @@ def test_workload_parameters_are_not_bent(text, msg):
 
     with pytest.raises(UsageError, match=msg):
         parse(text)
+
+
+def test_the_workload_names_a_study_may_hold_are_the_catalogues():
+    """The study reader refuses a workload outside records.WORKLOAD_NAMES (issue 33 item
+    20); a workload added to the catalogue must be added there too."""
+    from hybridsched.records import WORKLOAD_NAMES
+    from hybridsched.workloads.catalogue import WORKLOADS
+
+    assert tuple(WORKLOADS) == WORKLOAD_NAMES

@@ -29,7 +29,7 @@ import numpy as np
 
 from .core import registry
 from .errors import HybridschedError, Terminated, UsageError
-from .records import RunConfig, RunRecord
+from .records import API_WORKLOAD, RunConfig, RunRecord
 from .shared import is_shared
 from .oslayer.shm import segment_array, sweep_orphans
 from .oslayer.cpus import n_cpus
@@ -195,7 +195,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     W = int(np.prod(data.shape[2:], dtype=np.int64)) if data.ndim > 2 else 1
     digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
-                    fit_text(kern.name, MAX_REF), 0, workload="user", verify=mode, input_hash=digest,
+                    fit_text(kern.name, MAX_REF), 0, workload=API_WORKLOAD, verify=mode, input_hash=digest,
                     dispatch=dispatch, params=param_text)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():

@@ -19,6 +19,7 @@ from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
 from .errors import HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
+from .oslayer.signals import honour_pending, raising, taken
 from .version import __version__
 
 PROG = "hybridsched"
@@ -71,21 +72,41 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         raise
 
 
-def _sigterm(signum, frame):
-    raise Terminated(128 + signum)
+def _handlers() -> dict:
+    """SIGTERM raises Terminated and Ctrl-C KeyboardInterrupt, each remembered until the
+    command takes it (oslayer.signals: an exception Python drops is raised again); a
+    SIGINT ignored by the shell (a background job) stays ignored. Returns the old ones."""
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM,
+                                         raising(lambda signum: Terminated(128 + signum)))}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        old[signal.SIGINT] = signal.signal(signal.SIGINT,
+                                           raising(lambda signum: KeyboardInterrupt()))
+    return old
+
+
+def _unraisable(hook):
+    """sys.unraisablehook that stays quiet about a signal's exception Python had to drop
+    (it is raised again: oslayer.signals.honour_pending) and passes the rest to ``hook``."""
+    def quiet(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            hook(unraisable)
+    return quiet
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hybridsched`` and ``python -m hybridsched``."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    old = signal.signal(signal.SIGTERM, _sigterm)
+    old, old_hook = _handlers(), sys.unraisablehook
+    sys.unraisablehook = _unraisable(old_hook)
     try:
         args = _parse(argv)
         command = getattr(args, "command", None)
         if command is None:
             raise UsageError(f"{PROG}: a command is required ({', '.join(SUBCOMMANDS)}); "
                              "see --help")
-        return importlib.import_module(f"{__package__}.commands.{command}").main(args)
+        code = importlib.import_module(f"{__package__}.commands.{command}").main(args)
+        honour_pending()  # a signal whose exception was lost on the way: never exit as done
+        return code
     except UsageError as exc:
         msg = str(exc)
         if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
@@ -95,16 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        taken()
         print(f"{PROG}: interrupted{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
         return 130
     except SystemExit as exc:
         if exc.code == 128 + signal.SIGTERM:
+            taken()
             print(f"{PROG}: terminated{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
         raise
     except BrokenPipeError:
         return 141
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        sys.unraisablehook = old_hook
 
 
 def entry() -> None:

@@ -55,6 +55,11 @@ class DiskFull(HybridschedError):
     last published snapshot are safe."""
 
 
+class HandOutError(HybridschedError):
+    """A hand-out of tasks does not cover [0, N) exactly once (a task never handed out, or
+    handed out twice): the run fails before any worker uses it, whatever --verify says."""
+
+
 class KernelRaised(HybridschedError):
     """A workspace's or user's kernel raised on the calling thread (the serial backend):
     the run fails with one line, the study goes on."""

@@ -40,6 +40,13 @@ def param_value(text: str):
     return text
 
 
+# The workloads a run may name: workloads.catalogue defines each (tests/test_workloads.py
+# keeps the two lists equal), and parallel_for's runs over the caller's own data name
+# API_WORKLOAD; the study reader refuses any other name, which no hybridsched wrote.
+WORKLOAD_NAMES = ("uniform", "ramp", "skewed", "heavytail", "varying", "mandelbrot")
+API_WORKLOAD = "user"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One timed run of a study: a scheduler at k workers on an L x H x W tensor."""
@@ -65,7 +72,7 @@ class RunConfig:
     # loop ran is in the run's notes (backends/compiled.py).
     dispatch: str = field(default="auto", metadata={"key": False})
     # What the tasks are (issue 12; the defaults are the paper's tensor and its sort check):
-    workload: str = "uniform"   # workloads.WORKLOADS name
+    workload: str = "uniform"   # workloads.WORKLOADS name (one of WORKLOAD_NAMES)
     workload_params: str = ""   # its parameters as sorted JSON ("" = none)
     verify: str = ""            # "" = the workload's own check, "none", or package.module:function
     input_hash: str = ""        # --input: sha256 of the .npy file ("" = generated from seed)

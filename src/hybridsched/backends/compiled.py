@@ -18,7 +18,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..core.contract import TechniqueError
 from ..core.dispatch import Dispenser
+from ..core.policies import check_bounds
 from ..errors import HybridschedError
 from ..kernels import is_compiled, loop_entry
 from ..oslayer.atomics import fetch_add
@@ -52,9 +54,15 @@ class CompiledTickets(Dispenser):
     """The shared state of a compiled run: the chunk boundaries and the ticket counter;
     each worker's loop returns its own (ticket, start ns, end ns) records."""
 
-    def __init__(self, bounds: np.ndarray, workers: int = 1):
+    def __init__(self, bounds: np.ndarray, workers: int = 1, tasks: int | None = None,
+                 who: str = "compiled dispatch"):
         super().__init__()
-        self.bounds = np.ascontiguousarray(bounds, np.int64)
+        # checked before any worker claims: a hand-out that misses or repeats a task would
+        # otherwise run and be timed (and, with --verify none, stored as a run). ``tasks``:
+        # the loop's N (None: the last boundary, for a loop over a prefix of the tasks)
+        bounds = np.asarray(bounds)
+        tasks = int(bounds[-1]) if tasks is None and len(bounds) else tasks
+        self.bounds = np.ascontiguousarray(check_bounds(bounds, tasks or 0, who), np.int64)
         # [0] is the ticket, on a 64-byte line of its own (numpy aligns to 16 bytes only:
         # the view starts at the first line boundary of a 2-line buffer), so no other
         # write invalidates the line every claim contends for
@@ -157,8 +165,9 @@ class Delegated(CompiledTickets):
     """The compiled tickets of the technique a choosing dispenser (auto) picked: its notes
     and technique are the chooser's, and the end of the run goes back to it."""
 
-    def __init__(self, bounds: np.ndarray, workers: int, chooser: Dispenser):
-        super().__init__(bounds, workers)
+    def __init__(self, bounds: np.ndarray, workers: int, tasks: int, who: str,
+                 chooser: Dispenser):
+        super().__init__(bounds, workers, tasks, who)
         self.chooser = chooser
 
     def stop(self):
@@ -183,8 +192,12 @@ def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
         return None
     params = {k: v for k, v in (job.params or {}).items() if k != "profile"}
     chunk = arm.resolve_chunk(job.chunk, job.frames)
-    return Delegated(arm.sequence(job.frames, workers, chunk, params or None, job=job),
-                     workers, disp)
+    try:
+        bounds = arm.sequence(job.frames, workers, chunk, params or None, job=job)
+    except TechniqueError as exc:  # the chosen technique failed: the chooser drops it
+        getattr(disp, "failed", lambda e: None)(exc)
+        raise
+    return Delegated(bounds, workers, job.frames, f"{job.scheduler} ({arm.name})", disp)
 
 
 def compile_for(kernel, data: np.ndarray) -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
-from time import perf_counter
+from time import monotonic, perf_counter
 
 from ..core import dispatch
 from ..errors import HybridschedError, ResourceError
@@ -42,6 +43,11 @@ class WorkerFailed(HybridschedError):
 # few microseconds per period.
 _SIGNAL_POLL_S = 0.1
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# After Ctrl-C/SIGTERM (or any error), how long the team waits for each worker to finish
+# its current chunk before abandoning it as stuck in user code (a kernel, or a technique's
+# chunk(), that does not return). Longer lets a slow chunk end cleanly; shorter answers
+# the signal sooner. An abandoned thread is a daemon: it ends with the process.
+_ABANDON_AFTER_S = 2.0
 
 
 class ThreadTeam:
@@ -58,6 +64,7 @@ class ThreadTeam:
         # that is still running as stopped (bpo-45274 workaround), so a later join returns
         # at once and the worker outlives the team.
         self._finished = [threading.Event() for _ in range(n)]
+        self.abandoned: list[int] = []
 
     def _run(self, target, w: int) -> None:
         try:
@@ -104,9 +111,37 @@ class ThreadTeam:
                 t.join()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.dispenser.stop()
-        self.join()
+        if exc_type is None:
+            self.join()
+            return
+        self.dispenser.stop()
+        self.abandoned = self._join_within(_ABANDON_AFTER_S)
+        if self.abandoned:
+            print(f"hybridsched: abandoned worker thread(s) {', '.join(map(str, self.abandoned))}: "
+                  f"still in user code {_ABANDON_AFTER_S:g} s after the "
+                  f"{_what(exc_type)} (a kernel or a technique's chunk() that does not "
+                  "return); they end with the process", file=sys.stderr, flush=True)
+
+    def _join_within(self, seconds: float) -> list[int]:
+        """Join every worker that finishes within ``seconds`` in all; the others' numbers."""
+        deadline = monotonic() + seconds
+        stuck = []
+        for w, (t, finished) in enumerate(zip(self.threads, self._finished)):
+            if t.ident is None:
+                continue
+            while not finished.is_set() and monotonic() < deadline:
+                finished.wait(min(_SIGNAL_POLL_S, max(0.0, deadline - monotonic())))
+            if finished.is_set():
+                t.join()
+            else:
+                stuck.append(w)
+        return stuck
+
+
+def _what(exc_type) -> str:
+    if issubclass(exc_type, KeyboardInterrupt):
+        return "interrupt"
+    return "signal" if issubclass(exc_type, SystemExit) else f"error ({exc_type.__name__})"
 
 
 def _python_chunks(job: Job, disp: dispatch.Dispenser, run, traces):
@@ -155,7 +190,7 @@ def execute(job: Job) -> Execution:
     t_begin = perf_counter()
     if native:
         bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None, job=job)
-        disp = compiled.CompiledTickets(bounds, workers)
+        disp = compiled.CompiledTickets(bounds, workers, job.frames, job.scheduler)
     else:
         disp = make_dispenser(job, workers)
         # auto: the technique it chose runs compiled when its hand-out is fixed
@@ -193,6 +228,7 @@ def execute(job: Job) -> Execution:
         w, exc = team.errors[0]
         failed = WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}")
         failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
+        failed.technique = disp.technique()  # and what auto had chosen
         raise failed from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     disp.executed(t_end - t_begin)  # auto's racer learns the execution's T

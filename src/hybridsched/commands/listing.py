@@ -18,5 +18,9 @@ def main(args) -> int:
         print(f"\ninstalled techniques ({GROUP} entry points; -s NAME, pipe-MtoM:NAME):")
         for name, ep in sorted(installed.items()):
             dist = f" [{ep.dist.name}]" if getattr(ep, "dist", None) is not None else ""
-            print(f"{name:<{width}}  {ep.value}{dist}")
+            had = SCHEDULERS.get(name)
+            # -s NAME finds the built-in first: say so, and how to reach this one
+            shadowed = (f"  (shadowed by the built-in {name}: -s {name} runs the built-in; "
+                        f"use -s {ep.value})") if had is not None and had.user is None else ""
+            print(f"{name:<{width}}  {ep.value}{dist}{shadowed}")
     return 0

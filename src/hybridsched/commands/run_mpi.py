@@ -9,7 +9,8 @@ import os
 import signal
 import sys
 
-from ..errors import UsageError
+from ..core.splits import dynamic_chunks, handout_digest, split_technique
+from ..errors import HybridschedError, UsageError
 from ..mpi.ranks import World, abort_on_error, agree, world
 from ..mpi.runs import check_split, run_split
 from ..mpi.watchdog import RankWatchdog
@@ -34,6 +35,7 @@ def main_mpi(args, w: World) -> int:
     configs = spec.configurations()
     _same_everywhere(w, dict(spec.to_dict(), split=args.split, out=args.out,
                              overwrite=args.overwrite))
+    _same_code(w, _agreed(w, lambda: _code(spec, configs, args.split, w.size)))
     out = w.bcast(out_name(args.out) if args.out is None else args.out)
     lock = StudyLock(out)
 
@@ -75,7 +77,7 @@ def _agreed_spec(args, w: World):
     the others wait for it in the next collective."""
     error = None
     try:
-        spec = build_spec(args)
+        spec = build_spec(args, split=args.split)
     except UsageError as exc:
         spec, error = None, str(exc)
     _agree_on(w, error)
@@ -114,10 +116,62 @@ def _same_everywhere(w: World, mine: dict) -> None:
         raise SystemExit(2)
 
 
+def _agreed(w: World, make):
+    """``make()`` on every rank; a UsageError (or a failing hand-out) on any rank stops all."""
+    error = value = None
+    try:
+        value = make()
+    except HybridschedError as exc:
+        error = str(exc)
+    _agree_on(w, error)
+    return value
+
+
+def _code(spec, configs, split: str, P: int) -> dict:
+    """What every rank must share beyond its options: the code of each user technique
+    (module:qualname and source sha256: an MPMD launch or another PYTHONPATH may import
+    other code under the same name) and, where frames are handed out by chunk, the chunk
+    sequence of every (L, k) of the study, computed now on each rank."""
+    from ..core import registry
+
+    code = {}
+    for name in dict.fromkeys([*spec.schedulers, *spec.portfolio]):
+        user = registry.get(name).user
+        if user is not None:
+            code[f"technique {name}"] = f"{user.ref} (source sha256 {user.hash[:12]})"
+    if ":" in split:
+        user = split_technique(split)
+        code[f"--split {split}"] = f"{user.ref} (source sha256 {user.hash[:12]})"
+    if split != "static":
+        for L, k in dict.fromkeys((c.frames, c.k) for c in configs):
+            code[f"the --split {split} hand-out at L={L} k={k}"] = handout_digest(
+                dynamic_chunks(L, P, k, split, spec.params))
+    return code
+
+
+def _same_code(w: World, mine: dict) -> None:
+    """Every rank runs the same techniques and computed the same hand-out between ranks
+    (one broadcast, one gather): otherwise one line naming what differs, exit 2 on every
+    rank, before any run -- each rank checks only the frames it ran, so a difference would
+    be stored as verified work."""
+    root = w.bcast(mine)
+    differ = [(key, mine.get(key, "absent")) for key in sorted(set(root) | set(mine))
+              if root.get(key) != mine.get(key)]
+    found = w.bcast([(r, d[0]) for r, d in enumerate(w.gather(differ) or []) if d])
+    if not found:
+        return
+    if w.rank == 0:
+        r, (key, theirs) = found[0]
+        raise UsageError(f"rank {r} runs other code than rank 0: {key} is {root.get(key, 'absent')} "
+                         f"on rank 0 but {theirs} on rank {r} (every rank must import the same "
+                         "techniques, and a --split technique must give every rank the same chunks)")
+    raise SystemExit(2)
+
+
 def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
     if w.rank:
         load(spec, configs)  # before any worker or fork exists
-        return 1 if run_split(w, configs, lambda rec: None, args.split) else 0
+        return 1 if run_split(w, configs, lambda rec: None, args.split, spec.params) else 0
     meta = this_machine(**load_checked(spec, configs))  # rank 0's node
     study = dict(spec.to_dict(), P=w.size, split=args.split)
     with new_study(out, study, overwrite=True, lock=lock, metadata=meta) as writer:
@@ -129,7 +183,7 @@ def _study(args, w: World, spec, configs, out: str, lock: StudyLock) -> int:
             print(f"[{next(done)}/{len(configs)}] P={rec.config.P} "
                   f"{describe(rec.config, spec.reps)}: {rec.time_s * 1e3:.2f} ms"
                   f"{'' if rec.verified else ' UNVERIFIED'}", file=sys.stderr)
-        failed = run_split(w, configs, on_record, args.split)
+        failed = run_split(w, configs, on_record, args.split, spec.params)
     # sigma needs T_serial from a P = 1 study: merge one in (`hybridsched merge`)
     print(run_summary(out))
     under = " ".join(str(meta.get(k, "")) for k in ("mpi_implementation", "mpi_version")).strip()

@@ -25,6 +25,7 @@ from ..sim.validate import compare, print_validation
 from ..store import INT32_MAX, check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
+from ..study.session import changed_techniques
 from .common import out_name
 
 MAX_CORES = 1 << 20  # virtual CPUs per node: far beyond any machine, far below int32
@@ -44,13 +45,15 @@ def main(args) -> int:
         return _validate(args, cores, ov)
     if args.source is not None:
         study = MeasuredStudy(args.source)
-        _register_users(study.runs)
+        _register_users(study.runs, "--from", args.source)
         ov = study.overheads(_here(ov, calib, study))
         todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
                  f"--from {args.source}") for r in study.runs]
         spec_dict = {"simulated_from": args.source}
     else:
-        spec = build_spec(args, virtual=True)
+        spec = build_spec(args, virtual=True, split=args.split if any(
+            P > 1 for P in (args.P or [1])) else "static")
+        args.split_params = spec.params  # a user technique splitting over -P reads them
         for opt, v in (("--height", spec.height), ("--width", spec.width),
                        ("--frames", max(spec.frames))):
             if v > INT32_MAX:  # the study file's fields
@@ -64,6 +67,17 @@ def main(args) -> int:
 
 def _refuse_unmodelled(args) -> None:
     """Variants the model does not simulate are refused rather than stored as if it did."""
+    for opt, attr in (("--input", "input"), ("--verify", "verify")):
+        if getattr(args, attr, None) is not None:
+            raise UsageError(f"{opt} is not simulated: the model knows the built-in workloads' "
+                             "tasks only (measure yours with `run`, then `simulate --from` it)")
+    kernel = getattr(args, "kernel", None)
+    if kernel not in (None, "quicksort"):
+        raise UsageError(f"--kernel {kernel} is not simulated: the model times the rows of the "
+                         "quicksort kernel (measure yours with `run`, then `simulate --from` it)")
+    if getattr(args, "costs", None) and getattr(args, "workload", None) is not None:
+        raise UsageError(f"--costs {args.costs} gives the tasks' costs; --workload would store "
+                         "another workload's name and parameters with them: give one or the other")
     if -1 in (getattr(args, "chunk", None) or []):
         raise UsageError("--chunk auto searches the fastest chunk by timing real runs; "
                          "simulate takes explicit chunks (--chunk C[,C...])")
@@ -113,18 +127,23 @@ def _check_out(args) -> str | None:
     return out
 
 
-def _register_users(runs) -> None:
+def _register_users(runs, opt: str, path: str) -> None:
     """A measured study's user techniques, registered from the references it stored (their
-    modules must import here) so that their rows can be simulated under their names."""
+    modules must import here) so that their rows can be simulated under their names; one
+    whose source changed since those runs is refused, as `run --resume` refuses it (the
+    model would run the new code on the old code's measurements)."""
     for name, ref in sorted({(str(r["scheduler"]), str(r["technique"])) for r in runs
                              if r["technique_hash"]}):
         if name not in registry.SCHEDULERS:
             registry.get(f"pipe-MtoM:{ref}" if name.startswith("pipe-MtoM:") else ref)
+    problems = changed_techniques(runs)
+    if problems:
+        raise UsageError(f"{opt} {path}: cannot re-simulate its runs: {'; '.join(problems)}")
 
 
 def _overheads(args) -> tuple[Overheads, str]:
     if args.calibration:
-        data = cost_src.load_calibration(args.calibration)
+        data = cost_src.load_calibration(args.calibration, Overheads.names())
         return Overheads.from_dict(data["overheads"]), args.calibration
     return Overheads(), ""
 
@@ -190,7 +209,8 @@ def _simulated(args, todo: list, cores: int, ov: Overheads):
             yield replace(again, config=cfg)
             continue
         costs, cum, *own = costs_of()  # --from: the configuration's own overheads
-        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source)
+        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source,
+                       getattr(args, "split_params", None))
         if _repeatable(cfg.scheduler):
             done[replace(cfg, rep=0)] = rec
         yield rec
@@ -205,6 +225,11 @@ def _write(args, records, study: dict) -> int:
             writer.append(rec)
             n += 1
             failed += not rec.verified
+            if not rec.verified:  # why, as `run` says it
+                c = rec.config
+                why = rec.error or "the simulated chunks did not cover every task once"
+                print(f"hybridsched: FAILED: {why} [{c.scheduler} k={c.k} L={c.frames} "
+                      f"P={c.P} rep={c.rep}]; stored with verified=false", file=sys.stderr)
     print(run_summary(out))
     print(f"\n{n} simulated runs ({failed} failed or not covering every task once) "
           f"written to {out}", file=sys.stderr)
@@ -221,10 +246,16 @@ def _repeatable(scheduler: str) -> bool:
 
 def _validate(args, cores: int, ov: Overheads) -> int:
     study = MeasuredStudy(args.validate, "--validate")
+    if args.cores and args.cores != study.n:
+        raise UsageError(f"--validate {args.validate} compares its runs, measured on {study.n} "
+                         f"cores, with the model on as many; --cores {args.cores} would compare "
+                         "them with another machine (leave --cores out, or use --from for "
+                         "what-ifs)")
+    cores = study.n  # the measured machine's, whatever this one has
     if not (study.runs["P"] == 1).any():
         raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
                          "(--validate compares P = 1 runs)")
-    _register_users(study.runs)
+    _register_users(study.runs, "--validate", args.validate)
     ov = study.overheads(_here(ov, args.calibration, study))
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
                           study.overheads_for(r, ov), args.split, f"--from {args.validate}"))

@@ -89,11 +89,26 @@ def sized(tech: Technique, remaining: int, request: int, worker: int) -> int:
             raise
         raise TechniqueError(f"technique {tech.name}: chunk() raised {type(exc).__name__}: "
                              f"{exc} (worker {worker}, claim {request})") from exc
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise TechniqueError(f"technique {tech.name}: chunk() returned {value!r} for worker "
+    # the plain integer it holds, checked and used alike: an int subclass whose '<' or
+    # __int__ lies cannot pass the check as one value and be used as another
+    count = _plain_int(value)
+    if count is None or count < 1:
+        raise TechniqueError(f"technique {tech.name}: chunk() returned {value!r:.80} for worker "
                              f"{worker} (claim {request}, {remaining} remaining); it must "
                              "return a positive integer")
-    return min(int(value), remaining)
+    return min(count, remaining)
+
+
+def _plain_int(value) -> int | None:
+    """The exact integer an int or numpy integer holds, read past any method the value's
+    class overrides; None for anything else (bool included)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, np.integer):
+        return np.generic.item(value)
+    return None
 
 
 def recorded(tech: Technique, worker: int, first: int, count: int, seconds: float) -> None:

@@ -142,6 +142,8 @@ def _auto_sim_prepare(job) -> None:
     choice = pred.choose()  # stored with the run: what it will run and the time it expects
     job.extra["auto_sim"] = {"technique": choice, "predicted_s": pred.predicted[choice],
                              "simulations": pred.simulations}
+    if pred.dropped:  # the portfolio's members that failed, named with why
+        job.extra["auto_sim"]["dropped"] = dict(pred.dropped)
 
 
 def _auto_sim(n, workers, c, monitor, job=None):
@@ -200,7 +202,10 @@ class SchedulerInfo:
         """The chunk actually used: the request, or the entry's default when it is 0."""
         if requested == pol.AUTO_CHUNK and self.chunk_search:
             return requested  # the backend searches it (--chunk auto)
-        return requested if requested > 0 else self.default_chunk(frames)
+        chunk = requested if requested > 0 else self.default_chunk(frames)
+        # a chunk above the frames is all of them (as OpenMP does): every hand-out then
+        # stays within [0, frames), whatever was asked
+        return min(chunk, frames) if chunk > 0 and frames > 0 else chunk
 
     def workers(self, k: int, n_cpus: int) -> int:
         return self.pool(k, n_cpus)

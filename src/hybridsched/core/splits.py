@@ -4,7 +4,10 @@ indexes through a shared ticket counter -- guided's, an LB4OMP technique's, or a
 deterministic technique's."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+
+import numpy as np
 
 from . import policies, techniques, usertech
 from .contract import configure, hand_out
@@ -30,20 +33,30 @@ def inter_node_min_chunk(k: int) -> int:
 DYNAMIC_DIVISOR_PER_RANK = 2
 
 
-def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic") -> list[tuple[int, int]]:
-    """The chunk sequence over P ranks that the ticket counter indexes: guided's, or an
-    LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES)."""
+def dynamic_chunks(L: int, P: int, k: int, split: str = "dynamic",
+                   params: dict | None = None) -> list[tuple[int, int]]:
+    """The chunk sequence over P ranks that the ticket counter indexes: guided's, an
+    LB4OMP technique's (``split`` one of SPLIT_TECHNIQUES), or a user technique's (given
+    ``params``, the study's --param); checked to cover the L frames exactly once."""
     c = inter_node_min_chunk(k)
     if ":" in split:  # a user's deterministic technique over the P ranks
         tech = split_technique(split).new()
-        configure(tech, L, P, c, {})
+        configure(tech, L, P, c, dict(params or {}))
         sizes = hand_out(tech, L).tolist()
         starts = [0] + list(itertools.accumulate(sizes))[:-1]
-        return list(zip(starts, sizes))
-    if split in SPLIT_TECHNIQUES:
-        return techniques.sequence(split, L, P, c)
-    d = DYNAMIC_DIVISOR_PER_RANK * P
-    return list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
+        out = list(zip(starts, sizes))
+    elif split in SPLIT_TECHNIQUES:
+        out = techniques.sequence(split, L, P, c)
+    else:
+        d = DYNAMIC_DIVISOR_PER_RANK * P
+        out = list(policies.fcfs_chunks(L, lambda rem: policies.guided_size(rem, d, c)))
+    policies.check_chunks(out, L, f"--split {split}")
+    return out
+
+
+def handout_digest(chunks: list[tuple[int, int]]) -> str:
+    """A short fingerprint of a hand-out, for ranks to compare theirs."""
+    return hashlib.sha256(np.asarray(chunks, np.int64).tobytes()).hexdigest()[:16]
 
 
 def split_technique(ref: str):

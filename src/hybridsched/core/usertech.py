@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import re
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
@@ -23,20 +24,46 @@ MAX_REF = 120  # the study's technique field (module:qualname)
 
 
 def source_hash(cls: type) -> str:
-    """sha256 of the source of ``cls`` and of its user-defined bases (the code of their
-    functions where the source cannot be read, e.g. a class typed into a REPL)."""
-    h = hashlib.sha256()
-    for klass in cls.__mro__:
-        if klass is Technique or klass is object:
-            continue
+    """sha256 of what the technique's behaviour depends on within its own code: the source
+    of ``cls`` and of its user-defined bases (the code of their functions where the source
+    cannot be read, e.g. a class typed into a REPL), and the whole source of the modules
+    that define them (module-level constants and helpers that ``chunk()`` reads). Not
+    covered: other modules it imports, files or the environment it reads."""
+    h = hashlib.sha256(_class_source(cls))
+    modules = dict.fromkeys(k.__module__ for k in _own_classes(cls))
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is None or name.split(".")[0] == __name__.split(".")[0]:
+            continue  # hybridsched's own code is identified by its version
         try:
-            h.update(inspect.getsource(klass).encode())
+            text = inspect.getsource(module)
+        except (OSError, TypeError):  # no file (a REPL's __main__): the classes alone
+            continue
+        h.update(b"\0module " + name.encode() + b"\0" + text.encode())
+    return h.hexdigest()
+
+
+def class_source_hash(cls: type) -> str:
+    """The hash of hybridsched before issue 33 (the classes' source only): how the
+    technique_hash of older studies was made, so that they are told apart."""
+    return hashlib.sha256(_class_source(cls)).hexdigest()
+
+
+def _own_classes(cls: type) -> list[type]:
+    return [k for k in cls.__mro__ if k is not Technique and k is not object]
+
+
+def _class_source(cls: type) -> bytes:
+    parts = []
+    for klass in _own_classes(cls):
+        try:
+            parts.append(inspect.getsource(klass).encode())
         except (OSError, TypeError):
             for key, value in sorted(vars(klass).items()):
                 code = getattr(value, "__code__", None)
-                h.update(key.encode())
-                h.update(code.co_code + repr(code.co_consts).encode() if code else repr(value).encode())
-    return h.hexdigest()
+                parts.append(key.encode())
+                parts.append(code.co_code + repr(code.co_consts).encode() if code else repr(value).encode())
+    return b"".join(parts)
 
 
 @dataclass(eq=False)
@@ -97,8 +124,8 @@ def _checked(obj, what: str) -> UserTechnique:
     elif isinstance(obj, type) and issubclass(obj, Technique) and obj is not Technique:
         cls = obj
     else:
-        raise UsageError(f"{what}: {type(obj).__name__} {obj!r:.60} is not a hybridsched."
-                         "Technique subclass or instance")
+        raise UsageError(f"{what}: {_described(obj)} is not a hybridsched.Technique "
+                         "subclass or instance")
     if cls.chunk is Technique.chunk:
         raise UsageError(f"{what}: {cls.__qualname__} does not define chunk()")
     name = instance.name if instance is not None else cls.name
@@ -117,6 +144,16 @@ def _checked(obj, what: str) -> UserTechnique:
     if instance is None:
         _constructible(cls, what)
     return UserTechnique(cls, ref, source_hash(cls), instance)
+
+
+def _described(obj) -> str:
+    """What ``obj`` is, in a few words: a module, class or function by its name (a repr cut
+    at a width ended in the middle of a path), anything else by a shortened repr."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if isinstance(name, str):
+        return f"{type(obj).__name__} {name}"
+    text = repr(obj)
+    return f"{type(obj).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _constructible(cls: type, what: str) -> None:

@@ -46,7 +46,7 @@ from ..kernels import KERNELS, generate_frames
 from ..backends import get_backend
 from ..backends.base import Job
 from ..core import policies, registry as schedulers
-from ..core.splits import SPLITS, dynamic_chunks, split_technique
+from ..core.splits import SPLITS, dynamic_chunks, handout_digest, split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import usable_cpus
 from ..records import RunConfig, RunRecord
@@ -79,7 +79,8 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
                          "its block's tasks)")
     profiled = sorted({c.scheduler for c in configs if schedulers.get(c.scheduler).profiled})
     if profiled and split != "static":
-        raise UsageError(f"{', '.join(profiled)} need a profiling run of the loop, which a "
+        raise UsageError(f"{', '.join(profiled)} {'needs' if len(profiled) == 1 else 'need'} "
+                         "a profiling run of the loop, which a "
                          f"--split {split} chunk would pay inside the timed region; use "
                          "--split static")
     small = [c.frames for c in configs if c.frames < P]
@@ -130,15 +131,18 @@ class DynamicSplit:
 
     fresh = False  # a rank materialises only the frames it claims
 
-    def __init__(self, w: World, slab, counter, cpus: list[int], split: str):
+    def __init__(self, w: World, slab, counter, cpus: list[int], split: str,
+                 params: dict | None = None):
         self.w, self.slab, self.counter, self.split = w, slab, counter, split
+        self.params = params
         self.gen_threads = max(1, len(cpus))
         self.prefix = f"rank {w.rank} on {w.host}: "
         self.mine: list[tuple[int, int]] = []
 
     def run(self, job: Job, m: Measured) -> None:
         w, work, slab = self.w, job.work, self.slab
-        chunks = dynamic_chunks(job.frames, w.size, job.k, self.split)
+        chunks = dynamic_chunks(job.frames, w.size, job.k, self.split, self.params)
+        m.handout = handout_digest(chunks)  # rank 0 checks that every rank used the same
         threads = min(job.k, self.gen_threads)
         slow = slowdown(w.rank)
         self.counter.reset()
@@ -177,10 +181,12 @@ class DynamicSplit:
 
 
 def run_split(w: World, configs: Iterable[RunConfig],
-                       on_record: Callable[[RunRecord], None], split: str = "static") -> int:
+              on_record: Callable[[RunRecord], None], split: str = "static",
+              split_params: dict | None = None) -> int:
     """Run every configuration on all ranks; rank 0 gets each combined record through
     ``on_record`` (which writes and flushes it). Returns the number of failed or
-    unverified runs (on every rank)."""
+    unverified runs (on every rank). ``split_params``: what a user technique that splits
+    the frames is given (the study's --param)."""
     configs = [replace(c, P=w.size) for c in configs]
     check_split(configs, w.size, split)
     cpus = local_cpus(usable_cpus(), w.local_rank, w.local_size)
@@ -189,9 +195,9 @@ def run_split(w: World, configs: Iterable[RunConfig],
 
         def body(cfg: RunConfig, slab: Workspace) -> Body:
             return StaticSplit(w, slab) if split == "static" else \
-                DynamicSplit(w, slab, counter, cpus, split)
+                DynamicSplit(w, slab, counter, cpus, split, split_params)
         loop = study_loop(w, configs, on_record, lambda cfg: _slab(w, cfg, split), cpus=cpus,
-                          body_for=body, split=split, before_run=lambda i: maybe_fail(w.rank, i))
+                          body_for=body, split=split, split_params=split_params, before_run=lambda i: maybe_fail(w.rank, i))
         return sum(not ok for _, ok in loop)
 
 

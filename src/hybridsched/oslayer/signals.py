@@ -1,5 +1,6 @@
 """Holding SIGINT and SIGTERM over a few steps that must not be cut in half (a snapshot
-being published, an attachment and its release being registered)."""
+being published, an attachment and its release being registered), and handlers whose
+signal is never lost on its way up."""
 from __future__ import annotations
 
 import functools
@@ -45,3 +46,39 @@ def loading(fn):
         with signals_held():
             return fn(*args, **kwargs)
     return held
+
+
+# The first Ctrl-C/SIGTERM whose exception may not have reached the command. Python drops an
+# exception raised where nobody can receive it -- a weakref callback or a __del__ (h5py's
+# object registry runs them by the thousand while a study is copied), a C routine that
+# clears errors -- so one signal could be lost and the command run to its end. Long loops
+# call honour_pending() and the CLI checks it before it reports success.
+_pending: list[int] = []
+
+
+def raising(make):
+    """A handler that records the first signal and raises ``make(signum)``."""
+    def handler(signum, frame):
+        if not _pending:
+            _pending.append(signum)
+        raise make(signum)
+    return handler
+
+
+def honour_pending() -> None:
+    """Raise the first signal's exception again if it was lost on its way up (a no-op when
+    none came, outside the main thread, or once the command has taken it)."""
+    if _pending and threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(_pending[0])
+        if callable(handler):
+            handler(_pending[0], None)
+
+
+def pending() -> int | None:
+    """The signal whose exception has not been taken yet, None when there is none."""
+    return _pending[0] if _pending else None
+
+
+def taken() -> None:
+    """The command received the signal's exception: nothing is pending any more."""
+    _pending.clear()

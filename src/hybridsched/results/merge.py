@@ -14,7 +14,10 @@ import h5py
 import numpy as np
 
 from ..colocate.output import conform as conform_colocate
+from ..colocate.output import read_colocate
 from ..errors import UsageError
+from ..oslayer.signals import honour_pending
+from ..ge.output import read_ge
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
 from ..study.output import new_study
 from .data import mpi_text
@@ -33,6 +36,13 @@ SIDE_TABLES = ("ge", "colocate")
 # A side table whose layout grew with a format version: its rows of older files in today's
 # layout first, so studies of both versions merge
 _CONFORM = {"colocate": conform_colocate}
+SIDE_READERS = (read_ge, read_colocate)  # their readers, which check every row
+
+
+def _tensor(t: tuple) -> str:
+    s, h, w, kern, wl, wp, ih = t
+    return (f"seed {s}, {h}x{w}, {kern}" + (f", {wl} {wp}".rstrip() if wl != "uniform" else "")
+            + (f", {ih[:15]}" if ih else ""))
 
 
 def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int]:
@@ -49,17 +59,23 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
     tensors: dict[tuple, str] = {}
     for p in inputs:
         check_ours(p)
-        runs = read_runs(p)
+        runs = read_runs(p)  # what is copied is read as `report` reads it
+        for read in SIDE_READERS:
+            read(p)
+        for name in SIDE_TABLES:  # their specs are copied too: JSON objects, or one line
+            study_spec(p, key=f"{name}_spec")
         # the workload, its parameters and an --input file's hash name the tasks too
-        for t in set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
-                         runs["kernel"].tolist(), runs["workload"].tolist(),
-                         runs["workload_params"].tolist(), runs["input_hash"].tolist())):
+        mine = set(zip(runs["seed"].tolist(), runs["H"].tolist(), runs["W"].tolist(),
+                       runs["kernel"].tolist(), runs["workload"].tolist(),
+                       runs["workload_params"].tolist(), runs["input_hash"].tolist()))
+        if len(mine) > 1:  # one study, one tensor: this one was made otherwise
+            raise UsageError(f"merge: {p} itself holds runs of {len(mine)} tensors or kernels "
+                             f"({'; '.join(map(_tensor, sorted(mine)))})")
+        for t in mine:
             tensors.setdefault(t, p)
     if len(tensors) > 1:
         # one T_serial per L: runs on other frames, seeds or kernels are not comparable
-        shown = "; ".join(f"{p}: seed {s}, {h}x{w}, {kern}" + (f", {wl} {wp}".rstrip() if wl != "uniform" else "")
-                          + (f", {ih[:15]}" if ih else "")
-                          for (s, h, w, kern, wl, wp, ih), p in tensors.items())
+        shown = "; ".join(f"{p}: {_tensor(t)}" for t, p in tensors.items())
         raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
     check_output(out, "-o")
     if any(_same(p, out) for p in inputs if os.path.exists(out)):
@@ -114,8 +130,8 @@ def _copy_tables(path: str, dst: h5py.File, counts: dict[str, int]) -> None:
                 rows["run_id"] = np.arange(first, first + len(rows))
             have.resize((first + len(rows),))
             have[first:] = rows
-            specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))
-            specs.append(json.loads(src.attrs.get(f"{name}_spec", "{}")))
+            specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))  # ours: written below
+            specs.append(study_spec(path, key=f"{name}_spec"))  # checked: crafted, it is one line
             dst.attrs[f"{name}_specs"] = json.dumps(specs, sort_keys=True)
             dst.attrs[f"{name}_spec"] = json.dumps(specs[0], sort_keys=True)
             counts[name] = counts.get(name, 0) + len(rows)
@@ -132,6 +148,7 @@ def _copy_runs(path: str, source: int, dst: h5py.File, first_id: int) -> int:
             runs[first_id:] = rows
         detail = src.get("detail")
         for old, new in zip(old_ids, rows["run_id"]):
+            honour_pending()  # h5py's finalizers may have swallowed a signal's exception
             name = f"{int(old):06d}"
             if detail is not None and name in detail:
                 src.copy(detail[name], dst["detail"], name=f"{int(new):06d}")

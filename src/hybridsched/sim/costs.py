@@ -40,9 +40,19 @@ def from_file(path: str) -> np.ndarray:
     arr = arr.astype(np.float64)
     if not np.all(np.isfinite(arr)) or (arr < 0).any():
         raise UsageError(f"--costs {path}: every cost must be a finite number of seconds >= 0")
-    if not arr.sum() > 0:
+    with np.errstate(over="ignore"):
+        total = float(arr.sum())
+    if not total > 0:
         raise UsageError(f"--costs {path}: every cost is 0; nothing to schedule")
+    if not total <= MAX_TOTAL_S:
+        raise UsageError(f"--costs {path}: the tasks add up to more than the "
+                         f"{MAX_TOTAL_S:.0e} s a simulation takes (seconds per task?)")
     return arr
+
+
+# The most seconds a cost array may add up to: about 30,000 years, far beyond any loop, and
+# far below where sums of it (a makespan, a mean over repetitions) overflow a float.
+MAX_TOTAL_S = 1e12
 
 
 def exit_seconds(reps: int = 5) -> float:
@@ -190,15 +200,20 @@ def _bound(key: str) -> float:
     return 1e15 if key in _NOT_SECONDS else 3600.0
 
 
-def load_calibration(path: str) -> dict:
-    """A calibration file written by `hybridsched calibrate` (JSON)."""
-    if not os.path.isfile(path):
-        raise UsageError(f"--calibration {path}: no such file")
+def load_calibration(path: str, known: frozenset[str] = frozenset()) -> dict:
+    """A calibration file written by `hybridsched calibrate` (JSON); ``known``: the
+    overhead names a model reads (another one is a typo, refused)."""
+    if not os.path.isfile(path):  # a FIFO would block the open, a directory cannot be read
+        raise UsageError(f"--calibration {path}: not a regular file" if os.path.exists(path)
+                         else f"--calibration {path}: no such file")
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
         raise UsageError(f"--calibration {path}: not a calibration file ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"--calibration {path}: not a calibration file (JSON nested too "
+                         "deep)") from None
     if not isinstance(data, dict) or data.get("format") != "hybridsched-calibration":
         raise UsageError(f"--calibration {path}: not a hybridsched calibration file")
     if not isinstance(data.get("version", 1), int) or data.get("version", 1) > CALIBRATION_VERSION:
@@ -207,6 +222,10 @@ def load_calibration(path: str) -> dict:
     values = data.get("overheads")
     if not isinstance(values, dict):
         raise UsageError(f"--calibration {path}: no 'overheads' table")
+    unknown = sorted(set(values) - known) if known else []
+    if unknown:
+        raise UsageError(f"--calibration {path}: unknown overhead {unknown[0]!r} (a typo? "
+                         f"known: {', '.join(sorted(known))})")
     for key, v in values.items():
         for x in (v if isinstance(v, list) else [v]):
             low = "above 0" if key in _POSITIVE else "from 0"

@@ -79,6 +79,11 @@ class Overheads:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """The overheads a calibration file may set."""
+        return frozenset(f.name for f in fields(cls))
+
 
 def placement(k: int, cores: int, affinity: bool, coop: bool, ov: Overheads) -> Placement:
     mode = COOP if coop else PINNED if affinity else SHARED

@@ -48,25 +48,28 @@ def _tables(out: Outcome, k: int, cpus: list[int] | None) -> tuple[np.ndarray, n
 
 
 def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: int, ov: Overheads,
-             split: str = "static", source: str = "") -> RunRecord:
+             split: str = "static", source: str = "", split_params: dict | None = None) -> RunRecord:
     """The simulated record of ``cfg`` (its P, k, chunk, affinity, coop, params) on
-    ``cores`` virtual CPUs per node; a technique that misbehaves fails this run alone."""
+    ``cores`` virtual CPUs per node; a technique that misbehaves fails this run alone.
+    ``split_params``: what a user technique splitting the frames over P nodes is given."""
     try:
-        return _simulate(cfg, costs, cum, cores, ov, split, source)
+        return _simulate(cfg, costs, cum, cores, ov, split, source, split_params)
     except HybridschedError as exc:
         info = registry.get(cfg.scheduler)
+        tech, digest = registry.identity(cfg.scheduler)  # which code failed stays on record
         return RunRecord(cfg, info.family, math.nan, False, error=f"simulated: {exc}",
                          notes=f"simulated on {cores} cores", simulated=True,
-                         extra={"simulated": {"cores": cores, "costs": source}})
+                         extra={"simulated": {"cores": cores, "costs": source}},
+                         technique=tech, technique_hash=digest)
 
 
 def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
-              source: str) -> RunRecord:
+              source: str, split_params: dict | None = None) -> RunRecord:
     info = registry.get(cfg.scheduler)
     if cum is None:
         cum = np.concatenate([[0.0], np.cumsum(costs)])
     if cfg.P > 1:
-        out, disp, k = _split(cfg, costs, cum, cores, ov, split), None, cfg.P
+        out, disp, k = _split(cfg, costs, cum, cores, ov, split, split_params), None, cfg.P
     else:
         out, disp = execute(cfg.scheduler, costs, cum, cfg.k, cfg.chunk, cores, ov,
                             cfg.affinity, cfg.coop, cfg.param_dict(), cfg.dispatch)
@@ -77,6 +80,8 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
     tech, digest = registry.identity(cfg.scheduler, technique)
     notes = f"simulated on {cores} cores" + (f"; {disp.notes()}" if disp is not None and disp.notes() else "")
     extra = {"simulated": {"cores": cores, "costs": source, "split": split if cfg.P > 1 else ""}}
+    if cfg.P > 1 and ":" in split and split_params:
+        extra["simulated"]["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
     chunk_used = info.resolve_chunk(cfg.chunk, len(costs)) if not info.baseline else len(costs)
     return RunRecord(cfg, info.family, out.makespan, ok, bad_rows=0 if ok else -1,
                      chunk_used=max(0, chunk_used), workers_used=k, notes=notes,
@@ -84,7 +89,8 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
                      technique_hash=digest, simulated=True)
 
 
-def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str) -> Outcome:
+def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
+           split_params: dict | None = None) -> Outcome:
     """P nodes: each node's share run by the local scheduler on k workers; the nodes are the
     outcome's workers (a chunk row per node claim)."""
     L, P = len(costs), cfg.P
@@ -106,7 +112,7 @@ def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str) ->
             ends[r] = ov.mpi_latency_s + local(first, count)
             rows.append((r, first, count, ov.mpi_latency_s, ends[r]))
         return Outcome(rows, np.zeros(P), ends, ends - ov.mpi_latency_s, float(ends.max()))
-    chunks = dynamic_chunks(L, P, cfg.k, split)
+    chunks = dynamic_chunks(L, P, cfg.k, split, split_params)
     work = {first: local(first, count) + count * bytes_per_task / ov.mpi_bandwidth
             for first, count in chunks}
     queue = iter(chunks)

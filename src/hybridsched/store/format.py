@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 
 from ..errors import HybridschedError
+from ..oslayer.signals import signals_held
 from ..records import RunRecord, fit_text  # noqa: F401  (fit_text: store's name for it)
 
 FORMAT = "hybridsched"
@@ -126,7 +127,12 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
 
 def decode(raw: np.ndarray, errors: str = "strict") -> np.ndarray:
     """Turn the fixed-length byte-string fields into numpy unicode fields (UnicodeDecodeError
-    on bytes that are not UTF-8 unless ``errors`` says otherwise)."""
+    on bytes that are not UTF-8 unless ``errors`` says otherwise).
+
+    numpy's element-wise decode drops an exception raised inside it, so a Ctrl-C/SIGTERM
+    handler that ran there was lost (a `report` of a 110,000-run study ran to its end in 6
+    of 17 tries): each column is decoded with the signals held, and the first one that
+    came meanwhile is delivered when the column is done."""
     descr = []
     for name in raw.dtype.names:
         dt = raw.dtype[name]
@@ -134,5 +140,9 @@ def decode(raw: np.ndarray, errors: str = "strict") -> np.ndarray:
     out = np.zeros(raw.shape, descr)
     for name in raw.dtype.names:
         col = raw[name]
-        out[name] = np.char.decode(col, "utf-8", errors) if col.dtype.kind == "S" else col
+        if col.dtype.kind != "S":
+            out[name] = col
+            continue
+        with signals_held():
+            out[name] = np.char.decode(col, "utf-8", errors)
     return out

@@ -15,7 +15,8 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy, NotOurFile
-from ..records import TRACE_DTYPE, WORKER_DTYPE, RunConfig
+from ..oslayer.signals import honour_pending
+from ..records import API_WORKLOAD, TRACE_DTYPE, WORKER_DTYPE, WORKLOAD_NAMES, RunConfig
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 
 
@@ -51,8 +52,9 @@ def check_ours(path: str) -> None:
                          f"it writes {FORMAT_VERSION})")
 
 
-# /runs fields and the kinds of stored dtype that may fill them
-_KINDS = {"S": "S", "i": "iub", "f": "fiu", "b": "biu"}
+# the stored kinds that may fill a field of each kind (an int read as a float or a bool),
+# for /runs and the side tables
+FIELD_KINDS = {"S": "S", "i": "iub", "f": "fiu", "b": "biu"}
 # fields that must be at least 1 in every row: a study of zero nodes, workers or frames
 # is not a study (and would divide by zero in the metrics)
 _POSITIVE = ("P", "k", "L", "H", "W")
@@ -68,7 +70,7 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     for name in RUN_DTYPE.names:
         if name in ds.dtype.names:
             want, got = RUN_DTYPE[name].kind, ds.dtype[name]
-            if got.kind not in _KINDS[want] or got.shape:
+            if got.kind not in FIELD_KINDS[want] or got.shape:
                 raise BadStudy(f"{path}: /runs field {name} is stored as {got}, not as "
                                f"{RUN_DTYPE[name]}")
     try:
@@ -90,6 +92,11 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     return out
 
 
+# The longest time a verified run may hold: about 30,000 years, beyond any real or simulated
+# run, and far below where a mean or a sum over a study's runs would overflow a float.
+MAX_TIME_S = 1e12
+
+
 def _check_values(path: str, runs: np.ndarray) -> None:
     def bad(i: int, what: str):
         return BadStudy(f"{path}: run {int(runs['run_id'][i])}: {what}")
@@ -105,11 +112,20 @@ def _check_values(path: str, runs: np.ndarray) -> None:
         _, first = np.unique(ids, return_index=True)
         dup = sorted(set(range(len(ids))) - set(first.tolist()))[0]
         raise bad(dup, "run_id appears twice")
+    known = (*WORKLOAD_NAMES, API_WORKLOAD)
+    unknown = np.flatnonzero(~np.isin(runs["workload"], known))
+    if len(unknown):  # a name no hybridsched wrote: its rows cannot be read as tasks
+        raise bad(int(unknown[0]), f"workload {str(runs['workload'][unknown[0]])[:40]!r} is not "
+                  f"one of {', '.join(known)}")
+    spoilt = np.flatnonzero(runs["verified"] & (runs["bad_rows"] > 0))
+    if len(spoilt):  # verified means checked and found right: no bad row
+        raise bad(int(spoilt[0]), f"marked verified with bad_rows = {runs['bad_rows'][spoilt[0]]}")
     t = runs["time_s"][runs["verified"]]
-    wrong = ~(np.isfinite(t) & (t > 0))
+    wrong = ~(np.isfinite(t) & (t > 0) & (t <= MAX_TIME_S))
     if wrong.any():
         i = int(np.flatnonzero(runs["verified"])[np.flatnonzero(wrong)[0]])
-        raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be finite and > 0)")
+        raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be > 0 and at "
+                  f"most {MAX_TIME_S:.0e} s)")
     if "workload_params" in (runs.dtype.names or ()):
         for text in set(runs["workload_params"].tolist()) - {""}:
             if not _params_object(text):
@@ -165,8 +181,9 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
         val = json.loads(text)
     except (TypeError, ValueError, RecursionError):  # nested past Python's stack: not ours
         raise BadStudy(f"{path}: attribute {key} is not JSON") from None
-    if not isinstance(val, dict if key == "study" else list):
-        raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if key == 'study' else 'list'}")
+    obj = key == "study" or key.endswith("_spec")  # a side table's spec is an object too
+    if not isinstance(val, dict if obj else list):
+        raise BadStudy(f"{path}: attribute {key} is not a JSON {'object' if obj else 'list'}")
     return val
 
 
@@ -176,7 +193,7 @@ def simulated_cores(attrs: dict) -> int:
     try:
         sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
         return max(0, int(sim.get("cores", 0) or 0))
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, RecursionError):  # nested too deep too
         return 0
 
 
@@ -252,6 +269,7 @@ def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detai
     missing or malformed (its row still counts; only the figures from detail are left out)."""
     with open_study(path) as h5:
         for rid in run_ids:
+            honour_pending()  # h5py's finalizers may have swallowed a signal's exception
             try:
                 d = _detail(h5, int(rid))
             except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):

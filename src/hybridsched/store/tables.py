@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import BadStudy, UsageError
 from .format import decode
-from .reader import check_ours, open_study
+from .reader import FIELD_KINDS, check_ours, open_study
 from .writer import open_new
 
 
@@ -63,10 +63,28 @@ def read_table(path: str, table: str, dtype: np.dtype | None = None) -> np.ndarr
             raise BadStudy(f"{path}: /{table} is not a table")
         raw = ds[()]
     if dtype is not None:
-        missing = [n for n in np.dtype(dtype).names if n not in raw.dtype.names]
-        if missing:
-            raise BadStudy(f"{path}: /{table} lacks the fields {', '.join(missing)}")
+        raw = _conformed(path, table, raw, np.dtype(dtype))
     try:
         return decode(raw)
     except UnicodeDecodeError:
         raise BadStudy(f"{path}: /{table} holds text that is not UTF-8") from None
+
+
+def _conformed(path: str, table: str, raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``raw`` with every field ``dtype`` names present, of a compatible kind (as /runs'
+    fields are checked) and cast to its type; BadStudy otherwise (a field dropped or
+    retyped with h5py would fail later, in a report, with a traceback)."""
+    missing = [n for n in dtype.names if n not in raw.dtype.names]
+    if missing:
+        raise BadStudy(f"{path}: /{table} lacks the fields {', '.join(missing)}")
+    for name in dtype.names:
+        want, got = dtype[name], raw.dtype[name]
+        if got.kind not in FIELD_KINDS.get(want.kind, want.kind) or got.shape != want.shape:
+            raise BadStudy(f"{path}: /{table} field {name} is stored as {got}, not as {want}")
+    # text keeps its stored width (never cut); numbers take the type the readers expect
+    fields = [(n, dtype[n] if n in dtype.names and dtype[n].kind != "S" else raw.dtype[n])
+              for n in raw.dtype.names]
+    out = np.zeros(raw.shape, fields)
+    for name in raw.dtype.names:
+        out[name] = raw[name]
+    return out

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.policies import coverage
 from ..core.registry import identity
 from ..records import TRACE_DTYPE, WORKER_DTYPE, Execution, RunConfig, RunRecord
 
@@ -44,6 +45,7 @@ class Measured:
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
     series: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # what the job asks to store (a profile)
+    handout: str = ""              # fingerprint of the hand-out between ranks this rank used
 
     def add(self, ex: Execution, origin: float, worker_offset: int = 0) -> None:
         """Fold one backend execution in, its times made relative to ``origin``."""
@@ -100,27 +102,52 @@ def single_record(m: Measured) -> RunRecord:
                      technique=technique, technique_hash=digest)
 
 
-def _split_identity(split: str) -> dict:
+def _split_identity(split: str, params: dict | None) -> dict:
     """A user technique's identity when it splits the frames between ranks (its source
-    hash, so runs of two versions are told apart)."""
+    hash, so runs of two versions are told apart) and the parameters it was given."""
     if ":" not in split:
         return {}
     from ..core.usertech import resolve
 
     user = resolve(split, "--split")
-    return {"split_technique": user.ref, "split_technique_hash": user.hash}
+    return {"split_technique": user.ref, "split_technique_hash": user.hash,
+            "split_params": ",".join(f"{k}={v}" for k, v in sorted((params or {}).items()))}
 
 
-def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunRecord:
+def _whole_study(results: list[Measured], trace: np.ndarray, split: str) -> str:
+    """'' when the ranks, between them, ran every frame of the study exactly once from one
+    hand-out; else why the run cannot count as verified. Each rank checks only the frames
+    it ran, so a hand-out that differs between ranks (a --split technique whose chunk()
+    depends on the rank, the process or chance) would otherwise be stored as verified."""
+    L = results[0].config.frames
+    differ = [r.rank for r in results if r.handout != results[0].handout]
+    if differ:
+        return (f"rank {differ[0]} computed another --split {split} hand-out than rank 0, so "
+                "the ranks' chunks are not one partition of the frames")
+    never, twice = coverage(trace["first"], trace["count"], L)
+    if never or twice:
+        return (f"the ranks' chunks do not cover the {L} frames exactly once ({never} never "
+                f"ran, {twice} ran more than once; --split {split})")
+    return ""
+
+
+def ranks_record(results: list[Measured], total_bad: int, split: str,
+                 split_params: dict | None = None) -> RunRecord:
     """One record from every rank's measurement (rank 0, under MPI): the run's time is the
-    slowest rank's; per-rank times, frames, chunks and bad rows go into ``extra``."""
+    slowest rank's; per-rank times, frames, chunks and bad rows go into ``extra``. It is
+    verified only when every rank verified and the ranks ran every frame exactly once."""
     first = results[0]
     errors = [r.error for r in results if r.error]
+    trace = np.concatenate([r.trace for r in results])
+    trace = trace[np.argsort(trace["start"], kind="stable")]
+    if not errors:
+        whole = _whole_study(results, trace, split)
+        errors += [whole] if whole else []
     times = [r.time_s for r in results]
     time_s = math.nan if errors else max(times)
     extra = {
         "split": split,
-        **_split_identity(split),
+        **_split_identity(split, split_params),
         "rank_host": [r.host for r in results],
         "rank_time_s": times,
         "rank_wtime_s": [r.wtime_s for r in results],
@@ -138,8 +165,6 @@ def ranks_record(results: list[Measured], total_bad: int, split: str) -> RunReco
         extra["compute_time_s"] = (math.nan if errors else
                                    max(r.time_s - r.gen_s for r in results))
     workers = np.concatenate([r.workers for r in results])
-    trace = np.concatenate([r.trace for r in results])
-    trace = trace[np.argsort(trace["start"], kind="stable")]
     notes = f"split={split}" + "".join(f"; rank {r.rank}: {r.notes}" for r in results if r.notes)
     technique, digest = identity(first.config.scheduler, first.technique)
     return RunRecord(first.config, first.family, time_s, not errors and total_bad == 0,

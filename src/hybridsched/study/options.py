@@ -33,9 +33,10 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
-def build_spec(args, virtual: bool = False) -> StudySpec:
+def build_spec(args, virtual: bool = False, split: str = "static") -> StudySpec:
     """The study the options of `run` ask for, validated (UsageError otherwise);
-    ``virtual``: for `simulate`, which builds no tensor."""
+    ``virtual``: for `simulate`, which builds no tensor; ``split``: the --split in force
+    (under mpiexec, or simulate -P > 1)."""
     spec: StudySpec = preset(args.preset) if args.preset else default_spec()
     names = _scheduler_names(args.scheduler)
     if names is not None:
@@ -69,7 +70,7 @@ def build_spec(args, virtual: bool = False) -> StudySpec:
     spec.params = technique_params(args)
     if getattr(args, "portfolio", None):
         spec.portfolio = portfolio(args.portfolio)
-    spec.validate(virtual)
+    spec.validate(virtual, split)
     return spec
 
 

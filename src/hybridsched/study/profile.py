@@ -12,17 +12,25 @@ from ..backends.threads import execute
 from ..core import registry
 from ..core.techniques.dispense import loop_key
 from ..core.techniques.profiled import Profile, profile_of
+from ..errors import HybridschedError
 
 _profiles: dict[tuple, Profile] = {}
 
 
 def prepare(job: Job) -> None:
     """Run the entry's untimed preparation for ``job``: the loop's profile when its
-    technique needs one (registry ``profiled``), nothing otherwise."""
+    technique needs one (registry ``profiled``), then the entry's own (auto-sim's
+    predictions); a failure says which of the two failed."""
     if job.info.profiled:
-        attach(job)
+        try:
+            attach(job)
+        except HybridschedError as exc:
+            raise HybridschedError(f"profiling run: {exc}") from exc
     if job.info.prepare is not None:
-        job.info.prepare(job)
+        try:
+            job.info.prepare(job)
+        except HybridschedError as exc:
+            raise HybridschedError(f"{job.scheduler}'s preparation: {exc}") from exc
 
 
 def attach(job: Job) -> None:

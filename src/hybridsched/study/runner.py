@@ -20,6 +20,7 @@ from typing import Protocol
 from ..backends import get_backend
 from ..backends.base import Job, job_for
 from ..core import registry
+from ..core.policies import check_trace
 from ..errors import HybridschedError
 from ..oslayer.procfs import ForeignLoad
 from ..records import RunConfig, RunRecord
@@ -70,6 +71,9 @@ class Single:
 
     def run(self, job: Job, m: Measured) -> None:
         ex = get_backend(job.info.backend)(job)
+        # after the backend's clock stopped: what ran was every task once, in every mode
+        # (--verify none checks nothing else), or the run fails
+        check_trace(ex.trace, job.frames, job.scheduler)
         m.add(ex, ex.t_begin)
         m.time_s = ex.seconds
 
@@ -100,7 +104,7 @@ class TimedRun:
         try:
             profile.prepare(self.job)  # e.g. a technique's profiling run (on the workspace)
         except HybridschedError as exc:
-            self.m.failed(f"{self.body.prefix}profiling run: {exc}")
+            self.m.failed(f"{self.body.prefix}{exc}")
             return False
         self.m.extra = dict(self.job.extra)
         if self.body.fresh:
@@ -121,6 +125,7 @@ class TimedRun:
                     self.body.run(job, m)
             except HybridschedError as exc:  # a lost worker, a kernel that raised
                 m.failed(f"{self.body.prefix}{exc}", getattr(exc, "notes", ""))
+                m.technique = getattr(exc, "technique", "") or m.technique  # auto's failed pick
         m.foreign = probe.share()
 
     def verify(self) -> None:

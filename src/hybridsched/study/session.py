@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from ..errors import UsageError
+from ..oslayer.signals import honour_pending
 from ..records import RunConfig, RunRecord
 from ..store import has_table, read_attrs, stored_keys, study_spec
 from ..workloads.build import build
@@ -24,7 +25,7 @@ from .world import Solo, World
 def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunRecord], None],
                make_space: MakeSpace, *, cpus: list[int] | None = None,
                body_for: Callable[[RunConfig, Workspace], Body] | None = None,
-               split: str = "static",
+               split: str = "static", split_params: dict | None = None,
                on_start: Callable[[RunConfig], None] | None = None,
                before_run: Callable[[int], None] | None = None
                ) -> Iterator[tuple[RunRecord | None, bool]]:
@@ -36,6 +37,7 @@ def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunR
     ``before_run(i)`` before run number i (a test hook under MPI)."""
     with Resources(configs, make_space) as res:
         for i, cfg in enumerate(configs):
+            honour_pending()  # a signal whose exception a finalizer swallowed stops here
             if before_run is not None:
                 before_run(i)
             space = res.space(cfg)
@@ -48,7 +50,7 @@ def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunR
             results = world.gather(m)
             record = ok = None
             if world.rank == 0:
-                record = ranks_record(results, total_bad, split) if world.is_mpi else single_record(m)
+                record = ranks_record(results, total_bad, split, split_params) if world.is_mpi else single_record(m)
                 if not record.verified or record.lost_workers:
                     warn_unverified(record)
                 on_record(record)
@@ -115,12 +117,41 @@ def technique_changes(out: str, spec: StudySpec) -> list[str]:
             continue
         # its own runs, and the runs where auto raced it (technique = its reference)
         ran = np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"]) | (runs["technique"] == user.ref)
-        mine = runs["technique_hash"][ran]
-        old = sorted({h for h in mine if h and h != user.hash})
-        if old:
-            problems.append(f"technique {name} ({user.ref}) changed since its stored runs "
-                            f"(source sha256 {user.hash[:12]}, stored {old[0][:12]})")
+        problem = _changed(name, user, runs["technique_hash"][ran])
+        if problem:
+            problems.append(problem)
     return problems
+
+
+def changed_techniques(runs: np.ndarray) -> list[str]:
+    """User techniques, registered here, whose source differs from the version that made
+    stored ``runs`` (their technique and technique_hash): re-running or re-simulating those
+    rows would run other code under their name."""
+    from ..core import registry
+
+    users = {i.user.ref: i.user for i in registry.SCHEDULERS.values() if i.user is not None}
+    problems = []
+    for ref in sorted({str(t) for t, h in zip(runs["technique"], runs["technique_hash"]) if h}):
+        if ref in users:
+            problem = _changed(users[ref].name, users[ref], runs["technique_hash"][runs["technique"] == ref])
+            if problem:
+                problems.append(problem)
+    return problems
+
+
+def _changed(name: str, user, stored) -> str:
+    """Why the stored hashes of technique ``name`` are not its code's here ('' if they are)."""
+    from ..core.usertech import class_source_hash
+
+    old = sorted({str(h) for h in stored if h and h != user.hash})
+    if not old:
+        return ""
+    if old == [class_source_hash(user.cls)]:
+        return (f"technique {name} ({user.ref}): its stored runs were identified by its class's "
+                "source alone (hybridsched before module hashing), so a change elsewhere in "
+                "its module cannot be ruled out")
+    return (f"technique {name} ({user.ref}) changed since its stored runs (source sha256 "
+            f"{user.hash[:12]}, stored {old[0][:12]})")
 
 
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:

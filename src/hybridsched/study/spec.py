@@ -67,9 +67,10 @@ class StudySpec:
     # medians a few seconds of a shared host's slowdown can shift for one configuration.
     interleave: bool = False
 
-    def validate(self, virtual: bool = False) -> None:
+    def validate(self, virtual: bool = False, split: str = "static") -> None:
         """Refuse what cannot run (UsageError); ``virtual``: a simulated study, which
-        builds no tensor, so its size is not bounded by this machine's memory."""
+        builds no tensor, so its size is not bounded by this machine's memory; ``split``:
+        how the frames are split between ranks (a user technique there reads --param)."""
         from ..workloads.build import validate_spec
 
         for s in self.schedulers:
@@ -78,14 +79,15 @@ class StudySpec:
         if not self.schedulers:
             raise UsageError("no scheduler given")
         for name in self.params:
-            if any(name in schedulers.get(s).options or schedulers.get(s).user
-                   for s in self.schedulers):
-                continue
+            if ":" in split or any(name in schedulers.get(s).options or schedulers.get(s).user
+                                   for s in self.schedulers):
+                continue  # a user technique (a scheduler, or the split) reads any
             readers = [n for n in schedulers.names() if name in schedulers.get(n).options]
             if not readers:
-                raise UsageError(f"--param {name}: no scheduler of this study reads it (user "
-                                 "techniques read any; LB4OMP's: fiss_stages, viss_param, "
-                                 "pls_swr, rnd_start, seed)")
+                raise UsageError(f"--param {name}: no scheduler of this study reads it (a user "
+                                 "technique given to -s, or to --split under mpiexec, reads "
+                                 "any; LB4OMP's read fiss_stages, viss_param, pls_swr, "
+                                 "rnd_start, seed)")
             raise UsageError(f"--{name.replace('_', '-')} is read by {', '.join(readers[:4])} "
                              "only; no scheduler of this study uses it")
         if self.portfolio and not any("portfolio" in schedulers.get(s).options

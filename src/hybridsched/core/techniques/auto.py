@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 from typing import Callable
 
+from ..contract import TechniqueError
 from ..dispatch import Dispenser
 from . import NAMES
 
@@ -84,6 +86,7 @@ class Racing:
         self.plays = {a: 0 for a in self.arms}
         self.times: dict[str, list[float]] = {a: [] for a in self.arms}
         self.history: list[tuple[str, float]] = []
+        self.dropped: dict[str, str] = {}  # arm -> why it left the race (its technique failed)
 
     @property
     def settled(self) -> bool:
@@ -99,16 +102,33 @@ class Racing:
         return sum(kept) / len(kept)
 
     def choose(self) -> str:
+        if not self.alive:
+            raise TechniqueError("every technique of the portfolio failed: " + "; ".join(
+                f"{a}: {why}" for a, why in self.dropped.items()))
         if self.settled:
             return self.alive[0]
         behind = [a for a in self.alive if self.plays[a] < self.target]
         return min(behind, key=lambda a: self.plays[a])  # ties: portfolio order (min is stable)
 
     def record(self, arm: str, seconds: float) -> None:
+        if arm not in self.alive:
+            return  # dropped while its execution ran
         self.plays[arm] += 1
         self.times[arm].append(max(seconds, 1e-12))
         self.history.append((arm, seconds))
-        if not self.settled and all(self.plays[a] >= self.target for a in self.alive):
+        self._advance()
+
+    def drop(self, arm: str, why: str) -> None:
+        """``arm``'s technique failed (its chunk(), start() or record() misbehaved): it
+        leaves the race, and the others go on without it."""
+        if arm in self.alive:
+            self.dropped[arm] = why
+            self.alive = tuple(a for a in self.alive if a != arm)
+            self._advance()
+
+    def _advance(self) -> None:
+        """End the round once every survivor has its samples: the fastest third go on."""
+        if len(self.alive) > 1 and all(self.plays[a] >= self.target for a in self.alive):
             n = max(1, math.ceil(len(self.alive) / self.keep))
             ranked = sorted(self.alive, key=self._score)  # sorted is stable: ties by order
             self.alive = tuple(a for a in self.alive if a in ranked[:n])
@@ -117,7 +137,7 @@ class Racing:
 
     def leader(self) -> str | None:
         """The settled arm, or the fastest at the current sample count; None before any play."""
-        if not self.history:
+        if not self.history or not self.alive:
             return None
         return self.alive[0] if self.settled else min(self.alive, key=self._score)
 
@@ -161,14 +181,32 @@ class AutoDispenser(Dispenser):
         return self._inner
 
     def claim(self, w):
-        return None if self.stopped else self.inner.claim(w)
+        if self.stopped:
+            return None
+        with self.failing():
+            return self.inner.claim(w)
 
     @property
     def feedback(self) -> bool:  # chunk reports only where the chosen technique learns
         return self.inner.feedback
 
     def done(self, w, count, seconds):
-        self.inner.done(w, count, seconds)
+        with self.failing():
+            self.inner.done(w, count, seconds)
+
+    @contextmanager
+    def failing(self):
+        """A fault of the chosen technique fails this execution (the run) and drops the
+        technique from the race, so the next repetitions race the others."""
+        try:
+            yield
+        except TechniqueError as exc:
+            self.failed(exc)
+            raise
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.racer.drop(self.choice, str(exc))
 
     def executed(self, seconds: float) -> None:
         """The execution ended with every frame done after ``seconds`` (the run's T): the
@@ -192,4 +230,9 @@ class AutoDispenser(Dispenser):
 
     def notes(self):
         inner = self._inner.notes() if self._inner is not None else ""
-        return f"auto chose {self.choice}" + (f"; {inner}" if inner else "")
+        return f"auto chose {self.choice}" + (f"; {inner}" if inner else "") + self.dropped()
+
+    def dropped(self) -> str:
+        """The portfolio's failed techniques, for the run's notes ('' for none)."""
+        gone = getattr(self.racer, "dropped", {})
+        return f"; dropped from the portfolio: {', '.join(gone)}" if gone else ""

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..contract import TechniqueError
 from ..dispatch import Dispenser
 from .auto import AutoDispenser
 from ..virtual import Engine, Placement, virtual_clock
@@ -36,16 +37,32 @@ class Predictor:
         self.costs: np.ndarray | None = None
         self.stale = True
         self.simulations = 0
+        self.dropped: dict[str, str] = {}  # arm -> why it left the portfolio (it failed)
 
     def ready(self, costs: np.ndarray, workers: int, chunk: int, h: float, profile) -> None:
-        """Simulate the portfolio unless a fresh prediction exists (untimed)."""
+        """Simulate the portfolio unless a fresh prediction exists (untimed); a technique
+        that fails its simulation leaves the portfolio, named."""
         if self.costs is None:
             self.costs = np.asarray(costs, float)
         if not self.stale:
             return
-        self.predicted = {a: self._simulate(a, workers, chunk, h, profile) for a in self.arms}
+        self.predicted = {}
+        for a in self.alive:
+            try:
+                self.predicted[a] = self._simulate(a, workers, chunk, h, profile)
+            except TechniqueError as exc:
+                self.drop(a, str(exc))
         self.stale = False
         self.simulations += 1
+
+    @property
+    def alive(self) -> tuple[str, ...]:
+        return tuple(a for a in self.arms if a not in self.dropped)
+
+    def drop(self, arm: str, why: str) -> None:
+        """``arm``'s technique failed: it is never chosen again."""
+        self.dropped.setdefault(arm, why)
+        self.predicted.pop(arm, None)
 
     def _simulate(self, arm: str, workers: int, chunk: int, h: float, profile) -> float:
         info = self.lookup(arm)
@@ -62,7 +79,10 @@ class Predictor:
         return eng.run(disp).makespan
 
     def choose(self) -> str:
-        return min(self.arms, key=lambda a: self.predicted.get(a, math.inf))
+        if not self.alive:
+            raise TechniqueError("every technique of the portfolio failed: " + "; ".join(
+                f"{a}: {why}" for a, why in self.dropped.items()))
+        return min(self.alive, key=lambda a: self.predicted.get(a, math.inf))
 
     def record(self, arm: str, seconds: float) -> None:
         """A measured time: far from its prediction, rescale the costs and simulate again."""
@@ -97,4 +117,4 @@ class AutoSimDispenser(AutoDispenser):
     def notes(self):
         inner = self._inner.notes() if self._inner is not None else ""
         return (f"auto-sim chose {self.choice} (predicted {self.predicted * 1e3:.3f} ms)"
-                + (f"; {inner}" if inner else ""))
+                + (f"; {inner}" if inner else "") + self.dropped())
