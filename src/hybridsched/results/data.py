@@ -6,7 +6,6 @@ Every mean is over verified repetitions only; a failed or unverified run never e
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -99,11 +98,10 @@ class Study:
     def mpi_line(self) -> str:
         """Which MPI ran the study's ranks, "" when none did; a merged study names it for
         each input that ran under one."""
-        try:
-            sources = json.loads(self.attrs.get("study", "{}")).get("merged_from") or []
-        except (ValueError, AttributeError):
-            sources = []
-        if sources:
+        from ..store import study_settings
+
+        sources = study_settings(self.attrs).get("merged_from") or []
+        if isinstance(sources, list) and sources:
             texts = [f"{s['mpi']} ({os.path.basename(str(s.get('path', '?')))})"
                      for s in sources if isinstance(s, dict) and s.get("mpi")]
         else:

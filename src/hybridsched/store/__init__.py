@@ -8,7 +8,7 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
                      decode, record_row)
 from .reader import (Detail, check_ours, iter_details, machine_n, open_study, read_attrs,
                      read_detail, read_runs, row_config, simulated_cores, stored_keys,
-                     study_spec)
+                     study_settings, study_spec)
 from .writer import StudyWriter, open_new
 from .tables import TableWriter, has_table, read_table
 
@@ -17,5 +17,5 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "Detail", "StudyLock", "StudyWriter", "check_ours", "check_output",
            "conform", "decode", "iter_details", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "row_config",
-           "simulated_cores", "stored_keys",
+           "simulated_cores", "stored_keys", "study_settings",
            "study_spec", "write_text", "open_new", "TableWriter", "has_table", "read_table"]

@@ -187,13 +187,24 @@ def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict
     return val
 
 
+def study_settings(attrs: dict) -> dict:
+    """The study's settings (attribute ``study``) for what only adds to a report: {} where
+    they are absent or not a JSON object (nested past Python's stack too). Readers that
+    need them whole take :func:`study_spec`, which refuses such a study."""
+    try:
+        val = json.loads(attrs.get("study", "{}") or "{}")
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    return val if isinstance(val, dict) else {}
+
+
 def simulated_cores(attrs: dict) -> int:
     """The virtual cores per node a simulated study was simulated on; 0 for a measured one
     (or settings that do not say)."""
     try:
-        sim = json.loads(attrs.get("study", "{}") or "{}").get("simulate") or {}
+        sim = study_settings(attrs).get("simulate") or {}
         return max(0, int(sim.get("cores", 0) or 0))
-    except (TypeError, ValueError, AttributeError, RecursionError):  # nested too deep too
+    except (TypeError, ValueError, AttributeError):
         return 0
 
 
