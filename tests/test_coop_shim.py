@@ -51,14 +51,15 @@ def test_a_thread_that_exits_holding_its_token_gives_it_back(seg, shim_lib, tmp_
 
 def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):
     """sh forks seq and wc, which exec: each process joins the command's job (the exec'd
-    image keeps its slot), the pipe's ends hand the one token back and forth, and every
-    slot is given back when they end."""
+    image keeps its slot), the pipe's ends pass the one token between them, and every
+    slot is given back when they end. (Whether a pass is a hand-off to a waiter or a grant
+    of a token freed meanwhile depends on who reaches the arbiter first.)"""
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
         p = run_under(job, ["sh", "-c", "seq 1 50000 | wc -l"])
         counts, left = job.counters(), job_slots(a, job)
         held = (a.state.cpus["holder"] >= 0).sum()
     assert p.returncode == 0 and p.stdout.strip() == "50000", p.stderr
-    assert counts.threads >= 3 and counts.handoffs >= 1 and counts.calls >= 1
+    assert counts.threads >= 3 and counts.calls >= 1 and counts.grants + counts.handoffs >= 1
     assert left == 0 and held == 0
 
 
