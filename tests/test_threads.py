@@ -215,3 +215,45 @@ def test_one_signal_ends_a_run_whose_worker_is_stuck_in_user_code(tmp_path, wher
     assert len(read_runs(str(out))) == 1  # the serial run, completed before, is kept
     assert not os.path.exists(str(out) + ".lock")
     assert our_shm_entries(proc.pid) == []
+
+
+def test_a_signal_while_the_team_starts_abandons_a_worker_already_stuck(monkeypatch):
+    """A worker can reach (and stick in) its first chunk before the last thread starts; a
+    Ctrl-C held until the starts are done then ended the team with an unbounded join, and
+    the command never exited (seen on a loaded machine). It is the bounded join of any
+    other signal: the stuck worker is abandoned."""
+    from hybridsched.backends import threads as th
+    from hybridsched.core.dispatch import Dispenser
+    from waiting import wait_until
+
+    monkeypatch.setattr(th, "_ABANDON_AFTER_S", 0.2)
+    release, stuck = threading.Event(), threading.Event()
+
+    def target(w):
+        if w == 0:
+            stuck.set()
+            release.wait()  # in user code until the test lets it go
+
+    team = th.ThreadTeam(target, 2, Dispenser())
+    real_start = team.threads[1].start
+
+    def start_after_the_first_is_stuck():  # the signal lands while the team starts
+        stuck.wait()
+        real_start()
+        raise KeyboardInterrupt
+    monkeypatch.setattr(team.threads[1], "start", start_after_the_first_is_stuck)
+    got = []
+
+    def enter():
+        try:
+            team.__enter__()
+        except BaseException as exc:  # noqa: BLE001 - what the team raised
+            got.append(exc)
+    caller = threading.Thread(target=enter)
+    caller.start()
+    try:
+        wait_until(lambda: got, "the team's start to end after the signal", timeout=30)
+    finally:
+        release.set()
+        caller.join()
+    assert isinstance(got[0], KeyboardInterrupt) and team.abandoned == [0]

@@ -89,13 +89,14 @@ class ThreadTeam:
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a held signal raises here
         except RuntimeError as exc:  # "can't start new thread": fail this run, not the sweep
-            self.dispenser.stop()
-            self.__exit__(None, None, None)
+            self.__exit__(type(exc), exc, exc.__traceback__)
             raise ResourceError(f"cannot start {len(self.threads)} worker threads: {exc}") from exc
-        except BaseException:
-            # Ctrl-C/SIGTERM while starting: the workers already started must stop too
-            self.dispenser.stop()
-            self.__exit__(None, None, None)
+        except BaseException as exc:
+            # Ctrl-C/SIGTERM while starting: the workers already started stop too, and one
+            # already stuck in user code is abandoned as after a signal in the run (a worker
+            # can reach its first chunk before the last one starts: an unbounded join here
+            # hung a loaded machine's run for ever)
+            self.__exit__(type(exc), exc, exc.__traceback__)
             raise
         return self
 
