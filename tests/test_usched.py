@@ -306,6 +306,30 @@ def test_deadlock_is_reported_not_hung(arch):
             sched.run()
 
 
+@pytest.mark.parametrize("arch", USER_MODE)
+def test_the_last_user_thread_ending_as_spawning_ends_is_no_deadlock(arch):
+    """The spawner gives its token back and declares spawning over; a scheduler thread
+    whose last user thread ended between the two saw only the token alive and no spawner,
+    and declared a deadlock (under load). Here the user thread ends exactly there."""
+    from waiting import wait_until
+    gate = threading.Event()
+    with ARCHS[arch]() as sched:
+        real_spawn_done = sched._spawn_done
+
+        def spawn_done():  # the window between "spawning over" and the run's end
+            real_spawn_done()
+            gate.set()
+            wait_until(lambda: sched._done.is_set() or sched._live == 0,
+                       "the user thread to end", timeout=30)
+        sched._spawn_done = spawn_done
+
+        def ends_when_let():
+            gate.wait()
+            yield from ()
+        sched.spawn(ends_when_let)
+        sched.run()  # raised Deadlock("... 1 user threads wait ...")
+
+
 def test_a0_refused_thread_is_one_clear_error(monkeypatch):
     real = threading.Thread.start
     started = []

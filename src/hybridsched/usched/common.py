@@ -121,9 +121,12 @@ class UserModeBase:
     def run(self) -> None:
         """Give back the spawner's token and wait (interruptibly) until every user thread
         finished, one raised, or the run deadlocked."""
+        # The token goes back before spawning is declared over: a scheduler thread that ran
+        # out of work in between saw "not spawning" with only the token alive and declared
+        # a deadlock (seen on a loaded machine, when the last user thread ended there).
+        self._finished()
         self._spawning = False
         self._spawn_done()
-        self._finished()
         self._check_idle()
         while not self._done.wait(0.25):
             pass
