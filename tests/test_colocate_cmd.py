@@ -361,6 +361,23 @@ def test_studies_of_both_format_versions_merge(tmp_path, capsys):
     assert "### bsp: 2 jobs × 2 workers" in text and "### cmd: 1 co-located jobs, each `true`" in text
 
 
+@pytest.mark.parametrize("how", [["--cmd", "true", "--jobs", "2"],
+                                 ["--jobs", "2", "--workers", "1", "--steps", "5",
+                                  "--step-us", "50"]], ids=["cmd", "bsp"])
+def test_merged_studies_keep_each_repetition_apart(how, tmp_path, capsys):
+    """Each study's rep 0 ran its own two jobs together: merged, they are two repetitions
+    of two jobs, not one of four (the makespan and fairness are per repetition)."""
+    a, b, merged = (str(tmp_path / n) for n in ("a.h5", "b.h5", "m.h5"))
+    for out in (a, b):
+        assert main(["colocate", *how, "--policy", "linux", "--reps", "1", "-o", out]) == 0
+    assert main(["merge", a, b, "-o", merged]) == 0
+    rows = read_colocate(merged)
+    assert sorted(rows["rep"].tolist()) == [0, 0, 1, 1]
+    capsys.readouterr()
+    assert main(["report", merged, "--no-plots"]) == 0
+    assert "| linux | 2 |" in capsys.readouterr().out
+
+
 def _not_started(monkeypatch):
     def refuse(self):
         raise AssertionError("a job was started")

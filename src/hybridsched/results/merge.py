@@ -37,6 +37,10 @@ SIDE_TABLES = ("ge", "colocate")
 # layout first, so studies of both versions merge
 _CONFORM = {"colocate": conform_colocate}
 SIDE_READERS = (read_ge, read_colocate)  # their readers, which check every row
+# Tables whose rows of one repetition ran together (a colocate repetition is its jobs, run
+# at once, and its makespan is theirs): each input's repetitions are numbered on after the
+# earlier inputs', or two studies' rep 0 would read as one repetition of twice the jobs
+_REPS_TOGETHER = ("colocate",)
 
 
 def _tensor(t: tuple) -> str:
@@ -128,6 +132,8 @@ def _copy_tables(path: str, dst: h5py.File, counts: dict[str, int]) -> None:
             first = int(have.shape[0])
             if "run_id" in (rows.dtype.names or ()):
                 rows["run_id"] = np.arange(first, first + len(rows))
+            if name in _REPS_TOGETHER and first and len(rows):
+                rows["rep"] += int(have["rep"].max()) + 1 - int(rows["rep"].min())
             have.resize((first + len(rows),))
             have[first:] = rows
             specs = json.loads(dst.attrs.get(f"{name}_specs", "[]"))  # ours: written below
