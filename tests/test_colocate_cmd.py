@@ -358,7 +358,7 @@ def test_studies_of_both_format_versions_merge(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", merged, "--no-plots"]) == 0
     text = capsys.readouterr().out
-    assert "### bsp: 2 jobs × 2 workers" in text and "### cmd: 1 co-located jobs, each `true`" in text
+    assert "### bsp: 2 jobs × 2 workers" in text and "### cmd: 1 job, `true`" in text
 
 
 @pytest.mark.parametrize("how", [["--cmd", "true", "--jobs", "2"],

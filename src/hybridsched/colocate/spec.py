@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from ..coop.arbiter import DEFAULT_QUANTUM_S, MAX_JOBS as COOP_TABLE
+from ..coop.arbiter import DEFAULT_QUANTUM_S, MAX_JOBS as COOP_TABLE, check_quantum
 from ..coop.barrier import POLICIES as BARRIERS
 from ..errors import UsageError
 from .cmdline import parse_command
@@ -90,8 +90,7 @@ class ColocateSpec:
             raise UsageError(f"--step-us must be above 0 and at most {MAX_STEP_US}, got {self.step_us}")
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
-        if not 0 < self.quantum_s <= 10:
-            raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
+        check_quantum(self.quantum_s)
         if self.workload == "run":
             from ..core import registry
             from ..workloads.slab import check_sizes
@@ -135,8 +134,7 @@ class ColocateSpec:
             why = CMD_POLICIES[name].refusal(argvs)
             if why:
                 raise UsageError(why)
-        if not 0 < self.quantum_s <= 10:
-            raise UsageError(f"--quantum-ms must be above 0 and at most 10000, got {self.quantum_s * 1e3}")
+        check_quantum(self.quantum_s)
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         try:

@@ -10,6 +10,7 @@ from ..coop.sweep import sweep as sweep_coop
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
 from ..results.colocate_report import markdown
+from ..results.data import fmt
 from ..store import check_output
 from ..study.output import this_machine
 from .common import PROG, out_name
@@ -57,8 +58,9 @@ def main(args) -> int:
             nonlocal failed
             writer.append(rec)
             failed += not rec.verified
-            print(f"{rec.policy} rep {rec.rep} job {rec.job}: {rec.time_s:.3f} s "
-                  f"(makespan {rec.makespan_s:.3f} s){'' if rec.verified else ' FAILED ' + rec.error}"
+            print(f"{rec.policy} rep {rec.rep} job {rec.job}: {fmt(rec.time_s, '.3f', ' s')} "
+                  f"(makespan {fmt(rec.makespan_s, '.3f', ' s')})"
+                  f"{'' if rec.verified else ' FAILED ' + rec.error}"
                   f"{_last_words(rec.err_tail)}", file=sys.stderr)
         records = run_colocate(spec, on_record)
     print(markdown(read_colocate(out), n)[0])

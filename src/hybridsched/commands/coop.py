@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ..coop.arbiter import check_quantum
 from ..coop.launch import exec_command
 from ..errors import UsageError
 from .common import PROG
@@ -15,8 +16,7 @@ def main(args) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError(f"{PROG} coop exec: a command is required ({PROG} coop exec [--] CMD ...)")
-    if not args.quantum_ms > 0:
-        raise UsageError(f"--quantum-ms must be positive, got {args.quantum_ms}")
+    check_quantum(args.quantum_ms / 1e3)
     result = exec_command(argv, segment=args.segment, quantum_s=args.quantum_ms / 1e3,
                           keep_env=args.keep_env)
     if args.counters:

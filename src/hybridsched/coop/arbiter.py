@@ -43,6 +43,16 @@ __all__ = ["Arbiter", "Worker", "DEFAULT_QUANTUM_S", "RECLAIM_POLL_S", "segment_
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
 # workers of a job take turns many times in a run of seconds.
 DEFAULT_QUANTUM_S = 0.020
+# The longest quantum accepted: 10 s already lets one job keep its CPUs through most runs
+# (no rotation at all); beyond it a typo or `inf` would overflow the segment's int64 ns.
+MAX_QUANTUM_S = 10.0
+
+
+def check_quantum(quantum_s: float) -> None:
+    """The one check of a quantum, in the words of the `--quantum-ms` option that sets it."""
+    if not 0 < quantum_s <= MAX_QUANTUM_S:
+        raise UsageError(f"--quantum-ms must be above 0 and at most {MAX_QUANTUM_S * 1e3:g}, "
+                         f"got {quantum_s * 1e3:g}")
 # Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
 # (k up to 4096) for ~300 KiB of shared memory.
 MAX_JOBS = 64
@@ -70,8 +80,7 @@ class Arbiter:
 
         if not futex.available():
             raise ResourceError("--coop needs Linux futexes on this architecture")
-        if not quantum_s > 0:
-            raise UsageError(f"the coop quantum must be positive, got {quantum_s}")
+        check_quantum(quantum_s)
         warm.prepare()  # before any worker forks: no child compiles under the lock
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)

@@ -25,7 +25,7 @@ def _commands(rows: np.ndarray) -> list[str]:
 def cmd_title(rows: np.ndarray, J: int) -> str:
     cmds = _commands(rows)
     if cmds and len(set(cmds)) == 1:
-        return f"cmd: {J} co-located jobs, each `{cmds[0]}`"
+        return f"cmd: {J} co-located jobs, each `{cmds[0]}`" if J > 1 else f"cmd: 1 job, `{cmds[0]}`"
     return f"cmd: {J} co-located jobs: " + ", ".join(f"`{c}`" for c in cmds)
 
 
@@ -67,7 +67,7 @@ def cmd_table(recs: list[dict], rows: np.ndarray) -> list[str]:
         extra = f" (+{r['failed']} failed)" if r["failed"] else ""
         lines.append(
             f"| {r['policy']} | {r['reps']}{extra} | {fmt(r['makespan_s'], '.3f')} ± "
-            f"{fmt(r['makespan_sd'], '.3f')} | {fmt(gain, '.2f')}x | "
+            f"{fmt(r['makespan_sd'], '.3f')} | {fmt(gain, '.2f', 'x')} | "
             f"{fmt(r['job_time_s'], '.3f')} | {fmt(r['jain'], '.3f')} | {fmt(r['cpu_s'], '.3f')} | "
             f"{fmt(r['nivcsw'], '.0f')} | {_counters_text(r['counters'])} |")
     lines.append("")

@@ -117,7 +117,7 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
             lines.append(
                 f"| {r['policy']} | {r['reps']}{extra} | "
                 f"{fmt(r['makespan_s'], '.3f')} ± {fmt(r['makespan_sd'], '.3f')} | "
-                f"{fmt(gain, '.2f')}x | {fmt(r['ideal_s'], '.3f')} | {fmt(r['job_time_s'], '.3f')} | "
+                f"{fmt(gain, '.2f', 'x')} | {fmt(r['ideal_s'], '.3f')} | {fmt(r['job_time_s'], '.3f')} | "
                 f"{fmt(r['jain'], '.3f')} | {fmt(r['invol_ctx'], '.1f')} | "
                 f"{fmt(r['runq_wait_s'], '.3f')} | {fmt(r['spin_s'], '.3f')} |")
         lines.append("")

@@ -287,8 +287,9 @@ def disturbed_mark(r: Row) -> str:
     return f" {DISTURBED_MARK}" if r.disturbed else ""
 
 
-def fmt(x: float, spec: str) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+def fmt(x: float, spec: str, unit: str = "") -> str:
+    """``x`` formatted, with its unit; a dash, and no unit, where there is no value."""
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec) + unit
 
 
 
