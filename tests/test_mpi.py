@@ -249,7 +249,7 @@ def _report_names_the_mpi(mpi, out: str, tmp_path) -> None:
             assert main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "rep")]) == 0
         line = next(ln for ln in text.getvalue().splitlines() if ln.startswith("MPI: "))
         assert line.startswith(f"MPI: {mpi.impl.title} ") and line.endswith(f"{where}."), line
-        assert "started by mp" in line, line
+        assert "started by mp" in line and "; --split static over P = 2" in line, line
 
 
 def test_verification_is_summed_over_ranks(mpi, tmp_path):

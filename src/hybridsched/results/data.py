@@ -100,13 +100,24 @@ class Study:
         each input that ran under one."""
         from ..store import study_settings
 
-        sources = study_settings(self.attrs).get("merged_from") or []
+        settings = study_settings(self.attrs)
+        sources = settings.get("merged_from") or []
         if isinstance(sources, list) and sources:
-            texts = [f"{s['mpi']} ({os.path.basename(str(s.get('path', '?')))})"
+            texts = [f"{s['mpi']}{_split_text(s.get('study'))} "
+                     f"({os.path.basename(str(s.get('path', '?')))})"
                      for s in sources if isinstance(s, dict) and s.get("mpi")]
         else:
-            texts = [t for t in (mpi_text(self.attrs),) if t]
+            texts = [t + _split_text(settings) for t in (mpi_text(self.attrs),) if t]
         return f"MPI: {'; '.join(texts)}." if texts else ""
+
+
+def _split_text(settings) -> str:
+    """How the frames were split between the ranks ('; --split dynamic over P = 2'), from a
+    study's settings; "" where they do not say."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("split"), str):
+        return ""
+    P = settings.get("P")
+    return f"; --split {settings['split']}" + (f" over P = {P}" if isinstance(P, int) else "")
 
 
 def mpi_text(attrs: dict) -> str:
