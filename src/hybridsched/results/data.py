@@ -14,6 +14,7 @@ import numpy as np
 
 from ..machine.rule import SHARED_MACHINE
 from . import metrics
+from ..core.capabilities import is_baseline, is_threaded
 
 FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
 
@@ -329,13 +330,13 @@ def _table_key(r: Row):
 
 
 def families(rows: list[Row]) -> list[str]:
-    present = {r.family for r in rows if r.family != "serial"}
+    present = {r.family for r in rows if not is_baseline(r.family)}
     return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
 
 
 def k_at_n(rows: list[Row], n: int) -> int | None:
     """k = N if the study has it, else the largest k below N (None without parallel rows)."""
-    ks = sorted({r.k for r in rows if r.family != "serial" and r.reps})
+    ks = sorted({r.k for r in rows if not is_baseline(r.family) and r.reps})
     below = [k for k in ks if k <= n] if n else []
     return below[-1] if below else (ks[0] if ks else None)
 
@@ -360,8 +361,8 @@ SERIAL_CHECK = 0.05
 def serial_gap(rows: list[Row], L: int) -> float:
     """T_serial / median k = 1 time of the pinned default-chunk thread schedulers - 1 at L
     (NaN without both); the claims use the same check."""
-    ser = [r.t_mean for r in rows if r.scheduler == "serial" and r.L == L and r.reps and r.P == 1]
-    t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == L
+    ser = [r.t_mean for r in rows if is_baseline(r.family) and r.L == L and r.reps and r.P == 1]
+    t1 = [r.t_mean for r in rows if is_threaded(r.family) and r.k == 1 and r.L == L
           and r.reps and r.affinity and r.chunk == 0 and r.P == 1
           and not r.scheduler.endswith(SIMULATED_MARK)]
     return ser[0] / float(np.median(t1)) - 1.0 if ser and t1 else math.nan

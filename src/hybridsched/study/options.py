@@ -95,7 +95,7 @@ def portfolio(names: list[str]) -> list[str]:
     out = []
     for name in names:
         info = schedulers.get(name)
-        if info.backend != "threads" or info.dispenser is None or info.chooses or info.needs_monitor:
+        if not info.raceable:
             raise UsageError(f"--portfolio {name}: auto races thread techniques with their own "
                              "hand-out (not serial, forks, pipes, aimd or auto itself)")
         out.append(info.name)
