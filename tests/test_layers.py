@@ -218,6 +218,9 @@ _PREFIX_CALLS = {"startswith", "endswith", "partition", "removeprefix", "split"}
 
 def _is_field(node: ast.AST) -> bool:
     """An entry's (or a stored run's) family, backend, topology or forker."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
+            and len(node.args) == 1):
+        return _is_field(node.args[0])
     if isinstance(node, ast.Attribute):
         return node.attr in _FIELDS
     if isinstance(node, ast.Subscript):
@@ -284,6 +287,7 @@ def test_capabilities_are_asked_of_the_registry_not_tested_by_name():
     'if info.backend == "threads": pass',
     'x = info.topology != Topology.FEEDBACK',
     'x = r["family"] in ("process", "pipe")',
+    'x = str(r["family"]) in ("process", "pipe")',
     'x = fam == "thread"',
     'x = name.startswith("pipe-MtoM")',
     'x = cfg.scheduler == "guided"',

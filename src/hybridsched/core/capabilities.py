@@ -137,6 +137,11 @@ def is_threaded(family: str) -> bool:
     return family == Family.THREAD
 
 
+def is_forked(family: str) -> bool:
+    """Whether a stored run's workers were forked children (fork and pipe backends)."""
+    return family in (Family.PROCESS, Family.PIPE)
+
+
 def is_forks(family: str) -> bool:
     """Whether a stored run's family is the fork backend's (prolific, collective)."""
     return family == Family.PROCESS

@@ -14,9 +14,9 @@ import numpy as np
 
 from ..machine.rule import SHARED_MACHINE
 from . import metrics
-from ..core.capabilities import is_baseline, is_threaded
+from ..core.capabilities import BASELINE, Family, is_baseline, is_threaded
 
-FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
+FAMILY_ORDER = (Family.THREAD, Family.PROCESS, Family.PIPE)  # then any other family, alphabetically
 
 
 @dataclass
@@ -187,7 +187,7 @@ def simulated_line(runs: np.ndarray) -> str:
             f"reported apart, as `<scheduler>{SIMULATED_MARK}`, never pooled with measured runs.")
 
 
-def serial_times(runs: np.ndarray, name: str = "serial") -> dict[int, float]:
+def serial_times(runs: np.ndarray, name: str = BASELINE) -> dict[int, float]:
     """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4; with
     ``name`` "serial [sim]", the simulated baseline of a study that holds both kinds."""
     out = {}
@@ -210,7 +210,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
     failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
     Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
     ts = serial_times(runs)
-    ts_sim = serial_times(runs, "serial" + SIMULATED_MARK)  # simulated rows: their own
+    ts_sim = serial_times(runs, BASELINE + SIMULATED_MARK)  # simulated rows: their own
     groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
     for r in runs:
@@ -331,7 +331,7 @@ def _table_key(r: Row):
 
 def families(rows: list[Row]) -> list[str]:
     present = {r.family for r in rows if not is_baseline(r.family)}
-    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+    return [str(f) for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
 
 
 def k_at_n(rows: list[Row], n: int) -> int | None:

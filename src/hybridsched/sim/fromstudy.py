@@ -20,7 +20,7 @@ import numpy as np
 
 from ..backends.pipes import PRODUCER_CPU
 from ..core import registry
-from ..core.capabilities import Family, is_baseline, is_forks, is_threaded
+from ..core.capabilities import Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
 from ..store import iter_details, machine_n, read_attrs, read_runs
 from ..core.techniques.profiled import task_times
@@ -91,10 +91,10 @@ class MeasuredStudy:
     def overheads(self, base: Overheads) -> Overheads:
         """``base`` with the overheads this study measured."""
         got = dict(base.to_dict())
-        for key, rows in (("claim_python_s", self._rows("thread", compiled=False)),
-                          ("claim_compiled_s", self._rows("thread", compiled=True)),
-                          ("pipe_rtt_s", self._rows("pipe", mtom=True)),
-                          ("pipe_msg_s", self._rows("pipe", mtom=False))):
+        for key, rows in (("claim_python_s", self._rows(Family.THREAD, compiled=False)),
+                          ("claim_compiled_s", self._rows(Family.THREAD, compiled=True)),
+                          ("pipe_rtt_s", self._rows(Family.PIPE, mtom=True)),
+                          ("pipe_msg_s", self._rows(Family.PIPE, mtom=False))):
             gap = self._gap(rows)
             if gap is not None:
                 got[key] = gap
@@ -278,7 +278,7 @@ def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
 
 def _forked(r) -> bool:
     """Whether the run's workers are forked children (not threads of the study's process)."""
-    return str(r["family"]) in ("process", "pipe")
+    return is_forked(str(r["family"]))
 
 
 def _served(r) -> bool:

@@ -191,7 +191,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
                  parent_s=parent)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
-    fam = "pipe" if info.piped else "process"  # the overheads' names
+    fam = info.family  # pipe or process: the overheads' names
     out.makespan += (k * (ov.reap_s + getattr(ov, f"{fam}_worker_s"))
                      + getattr(ov, f"{fam}_fixed_s"))
     disp.executed(out.makespan)
