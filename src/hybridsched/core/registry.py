@@ -6,7 +6,9 @@ fork tree, the pipe topology), how many workers it starts, whether it needs the
 utilisation monitor, its default chunk, and which run options it reads. Backends, the
 study layer, MPI and the CLI read the entry. Adding a scheduler is one entry here (plus
 its tests); a scheduler the paper does not have is marked ``paper=False`` and is never
-part of a preset, so the presets stay the paper's study.
+part of a preset, so the presets stay the paper's study. The entry's type, its kinds and
+what callers ask of it (rather than testing its fields or the name) are in
+:mod:`capabilities`.
 """
 from __future__ import annotations
 

@@ -123,6 +123,11 @@ def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: i
 
 
 def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
+    # the backend's rule (a numba kernel, as every simulated workload's is); a refused
+    # --dispatch compiled fails the simulated run as it fails the real one
+    decided = decide(info, mode, coop=place.mode == COOP)
+    if decided.refused:
+        raise DispatchError(f"--dispatch compiled: {decided.why}")
     workers = info.workers(k, cores)
     job = _job(info, len(costs), workers, c, params, list(range(cores)))
     if info.profiled:
@@ -130,11 +135,6 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     if info.prepare is not None:  # auto-sim: its predictions, from the same costs
         info.prepare(job)
     disp = info.dispenser(len(costs), workers, c, None, job=job)
-    # the backend's rule (a numba kernel, as every simulated workload's is); a refused
-    # --dispatch compiled fails the simulated run as it fails the real one
-    decided = decide(info, mode, coop=place.mode == COOP)
-    if decided.refused:
-        raise DispatchError(f"--dispatch compiled: {decided.why}")
     arm = getattr(disp, "arm", None)  # auto: its chosen technique may run compiled
     compiled = decided.compiled or (decided.delegates and arm is not None and decide(arm).compiled)
     claim = _claim(ov, compiled, workers)
