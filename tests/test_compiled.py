@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from hybridsched import cli, kernels
 from hybridsched.core import registry
+from hybridsched.core.capabilities import decide
 from hybridsched.backends.base import job_for
 from hybridsched.core import policies as pol
 from hybridsched.backends import compiled, threads
-from hybridsched.errors import UsageError
+from hybridsched.errors import BrokenRun, UsageError
 from hybridsched.oslayer import native
 from hybridsched.store import read_detail, read_runs
 from hybridsched.study.runner import timed_run
@@ -209,6 +210,29 @@ def test_dispatch_compiled_refuses_what_cannot_be_compiled():
     assert not rec.verified and "--dispatch compiled" in rec.error
 
 
+def test_one_rule_decides_how_every_configuration_dispatches():
+    """capabilities.decide, which the backend, the simulator, the API and the spec call:
+    compiled exactly for a fixed hand-out on threads with a numba kernel and no --coop
+    (whether the dispenser also takes chunk reports does not matter), refused only where
+    compiled was asked of a thread scheduler that cannot, delegated only by a chooser."""
+    seen = set()
+    for info in registry.SCHEDULERS.values():
+        for mode in ("auto", "python", "compiled"):
+            for numba_kernel in (True, False):
+                for coop in (True, False):
+                    d = decide(info, mode, numba=numba_kernel, coop=coop)
+                    able = info.threaded and info.sequence is not None and numba_kernel and not coop
+                    assert d.compiled == (able and mode != "python"), (info.name, mode)
+                    assert d.refused == (mode == "compiled" and info.threaded and not able)
+                    assert d.refused <= bool(d.why) and (d.why == "") == (d.reason is None)
+                    assert d.delegates == (info.chooses and mode == "auto" and numba_kernel
+                                           and not coop and not able)
+                    seen.add((d.compiled, d.refused, d.delegates))
+    assert {(True, False, False), (False, True, False), (False, False, True)} <= seen
+    with pytest.raises(UsageError, match="dispatch must be one of auto, python, compiled"):
+        decide(registry.get("dynamic"), "fast")
+
+
 # --- faults ------------------------------------------------------------------------------------
 
 
@@ -218,10 +242,17 @@ def test_a_raising_kernel_fails_the_run_naming_the_worker(monkeypatch):
     with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
         job = job_for(cfg, slab.work, original=slab.original)
         with pytest.raises(threads.WorkerFailed,
-                           match=r"dynamic: worker thread [0-2] raised ValueError: frame 5 is bad"):
+                           match=r"dynamic: worker thread [0-2] raised ValueError: frame 5 is bad") as got:
             threads.execute(job)
         rec = timed_run(slab, cfg)
     assert not rec.verified and "frame 5 is bad" in rec.error
+    # a broken run as a lost forked worker is, naming the worker, the exception, its
+    # traceback and the loop that ran
+    err = got.value
+    assert isinstance(err, BrokenRun) and err.scheduler == "dynamic" and err.worker in (0, 1, 2)
+    assert err.pid is None and err.exception == "ValueError" and err.signal == ""
+    assert "frame 5 is bad" in err.remote_traceback and "Traceback" in err.remote_traceback
+    assert err.notes == compiled.NOTE
     assert not [t for t in threading.enumerate() if t.name.startswith("hybridsched-w")]
 
 

@@ -204,3 +204,95 @@ def test_no_module_over_500_lines_and_no_function_over_80():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {n} lines")
     assert big == [] and long == []
+
+
+# --- capabilities are asked, not tested (core/capabilities.py) ---------------------------
+
+# Where an entry's kinds and scheduler names may be compared: the registry itself.
+KIND_OWNERS = {"hybridsched.core.registry", "hybridsched.core.capabilities"}
+_FIELDS = {"family", "backend", "topology", "forker"}
+_FIELD_NAMES = _FIELDS | {"fam"}
+_KINDS = {"Family", "Backend", "Topology", "Forker"}
+_PREFIX_CALLS = {"startswith", "endswith", "partition", "removeprefix", "split"}
+
+
+def _is_field(node: ast.AST) -> bool:
+    """An entry's (or a stored run's) family, backend, topology or forker."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "str"
+            and len(node.args) == 1):
+        return _is_field(node.args[0])
+    if isinstance(node, ast.Attribute):
+        return node.attr in _FIELDS
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value in _FIELDS
+    return isinstance(node, ast.Name) and node.id in _FIELD_NAMES
+
+
+def _is_scheduler(node: ast.AST) -> bool:
+    """A scheduler's name: a ``scheduler`` attribute or column, or a variable so named."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "scheduler"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "scheduler"
+    return isinstance(node, ast.Name) and node.id == "scheduler"
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """Text, a collection of texts, or a member of one of the kinds' enums."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_literal(e) for e in node.elts)
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in _KINDS)
+
+
+def capability_tests(source: str, names: set[str]) -> list[int]:
+    """Lines that decide a capability by testing a kind or a scheduler name: a comparison
+    of family/backend/topology/forker with a literal, of anything with a scheduler's name,
+    or a prefix test of a text with a scheduler name's beginning (``pipe-``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            ops = [node.left, *node.comparators]
+            if (any(_is_field(o) for o in ops) and any(_is_literal(o) for o in ops)) or (
+                    any(_is_scheduler(o) for o in ops)
+                    and any(isinstance(o, ast.Constant) and o.value in names for o in ops)):
+                out.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in _PREFIX_CALLS and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and node.args[0].value.startswith("pipe-")):
+            out.append(node.lineno)
+    return out
+
+
+def _scheduler_names() -> set[str]:
+    sys.path.insert(0, str(PKG.parent))
+    try:
+        from hybridsched.core import registry
+    finally:
+        sys.path.pop(0)
+    return set(registry.ALL_NAMES)
+
+
+def test_capabilities_are_asked_of_the_registry_not_tested_by_name():
+    names = _scheduler_names()
+    found = [f"{name}:{line}" for name, p in sorted(modules().items()) if name not in KIND_OWNERS
+             for line in capability_tests(p.read_text(), names)]
+    assert found == [], "ask core.capabilities (SchedulerInfo's properties, decide) instead"
+
+
+@pytest.mark.parametrize("line", [
+    'if info.backend == "threads": pass',
+    'x = info.topology != Topology.FEEDBACK',
+    'x = r["family"] in ("process", "pipe")',
+    'x = str(r["family"]) in ("process", "pipe")',
+    'x = fam == "thread"',
+    'x = name.startswith("pipe-MtoM")',
+    'x = cfg.scheduler == "guided"',
+])
+def test_the_capability_check_sees_a_test_by_name(line):
+    assert capability_tests(line, {"guided", "pipe-MtoM"}) == [1]
+    assert capability_tests("x = [r for r in rows if r.family == f]", {"guided"}) == []
+    assert capability_tests('x = split == "guided"', {"guided"}) == []

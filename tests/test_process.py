@@ -16,7 +16,9 @@ from schedcheck import ODD_SHAPES, Shape, check_coverage, config, run_and_check
 
 from hybridsched.core import policies as pol
 from hybridsched.core import registry
-from hybridsched.backends import Job, forks
+from hybridsched.backends import Job, forks, get_backend
+from hybridsched.backends.base import job_for
+from hybridsched.errors import BrokenRun, WorkerLost
 from hybridsched.cli import main
 from hybridsched.oslayer.proctree import FAULT_ENV, fault_plan
 from hybridsched.study.runner import timed_run
@@ -127,6 +129,24 @@ def test_lost_worker_fails_the_run_with_one_clear_message(scheduler, mode, words
     assert msg.startswith(f"{scheduler}: worker 1 (pid ") and words in msg, msg
     assert "\n" not in msg
     assert elapsed < 20  # noticed at once, never a hang
+    assert not _descendants()
+
+
+@pytest.mark.parametrize("mode,ending", [("kill", {"signal": "SIGKILL", "status": None}),
+                                         ("raise", {"exception": "RuntimeError", "status": None}),
+                                         ("exit", {"signal": "", "status": 0})])
+def test_a_lost_worker_is_a_broken_run_saying_how_it_ended(mode, ending, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, f"1:2:{mode}")
+    cfg = config("prolific", Shape("fault", 30, 48, 640, 3))
+    with Slab(cfg.frames, cfg.height, cfg.width, cfg.seed) as slab:
+        with pytest.raises(BrokenRun) as got:
+            get_backend("forks")(job_for(cfg, slab.work, original=slab.original))
+    err = got.value
+    assert isinstance(err, WorkerLost) and err.scheduler == "prolific" and err.worker == 1
+    assert err.pid > 0 and {k: getattr(err, k) for k in ending} == ending
+    # the worker's own traceback reaches the parent where it raised, and only there
+    assert ("injected fault at chunk 2" in err.remote_traceback
+            and "check_fault" in err.remote_traceback) == (mode == "raise"), err.remote_traceback
     assert not _descendants()
 
 

@@ -11,9 +11,9 @@ scheduling technique of your own.
 
 from .version import __version__
 
-_API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "api",
-        "shared_array": "shared", "is_shared": "shared", "GILWarning": "workloads.kernelref",
-        "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "core.contract"}
+_API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "errors",
+        "shared_array": "shared", "is_shared": "shared", "GILWarning": "errors",
+        "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "errors"}
 
 __all__ = ["__version__", *_API]
 

@@ -28,7 +28,8 @@ from typing import Iterator
 import numpy as np
 
 from .core import registry
-from .errors import HybridschedError, Terminated, UsageError
+from .core.capabilities import decide
+from .errors import RunFailed, Terminated, UsageError
 from .records import API_WORKLOAD, RunConfig, RunRecord
 from .shared import is_shared
 from .oslayer.shm import segment_array, sweep_orphans
@@ -42,14 +43,6 @@ from .study.measure import single_record
 from .study.resources import Resources
 from .study.runner import TimedRun
 from .workloads.space import NOT_CHECKED, bool_checker
-
-
-class RunFailed(HybridschedError):
-    """The run failed (a kernel raised, a worker died); ``result`` holds its record."""
-
-    def __init__(self, message: str, result: "Result"):
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass
@@ -178,14 +171,12 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
                          f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
     check_dtype(data.dtype, "data")
     kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
-    if dispatch == compiled.COMPILED and info.backend == "threads":
-        why = compiled.refusal(info, kern.numba, False)
-        if why:  # refused before anything runs, as `run --dispatch compiled` is
-            raise UsageError(f"dispatch='compiled': {why}; use dispatch='auto'")
-    kernelref.gil_warning(kern, info.family)
+    decided = decide(info, dispatch, numba=kern.numba)
+    if decided.refused:  # refused before anything runs, as `run --dispatch compiled` is
+        raise UsageError(f"dispatch='compiled': {decided.why}; use dispatch='auto'")
+    kernelref.gil_warning(kern, info.threaded)
     checker, mode = _checker_for(verify, kern, data)
-    forked = info.family in ("process", "pipe")
-    in_place = not forked or is_shared(data)
+    in_place = not info.forked or is_shared(data)
     if not in_place and not copy:
         raise UsageError(f"{scheduler} runs in forked workers, which cannot write into an "
                          "ordinary array: allocate it with hybridsched.shared_array() or "
@@ -231,7 +222,7 @@ def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) 
     # the original is kept where anything reads it: a verifier, pipe-MtoM restoring a lost
     # worker's chunk, --chunk auto's trials, and a profiling run, after which the array is
     # put back (the profile runs the kernel over it once)
-    keep = (checker is not None or info.topology == "feedback" or cfg.chunk < 0
+    keep = (checker is not None or info.resends or cfg.chunk < 0
             or info.profiled)
     with Resources([cfg], lambda c: _Space(data, in_place, keep, checker)) as res:
         space = res.space(cfg)  # owned (closed on every exit) from here

@@ -1,4 +1,6 @@
-"""Exceptions raised by the library; only the CLI turns them into exit codes."""
+"""Every exception (and the one warning) the library defines; only the CLI turns them into
+exit codes."""
+from __future__ import annotations
 
 
 class HybridschedError(Exception):
@@ -26,19 +28,60 @@ class ResourceError(HybridschedError):
     """An OS resource (memory, shared memory, processes) could not be obtained."""
 
 
-class WorkerLost(HybridschedError):
-    """A worker died before finishing its work; the run cannot be completed.
+class BrokenRun(HybridschedError):
+    """A run that cannot complete because one of its workers ended without finishing its
+    work: a forked process lost (:class:`WorkerLost`), a thread that raised
+    (:class:`WorkerFailed`) or an MPI rank that failed (:class:`RankFailed`). The message
+    is one line; the fields say the same for code: ``scheduler``, ``worker`` (its index, a
+    rank's number), ``pid`` (None for a thread), how it ended (``signal``: the signal's
+    name, ``status``: the exit status, ``exception``: the exception's type name; empty
+    where it did not end that way) and ``remote_traceback``, the worker's own traceback
+    where it raised. ``notes`` and ``technique``: which dispatch loop ran and what auto had
+    chosen, where the backend knows (stored with the failed run)."""
 
-    Carries enough detail for one clear line: scheduler, worker, pid and signal.
-    """
+    def __init__(self, message: str, scheduler: str, worker: int, *, pid: int | None = None,
+                 signal: str = "", status: int | None = None, exception: str = "",
+                 remote_traceback: str = "", notes: str = "", technique: str = ""):
+        super().__init__(message)
+        self.scheduler, self.worker, self.pid = scheduler, worker, pid
+        self.signal, self.status, self.exception = signal, status, exception
+        self.remote_traceback, self.notes, self.technique = remote_traceback, notes, technique
 
-    def __init__(self, scheduler: str, worker: int, pid: int, how: str):
-        self.scheduler = scheduler
-        self.worker = worker
-        self.pid = pid
+
+class WorkerLost(BrokenRun):
+    """A forked worker (fork and pipe backends) died or raised before finishing its work;
+    the run cannot be completed. One line: scheduler, worker, pid and how it ended."""
+
+    def __init__(self, scheduler: str, worker: int, pid: int, how: str, **ending):
         self.how = how
-        super().__init__(f"{scheduler}: worker {worker} (pid {pid}) {how}")
+        super().__init__(f"{scheduler}: worker {worker} (pid {pid}) {how}", scheduler, worker,
+                         pid=pid, **ending)
 
+
+class WorkerFailed(BrokenRun):
+    """A worker thread (thread backend) raised: the run fails with one line naming the
+    worker and the exception."""
+
+    def __init__(self, scheduler: str, worker: int, exc: BaseException, remote_traceback: str = "",
+                 notes: str = "", technique: str = ""):
+        super().__init__(f"{scheduler}: worker thread {worker} raised {type(exc).__name__}: {exc}",
+                         scheduler, worker, exception=type(exc).__name__,
+                         remote_traceback=remote_traceback, notes=notes, technique=technique)
+
+
+class RankFailed(BrokenRun):
+    """An MPI rank failed (an exception, an exit status, Ctrl-C): the job is aborted with
+    one line naming the rank, its host and what happened."""
+
+    def __init__(self, rank: int, size: int, host: str, what: str, *, status: int | None = None,
+                 exception: str = "", remote_traceback: str = ""):
+        self.rank, self.size, self.host, self.what = rank, size, host, what
+        super().__init__(f"rank {rank} of {size} on {host} failed: {what}", "", rank,
+                         status=status, exception=exception, remote_traceback=remote_traceback)
+
+
+class DispatchError(HybridschedError):
+    """--dispatch compiled was asked for a run that cannot be compiled."""
 
 
 class BadStudy(NotOurFile):
@@ -68,3 +111,45 @@ class KernelRaised(HybridschedError):
 class Terminated(SystemExit):
     """SIGTERM, turned into an exception that unwinds the run (the CLI's and the API's
     handler raise it): a SystemExit, but never taken for a kernel's own sys.exit()."""
+
+
+class TechniqueError(HybridschedError):
+    """A technique's chunk(), start() or record() misbehaved: the run fails with one line
+    naming the technique, the worker and the value."""
+
+
+class RunFailed(HybridschedError):
+    """A :func:`hybridsched.parallel_for` run failed (a kernel raised, a worker died);
+    ``result`` holds its :class:`hybridsched.Result`."""
+
+    def __init__(self, message: str, result: object):
+        super().__init__(message)
+        self.result = result
+
+
+class UserThreadError(HybridschedError):
+    """A user thread (``ge``'s user-mode scheduler) raised: the run fails with one line
+    naming the thread and exception."""
+
+    def __init__(self, arch: str, name: str, exc: BaseException):
+        self.arch, self.thread, self.exc = arch, name, exc
+        super().__init__(f"{arch}: user thread {name} raised {type(exc).__name__}: {exc}")
+
+
+class Deadlock(HybridschedError):
+    """Every scheduler thread is idle while user threads still wait: nobody can signal them."""
+
+
+class ThreadLimit(ResourceError):
+    """The OS refused to start another OS thread (A0 with thousands of user threads)."""
+
+
+class ArbiterError(Exception):
+    """A rule of the cooperative arbiter was broken (a slot that is not ours, the tables
+    full): a fault of our own code, so not a :class:`HybridschedError` the CLI would turn
+    into one line."""
+
+
+class GILWarning(UserWarning):
+    """A kernel that holds the GIL (plain Python, or numba without nogil=True) runs on a
+    thread scheduler: its worker threads take turns."""

@@ -11,33 +11,31 @@ queue for the GIL between chunks (the Python loop's cost on fine-grained tasks).
 
 Which loop runs is decided from data: the entry's ``sequence``, whether the kernel is a
 numba function, ``--coop`` (which needs a Python scheduling point per chunk) and the run's
-``dispatch`` option (:data:`DISPATCH_MODES`). A compiled run says so in its notes.
+``dispatch`` option (:data:`DISPATCH_MODES`), by the one rule of
+:func:`core.capabilities.decide` (which the simulator, the API and the spec follow too). A
+compiled run says so in its notes.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from ..core.contract import TechniqueError
+from ..core.capabilities import Dispatch, decide
 from ..core.dispatch import Dispenser
 from ..core.policies import check_bounds
-from ..errors import HybridschedError
+from ..errors import DispatchError, TechniqueError
 from ..kernels import is_compiled, loop_entry
 from ..oslayer.atomics import fetch_add
 from ..records import TRACE_DTYPE
 
-AUTO, PYTHON, COMPILED = "auto", "python", "compiled"
-DISPATCH_MODES = (AUTO, PYTHON, COMPILED)
+AUTO, PYTHON, COMPILED = Dispatch.AUTO, Dispatch.PYTHON, Dispatch.COMPILED
+DISPATCH_MODES = tuple(Dispatch)
 NOTE = "dispatch=compiled"  # in the run's notes: which dispatch ran (none: the Python loop)
 
 # Added to the ticket counter by stop(): every later ticket is past any hand-out (at most
 # PLAN_MAX_TASKS-sized), and 2**62 plus one ticket per claim cannot overflow int64.
 _STOP = 1 << 62
 _NS = 1e9  # CLOCK_MONOTONIC nanoseconds per second
-
-
-class DispatchError(HybridschedError):
-    """--dispatch compiled was asked for a run that cannot be compiled."""
 
 
 @numba.njit(nogil=True, cache=True)
@@ -119,46 +117,30 @@ def wanted(configs) -> bool:
     from ..core import registry
 
     for c in configs:
-        info = registry.get(c.scheduler)
-        if (info.backend == "threads" and (info.sequence is not None or info.chooses)
-                and c.dispatch != PYTHON and not c.coop):
+        d = decide(registry.get(c.scheduler), c.dispatch, coop=bool(c.coop))
+        if d.compiled or d.delegates:
             return True
     return False
 
 
-def refusal(info, compiled_kernel: bool, coop: bool) -> str:
-    """Why a thread scheduler (registry entry ``info``) cannot run in the compiled loop
-    ('' when it can)."""
-    if info.sequence is None:
-        return f"{info.name}'s hand-out is not a fixed first-come-first-served sequence"
-    if not compiled_kernel:
-        return "the kernel is not a numba function"
-    if coop:
-        return "--coop needs a scheduling point between chunks"
-    return ""
-
-
-def why_not(job, kernel) -> str:
-    """Why ``job`` cannot run compiled ('' when it can)."""
-    return refusal(job.info, is_compiled(kernel), job.coop is not None)
+def decision(job, kernel):
+    """How ``job`` dispatches with ``kernel`` (:func:`core.capabilities.decide`)."""
+    return decide(job.info, getattr(job, "dispatch", AUTO), numba=is_compiled(kernel),
+                  coop=job.coop is not None)
 
 
 def use_compiled(job, kernel) -> bool:
     """Whether the thread backend runs ``job`` in the compiled loop (see the module doc)."""
-    mode = getattr(job, "dispatch", AUTO)
-    if mode == PYTHON:
-        return False
-    why = why_not(job, kernel)
-    if why and mode == COMPILED:
-        raise DispatchError(f"--dispatch compiled: {why}")
-    return not why
+    d = decision(job, kernel)
+    if d.refused:
+        raise DispatchError(f"--dispatch compiled: {d.why}")
+    return d.compiled
 
 
 def may_delegate(job, kernel) -> bool:
     """Whether ``job``'s dispenser may hand its execution to the compiled loop (auto, when
     the technique it picks has a fixed hand-out): the loop is then compiled untimed."""
-    return (getattr(job.info, "chooses", False) and getattr(job, "dispatch", AUTO) == AUTO
-            and is_compiled(kernel) and job.coop is None)
+    return decision(job, kernel).delegates
 
 
 class Delegated(CompiledTickets):
@@ -188,7 +170,7 @@ def delegated(job, disp: Dispenser, kernel, workers: int) -> Delegated | None:
     """The compiled run of the technique ``disp`` chose for this execution (its ``arm``,
     a registry entry), when that technique can run compiled; None for the Python loop."""
     arm = getattr(disp, "arm", None)
-    if arm is None or arm.sequence is None or not may_delegate(job, kernel):
+    if arm is None or not may_delegate(job, kernel) or not decide(arm).compiled:
         return None
     params = {k: v for k, v in (job.params or {}).items() if k != "profile"}
     chunk = arm.resolve_chunk(job.chunk, job.frames)

@@ -43,7 +43,7 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
     """Run the job; also return the recorded pids and parent pids of the workers."""
     kernel = get_kernel(job.kernel)
     work, k = job.work, job.k
-    collective = job.info.forker == "mitosis"
+    collective = job.info.collective
     # the paper's assignment is frame i to worker i mod k (chunk 1); --chunk c deals
     # c-frame chunks the same round-robin way
     c = max(1, job.chunk)

@@ -129,8 +129,8 @@ class _Source:
 
 def _plan(job: Job, c: int, depth: int) -> tuple[_Source | None, list | None, int]:
     """(the chunk source, or 1toN's dealt lists; the most chunks one worker may run)."""
-    k, mtom = job.k, job.info.topology == "feedback"
-    if job.info.topology == "dealt":
+    k, mtom = job.k, job.info.resends
+    if job.info.dealt:
         dealt = pol.static_chunks(job.frames, k, c)
         return None, dealt, max(len(d) for d in dealt)
     if job.info.dispenser is not None:  # a technique sizes each chunk as it is sent
@@ -188,8 +188,8 @@ def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int])
 
 
 def _run(job: Job, c: int) -> Execution:
-    k, topology = job.k, job.info.topology
-    mtom, shared = topology == "feedback", topology == "shared"
+    k = job.k
+    mtom, shared = job.info.resends, job.info.streamed
     depth = max(1, job.inflight)
 
     t_begin = perf_counter()

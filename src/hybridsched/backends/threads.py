@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from time import monotonic, perf_counter
 
 from ..core import dispatch
-from ..errors import HybridschedError, ResourceError
+from ..errors import ResourceError, WorkerFailed
 from ..kernels import direct_entry, get_kernel
 from ..records import Execution
 from ..oslayer.cpus import pin_current
@@ -32,10 +33,6 @@ def make_dispenser(job: Job, workers: int) -> dispatch.Dispenser:
     if job.info.dispenser is None:
         raise KeyError(f"no thread dispenser for scheduler {job.scheduler!r}")
     return job.info.dispenser(job.frames, workers, job.chunk, job.monitor, job=job)
-
-
-class WorkerFailed(HybridschedError):
-    pass
 
 
 # How often the main thread, waiting for the workers, wakes to run pending signal handlers:
@@ -177,6 +174,11 @@ def _python_chunks(job: Job, disp: dispatch.Dispenser, run, traces):
     return chunks
 
 
+def remote_traceback(exc: BaseException) -> str:
+    """The traceback a worker thread's exception carries, as the worker saw it."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
 def execute(job: Job) -> Execution:
     kernel = get_kernel(job.kernel)
     work = job.work
@@ -199,7 +201,7 @@ def execute(job: Job) -> Execution:
         native = isinstance(disp, compiled.CompiledTickets)
     if native:
         run_compiled = disp.runner(kernel, work)
-        chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.why_not)
+        chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.decision)
     else:
         chunks = _python_chunks(job, disp, direct_entry(kernel, work), traces)
 
@@ -227,10 +229,9 @@ def execute(job: Job) -> Execution:
         team.join()
     if team.errors:
         w, exc = team.errors[0]
-        failed = WorkerFailed(f"{job.scheduler}: worker thread {w} raised {type(exc).__name__}: {exc}")
-        failed.notes = disp.notes()  # which loop failed (compiled or Python) stays on record
-        failed.technique = disp.technique()  # and what auto had chosen
-        raise failed from exc
+        # which loop failed (compiled or Python) and what auto had chosen stay on record
+        raise WorkerFailed(job.scheduler, w, exc, remote_traceback(exc), notes=disp.notes(),
+                           technique=disp.technique()) from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
     trace = disp.trace() if native else trace_table(traces)

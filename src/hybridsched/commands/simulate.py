@@ -135,7 +135,7 @@ def _register_users(runs, opt: str, path: str) -> None:
     for name, ref in sorted({(str(r["scheduler"]), str(r["technique"])) for r in runs
                              if r["technique_hash"]}):
         if name not in registry.SCHEDULERS:
-            registry.get(f"pipe-MtoM:{ref}" if name.startswith("pipe-MtoM:") else ref)
+            registry.get(registry.pipe_name(ref) if registry.resends_by_name(name) else ref)
     problems = changed_techniques(runs)
     if problems:
         raise UsageError(f"{opt} {path}: cannot re-simulate its runs: {'; '.join(problems)}")
@@ -155,7 +155,7 @@ def _here(ov: Overheads, calibration: str, study: MeasuredStudy) -> Overheads:
         return ov
     from ..sim.calibrate import untraced
 
-    return untraced(ov, mtom=any(str(s).startswith("pipe-MtoM") for s in study.runs["scheduler"]))
+    return untraced(ov, mtom=any(registry.resends_by_name(str(s)) for s in study.runs["scheduler"]))
 
 
 def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
@@ -188,7 +188,7 @@ def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
     todo = []
     for P in (args.P or [1]):
         for cfg in spec.configurations():
-            if P > 1 and cfg.scheduler == "serial":
+            if P > 1 and registry.get(cfg.scheduler).baseline:
                 continue  # the baseline is a single-node run (as `merge` expects)
             cfg = with_P(cfg, P)
             todo.append((cfg, lambda cfg=cfg: costs_of(cfg), source))

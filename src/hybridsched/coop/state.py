@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from . import rules
+from ..errors import ArbiterError
 from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
                      STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes, views)
 
@@ -32,10 +33,6 @@ from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MA
 # The key of a job-table row that stands for an attached process, not a job (Arbiter):
 # counted by participants(), so a segment is never reset or removed under it.
 ATTACHED = -1
-
-
-class ArbiterError(Exception):
-    """A rule of the arbiter was broken (a slot that is not ours, the tables full)."""
 
 
 class State:

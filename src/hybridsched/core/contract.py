@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import HybridschedError, Terminated, UsageError
+from ..errors import TechniqueError, Terminated, UsageError
 
 # What a technique's own code may raise and still only fail its run: any exception, and a
 # SystemExit (its sys.exit()) -- but not our own SIGTERM (Terminated) nor Ctrl-C.
@@ -19,11 +19,6 @@ _TECHNIQUE_FAULTS = (Exception, SystemExit)
 
 def _own_fault(exc: BaseException) -> bool:
     return isinstance(exc, _TECHNIQUE_FAULTS) and not isinstance(exc, Terminated)
-
-
-class TechniqueError(HybridschedError):
-    """A technique's chunk(), start() or record() misbehaved: the run fails with one line
-    naming the technique, the worker and the value."""
 
 
 class Technique:

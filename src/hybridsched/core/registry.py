@@ -6,32 +6,27 @@ fork tree, the pipe topology), how many workers it starts, whether it needs the
 utilisation monitor, its default chunk, and which run options it reads. Backends, the
 study layer, MPI and the CLI read the entry. Adding a scheduler is one entry here (plus
 its tests); a scheduler the paper does not have is marked ``paper=False`` and is never
-part of a preset, so the presets stay the paper's study.
+part of a preset, so the presets stay the paper's study. The entry's type, its kinds and
+what callers ask of it (rather than testing its fields or the name) are in
+:mod:`capabilities`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Callable
 
 import numpy as np
 
 from . import contract, dispatch, usertech
+from .capabilities import BASELINE, Backend, Family, Forker, SchedulerInfo, Topology, _one
 from . import policies as pol
 from ..errors import UsageError
-
-
-def _all_k(k: int, n: int) -> int:
-    return k
 
 
 def _at_most_n(k: int, n: int) -> int:
     """§2.3: AIMD's fixed pool is min(k, N) threads."""
     return min(k, n)
-
-
-def _one(frames: int) -> int:
-    return 1
 
 
 def _blocks(frames: int) -> int:
@@ -159,105 +154,53 @@ def _auto_sim(n, workers, c, monitor, job=None):
     return autosim.AutoSimDispenser(pred, make, arm=get)
 
 
-@dataclass(frozen=True)
-class SchedulerInfo:
-    """One registered scheduler. Fields a backend does not use stay at their defaults."""
-
-    name: str
-    family: str                 # serial | thread | process | pipe
-    backend: str                # module under hybridsched.backends
-    description: str
-    default_chunk: Callable[[int], int] = _one   # frames -> chunk when --chunk is absent
-    pool: Callable[[int, int], int] = _all_k     # (k, N) -> workers started
-    dispenser: Callable | None = None            # threads: (frames, workers, chunk, monitor)
-    # threads: (frames, workers, chunk, params) -> int64 chunk boundaries when the dispenser's
-    # hand-out is a fixed first-come-first-served sequence (compiled dispatch); None when
-    # it is preassigned or fed back from timings
-    sequence: Callable | None = None
-    forker: str = ""            # forks: "parent" (prolific) | "mitosis" (collective)
-    topology: str = ""          # pipes: "shared" | "dealt" | "feedback"
-    needs_monitor: bool = False  # the AIMD utilisation monitor (started once per study)
-    chunk_search: bool = False  # --chunk auto is meaningful (the pipe backend searches it)
-    options: tuple[str, ...] = ()  # RunConfig option fields it reads (pipe_batch, inflight)
-    paper: bool = True          # one of the paper's schedulers; False = a named variant
-    technique: str = ""         # the LB4OMP technique it runs (techniques/), "" for none
-    # the loop's profile (μ, σ, h, worker speeds) is measured by an untimed dynamic,1 run
-    # before the timed run (LB4OMP's `profiling` schedule; study.profile)
-    profiled: bool = False
-    in_all: bool = True         # part of `-s all` (the pipe-MtoM:<technique> combinations are not)
-    # its dispenser picks another entry per execution (auto): the thread backend may run
-    # that entry's fixed hand-out compiled (backends/compiled.delegated)
-    chooses: bool = False
-    # a user's technique (core/contract.Technique): it reads every --param
-    user: usertech.UserTechnique | None = None
-    # untimed preparation after the profiling run (auto-sim's predictions): (job) -> None
-    prepare: Callable | None = None
-
-    @property
-    def baseline(self) -> bool:
-        """The serial baseline: one worker, no chunks, no k sweep."""
-        return self.family == "serial"
-
-    def resolve_chunk(self, requested: int, frames: int) -> int:
-        """The chunk actually used: the request, or the entry's default when it is 0."""
-        if requested == pol.AUTO_CHUNK and self.chunk_search:
-            return requested  # the backend searches it (--chunk auto)
-        chunk = requested if requested > 0 else self.default_chunk(frames)
-        # a chunk above the frames is all of them (as OpenMP does): every hand-out then
-        # stays within [0, frames), whatever was asked
-        return min(chunk, frames) if chunk > 0 and frames > 0 else chunk
-
-    def workers(self, k: int, n_cpus: int) -> int:
-        return self.pool(k, n_cpus)
-
-
 _PIPE_OPTS = ("pipe_batch",)
 
 _ALL = [
-    SchedulerInfo("serial", "serial", "serial",
+    SchedulerInfo(BASELINE, Family.SERIAL, Backend.SERIAL,
                   "one kernel call over every frame on one thread: T_serial of Eq. 4",
                   default_chunk=_whole),
-    SchedulerInfo("static", "thread", "threads",
+    SchedulerInfo("static", Family.THREAD, Backend.THREADS,
                   "OpenMP static: one contiguous block per thread (or chunks round-robin with --chunk)",
                   default_chunk=_blocks, dispenser=_static),
-    SchedulerInfo("dynamic", "thread", "threads",
+    SchedulerInfo("dynamic", Family.THREAD, Backend.THREADS,
                   "OpenMP dynamic: threads take the next chunk (default 1) from an atomic ticket counter",
                   dispenser=_fixed, sequence=_fixed_sequence),
-    SchedulerInfo("guided", "thread", "threads",
+    SchedulerInfo("guided", Family.THREAD, Backend.THREADS,
                   "OpenMP guided: chunk = max(min_chunk, ceil(remaining / k)), first come first served",
                   dispenser=_guided, sequence=_guided_sequence),
-    SchedulerInfo("chunk", "thread", "threads",
+    SchedulerInfo("chunk", Family.THREAD, Backend.THREADS,
                   "fixed chunks from the ticket counter (default L/100, the paper's 10 and 100)",
                   default_chunk=pol.paper_chunk, dispenser=_fixed, sequence=_fixed_sequence),
-    SchedulerInfo("chunk-steal", "thread", "threads",
+    SchedulerInfo("chunk-steal", Family.THREAD, Backend.THREADS,
                   "static chunks in per-thread queues; idle threads steal round-robin",
                   default_chunk=pol.paper_chunk, dispenser=_steal),
-    SchedulerInfo("aimd", "thread", "threads",
+    SchedulerInfo("aimd", Family.THREAD, Backend.THREADS,
                   "AIMD contention window over min(k, N) threads, chunks of 4, fed by /proc/stat (§2.3)",
                   default_chunk=_aimd_chunk, pool=_at_most_n, dispenser=_aimd, needs_monitor=True),
-    SchedulerInfo("adaptive", "thread", "threads",
+    SchedulerInfo("adaptive", Family.THREAD, Backend.THREADS,
                   "adaptive chunks (§2.4, Eq. 3): remaining / k x speed factor, thread_avg = the "
                   "thread's mean time per finished chunk",
                   dispenser=_adaptive(pol.PER_CHUNK)),
-    SchedulerInfo("adaptive-frame", "thread", "threads",
+    SchedulerInfo("adaptive-frame", Family.THREAD, Backend.THREADS,
                   "variant of adaptive: speeds from the mean time per frame (a slice), not per chunk",
                   dispenser=_adaptive(pol.PER_FRAME), paper=False),
-    SchedulerInfo("prolific", "process", "forks",
+    SchedulerInfo("prolific", Family.PROCESS, Backend.FORKS,
                   "the parent forks k workers; frame i to worker i mod k (§2.1.1)",
-                  forker="parent"),
-    SchedulerInfo("collective", "process", "forks",
+                  forker=Forker.PARENT),
+    SchedulerInfo("collective", Family.PROCESS, Backend.FORKS,
                   "workers fork workers in ceil(log2 k) mitosis rounds; frame i to worker i mod k (§2.1.2)",
-                  forker="mitosis"),
-    SchedulerInfo("pipe-1to1", "pipe", "pipes",
+                  forker=Forker.MITOSIS),
+    SchedulerInfo("pipe-1to1", Family.PIPE, Backend.PIPES,
                   "one task pipe read by all workers; one chunk (default 1 frame) per message (§2.1.3)",
-                  topology="shared", chunk_search=True, options=_PIPE_OPTS),
-    SchedulerInfo("pipe-1toN", "pipe", "pipes",
+                  topology=Topology.SHARED, chunk_search=True, options=_PIPE_OPTS),
+    SchedulerInfo("pipe-1toN", Family.PIPE, Backend.PIPES,
                   "one task pipe per worker; the parent deals chunks round-robin (§2.1.3)",
-                  topology="dealt", chunk_search=True, options=_PIPE_OPTS),
-    SchedulerInfo("pipe-MtoM", "pipe", "pipes",
+                  topology=Topology.DEALT, chunk_search=True, options=_PIPE_OPTS),
+    SchedulerInfo("pipe-MtoM", Family.PIPE, Backend.PIPES,
                   "task and done pipe per worker; the next chunk to whoever reports done (one in "
                   "flight); re-sends a lost worker's chunk (§2.1.3)",
-                  topology="feedback", chunk_search=True, options=("inflight",)),
+                  topology=Topology.FEEDBACK, chunk_search=True, options=("inflight",)),
 ]
 
 # The technique parameters (RunConfig.params names) each technique reads; auto reads
@@ -300,13 +243,13 @@ def _on_both(name: str, desc: str, make: Callable, *, default_chunk: Callable,
     """A technique's entry on the threads and its ``pipe-MtoM:<name>`` entry."""
     reads = _TECH_OPTIONS.get(name, ())
     label = f"{name}: {desc}" if chooses else f"LB4OMP {name}: {desc}"
-    return [SchedulerInfo(name, "thread", "threads", label,
+    return [SchedulerInfo(name, Family.THREAD, Backend.THREADS, label,
                           default_chunk=default_chunk, dispenser=make, paper=False,
                           technique=name, profiled=profiled, options=reads, sequence=sequence,
                           chooses=chooses),
-            SchedulerInfo(f"pipe-MtoM:{name}", "pipe", "pipes",
+            SchedulerInfo(f"pipe-MtoM:{name}", Family.PIPE, Backend.PIPES,
                           f"pipe-MtoM, the producer sizing chunks by {name}",
-                          default_chunk=default_chunk, dispenser=make, topology="feedback",
+                          default_chunk=default_chunk, dispenser=make, topology=Topology.FEEDBACK,
                           options=("inflight",) + reads, paper=False, technique=name,
                           profiled=profiled, in_all=False)]
 
@@ -342,6 +285,17 @@ def get(name: str) -> SchedulerInfo:
 
 
 _MTOM = "pipe-MtoM:"
+
+
+def pipe_name(technique: str) -> str:
+    """The name of ``technique`` on the pipe backend (its producer sizing the chunks)."""
+    return _MTOM + technique
+
+
+def resends_by_name(name: str) -> bool:
+    """Whether a stored run's scheduler is pipe-MtoM or a ``pipe-MtoM:<technique>`` (an
+    entry's ``resends``), from the name alone: a user technique's need not import here."""
+    return name == "pipe-MtoM" or name.startswith(_MTOM)
 
 
 def _find_user(name: str) -> usertech.UserTechnique | None:

@@ -13,9 +13,10 @@ import os
 import re
 import sys
 import time
+import traceback
 from typing import Any, Callable, Iterator
 
-from ..errors import ResourceError, UsageError
+from ..errors import RankFailed, ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
 from ..machine.metadata import clean_text
 from ..study.world import Solo
@@ -140,23 +141,28 @@ def abort_on_error(w: Solo | World) -> Iterator[None]:
     except SystemExit as exc:
         if exc.code in (0, None):
             raise
-        _die(w, f"exited with status {exc.code}", _exit_code(exc.code))
+        code = _exit_code(exc.code)
+        _die(w, RankFailed(w.rank, w.size, w.host, f"exited with status {exc.code}", status=code))
     except KeyboardInterrupt:
-        _die(w, "interrupted", 130)
+        _die(w, RankFailed(w.rank, w.size, w.host, "interrupted", status=130))
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the other ranks
-        _die(w, f"{type(exc).__name__}: {exc}", 2 if isinstance(exc, UsageError) else 1)
+        _die(w, RankFailed(w.rank, w.size, w.host, f"{type(exc).__name__}: {exc}",
+                           status=2 if isinstance(exc, UsageError) else 1,
+                           exception=type(exc).__name__, remote_traceback=traceback.format_exc()))
 
 
 def _exit_code(code: object) -> int:
     return code if isinstance(code, int) else 1
 
 
-def _die(w: World, what: str, code: int) -> None:
+def _die(w: World, failed: RankFailed) -> None:
+    """Name the failed rank in one line, then abort the job with its exit status."""
+    code = failed.status if failed.status is not None else 1
     watchdog = getattr(w, "watchdog", None)
     if watchdog is not None:
         watchdog.aborting()  # this line names the failure; the ranks killed next stay quiet
     sys.stdout.flush()
-    print(f"hybridsched: rank {w.rank} of {w.size} on {w.host} failed: {what}; "
+    print(f"hybridsched: {failed}; "
           "aborting the MPI job (completed runs stay in the output file)", file=sys.stderr)
     sys.stderr.flush()
     # The launcher forwards our stderr through its proxies and drops what is still in

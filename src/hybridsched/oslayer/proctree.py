@@ -29,6 +29,7 @@ import os
 import select
 import signal
 import threading
+import traceback
 from time import perf_counter
 from typing import Callable
 
@@ -47,6 +48,9 @@ STARTING, RUNNING, DONE, FAILED = 0, 1, 2, 3
 
 _DEFERRED = {signal.SIGINT, signal.SIGTERM}
 _ERRLEN = 200  # bytes of the exception text a failing worker leaves for the parent
+# bytes of its traceback's tail (WorkerLost.remote_traceback): shared memory per worker
+# against how many of the innermost frames reach the parent
+_TBLEN = 2048
 # Every pipe end and pidfd that a team of this process owns. A child closes all of them but
 # the ones it keeps, not only its own team's: with teams in several threads at once (the
 # API from threads), a child that kept another team's pipe end open would hold back that
@@ -123,6 +127,19 @@ def describe_status(status: int | None) -> str:
     return f"exited with status {code} before finishing its work"
 
 
+def ending(status: int | None) -> dict:
+    """A wait status as WorkerLost's fields: the signal's name or the exit status."""
+    if status is None:
+        return {}
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return {"signal": signal.Signals(sig).name if sig in _SIGNALS else f"signal {sig}"}
+    return {"status": os.waitstatus_to_exitcode(status)}
+
+
+_SIGNALS = frozenset(int(s) for s in signal.Signals)
+
+
 class ProcessTeam:
     """Owns the forked workers of one run and their shared report tables.
 
@@ -150,6 +167,7 @@ class ProcessTeam:
             self.pids = self._alloc(k, np.int64)
             self.ppids = self._alloc(k, np.int64)
             self.errors = self._alloc((k, _ERRLEN), np.uint8)
+            self.tracebacks = self._alloc((k, _TBLEN), np.uint8)
             self.ntrace = self._alloc(k, np.int64)
             self.traces = self._alloc((k, self.cap, 4), np.float64)
         except BaseException:
@@ -287,6 +305,8 @@ class ProcessTeam:
             text = f"raised {type(exc).__name__}: {exc}".encode("utf-8", "replace")[:_ERRLEN]
             try:
                 self.errors[w, :len(text)] = np.frombuffer(text, np.uint8)
+                tb = traceback.format_exc().encode("utf-8", "replace")[-_TBLEN:]
+                self.tracebacks[w, :len(tb)] = np.frombuffer(tb, np.uint8)
                 self.state[w] = FAILED
             except BaseException:
                 pass
@@ -382,8 +402,11 @@ class ProcessTeam:
         pid = int(self.pids[w])
         if int(self.state[w]) == FAILED:
             raw = bytes(self.errors[w]).rstrip(b"\0").decode("utf-8", "replace")
-            return WorkerLost(self.scheduler, w, pid, raw)
-        return WorkerLost(self.scheduler, w, pid, describe_status(self.statuses.get(pid)))
+            tb = bytes(self.tracebacks[w]).rstrip(b"\0").decode("utf-8", "replace")
+            name = raw.removeprefix("raised ").partition(":")[0]
+            return WorkerLost(self.scheduler, w, pid, raw, exception=name, remote_traceback=tb)
+        status = self.statuses.get(pid)
+        return WorkerLost(self.scheduler, w, pid, describe_status(status), **ending(status))
 
     def fail(self, w: int, extra: str = "") -> WorkerLost:
         """Kill and reap everyone, then describe worker w's death (raise the result)."""

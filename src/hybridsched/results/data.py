@@ -14,8 +14,9 @@ import numpy as np
 
 from ..machine.rule import SHARED_MACHINE
 from . import metrics
+from ..core.capabilities import BASELINE, Family, is_baseline, is_threaded
 
-FAMILY_ORDER = ("thread", "process", "pipe")  # then any other family, alphabetically
+FAMILY_ORDER = (Family.THREAD, Family.PROCESS, Family.PIPE)  # then any other family, alphabetically
 
 
 @dataclass
@@ -197,7 +198,7 @@ def simulated_line(runs: np.ndarray) -> str:
             f"reported apart, as `<scheduler>{SIMULATED_MARK}`, never pooled with measured runs.")
 
 
-def serial_times(runs: np.ndarray, name: str = "serial") -> dict[int, float]:
+def serial_times(runs: np.ndarray, name: str = BASELINE) -> dict[int, float]:
     """Mean verified serial time per L (single-node serial runs): T_serial of Eq. 4; with
     ``name`` "serial [sim]", the simulated baseline of a study that holds both kinds."""
     out = {}
@@ -220,7 +221,7 @@ def summarise(runs: np.ndarray, n: int | None = None,
     failed runs never enter a mean (they are counted in ``failed``). ``n`` (N) enables
     Eq. 10; ``util`` (from :func:`load_study`) the utilisation columns."""
     ts = serial_times(runs)
-    ts_sim = serial_times(runs, "serial" + SIMULATED_MARK)  # simulated rows: their own
+    ts_sim = serial_times(runs, BASELINE + SIMULATED_MARK)  # simulated rows: their own
     groups: dict[tuple, list] = {}
     fam: dict[str, str] = {}
     for r in runs:
@@ -341,13 +342,13 @@ def _table_key(r: Row):
 
 
 def families(rows: list[Row]) -> list[str]:
-    present = {r.family for r in rows if r.family != "serial"}
-    return [f for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
+    present = {r.family for r in rows if not is_baseline(r.family)}
+    return [str(f) for f in FAMILY_ORDER if f in present] + sorted(present - set(FAMILY_ORDER))
 
 
 def k_at_n(rows: list[Row], n: int) -> int | None:
     """k = N if the study has it, else the largest k below N (None without parallel rows)."""
-    ks = sorted({r.k for r in rows if r.family != "serial" and r.reps})
+    ks = sorted({r.k for r in rows if not is_baseline(r.family) and r.reps})
     below = [k for k in ks if k <= n] if n else []
     return below[-1] if below else (ks[0] if ks else None)
 
@@ -372,8 +373,8 @@ SERIAL_CHECK = 0.05
 def serial_gap(rows: list[Row], L: int) -> float:
     """T_serial / median k = 1 time of the pinned default-chunk thread schedulers - 1 at L
     (NaN without both); the claims use the same check."""
-    ser = [r.t_mean for r in rows if r.scheduler == "serial" and r.L == L and r.reps and r.P == 1]
-    t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == L
+    ser = [r.t_mean for r in rows if is_baseline(r.family) and r.L == L and r.reps and r.P == 1]
+    t1 = [r.t_mean for r in rows if is_threaded(r.family) and r.k == 1 and r.L == L
           and r.reps and r.affinity and r.chunk == 0 and r.P == 1
           and not r.scheduler.endswith(SIMULATED_MARK)]
     return ser[0] / float(np.median(t1)) - 1.0 if ser and t1 else math.nan

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import metrics
+from ..core.capabilities import BASELINE
 from ..errors import UsageError
 
 MODELS = ("amdahl", "gustafson", "usl")
@@ -303,7 +304,7 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     runs = versions_apart(read_runs(path))
     cores = _physical_cores(read_attrs(path))
     ok = runs[runs["verified"]]
-    base = ("serial", "serial" + SIMULATED_MARK)
+    base = (BASELINE, BASELINE + SIMULATED_MARK)
     others = ok[~np.isin(ok["scheduler"], base)]
     notes: list[str] = []
     if "simulated" in (runs.dtype.names or ()) and len(runs) and runs["simulated"].all():

@@ -9,6 +9,7 @@ import math
 import os
 import re
 
+from ..core.capabilities import BASELINE
 from .data import Row, families, variant_label, variants
 
 _DPI = 110  # readable in a Markdown viewer without multi-megabyte files
@@ -76,7 +77,7 @@ def speedup_plots(rows: list[Row], out_dir: str, n: int) -> list[str]:
         return []
     out = []
     for v in variants(rows):
-        if v[0] == "serial":
+        if v[0] == BASELINE:
             continue
         vrows = [r for r in rows if r.variant == v]
         fig, ax = figure()

@@ -16,6 +16,7 @@ from collections import Counter
 import numpy as np
 
 from .data import Row, Study, fmt, k_at_n, summarise
+from ..core.capabilities import is_baseline
 
 # The share of the repetitions, counted from the end, that shows where auto settled: its
 # most frequent choice there, and that choice's median time. A larger share averages more
@@ -95,7 +96,7 @@ def portfolio_section(study: Study) -> list[str]:
         runs = _of(study.runs, wl)
         rows = summarise(runs, study.n)
         k = k_at_n(rows, study.n)
-        at = [r for r in rows if r.k == k and r.reps and r.family != "serial" and r.P == 1]
+        at = [r for r in rows if r.k == k and r.reps and not is_baseline(r.family) and r.P == 1]
         if not at:
             continue
         any_rows = True
@@ -157,7 +158,7 @@ def auto_section(study: Study) -> list[str]:
         if exploring:
             settled = "not yet (exploring)"
         same = [f for f in fixed
-                if f.L == key[1] and f.k == key[2] and f.reps and f.family != "serial"]
+                if f.L == key[1] and f.k == key[2] and f.reps and not is_baseline(f.family)]
         best = min(same, key=lambda f: f.t_mean) if same else None
         gap = f"{(t / best.t_mean - 1) * 100:+.1f} %" if best and not exploring else "—"
         fixed_t = f"{best.scheduler} {best.t_mean * 1e3:.2f}" if best else "—"

@@ -18,13 +18,14 @@ from .data import (SERIAL_CHECK, Row, Study, alpha_text, best_per_family, simula
                    t_text, variant_label, variants)
 from .files import write_csv
 from .summary import notes
+from ..core.capabilities import is_baseline, is_threaded
 
 
 def serial_check(rows: list[Row], ser: list[Row]) -> list[str]:
     """Warn where T_serial disagrees with the thread schedulers' own k = 1 times."""
     out = []
     for s in ser:
-        t1 = [r.t_mean for r in rows if r.family == "thread" and r.k == 1 and r.L == s.L
+        t1 = [r.t_mean for r in rows if is_threaded(r.family) and r.k == 1 and r.L == s.L
               and r.reps and r.affinity and r.chunk == 0 and r.P == 1]
         gap = serial_gap(rows, s.L)
         if math.isnan(gap):
@@ -63,7 +64,7 @@ def scheduler_tables(rows: list[Row]) -> str:
     for v in variants(rows):
         vrows = [r for r in rows if r.variant == v]
         fam = vrows[0].family
-        if fam == "serial":
+        if is_baseline(fam):
             continue  # T_serial is in the header and in every σ
         ks = sorted({r.k for r in vrows})
         vLs = [L for L in Ls if any(r.L == L for r in vrows)]
@@ -93,10 +94,10 @@ def scheduler_tables(rows: list[Row]) -> str:
 def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
     """Markdown and CSV records comparing the best scheduler per family at k = N and at
     the largest k, per L; within 1 % of the fastest = practically equivalent (§5)."""
-    ser = {r.L: r.t_mean for r in rows if r.scheduler == "serial" and r.reps}
+    ser = {r.L: r.t_mean for r in rows if is_baseline(r.family) and r.reps}
     k1 = {(r.variant, r.L): r.t_mean for r in rows if r.k == 1 and r.reps}
     kn = k_at_n(rows, n)
-    kmax = max((r.k for r in rows if r.family != "serial" and r.reps), default=None)
+    kmax = max((r.k for r in rows if not is_baseline(r.family) and r.reps), default=None)
     lines, recs = [], []
     for L in sorted({r.L for r in rows}):
         for k in dict.fromkeys(x for x in (kn, kmax) if x is not None):
@@ -170,7 +171,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             "P/P_max over repetitions (§3.1), LI the load imbalance of the workers' busy time "
             "(max − mean)/max × k/(k − 1), LB4OMP's percent imbalance (0 balanced, 1 one "
             "worker did everything).", ""]
-    ser = [r for r in rows if r.scheduler == "serial" and r.reps]
+    ser = [r for r in rows if is_baseline(r.family) and r.reps]
     if ser:
         head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from ..core.capabilities import BASELINE
 from .data import Study
 
 # Histogram bins: enough to show a heavy tail's shape, few enough that a few thousand tasks
@@ -27,7 +28,7 @@ def _cost_run(study: Study, mask: np.ndarray):
     """Per-task costs from the run whose trace gives them most directly: verified, finest
     chunks (one task per chunk if any), fewest workers (least interference), not serial.
     Only the CANDIDATES most promising by their rows are read (a study has thousands)."""
-    runs = study.runs[mask & study.runs["verified"] & (study.runs["scheduler"] != "serial")]
+    runs = study.runs[mask & study.runs["verified"] & (study.runs["scheduler"] != BASELINE)]
     if not len(runs):
         runs = study.runs[mask & study.runs["verified"]]
     if not len(runs):

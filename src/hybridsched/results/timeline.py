@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..store import Detail, read_detail
+from ..core.capabilities import is_baseline
 
 
 @dataclass
@@ -202,7 +203,7 @@ def report_gantts(study, rows, out_dir: str) -> list[str]:
         return []
     runs = study.runs[study.runs["verified"] & (study.runs["k"] == kn)]
     out = []
-    for name in dict.fromkeys(r.scheduler for r in rows if r.family != "serial"):
+    for name in dict.fromkeys(r.scheduler for r in rows if not is_baseline(r.family)):
         mine = runs[runs["scheduler"] == name]
         if not len(mine):
             continue

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends.pipes import PRODUCER_CPU
+from ..core import registry
+from ..core.capabilities import Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
 from ..store import iter_details, machine_n, read_attrs, read_runs
 from ..core.techniques.profiled import task_times
@@ -89,21 +91,21 @@ class MeasuredStudy:
     def overheads(self, base: Overheads) -> Overheads:
         """``base`` with the overheads this study measured."""
         got = dict(base.to_dict())
-        for key, rows in (("claim_python_s", self._rows("thread", compiled=False)),
-                          ("claim_compiled_s", self._rows("thread", compiled=True)),
-                          ("pipe_rtt_s", self._rows("pipe", mtom=True)),
-                          ("pipe_msg_s", self._rows("pipe", mtom=False))):
+        for key, rows in (("claim_python_s", self._rows(Family.THREAD, compiled=False)),
+                          ("claim_compiled_s", self._rows(Family.THREAD, compiled=True)),
+                          ("pipe_rtt_s", self._rows(Family.PIPE, mtom=True)),
+                          ("pipe_msg_s", self._rows(Family.PIPE, mtom=False))):
             gap = self._gap(rows)
             if gap is not None:
                 got[key] = gap
         fork = self._fork_interval()
         if fork is not None:
             got["fork_s"] = fork
-        for family in ("thread", "process", "pipe"):
+        for family in [f for f in Family if not is_baseline(f)]:
             fixed = self._fixed(family)
             if fixed is not None:
                 got[f"{family}_fixed_s"], got[f"{family}_worker_s"] = fixed
-                if family != "thread":
+                if not is_threaded(family):
                     got["reap_s"] = 0.0  # in the per-worker figure now
         return Overheads.from_dict(got)
 
@@ -139,12 +141,12 @@ class MeasuredStudy:
             got["worker_starts_s"] = tuple(float(x) for x in np.median(starts, axis=0))
             # a forked worker's exit is simulated on its core (Overheads.exit_s): the last
             # one's is part of what the run measured beyond the span
-            tail = exit_s if fam != "thread" else 0.0
+            tail = exit_s if not is_threaded(fam) else 0.0
             got[f"{fam}_fixed_s"] = max(0.0, float(np.median(beyond)) - tail)
             got[f"{fam}_worker_s"] = 0.0
             got["reap_s"] = 0.0
-        if str(row["scheduler"]).startswith("pipe-MtoM"):
-            mine = [r for r in near if str(r["scheduler"]).startswith("pipe-MtoM")
+        if _served(row):
+            mine = [r for r in near if _served(r)
                     and int(r["run_id"]) in self.traces]
             # per run the mean (the makespan pays every wake-up's tail), over the runs the
             # median (one repetition whose wake-ups all went slow does not speak for all)
@@ -185,7 +187,7 @@ class MeasuredStudy:
                 continue
             if compiled is not None and ("dispatch=compiled" in r["notes"]) != compiled:
                 continue
-            if mtom is not None and r["scheduler"].startswith("pipe-MtoM") != mtom:
+            if mtom is not None and _served(r) != mtom:
                 continue
             out.append(r)
         if not out:
@@ -248,7 +250,7 @@ class MeasuredStudy:
         steps = []
         for r in self.runs:
             w = self.workers.get(int(r["run_id"]))
-            if r["family"] != "process" or w is None or len(w) < 2:
+            if not is_forks(str(r["family"])) or w is None or len(w) < 2:
                 continue
             s = np.sort(w["start"])
             steps.append(np.median(np.diff(s)))
@@ -276,12 +278,12 @@ def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
 
 def _forked(r) -> bool:
     """Whether the run's workers are forked children (not threads of the study's process)."""
-    return str(r["family"]) in ("process", "pipe")
+    return is_forked(str(r["family"]))
 
 
 def _served(r) -> bool:
     """Whether the run's producer served a message per chunk among its workers (pipe-MtoM)."""
-    return str(r["scheduler"]).startswith("pipe-MtoM")
+    return registry.resends_by_name(str(r["scheduler"]))
 
 
 def pooled_costs(traces: list[np.ndarray]) -> np.ndarray:

@@ -22,6 +22,8 @@ import numpy as np
 
 from ..backends.base import Job
 from ..core import dispatch, policies as pol, registry
+from ..core.capabilities import decide
+from ..errors import DispatchError
 from ..core.techniques.profiled import Profile
 from ..core.virtual import COOP, PINNED, SHARED, Engine, Outcome, Placement, virtual_clock
 
@@ -115,12 +117,17 @@ def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: i
         return eng.run(dispatch.Preassigned([[(0, L)]])), None
     c = info.resolve_chunk(chunk, L)
     place = placement(k, cores, affinity, coop, ov)
-    if info.backend == "threads":
+    if info.threaded:
         return _threads(info, costs, cum, k, c, cores, ov, place, params or {}, dispatch_mode)
     return _processes(info, costs, cum, k, c, ov, place, params or {})
 
 
 def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
+    # the backend's rule (a numba kernel, as every simulated workload's is); a refused
+    # --dispatch compiled fails the simulated run as it fails the real one
+    decided = decide(info, mode, coop=place.mode == COOP)
+    if decided.refused:
+        raise DispatchError(f"--dispatch compiled: {decided.why}")
     workers = info.workers(k, cores)
     job = _job(info, len(costs), workers, c, params, list(range(cores)))
     if info.profiled:
@@ -128,11 +135,8 @@ def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
     if info.prepare is not None:  # auto-sim: its predictions, from the same costs
         info.prepare(job)
     disp = info.dispenser(len(costs), workers, c, None, job=job)
-    compiled = (mode != "python" and info.sequence is not None and place.mode != COOP
-                and not getattr(disp, "feedback", False))
     arm = getattr(disp, "arm", None)  # auto: its chosen technique may run compiled
-    if arm is not None and mode == "auto" and arm.sequence is not None and place.mode != COOP:
-        compiled = True
+    compiled = decided.compiled or (decided.delegates and arm is not None and decide(arm).compiled)
     claim = _claim(ov, compiled, workers)
     starts = _measured(ov, workers) or [w * ov.thread_start_s for w in range(workers)]
     eng = Engine(cum, workers, place, claim, starts)
@@ -157,10 +161,10 @@ def _measured(ov: Overheads, k: int) -> list[float] | None:
     return list(ov.worker_starts_s) if len(ov.worker_starts_s) == k else None
 
 
-def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
+def _fork_starts(k: int, collective: bool, fork_s: float) -> list[float]:
     """When each forked worker starts: one after the other from the parent, or in mitosis
     rounds where each worker forks its own children in turn."""
-    if forker != "mitosis":  # the first fork is in the fixed cost (process_fixed_s)
+    if not collective:  # the first fork is in the fixed cost (process_fixed_s)
         return [w * fork_s for w in range(k)]
     start = [0.0] * k
     for w in range(k):  # a parent is always below its children
@@ -170,13 +174,13 @@ def _fork_starts(k: int, forker: str, fork_s: float) -> list[float]:
 
 
 def _processes(info, costs, cum, k, c, ov, place, params):
-    starts = _measured(ov, k) or _fork_starts(k, info.forker or "parent", ov.fork_s)
+    starts = _measured(ov, k) or _fork_starts(k, info.collective, ov.fork_s)
     disp, claim, latency, per_msg = _source(info, costs, k, c, ov, place, params)
     # the study's process works among the workers: the forks it makes once the first
     # worker runs (every one but the first for a parent that forks the team, none for a
     # mitosis tree's root; the first fork precedes every worker and is in the fixed cost)
     # and, for pipes, serving every message
-    forks = 0 if info.forker == "mitosis" else k - 1
+    forks = 0 if info.collective else k - 1
     parent = forks * ov.fork_s
     if per_msg:  # the messages are known once the hand-out is: a first pass counts them
         dry = Engine(cum, k, place, claim, starts, latency_s=latency)
@@ -187,7 +191,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
                  parent_s=parent)
     virtual_clock(disp, eng.clock)
     out = eng.run(disp)
-    fam = "pipe" if info.family == "pipe" else "process"
+    fam = info.family  # pipe or process: the overheads' names
     out.makespan += (k * (ov.reap_s + getattr(ov, f"{fam}_worker_s"))
                      + getattr(ov, f"{fam}_fixed_s"))
     disp.executed(out.makespan)
@@ -198,11 +202,11 @@ def _source(info, costs, k, c, ov, place, params):
     """(dispenser, claim cost, claim latency, the producer's CPU per message) of a forked
     team."""
     L = len(costs)
-    if info.family == "process":
+    if not info.piped:
         return dispatch.Preassigned(pol.round_robin_frames(L, k)), 0.0, 0.0, 0.0
-    if info.topology == "dealt":
+    if info.dealt:
         return dispatch.Preassigned(pol.static_chunks(L, k, c)), ov.pipe_msg_s, 0.0, ov.pipe_msg_s
-    if info.topology != "feedback":  # pipe-1to1: a stream producer fills a pipe per wake-up
+    if not info.resends:  # pipe-1to1: a stream producer fills a pipe per wake-up
         disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
         return disp, ov.pipe_msg_s, 0.0, ov.pipe_msg_s
     if info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks

@@ -57,7 +57,7 @@ def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: i
     except HybridschedError as exc:
         info = registry.get(cfg.scheduler)
         tech, digest = registry.identity(cfg.scheduler)  # which code failed stays on record
-        return RunRecord(cfg, info.family, math.nan, False, error=f"simulated: {exc}",
+        return RunRecord(cfg, str(info.family), math.nan, False, error=f"simulated: {exc}",
                          notes=f"simulated on {cores} cores", simulated=True,
                          extra={"simulated": {"cores": cores, "costs": source}},
                          technique=tech, technique_hash=digest)
@@ -83,7 +83,7 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
     if cfg.P > 1 and ":" in split and split_params:
         extra["simulated"]["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
     chunk_used = info.resolve_chunk(cfg.chunk, len(costs)) if not info.baseline else len(costs)
-    return RunRecord(cfg, info.family, out.makespan, ok, bad_rows=0 if ok else -1,
+    return RunRecord(cfg, str(info.family), out.makespan, ok, bad_rows=0 if ok else -1,
                      chunk_used=max(0, chunk_used), workers_used=k, notes=notes,
                      workers=workers, trace=trace, extra=extra, technique=tech,
                      technique_hash=digest, simulated=True)

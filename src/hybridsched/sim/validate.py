@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..core.capabilities import BASELINE
+
 # The bar for "ranked the same": the simulated favourite, as measured, within this
 # much of the measured best (closer schedulers than that swap places in the noise anyway).
 RANK_TOLERANCE = 0.05
@@ -41,7 +43,7 @@ def compare(pairs) -> Validation:
     for label, (m, s) in sorted(groups.items()):
         mm, sm = statistics.median(m), statistics.median(s)
         out.rows.append((label, mm, sm, sm / mm - 1.0))
-        if label[2] != "serial":
+        if label[2] != BASELINE:
             by_tensor.setdefault((label[0], label[1], label[3]), []).append((label[2], mm, sm))
     for key, entries in sorted(by_tensor.items()):
         if len(entries) < 2:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..core import registry as schedulers
+from ..core.capabilities import Family
 from ..errors import UsageError
 from ..workloads.catalogue import file_hash, get, input_dims, load_input, parse
 from .spec import StudySpec, default_spec, preset
@@ -23,7 +24,7 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
             if name == "all":
                 out += schedulers.names(everything=False)
             elif name == "techniques":
-                out += schedulers.names("thread", technique=True)
+                out += schedulers.names(Family.THREAD, technique=True)
             elif name == "paper":
                 out += schedulers.paper_names()
             else:  # a reference to a user's technique is stored under the technique's name
@@ -95,7 +96,7 @@ def portfolio(names: list[str]) -> list[str]:
     out = []
     for name in names:
         info = schedulers.get(name)
-        if info.backend != "threads" or info.dispenser is None or info.chooses or info.needs_monitor:
+        if not info.raceable:
             raise UsageError(f"--portfolio {name}: auto races thread techniques with their own "
                              "hand-out (not serial, forks, pipes, aimd or auto itself)")
         out.append(info.name)

@@ -21,7 +21,7 @@ from ..backends import get_backend
 from ..backends.base import Job, job_for
 from ..core import registry
 from ..core.policies import check_trace
-from ..errors import HybridschedError
+from ..errors import BrokenRun, HybridschedError
 from ..oslayer.procfs import ForeignLoad
 from ..records import RunConfig, RunRecord
 from ..workloads.space import Workspace
@@ -96,7 +96,7 @@ class TimedRun:
         if space.kernel is not None:  # the workspace's own kernel (irregular, user's)
             self.job.kernel = space.kernel
         self.seat = seat
-        self.m = Measured(config, self.info.family, time.time(), rank=rank, host=host,
+        self.m = Measured(config, str(self.info.family), time.time(), rank=rank, host=host,
                           chunk_used=self.job.chunk)
 
     def prepare(self) -> bool:
@@ -123,9 +123,11 @@ class TimedRun:
             try:
                 with gc_paused():
                     self.body.run(job, m)
-            except HybridschedError as exc:  # a lost worker, a kernel that raised
-                m.failed(f"{self.body.prefix}{exc}", getattr(exc, "notes", ""))
-                m.technique = getattr(exc, "technique", "") or m.technique  # auto's failed pick
+            except BrokenRun as exc:  # a lost worker, a worker that raised
+                m.failed(f"{self.body.prefix}{exc}", exc.notes)
+                m.technique = exc.technique or m.technique  # auto's failed pick
+            except HybridschedError as exc:  # a kernel that raised, a technique's fault
+                m.failed(f"{self.body.prefix}{exc}")
         m.foreign = probe.share()
 
     def verify(self) -> None:

@@ -116,7 +116,7 @@ def technique_changes(out: str, spec: StudySpec) -> list[str]:
         if user is None:
             continue
         # its own runs, and the runs where auto raced it (technique = its reference)
-        ran = np.isin(runs["scheduler"], [name, f"pipe-MtoM:{name}"]) | (runs["technique"] == user.ref)
+        ran = np.isin(runs["scheduler"], [name, registry.pipe_name(name)]) | (runs["technique"] == user.ref)
         problem = _changed(name, user, runs["technique_hash"][ran])
         if problem:
             problems.append(problem)

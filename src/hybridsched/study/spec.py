@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from ..core import registry as schedulers
+from ..core.capabilities import Reason, decide
 from ..errors import UsageError
 from ..core.policies import AUTO_CHUNK
 from ..records import RunConfig
@@ -141,18 +142,22 @@ class StudySpec:
                              f"got {self.dispatch!r}")
         if self.dispatch != compiled.COMPILED:
             return
-        threads = [schedulers.get(s) for s in self.schedulers if schedulers.get(s).backend == "threads"]
-        cannot = [i.name for i in threads if i.sequence is None]
+        threads = [schedulers.get(s) for s in self.schedulers if schedulers.get(s).threaded]
+        # capabilities.decide checks the hand-out first: the names it cannot compile
+        # whatever the kernel, then the kernel, then --coop
+        cannot = [i.name for i in threads if decide(i, self.dispatch).reason is Reason.NOT_FIXED]
         if cannot:
-            able = [i.name for i in schedulers.SCHEDULERS.values() if i.sequence is not None]
+            able = [i.name for i in schedulers.SCHEDULERS.values() if decide(i).compiled]
             raise UsageError(f"--dispatch compiled: {', '.join(cannot)} cannot run compiled (only "
                              f"fixed first-come-first-served hand-outs: {', '.join(able)}); "
                              "use --dispatch auto")
         from ..workloads import kernelref
 
-        if threads and not kernelref.resolve(self.kernel).numba:
+        numba = not threads or kernelref.resolve(self.kernel).numba
+        why = [decide(i, self.dispatch, numba=numba, coop=bool(self.coop)).reason for i in threads]
+        if Reason.NOT_NUMBA in why:
             raise UsageError(f"--dispatch compiled: kernel {self.kernel!r} is not a numba function")
-        if self.coop and threads:
+        if Reason.COOP in why:
             raise UsageError("--dispatch compiled: --coop needs a scheduling point between chunks")
 
     def configurations(self) -> list[RunConfig]:
@@ -168,13 +173,13 @@ class StudySpec:
                                                      self.kernel, self.seed))
         for L in self.frames:
             for s in self.schedulers:
-                fam = schedulers.get(s).family
-                unpinned = fam in self.unpinned_families or s in self.unpinned_schedulers
+                info = schedulers.get(s)
+                unpinned = info.family in self.unpinned_families or s in self.unpinned_schedulers
                 if unpinned and False not in self.affinity:
                     out += [RunConfig(s, k, L, self.height, self.width, c, False, rep,
                                       self.kernel, self.seed)
                             for c in self.chunks for k in self.ks for rep in range(self.reps)]
-                if fam == "pipe" and self.tuned_k in self.ks and L in self.tuned_chunks:
+                if info.piped and self.tuned_k in self.ks and L in self.tuned_chunks:
                     out += [RunConfig(s, self.tuned_k, L, self.height, self.width,
                                       self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
                                       self.seed) for rep in range(self.reps)]

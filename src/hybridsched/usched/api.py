@@ -32,25 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Callable, Iterator, Protocol
 
-from ..errors import HybridschedError, ResourceError
+from ..errors import Deadlock, ThreadLimit, UserThreadError
 
 UserFn = Callable[..., Iterator]  # a generator function: yields the primitives it waits on
-
-
-class UserThreadError(HybridschedError):
-    """A user thread raised: the run fails with one line naming the thread and exception."""
-
-    def __init__(self, arch: str, name: str, exc: BaseException):
-        self.arch, self.thread, self.exc = arch, name, exc
-        super().__init__(f"{arch}: user thread {name} raised {type(exc).__name__}: {exc}")
-
-
-class Deadlock(HybridschedError):
-    """Every scheduler thread is idle while user threads still wait: nobody can signal them."""
-
-
-class ThreadLimit(ResourceError):
-    """The OS refused to start another OS thread (A0 with thousands of user threads)."""
 
 
 @dataclass

@@ -124,7 +124,7 @@ def validate_spec(spec) -> None:
     if kern is not None and not kern.nogil:
         from ..core import registry
 
-        threads = [s for s in spec.schedulers if registry.get(s).family == "thread"]
+        threads = [s for s in spec.schedulers if registry.get(s).threaded]
         if threads:
             what = "a plain Python function" if not kern.numba else "compiled without nogil=True"
             print(f"hybridsched: warning: --kernel {spec.kernel} is {what}: the thread "

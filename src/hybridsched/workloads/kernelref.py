@@ -19,12 +19,8 @@ from typing import Callable
 import numpy as np
 
 from ..kernels import KERNELS, compile_kernel, is_compiled
-from ..errors import UsageError
+from ..errors import GILWarning, UsageError
 from ..refs import import_object
-
-
-class GILWarning(UserWarning):
-    """A plain Python kernel: worker threads take turns holding the GIL."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +117,10 @@ def resolve(kernel, ndim: int = 3, what: str = "kernel", per_task: bool | None =
     return KernelInfo(fn, name, numba_f, nogil)
 
 
-def gil_warning(info: KernelInfo, family: str) -> None:
-    """Warn once per call that a kernel holding the GIL serialises thread workers."""
-    if family == "thread" and not info.nogil:
+def gil_warning(info: KernelInfo, threaded: bool) -> None:
+    """Warn once per call that a kernel holding the GIL serialises thread workers
+    (``threaded``: the scheduler's workers are threads)."""
+    if threaded and not info.nogil:
         what = "a plain Python function" if not info.numba else "compiled without nogil=True"
         warnings.warn(f"kernel {info.name} is {what}: worker threads hold the GIL while it "
                       "runs, so thread schedulers cannot run it in parallel", GILWarning,

@@ -29,7 +29,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable
 
-from ..contract import TechniqueError
+from ...errors import TechniqueError
 from ..dispatch import Dispenser
 from . import NAMES
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..contract import TechniqueError
+from ...errors import TechniqueError
 from ..dispatch import Dispenser
 from .auto import AutoDispenser
 from ..virtual import Engine, Placement, virtual_clock

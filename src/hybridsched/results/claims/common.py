@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .. import metrics
 from ..data import SERIAL_CHECK, SIMULATED_MARK, Row, fmt, k_at_n, serial_gap
 from ...machine.rule import SHARED_MACHINE, dedicated
+from ...core.capabilities import is_baseline
 
 # --- the verdict vocabulary: exactly one of these per verdict line ----------------------
 REPRODUCES = "reproduces"
@@ -121,8 +122,8 @@ class Ctx:
         self.paper_rows = [r for r in self.rows if r.reps and r.P == 1 and r.paper_protocol
                            and not r.scheduler.endswith(SIMULATED_MARK)]
         self.idx = {(r.scheduler, r.L, r.k, r.affinity, r.chunk): r for r in self.paper_rows}
-        self.ks = sorted({r.k for r in self.paper_rows if r.family != "serial"})
-        self.Ls = sorted({r.L for r in self.paper_rows if r.family != "serial"})
+        self.ks = sorted({r.k for r in self.paper_rows if not is_baseline(r.family)})
+        self.Ls = sorted({r.L for r in self.paper_rows if not is_baseline(r.family)})
         self.kn = k_at_n(self.paper_rows, self.n) if self.ks else None
         want = -(-4 * self.n // 3) if self.n else None
         # the paper's 32 = ⌈4N/3⌉; only when the study has it and it oversubscribes

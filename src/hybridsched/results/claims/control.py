@@ -11,6 +11,7 @@ import math
 
 from .common import COLLAPSE, Ctx, bound, record, sig
 from ..data import fmt
+from ...core.capabilities import is_baseline
 
 # (scheduler, pinned) in table order; dynamic pinned is the reference.
 _CELLS = (("prolific", True), ("prolific", False), ("collective", True), ("collective", False),
@@ -20,7 +21,7 @@ _CELLS = (("prolific", True), ("prolific", False), ("collective", True), ("colle
 def control_ks(ctx: Ctx) -> list[int]:
     """The first unbalanced oversubscribed k (k > N, not a multiple of N) and the largest
     pinned k of the study."""
-    pinned = sorted({r.k for r in ctx.paper_rows if r.affinity and r.family != "serial"})
+    pinned = sorted({r.k for r in ctx.paper_rows if r.affinity and not is_baseline(r.family)})
     unbal = [k for k in pinned if ctx.n and k > ctx.n and k % ctx.n]
     over = [k for k in pinned if ctx.n and k > ctx.n]
     return list(dict.fromkeys(([unbal[0]] if unbal else []) + ([over[-1]] if over else [])))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from .. import metrics
+from ...core.capabilities import Family
 from .common import (COLLAPSE, EQUIVALENT, NEAR_IDEAL, NOT_APPLICABLE, NOT_REPRODUCED,
                      REPRODUCES, CANNOT_TELL, Ctx, Line, bound, faster_by, faster_text, ms, sig)
 from ...machine.rule import SHARED_MACHINE
@@ -62,7 +63,7 @@ _PAPER_2 = ("fork σ 'roughly 15–16 at k=32, while dynamic threads … sustain
 def claim2(ctx: Ctx) -> list[Line]:
     """Fork schedulers pinned at the paper's 32 (k = ⌈4N/3⌉): σ ≤ COLLAPSE × dynamic's σ."""
     out = []
-    forks = ctx.names("process")
+    forks = ctx.names(Family.PROCESS)
     if not forks:
         return [Line("2", "fork collapse under pinned oversubscription", "", _PAPER_2,
                      CANNOT_TELL, "no fork (process-family) scheduler in this study")]
@@ -112,7 +113,7 @@ _TUNED = {1000: "chunk 12 'maximized performance in terms of execution time' (§
 def claim3(ctx: Ctx) -> list[Line]:
     """The tuned pipe chunk is faster than chunk 1 at k = N, beyond the 1 % rule."""
     out = []
-    pipes = ctx.names("pipe")
+    pipes = ctx.names(Family.PIPE)
     if not pipes:
         return [Line("3", "tuned pipe chunk faster than chunk 1", "", _TUNED[1000],
                      CANNOT_TELL, "no pipe scheduler in this study")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from .. import metrics
+from ...core.capabilities import Family
 from .common import (COLLAPSE, EQUIVALENT, NEAR_IDEAL, NOT_REPRODUCED, REPRODUCES,
                      CANNOT_TELL, Ctx, Line, faster_by, faster_text, ms, sig)
 from ..data import fmt
@@ -204,7 +205,7 @@ def fork_affinity(ctx: Ctx) -> list[Line]:
     at_n = "affinity on and off 'exhibited comparable execution times' (§6.3); no figure"
     over = ("'in oversubscribed configurations, affinity also served to limit unnecessary "
             "processor migrations … reducing the associated performance degradation' (§6.3); no figure")
-    for name in ctx.names("process"):
+    for name in ctx.names(Family.PROCESS):
         for L in ctx.Ls:
             k = ctx.kn
             on, off = ctx.get(name, L, k), ctx.get(name, L, k, False)
@@ -248,7 +249,7 @@ def alpha_rises(ctx: Ctx) -> list[Line]:
                             f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", "", L))
             continue
         pairs, skipped = [], []
-        for name in ctx.names("thread") + ctx.names("process") + ctx.names("pipe"):
+        for name in ctx.names(Family.THREAD) + ctx.names(Family.PROCESS) + ctx.names(Family.PIPE):
             a, b = ctx.get(name, L, k0), ctx.get(name, L, k1)
             if a is None or b is None:
                 continue
