@@ -10,6 +10,9 @@
     res = hybridsched.parallel_for(square, data, scheduler="guided", k=2)
     res.time_s, res.verified, res.workers, res.trace
 
+What a loop learns across calls (auto's race, AWF's weights) is kept only in a
+`hybridsched.Memory` the caller passes on (``memory=``); each call has its own otherwise.
+
 The run is the same timed run as the CLI's (`study.runner.TimedRun`): the same
 backends, the same per-worker table and chunk trace, the same record, which
 `write_study` stores in a study file that ``hybridsched report`` reads.
@@ -28,6 +31,7 @@ from typing import Iterator
 import numpy as np
 
 from .core import registry
+from .core.memory import Memory
 from .errors import HybridschedError, Terminated, UsageError
 from .records import API_WORKLOAD, RunConfig, RunRecord
 from .shared import is_shared
@@ -133,7 +137,8 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
 def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = None,
                  chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
                  per_task: bool | None = None, rep: int = 0, check: bool = True,
-                 dispatch: str = "auto", params: dict | None = None) -> Result:
+                 dispatch: str = "auto", params: dict | None = None,
+                 memory: Memory | None = None) -> Result:
     """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
     with ``k`` workers (default: the usable CPUs) and return the timed `Result`.
 
@@ -148,6 +153,9 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
     ``scheduler`` may be a `hybridsched.Technique` (instance or class) or
     ``"package.module:Class"``; ``params``: its ``self.params`` (or an LB4OMP technique's).
+    ``memory``: a `hybridsched.Memory` that keeps what the loop learns (auto's race, AWF's
+    weights, the profiling run, ``chunk=-1``'s trials) for the next call given the same
+    one; None = a new one, so that separate calls share nothing.
     """
     info = registry.lookup(scheduler)
     scheduler = info.name
@@ -199,7 +207,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
                     dispatch=dispatch, params=param_text)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
-        rec = _run(cfg, data, in_place, kern, checker, info)
+        rec = _run(cfg, data, in_place, kern, checker, info, memory)
     verified = None if mode == "none" and not rec.error else rec.verified
     result = Result(rec.time_s, verified, rec.workers, rec.trace, rec)
     if check and (rec.error or verified is False):
@@ -227,13 +235,14 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) -> RunRecord:
+def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info,
+         memory: Memory | None) -> RunRecord:
     # the original is kept where anything reads it: a verifier, pipe-MtoM restoring a lost
     # worker's chunk, --chunk auto's trials, and a profiling run, after which the array is
     # put back (the profile runs the kernel over it once)
     keep = (checker is not None or info.topology == "feedback" or cfg.chunk < 0
             or info.profiled)
-    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker)) as res:
+    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker), memory) as res:
         space = res.space(cfg)  # owned (closed on every exit) from here
         space.kernel = kern.fn
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile
