@@ -325,3 +325,5 @@ def test_parallel_for_calls_share_no_learned_state_unless_given_one_memory(monke
     assert [r.record.technique for r in shared[:3]] == list(PORTFOLIO[:3])  # the race goes on
     assert len(mem.racers) == 1 and [h.step for h in mem.histories.values()] == [2]
     assert all(r.verified is None for r in alone + shared)
+    with pytest.raises(UsageError, match="memory: expected a hybridsched.Memory or None, got dict"):
+        hybridsched.parallel_for(nb_task, fresh(), scheduler="auto", memory={})

@@ -134,6 +134,16 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
     return bool_checker(fn), fit_text(name, MAX_REF)
 
 
+def _check_data(data) -> None:
+    if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
+        raise UsageError("data: expected a numpy array with at least one task (first axis)")
+    if not data.flags.writeable:
+        raise UsageError("data: the array is read-only; the kernel works in place")
+    if data.dtype.hasobject:
+        raise UsageError("data: object arrays hold references, which neither a kernel in "
+                         "compiled code nor a forked worker can share: use a numeric dtype")
+
+
 def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = None,
                  chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
                  per_task: bool | None = None, rep: int = 0, check: bool = True,
@@ -160,13 +170,9 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     info = registry.lookup(scheduler)
     scheduler = info.name
     param_text = registry.run_params(info, params, strict=True)
-    if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
-        raise UsageError("data: expected a numpy array with at least one task (first axis)")
-    if not data.flags.writeable:
-        raise UsageError("data: the array is read-only; the kernel works in place")
-    if data.dtype.hasobject:
-        raise UsageError("data: object arrays hold references, which neither a kernel in "
-                         "compiled code nor a forked worker can share: use a numeric dtype")
+    _check_data(data)
+    if memory is not None and not isinstance(memory, Memory):
+        raise UsageError(f"memory: expected a hybridsched.Memory or None, got {type(memory).__name__}")
     from .backends import compiled
 
     if dispatch not in compiled.DISPATCH_MODES:
