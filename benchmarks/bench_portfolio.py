@@ -70,7 +70,6 @@ def interleaved(wl: str, fixed: list[str], reps: int, race: int,
         rnd = [x for x in fx if x.rep == r]
         at = (r * 7) % (len(rnd) + 1)  # auto's place rotates: no one predecessor every round
         order += rnd[:at] + [au[race + r]] + rnd[at:]
-    auto.reset_state()
     recs = list(run_configurations(order, lambda rec: None))
     return np.array([(r.config.scheduler, r.config.rep, r.time_s, r.verified, r.technique)
                      for r in recs],
@@ -193,8 +192,7 @@ def pipe_cost(name: str, frames: int) -> tuple[float, int]:
     def best(L: int) -> tuple[float, int]:
         out = (np.inf, 0)
         with Slab(L, 1, 1, seed=1) as slab:
-            for _ in range(3):
-                auto.reset_state()
+            for _ in range(3):  # each timed run with a memory of its own
                 rec = timed_run(slab, RunConfig(name, 1, L, 1, 1, 0, False, 0))
                 if rec.verified and rec.time_s < out[0]:
                     out = (rec.time_s, len(rec.trace))
@@ -253,8 +251,7 @@ def section_dispatch(args) -> list[tuple[str, bool]]:
     print("| technique | threads, Python loop: CPU µs/claim | chunks | threads, compiled: "
           "ns/chunk | compiled: µs to build the hand-out | pipe-MtoM: µs/chunk |")
     print("|---|---|---|---|---|---|")
-    for n in names:
-        auto.reset_state()
+    for n in names:  # each claim_cost's job has a memory of its own
         t, tc = claim_cost(n, args.dispatch_frames)
         ns, build = compiled_cost(n, args.dispatch_frames)
         cells = ("— (Python loop)", "—") if ns != ns else (f"{ns:.0f}", f"{build:.0f}")

@@ -299,3 +299,31 @@ def test_chunks_that_ran_are_checked_even_without_verification(monkeypatch, no_l
     res = hybridsched.parallel_for(nb_chunk, fresh(), "dynamic", k=2, chunk=2, verify="none",
                                    dispatch="python", check=False)
     assert not res.record.verified and "2 never ran" in res.error, res.error
+
+
+def test_parallel_for_calls_share_no_learned_state_unless_given_one_memory(monkeypatch, no_leaks):
+    """Issue 36 item 3: what a loop learns (auto's race, AWF's weights) belongs to the call,
+    or to the `hybridsched.Memory` a caller passes on to the next call."""
+    from hybridsched.core.memory import Memory
+    from hybridsched.core.techniques.auto import PORTFOLIO
+    from hybridsched.study import resources
+
+    made: list[Memory] = []
+    monkeypatch.setattr(resources, "Memory", lambda: made.append(Memory()) or made[-1])
+    alone = [hybridsched.parallel_for(nb_task, fresh(40), scheduler=s, k=2)
+             for s in ("auto", "auto", "awf", "awf")]
+    # each call races from the start and starts AWF's weights afresh
+    assert [r.record.technique for r in alone[:2]] == [PORTFOLIO[0]] * 2
+    assert len(made) == 4 and len({id(m) for m in made}) == 4
+    assert [len(m.racers) for m in made] == [1, 1, 0, 0]
+    assert [[h.step for h in m.histories.values()] for m in made[2:]] == [[1], [1]]
+
+    mem = hybridsched.Memory()
+    shared = [hybridsched.parallel_for(nb_task, fresh(40), scheduler=s, k=2, memory=mem)
+              for s in ("auto", "auto", "auto", "awf", "awf")]
+    assert len(made) == 4  # a memory given is used, none is made
+    assert [r.record.technique for r in shared[:3]] == list(PORTFOLIO[:3])  # the race goes on
+    assert len(mem.racers) == 1 and [h.step for h in mem.histories.values()] == [2]
+    assert all(r.verified is None for r in alone + shared)
+    with pytest.raises(UsageError, match="memory: expected a hybridsched.Memory or None, got dict"):
+        hybridsched.parallel_for(nb_task, fresh(), scheduler="auto", memory={})

@@ -232,3 +232,27 @@ def test_every_reader_of_runs_honours_the_first_signal_while_decoding(tmp_path):
             assert mark.exists(), err
             assert proc.returncode == rc, f"{name}, try {attempt}: exit {proc.returncode}: {err}"
             assert not (tmp_path / "merged.h5").exists()
+
+
+def test_report_fit_and_the_simulator_load_a_study_with_one_open(tmp_path, monkeypatch):
+    """Issue 36 item 4: one study loader (store.StudyFile) that the report, fit and the
+    simulator share, each reading the file in one open (five, four and five before)."""
+    from hybridsched.cli import main
+    from hybridsched.results import data, fit
+    from hybridsched.sim.fromstudy import MeasuredStudy
+
+    out = str(tmp_path / "s.h5")
+    assert main(["run", "-s", "serial,dynamic", "-k", "1,2", "-L", "8", "--height", "4",
+                 "--width", "8", "--reps", "1", "--out", out]) == 0
+    opened: list[str] = []
+
+    class Counted(h5py.File):
+        def __init__(self, name, *args, **kwargs):
+            opened.append(str(name))
+            super().__init__(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", Counted)
+    loaded = [data.load_study(out), fit.load_study(out, "dynamic"), MeasuredStudy(out)]
+    assert opened == [out] * 3
+    assert len(loaded[0].runs) == 3 and list(loaded[1].N) == [1, 2]
+    assert loaded[0].util and len(loaded[2].traces) == 3  # the detail came from the same open

@@ -413,7 +413,6 @@ def test_auto_sim_drops_a_failing_member_and_names_it(tmp_path):
 def test_auto_runs_a_fixed_hand_out_compiled_and_a_learning_one_in_python(tmp_path):
     from hybridsched.store import read_runs
 
-    auto.reset_state()
     out = tmp_path / "a.h5"
     n = len(auto.PORTFOLIO)
     assert cli.main(["run", "-s", "auto", "-k", "2", "--frames", "40", "--height", "2",
@@ -430,7 +429,6 @@ def test_auto_runs_a_fixed_hand_out_compiled_and_a_learning_one_in_python(tmp_pa
 def test_auto_records_its_choice_and_the_report_shows_it(tmp_path, capsys):
     from hybridsched.store import read_runs
 
-    auto.reset_state()
     out = tmp_path / "a.h5"
     assert cli.main(["run", "-s", "serial,fac2,auto", "-k", "2", "--frames", "6", "--height",
                      "2", "--width", "4", "--reps", "3", "--out", str(out)]) == 0

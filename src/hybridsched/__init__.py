@@ -5,15 +5,17 @@ The Python API (loaded on first use, so ``import hybridsched`` stays light):
 ``parallel_for`` runs a kernel over the tasks of an array under any scheduler,
 ``shared_array`` allocates an array that forked workers write into directly,
 ``write_study`` stores results for ``hybridsched report``, ``plan`` gives a policy's
-hand-out (what ``hybridsched plan`` prints), and ``Technique`` is the base class of a
-scheduling technique of your own.
+hand-out (what ``hybridsched plan`` prints), ``Technique`` is the base class of a
+scheduling technique of your own, and ``Memory`` keeps what a loop learns across
+``parallel_for`` calls that are given it.
 """
 
 from .version import __version__
 
 _API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "errors",
         "shared_array": "shared", "is_shared": "shared", "GILWarning": "errors",
-        "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "errors"}
+        "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "errors",
+        "Memory": "core.memory"}
 
 __all__ = ["__version__", *_API]
 

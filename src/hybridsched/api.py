@@ -10,6 +10,9 @@
     res = hybridsched.parallel_for(square, data, scheduler="guided", k=2)
     res.time_s, res.verified, res.workers, res.trace
 
+What a loop learns across calls (auto's race, AWF's weights) is kept only in a
+`hybridsched.Memory` the caller passes on (``memory=``); each call has its own otherwise.
+
 The run is the same timed run as the CLI's (`study.runner.TimedRun`): the same
 backends, the same per-worker table and chunk trace, the same record, which
 `write_study` stores in a study file that ``hybridsched report`` reads.
@@ -29,6 +32,7 @@ import numpy as np
 
 from .core import registry
 from .core.capabilities import decide
+from .core.memory import Memory
 from .errors import RunFailed, Terminated, UsageError
 from .records import API_WORKLOAD, RunConfig, RunRecord
 from .shared import is_shared
@@ -123,10 +127,21 @@ def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
     return bool_checker(fn), fit_text(name, MAX_REF)
 
 
+def _check_data(data) -> None:
+    if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
+        raise UsageError("data: expected a numpy array with at least one task (first axis)")
+    if not data.flags.writeable:
+        raise UsageError("data: the array is read-only; the kernel works in place")
+    if data.dtype.hasobject:
+        raise UsageError("data: object arrays hold references, which neither a kernel in "
+                         "compiled code nor a forked worker can share: use a numeric dtype")
+
+
 def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = None,
                  chunk: int = 0, verify=None, *, affinity: bool = True, copy: bool = True,
                  per_task: bool | None = None, rep: int = 0, check: bool = True,
-                 dispatch: str = "auto", params: dict | None = None) -> Result:
+                 dispatch: str = "auto", params: dict | None = None,
+                 memory: Memory | None = None) -> Result:
     """Run ``kernel`` over the tasks (first axis) of ``data`` in place under ``scheduler``
     with ``k`` workers (default: the usable CPUs) and return the timed `Result`.
 
@@ -141,17 +156,16 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     ``dispatch``: the thread workers' loop, as ``run --dispatch`` (auto | python | compiled).
     ``scheduler`` may be a `hybridsched.Technique` (instance or class) or
     ``"package.module:Class"``; ``params``: its ``self.params`` (or an LB4OMP technique's).
+    ``memory``: a `hybridsched.Memory` that keeps what the loop learns (auto's race, AWF's
+    weights, the profiling run, ``chunk=-1``'s trials) for the next call given the same
+    one; None = a new one, so that separate calls share nothing.
     """
     info = registry.lookup(scheduler)
     scheduler = info.name
     param_text = registry.run_params(info, params, strict=True)
-    if not isinstance(data, np.ndarray) or data.ndim < 1 or data.shape[0] < 1:
-        raise UsageError("data: expected a numpy array with at least one task (first axis)")
-    if not data.flags.writeable:
-        raise UsageError("data: the array is read-only; the kernel works in place")
-    if data.dtype.hasobject:
-        raise UsageError("data: object arrays hold references, which neither a kernel in "
-                         "compiled code nor a forked worker can share: use a numeric dtype")
+    _check_data(data)
+    if memory is not None and not isinstance(memory, Memory):
+        raise UsageError(f"memory: expected a hybridsched.Memory or None, got {type(memory).__name__}")
     from .backends import compiled
 
     if dispatch not in compiled.DISPATCH_MODES:
@@ -190,7 +204,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
                     dispatch=dispatch, params=param_text)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
-        rec = _run(cfg, data, in_place, kern, checker, info)
+        rec = _run(cfg, data, in_place, kern, checker, info, memory)
     verified = None if mode == "none" and not rec.error else rec.verified
     result = Result(rec.time_s, verified, rec.workers, rec.trace, rec)
     if check and (rec.error or verified is False):
@@ -218,13 +232,14 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info) -> RunRecord:
+def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info,
+         memory: Memory | None) -> RunRecord:
     # the original is kept where anything reads it: a verifier, pipe-MtoM restoring a lost
     # worker's chunk, --chunk auto's trials, and a profiling run, after which the array is
     # put back (the profile runs the kernel over it once)
     keep = (checker is not None or info.resends or cfg.chunk < 0
             or info.profiled)
-    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker)) as res:
+    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker), memory) as res:
         space = res.space(cfg)  # owned (closed on every exit) from here
         space.kernel = kern.fn
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import numpy as np
 
 from ..core import registry
+from ..core.memory import Memory
 from ..core.monitor import UtilisationMonitor
 from ..core.registry import SchedulerInfo
 from ..oslayer.cpus import usable_cpus
@@ -46,6 +47,9 @@ class Job:
     portfolio: str = ""           # RunConfig.portfolio: the techniques auto races
     # what the run's record should store besides the measurements (e.g. the profile)
     extra: dict = field(default_factory=dict)
+    # what the loop learned in earlier repetitions (auto's racer, AWF's weights, the
+    # profile, --chunk auto's trials): the study's, or the parallel_for call's
+    memory: Memory = field(default_factory=Memory)
 
     def coop_worker(self) -> Worker | None:
         """This worker's arbiter handle (registered, no token yet), or None without --coop."""
@@ -66,7 +70,7 @@ class Job:
 
 
 def job_for(cfg: RunConfig, work: np.ndarray, monitor=None, cpus: list[int] | None = None,
-            original: np.ndarray | None = None) -> Job:
+            original: np.ndarray | None = None, memory: Memory | None = None) -> Job:
     """The backend job for run configuration ``cfg`` on ``work``. The default chunk is the
     one the policy would use on the whole tensor (``cfg.frames``), so a rank of an MPI run
     or a slice of it uses the same chunk as the single-node run it is compared with."""
@@ -77,6 +81,8 @@ def job_for(cfg: RunConfig, work: np.ndarray, monitor=None, cpus: list[int] | No
               portfolio=cfg.portfolio)
     if cpus is not None:
         job.cpus = cpus
+    if memory is not None:
+        job.memory = memory
     return job
 
 

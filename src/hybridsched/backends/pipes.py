@@ -62,9 +62,6 @@ AUTO_RECHECK = 3
 # far: lower saves trials, but noise may then stop it before the true minimum.
 AUTO_STOP = 1.5
 
-_auto_cache: dict[tuple, tuple[int, dict[int, float]]] = {}
-
-
 def _chunks(job: Job, c: int):
     return list(pol.fcfs_chunks(job.frames, partial(pol.dynamic_size, k=job.k, c=c)))
 
@@ -373,11 +370,12 @@ def _bury(team: ProcessTeam, job: Job, w: int, held: deque, task_fd: int, done_f
 
 
 def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
-    """The chunk that minimised the run time over untimed trial runs (cached per shape)."""
+    """The chunk that minimised the run time over untimed trial runs (kept per shape in
+    the job's memory)."""
     key = (job.scheduler, job.work.shape, job.k, job.affinity, job.kernel, tuple(job.cpus),
            job.pipe_batch, job.inflight)
-    if key in _auto_cache:
-        return _auto_cache[key]
+    if key in job.memory.chunks:
+        return job.memory.chunks[key]
     if job.original is None:
         raise UsageError("--chunk auto needs the original tensor to rerun trials on")
     times: dict[int, float] = {}
@@ -401,7 +399,7 @@ def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
         trial(c)
     np.copyto(job.work, job.original)
     best = min(times, key=times.get)
-    _auto_cache[key] = (best, times)
+    job.memory.chunks[key] = (best, times)
     return best, times
 
 

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..core import registry
+from ..core.memory import Memory
 from ..core.splits import split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
@@ -203,6 +204,7 @@ def _simulated(args, todo: list, cores: int, ov: Overheads):
     """Each configuration's simulated record, made as it is asked for; the repetitions of
     a repeatable configuration simulated once."""
     done: dict[RunConfig, object] = {}
+    memory = Memory()  # the simulated study's: its loops learn across repetitions, as `run`'s
     for cfg, costs_of, source in todo:
         again = done.get(replace(cfg, rep=0))
         if again is not None:  # the same simulation: a repetition changes nothing
@@ -210,7 +212,7 @@ def _simulated(args, todo: list, cores: int, ov: Overheads):
             continue
         costs, cum, *own = costs_of()  # --from: the configuration's own overheads
         rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source,
-                       getattr(args, "split_params", None))
+                       getattr(args, "split_params", None), memory)
         if _repeatable(cfg.scheduler):
             done[replace(cfg, rep=0)] = rec
         yield rec
@@ -257,8 +259,10 @@ def _validate(args, cores: int, ov: Overheads) -> int:
                          "(--validate compares P = 1 runs)")
     _register_users(study.runs, "--validate", args.validate)
     ov = study.overheads(_here(ov, args.calibration, study))
+    memory = Memory()  # the simulated study's, as in _simulated
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
-                          study.overheads_for(r, ov), args.split, f"--from {args.validate}"))
+                          study.overheads_for(r, ov), args.split, f"--from {args.validate}",
+                          memory=memory))
              for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)

@@ -21,6 +21,7 @@ import numpy as np
 from . import contract, dispatch, usertech
 from .capabilities import BASELINE, Backend, Family, Forker, SchedulerInfo, Topology, _one
 from . import policies as pol
+from .memory import Memory
 from ..errors import UsageError
 
 
@@ -104,6 +105,11 @@ def _technique(name: str):
     return make
 
 
+def _memory(job) -> Memory:
+    """The job's cross-repetition memory; none outlives the call without a job."""
+    return job.memory if job is not None else Memory()
+
+
 def _auto(n, workers, c, monitor, job=None):
     from .techniques import auto, dispense
 
@@ -114,7 +120,7 @@ def _auto(n, workers, c, monitor, job=None):
         # every portfolio entry's thread dispenser: the pipe producer claims from it too
         info = get(name)
         return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
-    return auto.AutoDispenser(auto.racer_for(key, arms), make, n, arm=get)
+    return auto.AutoDispenser(auto.racer_for(_memory(job), key, arms), make, n, arm=get)
 
 
 def _auto_sim_predictor(job, n: int, workers: int, c: int):
@@ -122,7 +128,7 @@ def _auto_sim_predictor(job, n: int, workers: int, c: int):
 
     key = dispense.loop_key(job) if job is not None else ("auto-sim", n, workers, c)
     arms = tuple(job.portfolio.split(",")) if job is not None and job.portfolio else auto.PORTFOLIO
-    return autosim.predictor_for(key, arms, get)
+    return autosim.predictor_for(_memory(job), key, arms, get)
 
 
 def _auto_sim_prepare(job) -> None:

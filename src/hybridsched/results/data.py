@@ -134,19 +134,26 @@ def mpi_text(attrs: dict) -> str:
 
 
 def load_study(path: str, utilisation: bool = True) -> Study:
-    """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations."""
-    from ..store import iter_details, machine_n, read_attrs, read_runs
+    """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations,
+    from one open of the file (``store.StudyFile``, which ``fit`` and the simulator share)."""
+    from ..store import StudyFile
 
-    runs = versions_apart(read_runs(path))
-    attrs = read_attrs(path)
-    n = machine_n(path, attrs)
+    with StudyFile(path) as study:
+        return _load(study, utilisation)
+
+
+def _load(study, utilisation: bool) -> Study:
+    path = study.path
+    runs = versions_apart(study.runs)
+    attrs = study.attrs
+    n = study.n
     util: dict[int, tuple[float, float]] = {}
     foreign: dict[int, float] = {}
     imbalance: dict[int, float] = {}
     if utilisation and len(runs):
         # a run without readable detail (a version-1 file that filled its disk) still
         # counts in the tables; only its utilisation and foreign-load figures are missing
-        for rid, d in iter_details(path, runs["run_id"][runs["verified"]]):
+        for rid, d in study.details(runs["run_id"][runs["verified"]]):
             if d is None:
                 continue
             val = d.extra.get("foreign_cpu")

@@ -297,12 +297,13 @@ def load_csv(path: str) -> Data:
 def load_study(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
     """Speedup per (P, k) of one scheduler against T_serial (serial runs at P = 1, k = 1),
     from verified runs only, at one tensor size L."""
-    from ..store import read_attrs, read_runs
+    from ..store import StudyFile
 
     from .data import SIMULATED_MARK, versions_apart
 
-    runs = versions_apart(read_runs(path))
-    cores = _physical_cores(read_attrs(path))
+    with StudyFile(path) as study:  # the loader report and the simulator share: one open
+        runs = versions_apart(study.runs)
+        cores = _physical_cores(study.attrs)
     ok = runs[runs["verified"]]
     base = (BASELINE, BASELINE + SIMULATED_MARK)
     others = ok[~np.isin(ok["scheduler"], base)]

@@ -22,7 +22,7 @@ from ..backends.pipes import PRODUCER_CPU
 from ..core import registry
 from ..core.capabilities import Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
-from ..store import iter_details, machine_n, read_attrs, read_runs
+from ..store import StudyFile
 from ..core.techniques.profiled import task_times
 from .models import Overheads
 
@@ -37,20 +37,21 @@ class MeasuredStudy:
     """The verified runs of one study with their traces, indexed for cost look-ups."""
 
     def __init__(self, path: str, option: str = "--from"):
-        runs = read_runs(path)
         self.path = path
         self.option = option  # how the user named it, for messages
-        self.n = max(1, machine_n(path, read_attrs(path)) or 1)
-        self.runs = runs[runs["verified"] & ~runs["simulated"]]
-        if not len(self.runs):
-            raise UsageError(f"{option} {path}: no verified measured runs to take costs from")
         self.traces: dict[int, np.ndarray] = {}
         self.workers: dict[int, np.ndarray] = {}
         self._own: dict[tuple, dict] = {}  # a configuration's own overheads (overheads_for)
-        for rid, d in iter_details(path, self.runs["run_id"]):
-            if d is not None and len(d.trace):
-                self.traces[rid] = d.trace
-                self.workers[rid] = d.workers
+        with StudyFile(path) as study:  # the loader report and fit share: one open
+            runs = study.runs
+            self.n = max(1, study.n or 1)
+            self.runs = runs[runs["verified"] & ~runs["simulated"]]
+            if not len(self.runs):
+                raise UsageError(f"{option} {path}: no verified measured runs to take costs from")
+            for rid, d in study.details(self.runs["run_id"]):
+                if d is not None and len(d.trace):
+                    self.traces[rid] = d.trace
+                    self.workers[rid] = d.workers
         if not self.traces:
             raise UsageError(f"{option} {path}: its runs hold no chunk traces to take task costs from")
 

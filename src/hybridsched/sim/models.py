@@ -23,6 +23,7 @@ import numpy as np
 from ..backends.base import Job
 from ..core import dispatch, policies as pol, registry
 from ..core.capabilities import decide
+from ..core.memory import Memory
 from ..errors import DispatchError
 from ..core.techniques.profiled import Profile
 from ..core.virtual import COOP, PINNED, SHARED, Engine, Outcome, Placement, virtual_clock
@@ -92,11 +93,12 @@ def placement(k: int, cores: int, affinity: bool, coop: bool, ov: Overheads) -> 
     return Placement(cores, mode, ov.slice_s, ov.switch_s)
 
 
-def _job(info, L: int, k: int, chunk: int, params: dict, cpus: list[int]) -> Job:
+def _job(info, L: int, k: int, chunk: int, params: dict, cpus: list[int], memory: Memory) -> Job:
     """A backend job that never touches memory: what a dispenser factory reads (the frame
-    count, the loop key, the parameters) on a zero-strided stand-in for the slab."""
+    count, the loop key, the parameters, the loop's learned state) on a zero-strided
+    stand-in for the slab."""
     work = np.broadcast_to(np.zeros(1, np.uint8), (L, 1, 1))
-    return Job(info, work, "simulated", k, chunk, params=dict(params), cpus=cpus)
+    return Job(info, work, "simulated", k, chunk, params=dict(params), cpus=cpus, memory=memory)
 
 
 def profile_from_costs(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
@@ -108,8 +110,11 @@ def profile_from_costs(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
 
 def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: int,
             cores: int, ov: Overheads, affinity: bool = True, coop: bool = False,
-            params: dict | None = None, dispatch_mode: str = "auto") -> tuple[Outcome, object]:
-    """Simulate one execution of ``scheduler``; returns (outcome, the dispenser or None)."""
+            params: dict | None = None, dispatch_mode: str = "auto",
+            memory: Memory | None = None) -> tuple[Outcome, object]:
+    """Simulate one execution of ``scheduler``; returns (outcome, the dispenser or None).
+    ``memory``: what the simulated loops learned in earlier repetitions (None: nothing)."""
+    memory = Memory() if memory is None else memory
     info = registry.get(scheduler)
     L = len(costs)
     if info.baseline:
@@ -118,18 +123,19 @@ def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: i
     c = info.resolve_chunk(chunk, L)
     place = placement(k, cores, affinity, coop, ov)
     if info.threaded:
-        return _threads(info, costs, cum, k, c, cores, ov, place, params or {}, dispatch_mode)
-    return _processes(info, costs, cum, k, c, ov, place, params or {})
+        return _threads(info, costs, cum, k, c, cores, ov, place, params or {}, dispatch_mode,
+                        memory)
+    return _processes(info, costs, cum, k, c, ov, place, params or {}, memory)
 
 
-def _threads(info, costs, cum, k, c, cores, ov, place, params, mode):
+def _threads(info, costs, cum, k, c, cores, ov, place, params, mode, memory):
     # the backend's rule (a numba kernel, as every simulated workload's is); a refused
     # --dispatch compiled fails the simulated run as it fails the real one
     decided = decide(info, mode, coop=place.mode == COOP)
     if decided.refused:
         raise DispatchError(f"--dispatch compiled: {decided.why}")
     workers = info.workers(k, cores)
-    job = _job(info, len(costs), workers, c, params, list(range(cores)))
+    job = _job(info, len(costs), workers, c, params, list(range(cores)), memory)
     if info.profiled:
         job.params["profile"] = profile_from_costs(costs, ov, workers)
     if info.prepare is not None:  # auto-sim: its predictions, from the same costs
@@ -173,9 +179,9 @@ def _fork_starts(k: int, collective: bool, fork_s: float) -> list[float]:
     return start
 
 
-def _processes(info, costs, cum, k, c, ov, place, params):
+def _processes(info, costs, cum, k, c, ov, place, params, memory):
     starts = _measured(ov, k) or _fork_starts(k, info.collective, ov.fork_s)
-    disp, claim, latency, per_msg = _source(info, costs, k, c, ov, place, params)
+    disp, claim, latency, per_msg = _source(info, costs, k, c, ov, place, params, memory)
     # the study's process works among the workers: the forks it makes once the first
     # worker runs (every one but the first for a parent that forks the team, none for a
     # mitosis tree's root; the first fork precedes every worker and is in the fixed cost)
@@ -186,7 +192,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
         dry = Engine(cum, k, place, claim, starts, latency_s=latency)
         virtual_clock(disp, dry.clock)
         parent += len(dry.run(disp).trace) * per_msg
-        disp = _source(info, costs, k, c, ov, place, params)[0]  # a fresh one
+        disp = _source(info, costs, k, c, ov, place, params, memory)[0]  # a fresh one
     eng = Engine(cum, k, place, claim, starts, latency_s=latency, exit_s=ov.exit_s,
                  parent_s=parent)
     virtual_clock(disp, eng.clock)
@@ -198,7 +204,7 @@ def _processes(info, costs, cum, k, c, ov, place, params):
     return out, disp
 
 
-def _source(info, costs, k, c, ov, place, params):
+def _source(info, costs, k, c, ov, place, params, memory):
     """(dispenser, claim cost, claim latency, the producer's CPU per message) of a forked
     team."""
     L = len(costs)
@@ -210,7 +216,7 @@ def _source(info, costs, k, c, ov, place, params):
         disp = dispatch.SharedCounter(L, lambda rem: pol.dynamic_size(rem, k, c))
         return disp, ov.pipe_msg_s, 0.0, ov.pipe_msg_s
     if info.dispenser is not None:  # pipe-MtoM:<technique>: the producer sizes chunks
-        job = _job(info, L, k, c, params, list(range(place.cores)))
+        job = _job(info, L, k, c, params, list(range(place.cores)), memory)
         if info.profiled:
             job.params["profile"] = profile_from_costs(costs, ov, k)
         if info.prepare is not None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..core import policies as pol, registry
+from ..core.memory import Memory
 from ..core.splits import dynamic_chunks
 from ..errors import HybridschedError
 from ..records import TRACE_DTYPE, RunConfig, RunRecord, worker_table
@@ -48,12 +49,16 @@ def _tables(out: Outcome, k: int, cpus: list[int] | None) -> tuple[np.ndarray, n
 
 
 def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: int, ov: Overheads,
-             split: str = "static", source: str = "", split_params: dict | None = None) -> RunRecord:
+             split: str = "static", source: str = "", split_params: dict | None = None,
+             memory: Memory | None = None) -> RunRecord:
     """The simulated record of ``cfg`` (its P, k, chunk, affinity, coop, params) on
     ``cores`` virtual CPUs per node; a technique that misbehaves fails this run alone.
-    ``split_params``: what a user technique splitting the frames over P nodes is given."""
+    ``split_params``: what a user technique splitting the frames over P nodes is given;
+    ``memory``: the simulated study's, where its loops learn across repetitions (None:
+    this run's alone)."""
+    memory = Memory() if memory is None else memory
     try:
-        return _simulate(cfg, costs, cum, cores, ov, split, source, split_params)
+        return _simulate(cfg, costs, cum, cores, ov, split, source, split_params, memory)
     except HybridschedError as exc:
         info = registry.get(cfg.scheduler)
         tech, digest = registry.identity(cfg.scheduler)  # which code failed stays on record
@@ -64,15 +69,15 @@ def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: i
 
 
 def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
-              source: str, split_params: dict | None = None) -> RunRecord:
+              source: str, split_params: dict | None, memory: Memory) -> RunRecord:
     info = registry.get(cfg.scheduler)
     if cum is None:
         cum = np.concatenate([[0.0], np.cumsum(costs)])
     if cfg.P > 1:
-        out, disp, k = _split(cfg, costs, cum, cores, ov, split, split_params), None, cfg.P
+        out, disp, k = _split(cfg, costs, cum, cores, ov, split, split_params, memory), None, cfg.P
     else:
         out, disp = execute(cfg.scheduler, costs, cum, cfg.k, cfg.chunk, cores, ov,
-                            cfg.affinity, cfg.coop, cfg.param_dict(), cfg.dispatch)
+                            cfg.affinity, cfg.coop, cfg.param_dict(), cfg.dispatch, memory)
         k = len(out.start)
     workers, trace = _tables(out, k, None if not cfg.affinity else list(range(cores)))
     ok = covered_once(trace, len(costs))
@@ -90,7 +95,7 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
 
 
 def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
-           split_params: dict | None = None) -> Outcome:
+           split_params: dict | None, memory: Memory) -> Outcome:
     """P nodes: each node's share run by the local scheduler on k workers; the nodes are the
     outcome's workers (a chunk row per node claim)."""
     L, P = len(costs), cfg.P
@@ -100,7 +105,7 @@ def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
         sub = costs[first:first + count]
         out, _ = execute(cfg.scheduler, sub, np.concatenate([[0.0], np.cumsum(sub)]), cfg.k,
                          cfg.chunk, cores, ov, cfg.affinity, cfg.coop, cfg.param_dict(),
-                         cfg.dispatch)
+                         cfg.dispatch, memory)
         return out.makespan
 
     if split == "static":

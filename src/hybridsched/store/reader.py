@@ -29,19 +29,41 @@ def open_study(path: str) -> h5py.File:
 
 def check_ours(path: str) -> None:
     """Raise NotOurFile unless ``path`` is a readable hybridsched study of a known version."""
+    open_ours(path).close()
+
+
+def open_ours(path: str) -> h5py.File:
+    """``path`` opened read-only (:func:`open_study`) once it is checked to be a readable
+    hybridsched study of a known version (NotOurFile or BadStudy otherwise, and closed)."""
     if not os.path.exists(path):
         raise NotOurFile(f"{path}: no such file")
     if not os.path.isfile(path):  # a FIFO would block the open forever
         raise NotOurFile(f"{path}: not a regular file (a directory, device or FIFO)")
     try:
-        with open_study(path) as h5:
-            if h5.attrs.get("format") != FORMAT or "runs" not in h5:
-                raise NotOurFile(f"{path}: not a hybridsched study file")
-            version = h5.attrs.get("format_version", -1)
+        h5 = open_study(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise NotOurFile(f"{path}: not a hybridsched study file ({exc.__class__.__name__})") from None
+    try:
+        _check_format(path, h5)
+    except BaseException:
+        h5.close()
+        raise
+    return h5
+
+
+def _check_format(path: str, h5: h5py.File) -> None:
+    try:
+        if h5.attrs.get("format") != FORMAT or "runs" not in h5:
+            raise NotOurFile(f"{path}: not a hybridsched study file")
+        version = h5.attrs.get("format_version", -1)
     except NotOurFile:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NotOurFile(f"{path}: not a hybridsched study file ({exc.__class__.__name__})") from None
+    _check_version(path, version)
+
+
+def _check_version(path: str, version) -> None:
     try:
         version = int(version)
     except (TypeError, ValueError):
@@ -146,28 +168,30 @@ def _params_object(text: str) -> bool:
 def read_runs(path: str) -> np.ndarray:
     """The ``/runs`` table of a study as a numpy structured array (strings decoded to str),
     every field checked."""
-    check_ours(path)
-    with open_study(path) as h5:
+    with open_ours(path) as h5:
         return _rows(path, h5)
 
 
 def read_attrs(path: str) -> dict:
     """Root attributes, byte strings decoded (BadStudy if one is not UTF-8)."""
-    check_ours(path)
+    with open_ours(path) as h5:
+        return _attrs(path, h5)
+
+
+def _attrs(path: str, h5: h5py.File) -> dict:
     out = {}
-    with open_study(path) as h5:
-        for k, v in h5.attrs.items():
-            if isinstance(v, bytes):
-                try:
-                    v = v.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
-            elif isinstance(v, str):  # h5py hands bytes that are not UTF-8 over as escapes
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
-            out[k] = v
+    for k, v in h5.attrs.items():
+        if isinstance(v, bytes):
+            try:
+                v = v.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
+        elif isinstance(v, str):  # h5py hands bytes that are not UTF-8 over as escapes
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise BadStudy(f"{path}: attribute {k} is not UTF-8 text") from None
+        out[k] = v
     return out
 
 
@@ -279,13 +303,17 @@ def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detai
     """(run_id, Detail) for each run, the file opened once; None for a run whose detail is
     missing or malformed (its row still counts; only the figures from detail are left out)."""
     with open_study(path) as h5:
-        for rid in run_ids:
-            honour_pending()  # h5py's finalizers may have swallowed a signal's exception
-            try:
-                d = _detail(h5, int(rid))
-            except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):
-                d = None
-            yield int(rid), (None if d is None or (len(d.workers) == 0 and not d.extra) else d)
+        yield from _details(h5, run_ids)
+
+
+def _details(h5: h5py.File, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:
+    for rid in run_ids:
+        honour_pending()  # h5py's finalizers may have swallowed a signal's exception
+        try:
+            d = _detail(h5, int(rid))
+        except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):
+            d = None
+        yield int(rid), (None if d is None or (len(d.workers) == 0 and not d.extra) else d)
 
 
 def row_config(r) -> RunConfig:
@@ -302,5 +330,10 @@ def row_config(r) -> RunConfig:
 def stored_keys(path: str) -> set[tuple]:
     """``RunConfig.key()`` of every run stored in a study (verified or not): what a
     resumed study must not repeat."""
-    return {row_config(r).key() for r in read_runs(path)}
+    return keys_of(read_runs(path))
+
+
+def keys_of(runs: np.ndarray) -> set[tuple]:
+    """``RunConfig.key()`` of every row of ``runs``."""
+    return {row_config(r).key() for r in runs}
 

@@ -1,6 +1,7 @@
 """The profiling run of fac, faca, fsc, tap, bold, wf and auto: LB4OMP's ``profiling``
 schedule (chunk 1, one time per iteration) made by the package itself, untimed, before the
-first timed run of a loop; cached per loop, stored with every run that used it."""
+first timed run of a loop; kept per loop in the job's memory, stored with every run that
+used it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -13,9 +14,6 @@ from ..core import registry
 from ..core.techniques.dispense import loop_key
 from ..core.techniques.profiled import Profile, profile_of
 from ..errors import HybridschedError
-
-_profiles: dict[tuple, Profile] = {}
-
 
 def prepare(job: Job) -> None:
     """Run the entry's untimed preparation for ``job``: the loop's profile when its
@@ -36,9 +34,9 @@ def prepare(job: Job) -> None:
 def attach(job: Job) -> None:
     """Give ``job`` its loop's profile (``job.params['profile']``, ``job.extra['profile']``)."""
     key = ("profile",) + loop_key(job)[1:]
-    pr = _profiles.get(key)
+    pr = job.memory.profiles.get(key)
     if pr is None:
-        pr = _profiles[key] = run_profile(job)
+        pr = job.memory.profiles[key] = run_profile(job)
     job.params["profile"] = pr
     job.extra["profile"] = pr.to_dict()
 
@@ -52,7 +50,3 @@ def run_profile(job: Job) -> Profile:
     if job.original is not None:
         np.copyto(job.work, job.original)
     return profile_of(ex.trace, len(ex.workers))
-
-
-def reset_state() -> None:
-    _profiles.clear()

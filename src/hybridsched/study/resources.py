@@ -1,7 +1,8 @@
 """What consecutive timed runs share, set up once: the workspace of the current tensor
 (built on demand, kept while the shape and seed stay the same), AIMD's utilisation monitor
-(started before the first timed run when any configuration needs it, §4) and the node's
-cooperative arbiter (when a configuration runs with ``--coop``). A single-node study, each
+(started before the first timed run when any configuration needs it, §4), the node's
+cooperative arbiter (when a configuration runs with ``--coop``) and what the loops learn
+across repetitions (``core.memory.Memory``). A single-node study, each
 MPI rank, a co-located job and ``parallel_for`` all take theirs from here."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..core import registry
+from ..core.memory import Memory
 from ..core.monitor import UtilisationMonitor
 from ..records import RunConfig
 from ..workloads.space import Workspace
@@ -30,7 +32,8 @@ def _shape(cfg: RunConfig) -> tuple:
 class Resources:
     """Owned for the whole study; a context manager that releases all of it on every exit."""
 
-    def __init__(self, configs: list[RunConfig], make_space: MakeSpace | None = None):
+    def __init__(self, configs: list[RunConfig], make_space: MakeSpace | None = None,
+                 memory: Memory | None = None):
         self._configs = configs
         self._make_space = make_space
         self._stack = contextlib.ExitStack()
@@ -38,12 +41,14 @@ class Resources:
         self._shape: tuple | None = None
         self.monitor: UtilisationMonitor | None = None
         self.arbiter: Arbiter | None = None
+        # the study's loops' learned state: theirs for the whole study, a caller's if given
+        self.memory = Memory() if memory is None else memory
 
     @classmethod
     def given(cls, monitor: UtilisationMonitor | None = None,
-              arbiter: Arbiter | None = None) -> "Resources":
+              arbiter: Arbiter | None = None, memory: Memory | None = None) -> "Resources":
         """Resources a caller owns already (one timed run on its own workspace)."""
-        res = cls([])
+        res = cls([], memory=memory)
         res.monitor, res.arbiter = monitor, arbiter
         return res
 

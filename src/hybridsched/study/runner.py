@@ -92,7 +92,8 @@ class TimedRun:
         self.space, self.config, self.res = space, config, res
         self.body = body if body is not None else Single()
         self.info = registry.get(config.scheduler)
-        self.job = job_for(config, space.work, res.monitor, cpus, original=space.original)
+        self.job = job_for(config, space.work, res.monitor, cpus, original=space.original,
+                           memory=res.memory)
         if space.kernel is not None:  # the workspace's own kernel (irregular, user's)
             self.job.kernel = space.kernel
         self.seat = seat

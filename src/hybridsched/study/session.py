@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import UsageError
 from ..oslayer.signals import honour_pending
 from ..records import RunConfig, RunRecord
-from ..store import has_table, read_attrs, stored_keys, study_spec
+from ..store import StudyFile, keys_of
 from ..workloads.build import build
 from ..workloads.space import Workspace
 from .measure import ranks_record, single_record
@@ -103,13 +103,11 @@ def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
     return out
 
 
-def technique_changes(out: str, spec: StudySpec) -> list[str]:
-    """User techniques of ``spec`` whose source differs from the version the stored runs
-    of the same name ran (their technique_hash)."""
+def technique_changes(runs: np.ndarray, spec: StudySpec) -> list[str]:
+    """User techniques of ``spec`` whose source differs from the version the stored
+    ``runs`` of the same name ran (their technique_hash)."""
     from ..core import registry
-    from ..store import read_runs
 
-    runs = read_runs(out)
     problems = []
     for name in dict.fromkeys([*spec.schedulers, *spec.portfolio]):
         user = registry.get(name).user
@@ -155,21 +153,25 @@ def _changed(name: str, user, stored) -> str:
 
 
 def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
-    """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it."""
-    attrs = read_attrs(out)
-    others = [t for t in ("ge", "colocate") if has_table(out, t)]
-    if others:
-        raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
-    stored = study_spec(out, attrs)
-    if int(stored.get("P", 1) or 1) > 1:
-        raise UsageError(f"--resume {out}: a study of {stored['P']} MPI ranks cannot be continued "
-                         "at P = 1 (nor under mpiexec yet): use a new --out and `hybridsched merge`")
-    study_spec(out, attrs, "study_history")  # record_resume extends it: refuse a bad one now
-    machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
-    problems = resume_conflicts(stored, spec, machine, meta) + technique_changes(out, spec)
-    if problems:
-        raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
-    return stored_keys(out)
+    """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it
+    (the file read once)."""
+    with StudyFile(out) as study:
+        attrs = study.attrs
+        others = [t for t in ("ge", "colocate") if study.has_table(t)]
+        if others:
+            raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
+        stored = study.spec()
+        if int(stored.get("P", 1) or 1) > 1:
+            raise UsageError(f"--resume {out}: a study of {stored['P']} MPI ranks cannot be "
+                             "continued at P = 1 (nor under mpiexec yet): use a new --out and "
+                             "`hybridsched merge`")
+        study.spec("study_history")  # record_resume extends it: refuse a bad one now
+        machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
+        runs = study.runs
+        problems = resume_conflicts(stored, spec, machine, meta) + technique_changes(runs, spec)
+        if problems:
+            raise UsageError(f"--resume {out}: cannot continue this study: {'; '.join(problems)}")
+        return keys_of(runs)
 
 
 def record_resume(writer, spec: StudySpec, meta: dict) -> None:

@@ -31,6 +31,7 @@ from typing import Callable
 
 from ...errors import TechniqueError
 from ..dispatch import Dispenser
+from ..memory import Memory
 from . import NAMES
 
 # The paper's three thread schedulers that are techniques of the field (static, SS, GSS),
@@ -142,19 +143,13 @@ class Racing:
         return self.alive[0] if self.settled else min(self.alive, key=self._score)
 
 
-_racers: dict[tuple, Racing] = {}
-
-
-def racer_for(key: tuple, arms: tuple[str, ...] = PORTFOLIO) -> Racing:
-    """The racer of one loop (its key), over ``arms`` (``--portfolio``; default PORTFOLIO)."""
-    r = _racers.get(key)
+def racer_for(memory: Memory, key: tuple, arms: tuple[str, ...] = PORTFOLIO) -> Racing:
+    """The racer of one loop (its key) in ``memory``, over ``arms`` (``--portfolio``;
+    default PORTFOLIO)."""
+    r = memory.racers.get(key)
     if r is None or r.arms != tuple(arms):
-        r = _racers[key] = Racing(arms)
+        r = memory.racers[key] = Racing(arms)
     return r
-
-
-def reset_state() -> None:
-    _racers.clear()
 
 
 class AutoDispenser(Dispenser):

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import TechniqueError
 from ..dispatch import Dispenser
+from ..memory import Memory
 from .auto import AutoDispenser
 from ..virtual import Engine, Placement, virtual_clock
 
@@ -31,8 +32,10 @@ DRIFT = 0.10
 class Predictor:
     """One loop's predictions: the portfolio simulated on its iteration costs."""
 
-    def __init__(self, arms: tuple[str, ...], lookup: Callable):
+    def __init__(self, arms: tuple[str, ...], lookup: Callable, memory: Memory | None = None):
         self.arms, self.lookup = tuple(arms), lookup
+        # where the stand-in loops' state lives (AWF's weights): the real loop's memory
+        self.memory = Memory() if memory is None else memory
         self.predicted: dict[str, float] = {}
         self.costs: np.ndarray | None = None
         self.stale = True
@@ -72,7 +75,7 @@ class Predictor:
         job = SimpleNamespace(scheduler=f"auto-sim:{arm}", work=np.broadcast_to(
             np.zeros(1, np.uint8), (n, 1, 1)), k=workers, kernel="auto-sim", chunk=chunk,
             affinity=True, cpus=list(range(workers)), pipe_batch=1, inflight=1, portfolio="",
-            params={"profile": profile} if info.profiled else {}, extra={})
+            params={"profile": profile} if info.profiled else {}, extra={}, memory=self.memory)
         disp = info.dispenser(n, workers, info.resolve_chunk(chunk, n), None, job=job)
         eng = Engine(cum, workers, Placement(workers), h)
         virtual_clock(disp, eng.clock)
@@ -92,18 +95,12 @@ class Predictor:
             self.stale = True
 
 
-_predictors: dict[tuple, Predictor] = {}
-
-
-def predictor_for(key: tuple, arms: tuple[str, ...], lookup: Callable) -> Predictor:
-    p = _predictors.get(key)
+def predictor_for(memory: Memory, key: tuple, arms: tuple[str, ...], lookup: Callable) -> Predictor:
+    """The predictor of one loop (its key) in ``memory``, over ``arms``."""
+    p = memory.predictors.get(key)
     if p is None or p.arms != tuple(arms):
-        p = _predictors[key] = Predictor(arms, lookup)
+        p = memory.predictors[key] = Predictor(arms, lookup, memory)
     return p
-
-
-def reset_state() -> None:
-    _predictors.clear()
 
 
 class AutoSimDispenser(AutoDispenser):

@@ -4,7 +4,8 @@ objects serve the thread backend's workers and the pipe-MtoM producer (which cla
 worker's behalf when it sends that worker its next chunk).
 
 State that outlives one execution (AWF's weights, the profile) is kept per loop, keyed by
-:func:`loop_key`: the same configuration repeated is the same loop.
+:func:`loop_key`: the same configuration repeated is the same loop; it lives in the job's
+:class:`~hybridsched.core.memory.Memory`.
 """
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from typing import Callable
 
 from ..contract import Technique, learns, recorded, sized
 from ..dispatch import Dispenser
+from ..memory import Memory
 from .adaptive import LEARNERS, AwfHistory, Learner
 from .deterministic import RULES, Rule, Whole, balanced_block, steal_blocks
 from .profiled import PROFILED
-
-_histories: dict[tuple, AwfHistory] = {}
-
 
 def loop_key(job) -> tuple:
     """What makes two executions the same loop: scheduler, shape, k, kernel, chunk,
@@ -28,17 +27,12 @@ def loop_key(job) -> tuple:
             tuple(job.cpus), job.pipe_batch, job.inflight, job.portfolio)
 
 
-def awf_history(key: tuple, p: int) -> AwfHistory:
-    """The AWF weights of one loop, created at its first execution."""
-    h = _histories.get(key)
+def awf_history(memory: Memory, key: tuple, p: int) -> AwfHistory:
+    """The AWF weights of one loop in ``memory``, created at its first execution."""
+    h = memory.histories.get(key)
     if h is None or h.p != p:
-        h = _histories[key] = AwfHistory(p)
+        h = memory.histories[key] = AwfHistory(p)
     return h
-
-
-def reset_state() -> None:
-    """Forget every loop's learned state (tests; a new study in the same process)."""
-    _histories.clear()
 
 
 def dispenser(name: str, n: int, p: int, chunk: int, params: dict, profile=None,
@@ -64,7 +58,7 @@ def _steal(name, n, p, chunk, params, profile, job):
 def _learner(name, n, p, chunk, params, profile, job):
     cls = LEARNERS[name]
     if cls.keeps_history and job is not None:
-        params = {**params, "awf_history": awf_history(loop_key(job), p)}
+        params = {**params, "awf_history": awf_history(job.memory, loop_key(job), p)}
     return LearnerCounter(cls(n, p, chunk, profile, params))
 
 

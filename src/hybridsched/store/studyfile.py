@@ -1,0 +1,66 @@
+"""The one loader of a study for the readers that take several things from it: the report,
+``fit``, ``simulate --from/--validate`` and ``run --resume``. The file is checked and
+opened once; the runs, attributes, side tables and per-run detail are read from that one
+open, each on first use and with the same checks as :mod:`store.reader`'s functions, so a
+reader meets a malformed part where it first asks for it.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import h5py
+import numpy as np
+
+from .reader import Detail, _attrs, _details, _rows, machine_n, open_ours, study_spec
+
+
+class StudyFile:
+    """A study opened read-only for reading (a context manager that closes it)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._h5: h5py.File = open_ours(path)
+        self._runs: np.ndarray | None = None
+        self._attrs: dict | None = None
+
+    @property
+    def runs(self) -> np.ndarray:
+        """``/runs``, every field checked, strings decoded (read once)."""
+        if self._runs is None:
+            self._runs = _rows(self.path, self._h5)
+        return self._runs
+
+    @property
+    def attrs(self) -> dict:
+        """The root attributes, byte strings decoded (read once)."""
+        if self._attrs is None:
+            self._attrs = _attrs(self.path, self._h5)
+        return self._attrs
+
+    @property
+    def n(self) -> int:
+        """N: the usable CPUs when the study ran (a simulated study's virtual cores per
+        node); 0 when not recorded."""
+        return machine_n(self.path, self.attrs)
+
+    def spec(self, key: str = "study") -> dict:
+        """The JSON object in attribute ``key`` (:func:`reader.study_spec`)."""
+        return study_spec(self.path, self.attrs, key)
+
+    def has_table(self, table: str) -> bool:
+        """Whether the study holds a ``/<table>`` (a side table: ``ge``, ``colocate``)."""
+        return table in self._h5
+
+    def details(self, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:
+        """(run_id, Detail) of each run, None where its detail is missing or malformed
+        (:func:`reader.iter_details`)."""
+        return _details(self._h5, run_ids)
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __enter__(self) -> "StudyFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
