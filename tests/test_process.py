@@ -105,6 +105,7 @@ def test_fault_plan_parsing():
     assert fault_plan({}) is None
     assert fault_plan({FAULT_ENV: "2:3"}) == (2, 3, "kill")
     assert fault_plan({FAULT_ENV: "0:1:raise"}) == (0, 1, "raise")
+    assert fault_plan({FAULT_ENV: "*:2:exit"}) == (-1, 2, "exit")
 
 
 def _faulty_run(scheduler, monkeypatch, spec, L=30, k=3):
@@ -123,10 +124,13 @@ def _faulty_run(scheduler, monkeypatch, spec, L=30, k=3):
                                         ("exit", "exited early")])
 @pytest.mark.parametrize("scheduler", ["prolific", "collective", "pipe-1to1", "pipe-1toN"])
 def test_lost_worker_fails_the_run_with_one_clear_message(scheduler, mode, words, monkeypatch):
-    rec, elapsed = _faulty_run(scheduler, monkeypatch, f"1:2:{mode}")
+    # every worker that reaches its 2nd chunk fails: on pipe-1to1's shared pipe the workers
+    # race for chunks and a named one may get fewer than 2 (under load), but some worker
+    # surely gets 2 of the 30
+    rec, elapsed = _faulty_run(scheduler, monkeypatch, f"*:2:{mode}")
     assert not rec.verified and np.isnan(rec.time_s)
     msg = rec.error
-    assert msg.startswith(f"{scheduler}: worker 1 (pid ") and words in msg, msg
+    assert re.match(rf"{scheduler}: worker [0-2] \(pid \d+", msg) and words in msg, msg
     assert "\n" not in msg
     assert elapsed < 20  # noticed at once, never a hang
     assert not _descendants()
@@ -152,17 +156,23 @@ def test_a_lost_worker_is_a_broken_run_saying_how_it_ended(mode, ending, monkeyp
 
 @pytest.mark.parametrize("mode", ["kill", "raise", "exit"])
 def test_mtom_resends_the_lost_chunk_and_completes(mode, monkeypatch):
-    rec, _ = _faulty_run("pipe-MtoM", monkeypatch, f"1:2:{mode}")
+    # at its first chunk, which every worker is sent before any reports (a second one goes
+    # to whoever reports first: under load worker 1 may get none)
+    rec, _ = _faulty_run("pipe-MtoM", monkeypatch, f"1:1:{mode}")
     assert rec.verified and not rec.error, rec.error
     assert rec.lost_workers == 1
     assert "worker 1 (pid" in rec.notes and "re-sent" in rec.notes, rec.notes
     t = rec.trace
-    assert (t["worker"] != 1).sum() >= len(t) - 1  # worker 1 ran one chunk, then died
+    assert (t["worker"] != 1).all()  # worker 1 died before it ran a chunk
     check_coverage(t, 30)                          # every frame exactly once in the trace
 
 
 def test_sweep_goes_on_after_a_failed_configuration(monkeypatch, capsys, tmp_h5):
-    monkeypatch.setenv(FAULT_ENV, "1:2")
+    # worker 1 dies at its first chunk: every worker of both is sure to get one (prolific's
+    # frames are dealt; pipe-MtoM sends each worker its first chunk before any is done),
+    # while a second chunk of pipe-MtoM's goes to whoever reports first (under load
+    # worker 1 once got none, and nothing was lost)
+    monkeypatch.setenv(FAULT_ENV, "1:1")
     rc = main(["run", "-s", "prolific,pipe-MtoM", "-k", "3", "-L", "30", "--height", "48",
                "--width", "640", "--reps", "1", "-o", tmp_h5])
     err = capsys.readouterr().err

@@ -83,19 +83,21 @@ def get_subreaper() -> bool:
 
 
 def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
-    """Parse ``HYBRIDSCHED_FAULT=W:N[:MODE]`` (test-only fault injection)."""
+    """Parse ``HYBRIDSCHED_FAULT=W:N[:MODE]`` (test-only fault injection). ``W`` is a
+    worker, or ``*`` for whichever workers reach their chunk N (-1 here): where workers
+    race for chunks, some worker surely does, while one named worker may get none."""
     text = (env if env is not None else os.environ).get(FAULT_ENV, "").strip()
     if not text:
         return None
     parts = text.split(":")
     try:
-        w, n = int(parts[0]), int(parts[1])
+        w, n = (-1 if parts[0] == "*" else int(parts[0])), int(parts[1])
         mode = parts[2] if len(parts) > 2 else "kill"
     except (ValueError, IndexError):
         raise ResourceError(f"{FAULT_ENV}={text!r}: expected W:N[:kill|raise|exit]") from None
     if mode not in ("kill", "raise", "exit"):
         raise ResourceError(f"{FAULT_ENV}={text!r}: mode must be kill, raise or exit")
-    if not (0 <= w < 2**31 and 1 <= n < 2**63) or len(parts) > 3:
+    if not (-1 <= w < 2**31 and 1 <= n < 2**63) or len(parts) > 3 or parts[0] == "-1":
         raise ResourceError(f"{FAULT_ENV}={text!r}: W must be a worker (0 or more) and N a "
                             "chunk number (1 or more)")
     return w, n, mode
@@ -341,7 +343,7 @@ class ProcessTeam:
     def check_fault(self, w: int, nth: int) -> None:
         """Test hook: fail as ``HYBRIDSCHED_FAULT`` asks when worker w starts chunk nth."""
         f = self.fault
-        if f is None or f[0] != w or f[1] != nth:
+        if f is None or f[0] not in (w, -1) or f[1] != nth:
             return
         if f[2] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
