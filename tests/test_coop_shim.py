@@ -212,3 +212,34 @@ def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative
     assert "C compiler" in why and why.endswith("use something else")
     with pytest.raises(ShimUnavailable, match="C compiler"):
         shimbuild.shim_library()
+
+
+@pytest.mark.parametrize("sibling_waits", [True, False])
+def test_a_holder_whose_own_threads_wait_is_asked_to_rotate_early(sibling_waits, monkeypatch):
+    """OpenBLAS's caller spins, calling nothing, until its own workers have run; they wait
+    for a token it holds. The watchdog asks such a holder to rotate after SPIN_BOUND_NS, not
+    after BOUND_QUANTA quanta (which cost every numpy call tens of ms); a holder whose job
+    has no thread waiting (only another job's) keeps the full bound."""
+    import types
+
+    import numpy as np
+
+    from hybridsched.coop import shimjob
+    from hybridsched.coop.layout import CPU_DTYPE, HEADER_DTYPE, RUNNING, WAITING, WORKER_DTYPE
+
+    quantum = 20_000_000
+    st = types.SimpleNamespace(header=np.zeros(1, HEADER_DTYPE), cpus=np.zeros(1, CPU_DTYPE),
+                               workers=np.zeros(3, WORKER_DTYPE))
+    st.header["waiting"], st.cpus["holder"] = 1, 0
+    st.workers[0] = (1, 10, 0, RUNNING, 0, 0, 0, 0, 5, 11, 0, 1, 0)   # job 0's holder
+    waiter_job = 0 if sibling_waits else 1
+    st.workers[1] = (1, 10 + waiter_job, waiter_job, WAITING, -1, 0, 0, 0, 0, 12, 0, 1, 0)
+    dog = shimjob._Watchdog(types.SimpleNamespace(job=0))
+    acted = []
+    monkeypatch.setattr(dog, "_act", lambda *a: acted.append(a) or True)
+    bound = shimjob.BOUND_QUANTA * quantum
+    assert dog._look(st, 0, bound)  # first seen holding
+    dog._look(st, shimjob.SPIN_BOUND_NS, bound)
+    assert len(acted) == (1 if sibling_waits else 0)
+    dog._look(st, bound, bound)
+    assert len(acted) == 1  # the full bound for the other; one act per bound for a sibling's
