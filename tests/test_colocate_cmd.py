@@ -207,10 +207,14 @@ def _state(pid: int) -> str:
 
 
 def _wait_for(what, timeout: float = 60.0):
-    """Until ``what()`` is true (a state, never a fixed time); its last value."""
+    """Until ``what()`` is true (a state, never a fixed time); its last value. A process
+    that ends while ``what`` reads it is a state not reached yet, not an error."""
     deadline = time.monotonic() + timeout
     while True:
-        got = what()
+        try:
+            got = what()
+        except psutil.NoSuchProcess:
+            got = None
         if got or time.monotonic() > deadline:
             return got
         time.sleep(0.005)
@@ -451,12 +455,11 @@ def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free
 
     def killer():
         def working_job0():
-            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
-                    if "200000" in " ".join(p.cmdline())]
-            if not jobs:
-                return []
-            try:  # past its start-up: its threads work on the tokens
-                return jobs if sum(jobs[0].cpu_times()[:2]) > 0.3 else []
+            try:  # a process found may end before it is read (the other job, say)
+                jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
+                        if "200000" in " ".join(p.cmdline())]
+                # past its start-up: its threads work on the tokens
+                return jobs if jobs and sum(jobs[0].cpu_times()[:2]) > 0.3 else []
             except psutil.Error:
                 return []
         got = _wait_for(working_job0)

@@ -592,3 +592,27 @@ def test_the_one_node_launch_script_runs_under_either_mpi(mpi, tmp_path):
     assert "usl fit of" in p.stdout and os.path.exists(tmp_path / "node" / "usl.png")
     runs = read_runs(str(tmp_path / "node" / "all.h5"))
     assert sorted(set(runs["P"].tolist())) == [1, 2] and runs["verified"].all()
+
+
+def test_an_mpi_segment_nobody_holds_is_found_as_left_behind(tmp_path):
+    """The `mpi` fixture's last resort: a segment a rank made and died with between two of
+    the job watch's looks is found by name and age once no process maps or holds it; one
+    held open is never taken."""
+    import time as _time
+
+    from mpiimpls import _orphans
+
+    patterns = (r"/dev/shm/mpich_sh\w+",)
+    since = _time.time() - 1.0
+    path = f"/dev/shm/mpich_shm_hstest{os.getpid()}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        assert path not in _orphans(patterns, since)  # held open: a job is making it
+        os.close(fd)
+        fd = -1
+        assert path in _orphans(patterns, since)
+        assert path not in _orphans(patterns, _time.time() + 5)  # older than the test's jobs
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(path)
