@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -15,6 +14,22 @@ TINY = ["-k", "2", "-L", "8", "--height", "8", "--width", "16", "--reps", "1"]
 
 class Skip(Exception):
     """The case cannot run here (no mpiexec, not root, ...)."""
+
+
+def mpi_launch() -> tuple[list[str], dict]:
+    """The launcher (its argv before ``-n``) and the environment of the MPI the cases use:
+    the first implementation the tests find (tests/mpiimpls.py), MPICH where both wheels
+    are installed, where a plain `mpiexec` is Open MPI's, which refuses to run as root
+    without its own flags."""
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import mpiimpls
+
+    found = next((f for f in mpiimpls.available() if not f.missing), None)
+    if found is None:
+        raise Skip("no MPI implementation found (mpiexec)")
+    return list(found.launcher), dict(os.environ, **found.env)
 
 
 @dataclass
@@ -52,20 +67,18 @@ def mpi(n: int, *argv, env: dict | None = None, timeout: int = 120,
         cwd=None) -> subprocess.CompletedProcess:
     """`mpiexec -n N python -m hybridsched ARGV`, SIGKILLed after ``timeout`` (a hung mpiexec
     ignores SIGTERM)."""
-    if shutil.which("mpiexec") is None:
-        raise Skip("mpiexec not found")
-    e = dict(os.environ, **(env or {}))
-    return subprocess.run(["timeout", "-s", "KILL", str(timeout), "mpiexec", "-n", str(n),
+    launcher, e = mpi_launch()
+    e.update(env or {})
+    return subprocess.run(["timeout", "-s", "KILL", str(timeout), *launcher, "-n", str(n),
                            *HS, *argv], capture_output=True, text=True, env=e, cwd=cwd)
 
 
 def mpmd(first: list[str], second: list[str], timeout: int = 120, cwd=None):
     """Two ranks launched with different command lines."""
-    if shutil.which("mpiexec") is None:
-        raise Skip("mpiexec not found")
-    return subprocess.run(["timeout", "-s", "KILL", str(timeout), "mpiexec", "-n", "1", *HS,
+    launcher, e = mpi_launch()
+    return subprocess.run(["timeout", "-s", "KILL", str(timeout), *launcher, "-n", "1", *HS,
                            *first, ":", "-n", "1", *HS, *second], capture_output=True,
-                          text=True, cwd=cwd)
+                          text=True, cwd=cwd, env=e)
 
 
 def _lines(text: str) -> list[str]:

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .common import HS, Skip, case
+from .common import HS, Skip, case, mpi_launch
 
 A = "docs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,9 +105,40 @@ def shrink(argv: list[str]) -> list[str]:
         out += [o for o in ("--height", "--width") if o not in out for o in (o, "16")]
     if cmd == "simulate" and "--preset" in out:
         out += ["--reps", "1", "-L", "1000"]
-    if cmd == "colocate" and "--steps" not in out:
+    if cmd == "colocate" and "--steps" not in out and "--cmd" not in out:
         out += ["--steps", "200", "--reps", "1"]
+    if cmd == "colocate" and "--cmd" in out:  # unmodified commands take no --steps
+        out = _without(out, "--reps") + ["--reps", "1"]
     return out
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == flag:
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def _programs(argv: list[str], d: Path) -> None:
+    """The programs a line runs that the pages ask the reader to build or write: the
+    examples' OpenMP programs are built into ``d`` (gcc -fopenmp); another (the reader's
+    own `./my-openmp-program`, `infer.py`) skips the line."""
+    words = [w for a in argv for w in shlex.split(a)] if argv else []
+    for w in words:
+        name = w[2:] if w.startswith("./") else w if w.endswith(".py") else ""
+        if not name or (d / name).exists():
+            continue
+        source = ROOT / "examples" / "unmodified" / f"{name}.c"
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if not (source.exists() and cc):
+            raise Skip(f"runs {w}, a program of the reader's own")
+        subprocess.run([cc, "-O2", "-fopenmp", str(source), "-o", str(d / name)], check=True,
+                       capture_output=True)
 
 
 def _output(argv: list[str]) -> str | None:
@@ -125,9 +156,10 @@ STUDY = ["-s", "serial,dynamic,guided", "-k", "1,2", "-L", "40", "--height", "16
 
 
 def _hs(argv: list[str], cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess:
-    pre = ["mpiexec", "-n", str(mpi)] if mpi else []
+    launcher, env = mpi_launch() if mpi else ([], dict(os.environ))
+    pre = [*launcher, "-n", str(mpi)] if mpi else []
     return subprocess.run([*pre, *HS, *argv], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, **ENV), timeout=600)
+                          env=dict(env, **ENV), timeout=600)
 
 
 def _block_with(page: str, needle: str) -> str:
@@ -184,21 +216,21 @@ def run_line(page: str, env: dict, launcher: list[str], argv: list[str]) -> str 
     d = page_dir(page)
     argv = shrink(argv)
     argv = [x for a in argv for x in (sorted(glob.glob(a, root_dir=d)) or [a] if "*" in a else [a])]
+    _programs(argv, d)
     out = _output(argv)
     if argv and argv[0] in WRITERS and out and (d / out).exists() and \
             "--resume" not in argv and "--overwrite" not in argv:
         (d / out).unlink()  # a reader follows one block at a time: the name is theirs
-    pre = []
+    pre, base = [], dict(os.environ)
     if launcher and launcher[0] in ("mpiexec", "mpirun"):
-        if shutil.which("mpiexec") is None:
-            raise Skip("no mpiexec")
-        pre = ["mpiexec", "-n", "2"]
+        mpirun, base = mpi_launch()
+        pre = [*mpirun, "-n", "2"]
     elif launcher and launcher[0] == "taskset":  # the CPUs this machine has
         pre = ["taskset", "-c", f"0-{os.cpu_count() - 1}"]
     elif launcher:
         raise Skip(f"launcher {launcher[0]} is not run here")
     p = subprocess.run([*pre, *HS, *argv], cwd=d, capture_output=True, text=True,
-                       env=dict(os.environ, **ENV, **env), timeout=900)
+                       env=dict(base, **ENV, **env), timeout=900)
     want = next((code for (pg, word), code in EXPECT.items()
                  if pg == page and any(word in a for a in argv)), 0)
     if p.returncode != want:

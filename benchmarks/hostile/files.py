@@ -348,6 +348,13 @@ def _argv(command: str, bad: Path, tmp: Path) -> tuple[list[str], list[Path]]:
     return ["merge", str(good), str(bad), "-o", str(out)], [out, Path(str(out) + ".lock")]
 
 
+def _same(a, b) -> bool:
+    """Equal columns; a value not measured (NaN: a built-in job's CPU seconds) equals NaN."""
+    import numpy as np
+
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+
+
 def _check_ok(command: str, damage: str, bad: Path, tmp: Path, p, outputs) -> str | None:
     if command == "merge":
         why = ok(p, outputs[0])
@@ -368,7 +375,7 @@ def _check_ok(command: str, damage: str, bad: Path, tmp: Path, p, outputs) -> st
             if len(src) != len(got):
                 return f"merge carried {len(got)} of the {len(src)} /{table} rows"
             for n in (src.dtype.names or ()):
-                if n != "run_id" and not (src[n] == got[n]).all():
+                if n != "run_id" and not _same(src[n], got[n]):
                     return f"merge changed the /{table} field {n}"
         if os.path.lexists(str(merged) + ".lock"):
             return "merge left its lock file"
@@ -554,7 +561,7 @@ def merge_ge_and_colocate_with_study(tmp: Path) -> str | None:
         if len(a) != len(b):
             return f"{len(b)} of {len(a)} /{table} rows carried"
         for n in a.dtype.names:
-            if n != "run_id" and not (a[n] == b[n]).all():
+            if n != "run_id" and not _same(a[n], b[n]):
                 return f"/{table} field {n} changed by the merge"
     return None
 

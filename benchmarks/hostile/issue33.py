@@ -7,12 +7,11 @@ simulate's and signals' defects are in those areas' modules.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from .common import HS, Skip, TINY, case, failed, hs, ok, usage
+from .common import HS, TINY, case, failed, hs, mpi_launch, ok, usage
 
 ENV = {"HYBRIDSCHED_NO_LOAD_PROBE": "1"}
 SPLITMOD = '''
@@ -76,11 +75,10 @@ SPLIT_SIZE = ["-k", "1", "-L", "48", "--height", "16", "--width", "32", "--reps"
 def _mpi(tmp: Path, *argv: str, env: dict | None = None, timeout: int = 120):
     import subprocess
 
-    if shutil.which("mpiexec") is None:
-        raise Skip("mpiexec not found")
+    launcher, e = mpi_launch()
     path = os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))
-    e = dict(os.environ, **ENV, PYTHONPATH=path, **(env or {}))
-    return subprocess.run(["timeout", "-s", "KILL", str(timeout), "mpiexec", "-n", "2", *HS,
+    e.update(ENV, PYTHONPATH=path, **(env or {}))
+    return subprocess.run(["timeout", "-s", "KILL", str(timeout), *launcher, "-n", "2", *HS,
                            *argv], capture_output=True, text=True, env=e, cwd=tmp)
 
 
@@ -155,8 +153,7 @@ def i33_7_mpmd_other_module_refused(tmp: Path) -> str | None:
     """MPMD: rank 1 imports another samename.py for -s samename:Good: refused (stored rank 0's hash)"""
     import subprocess
 
-    if shutil.which("mpiexec") is None:
-        raise Skip("mpiexec not found")
+    launcher, e = mpi_launch()
     for d, size in (("a", 2), ("b", 3)):
         (tmp / d).mkdir()
         (tmp / d / "samename.py").write_text(
@@ -166,10 +163,10 @@ def i33_7_mpmd_other_module_refused(tmp: Path) -> str | None:
             "--reps", "1", "-o", "o.h5"]
     path = {d: os.pathsep.join(filter(None, [str(tmp / d), os.environ.get("PYTHONPATH")]))
             for d in "ab"}
-    p = subprocess.run(["timeout", "-s", "KILL", "120", "mpiexec", "-n", "1", "env",
+    p = subprocess.run(["timeout", "-s", "KILL", "120", *launcher, "-n", "1", "env",
                         f"PYTHONPATH={path['a']}", *HS, *args, ":", "-n", "1", "env",
                         f"PYTHONPATH={path['b']}", *HS, *args], capture_output=True, text=True,
-                       cwd=tmp, env=dict(os.environ, **ENV))
+                       cwd=tmp, env=dict(e, **ENV))
     return usage(p, tmp / "o.h5", says="technique good is samename:Good")
 
 
