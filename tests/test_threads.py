@@ -153,13 +153,13 @@ def test_serial_is_one_chunk_on_the_calling_thread(monkeypatch):
 
 
 STUCK = '''
-import os, time
+import os, threading
 from hybridsched import Technique
 
 
 def _stall():
     open(os.environ["STUCK_MARK"], "w").close()
-    time.sleep(3600)
+    threading.Event().wait()  # stuck in user code until the process ends
 
 
 class Stuck(Technique):
