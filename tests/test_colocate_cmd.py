@@ -220,6 +220,21 @@ def _wait_for(what, timeout: float = 60.0):
         time.sleep(0.005)
 
 
+def _killer(find) -> tuple[threading.Thread, list[int]]:
+    """A started thread that SIGKILLs the first process ``find()`` returns, once it returns
+    one; the list it puts the killed pid in (empty if none was ever found)."""
+    victim: list[int] = []
+
+    def kill():
+        got = _wait_for(find)
+        if got:
+            os.kill(got[0].pid, signal.SIGKILL)
+            victim.append(got[0].pid)
+    th = threading.Thread(target=kill)
+    th.start()
+    return th, victim
+
+
 def _jobs_of(parent: int, marker: str) -> list[psutil.Process]:
     try:
         kids = psutil.Process(parent).children()
@@ -243,20 +258,12 @@ LONG = f"{PY} {EX / 'py_threads.py'} 200000 64"  # minutes: only ever ended by a
 def test_a_job_killed_while_stopped_under_gang_leaves_the_others_running():
     short = f"{PY} {EX / 'py_threads.py'} 400 64"
     spec = _spec([short, short], ["gang"], reps=1, quantum_s=0.02)
-    victim: list[int] = []
 
-    def killer():
-        def stopped_job1():
-            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")]
-            return [p for p in jobs if p.pid == max(q.pid for q in jobs) and _state(p.pid) == "stopped"] \
-                if len(jobs) == 2 else []
-        got = _wait_for(stopped_job1)
-        if got:
-            os.kill(got[0].pid, signal.SIGKILL)
-            victim.append(got[0].pid)
-
-    th = threading.Thread(target=killer)
-    th.start()
+    def stopped_job1():
+        jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")]
+        return [p for p in jobs if p.pid == max(q.pid for q in jobs) and _state(p.pid) == "stopped"] \
+            if len(jobs) == 2 else []
+    th, victim = _killer(stopped_job1)
     recs = run_commands_once(spec, "gang", 0)
     th.join()
     assert victim, "job 1 was never seen stopped"
@@ -451,24 +458,16 @@ def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free
 
     short = f"{PY} {EX / 'py_threads.py'} 400 64"
     spec = _spec([LONG, short], ["coop"], reps=1, quantum_s=0.005)  # job 0 ends by a signal
-    victim: list[int] = []
 
-    def killer():
-        def working_job0():
-            try:  # a process found may end before it is read (the other job, say)
-                jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
-                        if "200000" in " ".join(p.cmdline())]
-                # past its start-up: its threads work on the tokens
-                return jobs if jobs and sum(jobs[0].cpu_times()[:2]) > 0.3 else []
-            except psutil.Error:
-                return []
-        got = _wait_for(working_job0)
-        if got:
-            os.kill(got[0].pid, signal.SIGKILL)
-            victim.append(got[0].pid)
-
-    th = threading.Thread(target=killer)
-    th.start()
+    def working_job0():
+        try:  # a process found may end before it is read (the other job, say)
+            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
+                    if "200000" in " ".join(p.cmdline())]
+            # past its start-up: its threads work on the tokens
+            return jobs if jobs and sum(jobs[0].cpu_times()[:2]) > 0.3 else []
+        except psutil.Error:
+            return []
+    th, victim = _killer(working_job0)
     recs = run_commands_once(spec, "coop", 0)
     th.join()
     assert victim, "job 0 was never seen working"
