@@ -254,11 +254,16 @@ class Launcher:
         env.update(extra)
         return env
 
+    def begin(self) -> None:
+        """This test's jobs start now, also those another launcher starts (Slurm's srun):
+        :meth:`close` removes the segments they leave that no process holds."""
+        if self.started is None:
+            self.started = time.time()
+
     def popen(self, cmd: list[str], **kw) -> subprocess.Popen:
         """Start a job (``cmd`` begins with :meth:`argv`), watched until :meth:`wait`."""
         kw.setdefault("env", self.env())
-        if self.started is None:
-            self.started = time.time()
+        self.begin()
         proc = subprocess.Popen(cmd, **kw)
         watch = JobWatch(proc.pid, self.impl.leftovers).__enter__()
         self.watches.append(watch)

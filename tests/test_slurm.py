@@ -41,6 +41,7 @@ def test_slurm_round_trip_of_the_batch_template(mpi, cluster, tmp_path, capsys):
                   PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     cpus = str(os.cpu_count() or 1)  # the template asks for 24 cores per node
     jobs = {}
+    mpi.begin()  # srun's ranks, unwatched: what they leave in /dev/shm goes at the end
     for P in (1, 2):
         log = str(tmp_path / f"job-P{P}.log")
         jobs[P] = (cluster.submit(SCRIPT, f"--nodes={P}", f"--cpus-per-task={cpus}",
