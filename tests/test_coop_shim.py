@@ -63,6 +63,45 @@ def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):
     assert left == 0 and held == 0
 
 
+EXEC_PROBE = """
+import os, sys
+how = sys.argv[1]
+show = ["sh", "-c", "grep -E '^Sig(Ign|Cgt)' /proc/self/status"]
+if how == "bare":  # the image exec'd without the shim: what the kernel left it
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("HYBRIDSCHED_")}
+    os.execve("/bin/sh", show, env)
+if how == "failed":  # an exec that fails returns with the shim's handler back
+    try:
+        os.execv("/nonexistent/program", ["x"])
+    except OSError:
+        pass
+os.execv("/bin/sh", show)
+"""
+
+
+def _masks(text: str) -> dict:
+    return {line.split(":")[0]: int(line.split()[1], 16) for line in text.splitlines()}
+
+
+@pytest.mark.parametrize("how", ["bare", "shimmed", "failed"])
+def test_an_exec_is_never_ended_by_a_rotation_request(seg, shim_lib, how):
+    """An exec'ing thread keeps its token through the exec, so the watchdog may nudge it
+    while the kernel and the loader replace the program; the signal's action is then its
+    default, which ends the process (seen under load: a job's python gone after 0.15 s, its
+    pipeline still exiting 0). The nudge is ignored across the exec: a program exec'd
+    without the shim finds it ignored, one with the shim finds the shim's handler again,
+    and a failed exec has it back."""
+    bit = 1 << (NUDGE_SIGNAL - 1)
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [sys.executable, "-c", EXEC_PROBE, how])
+    assert p.returncode == 0, p.stderr
+    masks = _masks(p.stdout)
+    if how == "bare":
+        assert masks["SigIgn"] & bit, p.stdout
+    else:
+        assert masks["SigCgt"] & bit and not masks["SigIgn"] & bit, p.stdout
+
+
 @pytest.mark.parametrize("mode", ["wait", "deaf"])
 def test_a_holder_that_never_blocks_is_asked_to_rotate(seg, shim_lib, tmp_path, mode):
     """One job spins (calling nothing) holding the only token until the other job has run:

@@ -192,6 +192,27 @@ int hs_signals_setup(void)
     return hs_real_sigaction(hs_nudge_signal(), &sa, &app_nudge);
 }
 
+/* Across an exec the nudge is ignored: the exec'ing thread keeps its token (its slot
+   survives the exec), so the watchdog may nudge it while the kernel and the loader replace
+   the program, when the signal's action is back at its default (an exec resets caught
+   signals) and a real-time signal's default ends the process. SIG_IGN survives the exec and
+   drops a nudge already pending; the new image's shim installs its handler again, and a
+   program without the shim ignores a signal it never asked for. */
+static struct sigaction shim_nudge;
+
+void hs_nudge_hold(void)
+{
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    hs_real_sigaction(hs_nudge_signal(), &ign, &shim_nudge);
+}
+
+void hs_nudge_resume(void)  /* the exec failed: the shim's handler again */
+{
+    hs_real_sigaction(hs_nudge_signal(), &shim_nudge, NULL);
+}
+
 int hs_sud_setup(void)
 {
 #ifdef __x86_64__
