@@ -111,9 +111,8 @@ def run_variant(slab: Slab, scheduler: str, k: int, series: Series, dispatch: st
     rec = timed_run(slab, cfg)
     if not rec.verified:
         raise VerifyError(f"{scheduler} {dispatch}: run not verified ({rec.error or rec.bad_rows})")
-    want = "dispatch=compiled" in rec.notes
-    if scheduler != "serial" and want != (dispatch == "compiled"):
-        raise VerifyError(f"{scheduler}: asked for {dispatch} dispatch, notes say {rec.notes!r}")
+    if scheduler != "serial" and (rec.dispatch == "compiled") != (dispatch == "compiled"):
+        raise VerifyError(f"{scheduler}: asked for {dispatch} dispatch, the {rec.dispatch} loop ran")
     cpu = float((rec.workers["user"] + rec.workers["system"]).sum())
     series.add(label or scheduler, k, rec.time_s, len(rec.trace), cpu)
     OTHERS.setdefault(label or scheduler, []).append(rec.extra.get("foreign_cpu", math.nan))

@@ -67,8 +67,8 @@ def timed(slab: Slab, scheduler: str, k: int, dispatch: str, kernel: str = "quic
     rec = timed_run(slab, RunConfig(scheduler, k, L, H, W, kernel=kernel, dispatch=dispatch))
     if not rec.verified:
         raise SystemExit(f"{scheduler}: run not verified ({rec.error or rec.bad_rows})")
-    if scheduler != "serial" and ("dispatch=compiled" in rec.notes) != (dispatch == "compiled"):
-        raise SystemExit(f"{scheduler}: asked for {dispatch} dispatch, notes say {rec.notes!r}")
+    if scheduler != "serial" and (rec.dispatch == "compiled") != (dispatch == "compiled"):
+        raise SystemExit(f"{scheduler}: asked for {dispatch} dispatch, the {rec.dispatch} loop ran")
     return rec
 
 

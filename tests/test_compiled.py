@@ -24,6 +24,7 @@ from hybridsched.core import policies as pol
 from hybridsched.backends import compiled, threads
 from hybridsched.errors import BrokenRun, UsageError
 from hybridsched.oslayer import native
+from hybridsched.records import parse_params
 from hybridsched.store import read_detail, read_runs
 from hybridsched.study.runner import timed_run
 from hybridsched.study.spec import StudySpec
@@ -164,7 +165,7 @@ def test_a_technique_with_parameters_hands_out_the_same_chunks_compiled(schedule
     shape = Shape("params", 211, 1, 8, 3, chunk=0)
     got = {}
     for mode in ("compiled", "python"):
-        rec, ok = run(replace(config(scheduler, shape), dispatch=mode, params=params))
+        rec, ok = run(replace(config(scheduler, shape), dispatch=mode, params=parse_params(params)))
         assert ok and rec.verified and not rec.error
         got[mode] = sorted(zip(rec.trace["first"].tolist(), rec.trace["count"].tolist()))
     default, _ = run(replace(config(scheduler, shape), dispatch="python"))

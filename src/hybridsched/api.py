@@ -162,7 +162,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     """
     info = registry.lookup(scheduler)
     scheduler = info.name
-    param_text = registry.run_params(info, params, strict=True)
+    run_params = registry.run_params(info, params, strict=True)
     _check_data(data)
     if memory is not None and not isinstance(memory, Memory):
         raise UsageError(f"memory: expected a hybridsched.Memory or None, got {type(memory).__name__}")
@@ -201,7 +201,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     fit_text(kern.name, MAX_REF), 0, workload=API_WORKLOAD, verify=mode, input_hash=digest,
-                    dispatch=dispatch, params=param_text)
+                    dispatch=dispatch, params=run_params)
     sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
         rec = _run(cfg, data, in_place, kern, checker, info, memory)

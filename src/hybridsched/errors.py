@@ -36,16 +36,20 @@ class BrokenRun(HybridschedError):
     rank's number), ``pid`` (None for a thread), how it ended (``signal``: the signal's
     name, ``status``: the exit status, ``exception``: the exception's type name; empty
     where it did not end that way) and ``remote_traceback``, the worker's own traceback
-    where it raised. ``notes`` and ``technique``: which dispatch loop ran and what auto had
-    chosen, where the backend knows (stored with the failed run)."""
+    where it raised. ``dispatch`` and ``technique``: which chunk loop ran ("python",
+    "compiled"; "" where none of the thread backend's) and what auto had chosen, where the
+    backend knows, and ``notes``, the dispenser's words for people (all stored with the
+    failed run)."""
 
     def __init__(self, message: str, scheduler: str, worker: int, *, pid: int | None = None,
                  signal: str = "", status: int | None = None, exception: str = "",
-                 remote_traceback: str = "", notes: str = "", technique: str = ""):
+                 remote_traceback: str = "", notes: str = "", technique: str = "",
+                 dispatch: str = ""):
         super().__init__(message)
         self.scheduler, self.worker, self.pid = scheduler, worker, pid
         self.signal, self.status, self.exception = signal, status, exception
         self.remote_traceback, self.notes, self.technique = remote_traceback, notes, technique
+        self.dispatch = dispatch
 
 
 class WorkerLost(BrokenRun):
@@ -63,10 +67,11 @@ class WorkerFailed(BrokenRun):
     worker and the exception."""
 
     def __init__(self, scheduler: str, worker: int, exc: BaseException, remote_traceback: str = "",
-                 notes: str = "", technique: str = ""):
+                 notes: str = "", technique: str = "", dispatch: str = ""):
         super().__init__(f"{scheduler}: worker thread {worker} raised {type(exc).__name__}: {exc}",
                          scheduler, worker, exception=type(exc).__name__,
-                         remote_traceback=remote_traceback, notes=notes, technique=technique)
+                         remote_traceback=remote_traceback, notes=notes, technique=technique,
+                         dispatch=dispatch)
 
 
 class RankFailed(BrokenRun):

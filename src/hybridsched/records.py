@@ -5,6 +5,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from .errors import BrokenRun
+
 # Per-worker detail of one run. Times are seconds relative to the run's start (t_begin).
 WORKER_DTYPE = np.dtype([
     ("worker", "i4"), ("pid", "i8"), ("cpu", "i4"),
@@ -29,7 +31,13 @@ def fit_text(s: str, n: int) -> str:
     return s.encode("utf-8")[:n].decode("utf-8", "ignore")
 
 
-def param_value(text: str):
+ParamValue = int | float | str
+# A run's technique parameters: (name, value) pairs in name order (hashable, so they are
+# part of RunConfig.key()).
+Params = tuple[tuple[str, ParamValue], ...]
+
+
+def param_value(text: str) -> ParamValue:
     """A technique parameter's value as given (``--param KEY=VALUE``): an int, else a
     float, else the text itself."""
     for kind in (int, float):
@@ -38,6 +46,27 @@ def param_value(text: str):
         except ValueError:
             pass
     return text
+
+
+def as_params(params: dict | Params | None) -> Params:
+    """Technique parameters as a run holds them: (name, value) pairs sorted by name."""
+    items = params.items() if isinstance(params, dict) else (params or ())
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+def params_text(params: Params) -> str:
+    """The stored form of ``params`` (``/runs`` field ``params``, a report's label):
+    ``name=value`` joined by ','."""
+    return ",".join(f"{k}={v}" for k, v in params)
+
+
+def parse_params(text: str) -> Params:
+    """:func:`params_text`'s inverse: the codec of the study file, and of nothing else."""
+    out = []
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        out.append((name, param_value(value)))
+    return as_params(out)
 
 
 # The workloads a run may name: workloads.catalogue defines each (tests/test_workloads.py
@@ -69,30 +98,65 @@ class RunConfig:
     coop: bool = False      # workers run on the node's cooperative arbiter's tokens (--coop)
     # How thread workers loop over their chunks (auto | python | compiled, --dispatch). Not
     # part of the run's identity: it never changes the hand-out, only what runs it; which
-    # loop ran is in the run's notes (backends/compiled.py).
+    # loop ran is the record's ``dispatch`` (backends/compiled.py).
     dispatch: str = field(default="auto", metadata={"key": False})
     # What the tasks are (issue 12; the defaults are the paper's tensor and its sort check):
     workload: str = "uniform"   # workloads.WORKLOADS name (one of WORKLOAD_NAMES)
     workload_params: str = ""   # its parameters as sorted JSON ("" = none)
     verify: str = ""            # "" = the workload's own check, "none", or package.module:function
     input_hash: str = ""        # --input: sha256 of the .npy file ("" = generated from seed)
-    # LB4OMP technique parameters, "name=value" joined by "," in sorted order ("" = its
-    # defaults); only the techniques that read a parameter get it (registry options)
-    params: str = ""
-    # auto's portfolio: the technique names it races, joined by ',' ("" = its default)
-    portfolio: str = ""
+    # LB4OMP technique parameters, (name, value) pairs in name order (() = its defaults);
+    # only the techniques that read a parameter get it (registry options)
+    params: Params = ()
+    # auto's portfolio: the technique names it races, in its order (() = its default)
+    portfolio: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if isinstance(self.params, str) or isinstance(self.portfolio, str):
+            raise TypeError("RunConfig: params and portfolio are tuples (records.as_params), "
+                            "not text")
 
     def param_dict(self) -> dict:
         """``params`` as {name: value}."""
-        out = {}
-        for item in filter(None, self.params.split(",")):
-            name, _, value = item.partition("=")
-            out[name] = param_value(value)
-        return out
+        return dict(self.params)
 
     def key(self) -> tuple:
         """Identity of the run inside a study (used to resume without repeating)."""
         return tuple(getattr(self, f.name) for f in fields(self) if f.metadata.get("key", True))
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How the worker that broke a run ended (:class:`errors.BrokenRun`'s fields, stored
+    with the run): which ``worker`` (-1: none broke it; an MPI rank's number), its ``pid``
+    (0 for a thread or where not known), the ``signal`` that ended it, its exit ``status``
+    (-1: none) and the ``exception`` type it raised ("" where it did not end that way)."""
+
+    worker: int = -1
+    pid: int = 0
+    signal: str = ""
+    status: int = -1
+    exception: str = ""
+
+    @classmethod
+    def of(cls, exc: BrokenRun) -> "Failure":
+        return cls(int(exc.worker), int(exc.pid or 0), exc.signal,
+                   -1 if exc.status is None else int(exc.status), exc.exception)
+
+    def __bool__(self) -> bool:
+        return self.worker >= 0
+
+
+NO_FAILURE = Failure()
+
+# Which chunk loop ran a run (Execution.dispatch, the /runs field): the thread backend's
+# (core.capabilities.Dispatch's PYTHON or COMPILED, by value); "" where the question does
+# not arise (serial, forked and piped workers) or a file before format 4 did not say.
+DISPATCH_RAN = ("", "python", "compiled")
+# A measured CPU time that was not measured (a run without a pipe-MtoM producer, a file
+# before format 4 that did not say): -1 as bad_rows' "not checked", so that stored rows
+# still compare equal (NaN would not equal itself).
+NOT_MEASURED = -1.0
 
 
 @dataclass
@@ -109,6 +173,8 @@ class Execution:
     notes: str = ""
     series: dict = field(default_factory=dict)  # name -> structured array with a "t" column
     technique: str = ""                      # what `auto` chose for this execution
+    dispatch: str = ""                       # which chunk loop ran (DISPATCH_RAN)
+    producer_cpu_s: float = NOT_MEASURED     # pipe-MtoM: the producer's own CPU seconds
 
     @property
     def seconds(self) -> float:
@@ -137,6 +203,9 @@ class RunRecord:
     technique: str = ""                      # the technique `auto` chose, a user's module:qualname
     technique_hash: str = ""                 # sha256 of a user technique's source ("" otherwise)
     simulated: bool = False                  # made by `hybridsched simulate`, not measured
+    dispatch: str = ""                       # which chunk loop ran (DISPATCH_RAN)
+    producer_cpu_s: float = NOT_MEASURED     # pipe-MtoM: the producer's own CPU seconds
+    failure: Failure = NO_FAILURE            # the worker that broke the run, how it ended
 
 
 def worker_table(n: int) -> np.ndarray:

@@ -44,7 +44,7 @@ class Job:
     coop_job: int = -1
     # a technique's parameters (techniques.PARAM_DEFAULTS keys; "profile": its Profile)
     params: dict = field(default_factory=dict)
-    portfolio: str = ""           # RunConfig.portfolio: the techniques auto races
+    portfolio: tuple[str, ...] = ()  # RunConfig.portfolio: the techniques auto races
     # what the run's record should store besides the measurements (e.g. the profile)
     extra: dict = field(default_factory=dict)
     # what the loop learned in earlier repetitions (auto's racer, AWF's weights, the
@@ -77,7 +77,7 @@ def job_for(cfg: RunConfig, work: np.ndarray, monitor=None, cpus: list[int] | No
     info = registry.get(cfg.scheduler)
     job = Job(info, work, cfg.kernel, cfg.k, info.resolve_chunk(cfg.chunk, cfg.frames),
               cfg.affinity, monitor, original=original, pipe_batch=cfg.pipe_batch,
-              inflight=cfg.inflight, dispatch=cfg.dispatch, params=cfg.param_dict(),
+              inflight=cfg.inflight, dispatch=cfg.dispatch, params=dict(cfg.params),
               portfolio=cfg.portfolio)
     if cpus is not None:
         job.cpus = cpus

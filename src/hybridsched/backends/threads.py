@@ -225,13 +225,14 @@ def execute(job: Job) -> Execution:
         row["pid"], row["cpu"], row["start"], row["end"] = pid, cpu, start, end
         row["user"], row["system"], row["iowait"] = (b - a for a, b in zip(u0, u1))
 
+    ran = (compiled.COMPILED if native else compiled.PYTHON).value  # the record's dispatch
     with ThreadTeam(worker, workers, disp) as team:
         team.join()
     if team.errors:
         w, exc = team.errors[0]
         # which loop failed (compiled or Python) and what auto had chosen stay on record
         raise WorkerFailed(job.scheduler, w, exc, remote_traceback(exc), notes=disp.notes(),
-                           technique=disp.technique()) from exc
+                           technique=disp.technique(), dispatch=ran) from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
     trace = disp.trace() if native else trace_table(traces)
@@ -240,4 +241,4 @@ def execute(job: Job) -> Execution:
         stats[w]["busy"] = float((mine["end"] - mine["start"]).sum())
         stats[w]["frames"], stats[w]["chunks"] = int(mine["count"].sum()), len(mine)
     return Execution(t_begin, t_end, stats, trace, chunk_used=job.chunk, notes=disp.notes(),
-                     series=disp.series(), technique=disp.technique())
+                     series=disp.series(), technique=disp.technique(), dispatch=ran)

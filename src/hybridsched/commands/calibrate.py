@@ -10,6 +10,7 @@ import time
 from ..errors import UsageError
 from ..store import check_output
 from ..sim.calibrate import calibrate
+from ..store.metadata import PREFIX, stored
 from ..study.output import this_machine
 
 PROG = "hybridsched"
@@ -24,7 +25,8 @@ def main(args) -> int:
         raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
     t0 = time.perf_counter()
     ov = calibrate(args.width, lambda text: print(f"{PROG}: calibrating {text}", file=sys.stderr))
-    meta = {k: v for k, v in this_machine().items() if isinstance(v, (str, int, float))}
+    meta = {k[len(PREFIX):]: v for k, v in stored(this_machine()).items()
+            if isinstance(v, (str, int, float))}
     data = {"format": "hybridsched-calibration", "version": 1,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": meta,
             "overheads": ov.to_dict()}

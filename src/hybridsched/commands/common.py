@@ -2,7 +2,6 @@
 what `run` loads before any fork (at P = 1 and on every MPI rank)."""
 from __future__ import annotations
 
-import json
 import time
 
 from ..kernels import KERNELS, prepare as load_kernels
@@ -51,5 +50,5 @@ def load_checked(spec: StudySpec, configs: list[RunConfig]) -> dict:
     looks shared, and the planned tensor's bytes)."""
     probe = LoadCheck(usable_cpus()).start()  # input is good: it samples while we load
     load(spec, configs)
-    return {"check_load": json.dumps(probe.result()),
+    return {"check_load": probe.result(),
             "check_planned_bytes": 2 * max(spec.frames) * spec.height * spec.width}

@@ -23,6 +23,7 @@ from .capabilities import BASELINE, Backend, Family, Forker, SchedulerInfo, Topo
 from . import policies as pol
 from .memory import Memory
 from ..errors import UsageError
+from ..records import Params, as_params, params_text, parse_params
 
 
 def _at_most_n(k: int, n: int) -> int:
@@ -114,7 +115,7 @@ def _auto(n, workers, c, monitor, job=None):
     from .techniques import auto, dispense
 
     key = dispense.loop_key(job) if job is not None else ("auto", n, workers, c)
-    arms = tuple(job.portfolio.split(",")) if job is not None and job.portfolio else auto.PORTFOLIO
+    arms = tuple(job.portfolio) if job is not None and job.portfolio else auto.PORTFOLIO
 
     def make(name: str):
         # every portfolio entry's thread dispenser: the pipe producer claims from it too
@@ -127,7 +128,7 @@ def _auto_sim_predictor(job, n: int, workers: int, c: int):
     from .techniques import auto, autosim, dispense
 
     key = dispense.loop_key(job) if job is not None else ("auto-sim", n, workers, c)
-    arms = tuple(job.portfolio.split(",")) if job is not None and job.portfolio else auto.PORTFOLIO
+    arms = tuple(job.portfolio) if job is not None and job.portfolio else auto.PORTFOLIO
     return autosim.predictor_for(_memory(job), key, arms, get)
 
 
@@ -409,10 +410,11 @@ def lookup(scheduler) -> SchedulerInfo:
 MAX_PARAMS = 64
 
 
-def run_params(info: SchedulerInfo, params: dict | None, strict: bool = False) -> str:
+def run_params(info: SchedulerInfo, params: dict | None, strict: bool = False) -> Params:
     """The parameters a run of ``info`` stores (RunConfig.params): those its entry reads
-    (a user technique reads all), as sorted ``key=value`` joined by ','; bad ones refused,
-    and with ``strict`` also one that ``info`` does not read (the API's single scheduler)."""
+    (a user technique reads all), sorted, each value as the study file gives it back (so a
+    resumed study knows its runs); bad ones refused, and with ``strict`` also one that
+    ``info`` does not read (the API's single scheduler)."""
     params = contract.check_params(params)
     mine = {k: v for k, v in params.items() if k in info.options or info.user is not None}
     if strict and len(mine) < len(params):
@@ -422,8 +424,8 @@ def run_params(info: SchedulerInfo, params: dict | None, strict: bool = False) -
         from .techniques import check_params
 
         check_params(mine)
-    text = ",".join(f"{k}={v}" for k, v in sorted(mine.items()))
+    text = params_text(as_params(mine))
     if len(text.encode()) > MAX_PARAMS:
         raise UsageError(f"technique parameters {text[:40]}...: longer than the {MAX_PARAMS} "
                          "bytes a study stores for them")
-    return text
+    return parse_params(text)

@@ -30,14 +30,15 @@ def clean_text(value: object, limit: int = TEXT_LIMIT) -> str:
     return text[:limit]
 
 
-def machine_metadata() -> dict[str, str | int]:
-    """Description of this machine and software, stored as HDF5 attributes (pyperf style)."""
+def machine_metadata() -> dict:
+    """Description of this machine and software, stored as HDF5 attributes (pyperf style):
+    the keys and types that store.metadata declares."""
     import h5py
     import numba
     import numpy
     import psutil
 
-    meta: dict[str, str | int] = {
+    meta: dict = {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model(),
         "cpu_count_logical": psutil.cpu_count(logical=True) or 0,

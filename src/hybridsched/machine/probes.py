@@ -8,7 +8,6 @@ The paths are parameters so that tests can fake a machine.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -184,11 +183,10 @@ def findings(f: Facts) -> list[tuple[str, str, str]]:
     return out
 
 
-def metadata(f: Facts) -> dict[str, str | int]:
-    """The facts as flat study attributes (machine.check_*)."""
-    d = asdict(f)
-    return {f"check_{k}": (json.dumps(v) if isinstance(v, (list, dict)) or v is None else v)
-            for k, v in d.items()}
+def metadata(f: Facts) -> dict:
+    """The facts as the study's metadata keys (``check_*``, typed: store.metadata keeps the
+    lists as JSON)."""
+    return {f"check_{k}": v for k, v in asdict(f).items()}
 
 
 class LoadCheck:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends.pipes import PRODUCER_CPU
 from ..core import registry
-from ..core.capabilities import Family, is_baseline, is_forked, is_forks, is_threaded
+from ..core.capabilities import Dispatch, Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
 from ..store import StudyFile
 from ..core.techniques.profiled import task_times
@@ -186,7 +185,7 @@ class MeasuredStudy:
         for r in self.runs:
             if r["family"] != family or r["P"] != 1 or int(r["run_id"]) not in self.traces:
                 continue
-            if compiled is not None and ("dispatch=compiled" in r["notes"]) != compiled:
+            if compiled is not None and (r["dispatch"] == Dispatch.COMPILED) != compiled:
                 continue
             if mtom is not None and _served(r) != mtom:
                 continue
@@ -202,15 +201,10 @@ class MeasuredStudy:
         return [r for r in out if int(r["k"]) == pick]
 
     def _producer_cpu(self, r) -> float | None:
-        """The pipe-MtoM producer's CPU per message in run ``r``, from its notes (runs
-        stored before it was recorded: None)."""
-        notes = str(r["notes"])
-        at = notes.find(PRODUCER_CPU)
-        if at < 0:
-            return None
-        try:
-            cpu = float(notes[at + len(PRODUCER_CPU):].split(";")[0].split()[0])
-        except (ValueError, IndexError):
+        """The pipe-MtoM producer's CPU per message in run ``r`` (runs stored before it was
+        recorded: None)."""
+        cpu = float(r["producer_cpu_s"])
+        if cpu < 0:  # records.NOT_MEASURED
             return None
         return cpu / max(1, len(self.traces[int(r["run_id"])]))
 

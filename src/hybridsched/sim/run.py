@@ -77,7 +77,7 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
         out, disp, k = _split(cfg, costs, cum, cores, ov, split, split_params, memory), None, cfg.P
     else:
         out, disp = execute(cfg.scheduler, costs, cum, cfg.k, cfg.chunk, cores, ov,
-                            cfg.affinity, cfg.coop, cfg.param_dict(), cfg.dispatch, memory)
+                            cfg.affinity, cfg.coop, dict(cfg.params), cfg.dispatch, memory)
         k = len(out.start)
     workers, trace = _tables(out, k, None if not cfg.affinity else list(range(cores)))
     ok = covered_once(trace, len(costs))
@@ -104,7 +104,7 @@ def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
     def local(first: int, count: int) -> float:
         sub = costs[first:first + count]
         out, _ = execute(cfg.scheduler, sub, np.concatenate([[0.0], np.cumsum(sub)]), cfg.k,
-                         cfg.chunk, cores, ov, cfg.affinity, cfg.coop, cfg.param_dict(),
+                         cfg.chunk, cores, ov, cfg.affinity, cfg.coop, dict(cfg.params),
                          cfg.dispatch, memory)
         return out.makespan
 

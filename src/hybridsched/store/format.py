@@ -1,4 +1,4 @@
-"""The layout of a study file (format_version 3; DESIGN.md §6) and the row codec.
+"""The layout of a study file (format_version 4; DESIGN.md §6) and the row codec.
 
 Layout::
 
@@ -25,6 +25,17 @@ the ``/colocate`` side table gains ``command``, ``experiment``, ``exit_status``,
 ``nivcsw``, ``counters``, ``out_tail`` and ``err_tail`` (colocate/output.py). Version-2
 ``/colocate`` tables read with those fields empty, 0 or NaN (what the built-in workloads'
 rows mean by them).
+
+Version 4 (typed measured facts, issue 36): ``/runs`` gains ``dispatch`` (which chunk loop
+ran: "python", "compiled", "" where no thread loop ran), ``producer_cpu_s`` (pipe-MtoM's
+producer CPU seconds, -1 where not measured) and how the worker that broke a failed run
+ended: ``failed_worker`` (-1: none), ``failed_pid``, ``failed_signal``, ``failed_status``
+(-1: none) and ``failed_exception``. ``notes`` stays text for people that no code reads.
+Older files kept the first two facts in their notes only: rows without those fields get
+them from their notes once, as they are read (:mod:`store.legacy`), and the failure fields
+at "none broke it". ``params`` and ``portfolio`` keep their text form in the file
+(:func:`records.params_text`); a record holds them typed. The machine's attributes are
+declared with their types in :mod:`store.metadata` (unchanged in the file).
 """
 from __future__ import annotations
 
@@ -33,12 +44,13 @@ import numpy as np
 
 from ..errors import HybridschedError
 from ..oslayer.signals import signals_held
-from ..records import RunRecord, fit_text  # noqa: F401  (fit_text: store's name for it)
+from ..records import RunRecord, fit_text, params_text  # noqa: F401  (fit_text: store's name for it)
+from .legacy import FROM_NOTES
 
 FORMAT = "hybridsched"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Versions this hybridsched reads (older ones through conform())
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731  fixed-length UTF-8 fields
 
@@ -58,6 +70,10 @@ RUN_DTYPE = np.dtype([
     ("technique", _S(120)), ("params", _S(64)),
     # version 2
     ("technique_hash", _S(64)), ("simulated", "?"), ("portfolio", _S(240)),
+    # version 4: the measured facts that code reads back (records.RunRecord)
+    ("dispatch", _S(8)), ("producer_cpu_s", "f8"),
+    ("failed_worker", "i4"), ("failed_pid", "i8"), ("failed_signal", _S(16)),
+    ("failed_status", "i4"), ("failed_exception", _S(64)),
 ])
 
 # Values of fields that older files of the same version lack: what those runs did (the
@@ -65,7 +81,8 @@ RUN_DTYPE = np.dtype([
 RUN_DEFAULTS = {"pipe_batch": 1, "inflight": 1, "coop": False, "workload": b"uniform",
                 "workload_params": b"", "verify": b"", "input_hash": b"", "technique": b"",
                 "params": b"", "technique_hash": b"", "simulated": False,
-                "portfolio": b""}
+                "portfolio": b"", "failed_worker": -1, "failed_pid": 0, "failed_signal": b"",
+                "failed_status": -1, "failed_exception": b""}
 
 # Largest value of an int32 field (H, W, P, k, rep, ...): inputs are bounded by this before
 # any work starts, so that no run is done that could not be stored.
@@ -77,13 +94,16 @@ RUNS_CHUNK = 64
 
 
 def conform(raw: np.ndarray) -> np.ndarray:
-    """Rows of any stored /runs dtype in RUN_DTYPE, missing fields at RUN_DEFAULTS."""
+    """Rows of any stored /runs dtype in RUN_DTYPE, missing fields at RUN_DEFAULTS, or, for
+    the facts a file before version 4 kept in its notes, from those notes (store.legacy)."""
     rows = np.zeros(len(raw), RUN_DTYPE)
     for name in RUN_DTYPE.names:
         if raw.dtype.names and name in raw.dtype.names:
             rows[name] = raw[name]
         elif name in RUN_DEFAULTS:
             rows[name] = RUN_DEFAULTS[name]
+        elif name in FROM_NOTES and raw.dtype.names and "notes" in raw.dtype.names:
+            rows[name] = FROM_NOTES[name](raw["notes"])
     return rows
 
 
@@ -106,8 +126,10 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
               c.coop, c.workload.encode(), c.workload_params.encode(), c.verify.encode(),
-              c.input_hash.encode(), r.technique.encode(), c.params.encode(), r.technique_hash.encode(),
-              r.simulated, c.portfolio.encode())
+              c.input_hash.encode(), r.technique.encode(), params_text(c.params).encode(),
+              r.technique_hash.encode(), r.simulated, ",".join(c.portfolio).encode(),
+              r.dispatch.encode(), r.producer_cpu_s, r.failure.worker, r.failure.pid,
+              r.failure.signal.encode(), r.failure.status, r.failure.exception.encode())
     row = np.zeros(1, RUN_DTYPE)
     for name, v in zip(RUN_DTYPE.names, values):
         kind = RUN_DTYPE[name].kind

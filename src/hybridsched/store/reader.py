@@ -16,8 +16,10 @@ import numpy as np
 
 from ..errors import BadStudy, NotOurFile
 from ..oslayer.signals import honour_pending
-from ..records import API_WORKLOAD, TRACE_DTYPE, WORKER_DTYPE, WORKLOAD_NAMES, RunConfig
+from ..records import (API_WORKLOAD, DISPATCH_RAN, TRACE_DTYPE, WORKER_DTYPE, WORKLOAD_NAMES,
+                       NOT_MEASURED, Failure, RunConfig, parse_params)
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
+from .legacy import FROM_NOTES
 
 
 def open_study(path: str) -> h5py.File:
@@ -86,7 +88,8 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     ds = h5.get("runs")
     if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.names is None:
         raise BadStudy(f"{path}: /runs is not a one-dimensional table of runs")
-    missing = [n for n in RUN_DTYPE.names if n not in ds.dtype.names and n not in RUN_DEFAULTS]
+    missing = [n for n in RUN_DTYPE.names
+               if n not in ds.dtype.names and n not in RUN_DEFAULTS and n not in FROM_NOTES]
     if missing:
         raise BadStudy(f"{path}: /runs lacks the field(s) {', '.join(missing)}")
     for name in RUN_DTYPE.names:
@@ -148,6 +151,15 @@ def _check_values(path: str, runs: np.ndarray) -> None:
         i = int(np.flatnonzero(runs["verified"])[np.flatnonzero(wrong)[0]])
         raise bad(i, f"a verified run with time_s = {runs['time_s'][i]} (must be > 0 and at "
                   f"most {MAX_TIME_S:.0e} s)")
+    ran = np.flatnonzero(~np.isin(runs["dispatch"], DISPATCH_RAN))
+    if len(ran):
+        raise bad(int(ran[0]), f"dispatch {str(runs['dispatch'][ran[0]])!r} is not one of "
+                  f"{', '.join(repr(d) for d in DISPATCH_RAN)}")
+    cpu = runs["producer_cpu_s"]
+    odd = np.flatnonzero((cpu != NOT_MEASURED) & ~((cpu >= 0) & (cpu <= MAX_TIME_S)))
+    if len(odd):
+        raise bad(int(odd[0]), f"producer_cpu_s = {cpu[odd[0]]} (must be {NOT_MEASURED:g}, "
+                  f"not measured, or 0 to {MAX_TIME_S:.0e} s)")
     if "workload_params" in (runs.dtype.names or ()):
         for text in set(runs["workload_params"].tolist()) - {""}:
             if not _params_object(text):
@@ -323,8 +335,14 @@ def row_config(r) -> RunConfig:
                      int(r["seed"]), int(r["P"]), int(r["pipe_batch"]), int(r["inflight"]),
                      bool(r["coop"]), workload=str(r["workload"]),
                      workload_params=str(r["workload_params"]), verify=str(r["verify"]),
-                     input_hash=str(r["input_hash"]), params=str(r["params"]),
-                     portfolio=str(r["portfolio"]))
+                     input_hash=str(r["input_hash"]), params=parse_params(str(r["params"])),
+                     portfolio=tuple(filter(None, str(r["portfolio"]).split(","))))
+
+
+def row_failure(r) -> Failure:
+    """How the worker that broke the run of a stored ``/runs`` row ended (a decoded row)."""
+    return Failure(int(r["failed_worker"]), int(r["failed_pid"]), str(r["failed_signal"]),
+                   int(r["failed_status"]), str(r["failed_exception"]))
 
 
 def stored_keys(path: str) -> set[tuple]:

@@ -11,6 +11,7 @@ from typing import Iterable, Iterator
 import h5py
 import numpy as np
 
+from .metadata import typed
 from .reader import Detail, _attrs, _details, _rows, machine_n, open_ours, study_spec
 
 
@@ -36,6 +37,12 @@ class StudyFile:
         if self._attrs is None:
             self._attrs = _attrs(self.path, self._h5)
         return self._attrs
+
+    @property
+    def machine(self) -> dict:
+        """The machine's metadata, each declared key as a value of its type
+        (:mod:`store.metadata`; BadStudy for one that is not)."""
+        return typed(self.path, self.attrs)
 
     @property
     def n(self) -> int:

@@ -35,6 +35,7 @@ from ..errors import NotOurFile, UsageError
 from ..oslayer.signals import signals_held
 from ..records import RunRecord
 from .files import StudyLock, check_output, publish
+from .metadata import stored
 from .format import FORMAT, FORMAT_VERSION, RUN_DTYPE, RUNS_CHUNK, conform, record_row
 from .reader import check_ours, read_runs
 
@@ -88,8 +89,8 @@ class StudyWriter:
                 a["format"] = FORMAT
                 a["format_version"] = FORMAT_VERSION
                 a["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-                for key, val in (metadata or {}).items():
-                    a[f"machine.{key}"] = val
+                for name, val in stored(metadata or {}).items():
+                    a[name] = val
                 a["study"] = json.dumps(study or {}, sort_keys=True)
                 self.h5.create_dataset("runs", shape=(0,), maxshape=(None,), dtype=RUN_DTYPE,
                                        chunks=(RUNS_CHUNK,))

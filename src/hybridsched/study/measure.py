@@ -10,7 +10,9 @@ import numpy as np
 
 from ..core.policies import coverage
 from ..core.registry import identity
-from ..records import TRACE_DTYPE, WORKER_DTYPE, Execution, RunConfig, RunRecord
+from ..errors import BrokenRun
+from ..records import (NO_FAILURE, NOT_MEASURED, TRACE_DTYPE, WORKER_DTYPE, Execution, Failure, RunConfig,
+                       RunRecord)
 
 # Per-worker columns that add up when the same local workers run several executions (the
 # chunks of a dynamic split)
@@ -40,6 +42,9 @@ class Measured:
     notes: str = ""
     lost: int = 0
     technique: str = ""            # what auto chose (its last execution)
+    dispatch: str = ""             # which chunk loop ran (records.DISPATCH_RAN)
+    producer_cpu_s: float = NOT_MEASURED  # pipe-MtoM's producer CPU, over this run's executions
+    failure: Failure = NO_FAILURE  # the worker that broke the run
     foreign: float = math.nan      # share of this process's CPUs other processes used
     workers: np.ndarray = field(default_factory=lambda: np.zeros(0, WORKER_DTYPE))
     trace: np.ndarray = field(default_factory=lambda: np.zeros(0, TRACE_DTYPE))
@@ -73,6 +78,8 @@ class Measured:
         self.lost += ex.lost_workers
         self.chunk_used = ex.chunk_used or self.chunk_used
         self.technique = ex.technique or self.technique
+        self.dispatch = ex.dispatch or self.dispatch
+        self.producer_cpu_s = _measured_sum([self.producer_cpu_s, ex.producer_cpu_s])
         if ex.notes:
             self.notes = ex.notes
         self.t_begin = ex.t_begin if math.isnan(self.t_begin) else min(self.t_begin, ex.t_begin)
@@ -84,6 +91,20 @@ class Measured:
         if notes:
             self.notes = notes
 
+    def broken(self, error: str, exc: BrokenRun) -> None:
+        """The run failed because one of its workers ended (``exc``): how it ended, which
+        loop ran and what auto had chosen go on record with the error."""
+        self.failed(error, exc.notes)
+        self.failure = Failure.of(exc)
+        self.technique = exc.technique or self.technique  # auto's failed pick
+        self.dispatch = exc.dispatch or self.dispatch
+
+
+def _measured_sum(values) -> float:
+    """The sum of the measured values (records.NOT_MEASURED where none was)."""
+    got = [v for v in values if v >= 0]
+    return float(sum(got)) if got else NOT_MEASURED
+
 
 def single_record(m: Measured) -> RunRecord:
     """The ``/runs`` record of a single-node run (P = 1: the paper's)."""
@@ -91,7 +112,8 @@ def single_record(m: Measured) -> RunRecord:
     if m.error:
         return RunRecord(m.config, m.family, math.nan, False, chunk_used=m.chunk_used,
                          error=m.error, started_at=m.started, notes=m.notes,
-                         technique=technique, technique_hash=digest)
+                         technique=technique, technique_hash=digest, dispatch=m.dispatch,
+                         producer_cpu_s=m.producer_cpu_s, failure=m.failure)
     extra = dict(m.extra)
     if m.foreign == m.foreign:
         extra["foreign_cpu"] = round(m.foreign, 4)
@@ -99,7 +121,8 @@ def single_record(m: Measured) -> RunRecord:
                      chunk_used=m.chunk_used, workers_used=len(m.workers),
                      lost_workers=m.lost, notes=m.notes, started_at=m.started,
                      workers=m.workers, trace=m.trace, series=m.series, extra=extra,
-                     technique=technique, technique_hash=digest)
+                     technique=technique, technique_hash=digest, dispatch=m.dispatch,
+                     producer_cpu_s=m.producer_cpu_s)
 
 
 def _split_identity(split: str, params: dict | None) -> dict:
@@ -172,4 +195,7 @@ def ranks_record(results: list[Measured], total_bad: int, split: str,
                      workers_used=len(workers), lost_workers=sum(r.lost for r in results),
                      error="; ".join(errors), notes=notes, started_at=first.started,
                      workers=workers, trace=trace, extra=extra, technique=technique,
-                     technique_hash=digest)
+                     technique_hash=digest,
+                     dispatch=next((r.dispatch for r in results if r.dispatch), ""),
+                     producer_cpu_s=_measured_sum([r.producer_cpu_s for r in results]),
+                     failure=next((r.failure for r in results if r.failure), NO_FAILURE))

@@ -125,8 +125,7 @@ class TimedRun:
                 with gc_paused():
                     self.body.run(job, m)
             except BrokenRun as exc:  # a lost worker, a worker that raised
-                m.failed(f"{self.body.prefix}{exc}", exc.notes)
-                m.technique = exc.technique or m.technique  # auto's failed pick
+                m.broken(f"{self.body.prefix}{exc}", exc)
             except HybridschedError as exc:  # a kernel that raised, a technique's fault
                 m.failed(f"{self.body.prefix}{exc}")
         m.foreign = probe.share()

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..oslayer.signals import honour_pending
 from ..records import RunConfig, RunRecord
 from ..store import StudyFile, keys_of
+from ..store.metadata import resume_differences, stored
 from ..workloads.build import build
 from ..workloads.space import Workspace
 from .measure import ranks_record, single_record
@@ -79,7 +80,6 @@ RESUME_MUST_MATCH = ("seed", "height", "width", "kernel", "workload", "workload_
                      "input_hash", "verify")
 # what a study stored before a field existed ran (the spec's defaults)
 _STUDY_DEFAULTS = {"workload": "uniform", "workload_params": {}, "input_hash": "", "verify": ""}
-RESUME_MACHINE_MUST_MATCH = ("N", "cpus_usable", "cpu_model")
 
 
 def _plain(v):
@@ -89,17 +89,17 @@ def _plain(v):
 
 def resume_conflicts(stored_study: dict, spec: StudySpec, stored_machine: dict,
                      machine: dict) -> list[str]:
-    """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can)."""
+    """Reasons why ``spec`` on ``machine`` cannot continue the stored study (empty: it can);
+    both machines' metadata typed (:mod:`store.metadata`)."""
     out = []
     new = spec.to_dict()
     stored_study = {**_STUDY_DEFAULTS, **stored_study}
     for key in RESUME_MUST_MATCH:
         if key in stored_study and stored_study[key] != new[key]:
             out.append(f"{key} {_plain(new[key])!r} differs from the stored {_plain(stored_study[key])!r}")
-    for key in RESUME_MACHINE_MUST_MATCH:
-        if key in stored_machine and key in machine and str(stored_machine[key]) != str(machine[key]):
-            out.append(f"machine {key} {_plain(machine[key])!r} differs from the stored "
-                       f"{_plain(stored_machine[key])!r}")
+    for key in resume_differences(stored_machine, machine):  # the keys declared EQUAL
+        out.append(f"machine {key} {_plain(machine[key])!r} differs from the stored "
+                   f"{_plain(stored_machine[key])!r}")
     return out
 
 
@@ -156,7 +156,6 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
     """Keys of the runs stored in ``out``, after checking that ``spec`` may continue it
     (the file read once)."""
     with StudyFile(out) as study:
-        attrs = study.attrs
         others = [t for t in ("ge", "colocate") if study.has_table(t)]
         if others:
             raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
@@ -166,7 +165,7 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
                              "continued at P = 1 (nor under mpiexec yet): use a new --out and "
                              "`hybridsched merge`")
         study.spec("study_history")  # record_resume extends it: refuse a bad one now
-        machine = {k[len("machine."):]: v for k, v in attrs.items() if k.startswith("machine.")}
+        machine = study.machine
         runs = study.runs
         problems = resume_conflicts(stored, spec, machine, meta) + technique_changes(runs, spec)
         if problems:
@@ -182,4 +181,4 @@ def record_resume(writer, spec: StudySpec, meta: dict) -> None:
                     "until": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     a["study_history"] = json.dumps(history, sort_keys=True)
     a["study"] = json.dumps(spec.to_dict(), sort_keys=True)
-    a["machine.loadavg_at_resume"] = meta["loadavg_at_start"]
+    a.update(stored({"loadavg_at_resume": meta["loadavg_at_start"]}))

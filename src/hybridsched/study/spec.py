@@ -200,7 +200,7 @@ class StudySpec:
                        inflight=self.inflight if "inflight" in opts else 1,
                        coop=self.coop and not schedulers.get(c.scheduler).baseline,
                        dispatch=self.dispatch, params=mine,
-                       portfolio=",".join(self.portfolio) if "portfolio" in opts else "")
+                       portfolio=tuple(self.portfolio) if "portfolio" in opts else ())
 
     def _with_tasks(self, c: RunConfig) -> RunConfig:
         """What every run's tasks are: the same for the whole study."""

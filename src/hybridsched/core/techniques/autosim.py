@@ -74,7 +74,7 @@ class Predictor:
         # a stand-in job: the arm's loop state (AWF's weights) must not be the real loop's
         job = SimpleNamespace(scheduler=f"auto-sim:{arm}", work=np.broadcast_to(
             np.zeros(1, np.uint8), (n, 1, 1)), k=workers, kernel="auto-sim", chunk=chunk,
-            affinity=True, cpus=list(range(workers)), pipe_batch=1, inflight=1, portfolio="",
+            affinity=True, cpus=list(range(workers)), pipe_batch=1, inflight=1, portfolio=(),
             params={"profile": profile} if info.profiled else {}, extra={}, memory=self.memory)
         disp = info.dispenser(n, workers, info.resolve_chunk(chunk, n), None, job=job)
         eng = Engine(cum, workers, Placement(workers), h)
