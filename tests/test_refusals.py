@@ -183,8 +183,13 @@ def test_disk_full_names_what_is_safe_and_offers_resume_only_to_run(tmp_path, mo
     from hybridsched.colocate.spec import JobRecord
     from hybridsched.store import files
 
+    from hybridsched.store import writer
+
     rec = JobRecord("bsp", "linux", "block", 2, 0, 1, 0, 50.0, 5, 0.1, 0.1, 0, 0, 0, 0, True)
     path = str(tmp_path / "c.h5")
+    # every row published as it comes: on a loaded machine a publish costs more than the
+    # writer's 50 ms and the second row would wait for the next snapshot
+    monkeypatch.setattr(writer, "PUBLISH_ALWAYS_S", float("inf"))
     with pytest.raises(DiskFull) as exc:
         with ColocateWriter(path, {"N": 2}, {}) as w:
             w.append(rec)
