@@ -44,11 +44,14 @@ def load(spec: StudySpec, configs: list[RunConfig]) -> None:
                  loop=compiled.wanted(configs))
 
 
-def load_checked(spec: StudySpec, configs: list[RunConfig]) -> dict:
+def load_checked(spec: StudySpec, configs: list[RunConfig], probe: LoadCheck | None = None) -> dict:
     """:func:`load` while the machine's load is sampled (`run` at P = 1 and on MPI rank 0):
     the metadata they add to the study (the load windows, warned about once if the machine
-    looks shared, and the planned tensor's bytes)."""
-    probe = LoadCheck(usable_cpus()).start()  # input is good: it samples while we load
+    looks shared, and the planned tensor's bytes). ``probe``: one already sampling (`run`
+    at P = 1 starts it before its imports); none: one starts now, the input being good."""
+    if probe is None:
+        with LoadCheck(usable_cpus()) as own:
+            return load_checked(spec, configs, own)
     load(spec, configs)
     return {"check_load": probe.result(),
             "check_planned_bytes": 2 * max(spec.frames) * spec.height * spec.width}

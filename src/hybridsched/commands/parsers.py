@@ -5,6 +5,7 @@ options offer is imported here, so a command pays only for what it runs."""
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 from .args import (chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, param_item,
                    positive, split_name)
@@ -61,16 +62,43 @@ def _technique_options(p) -> None:
                         "rnd_start, seed) (default: none)")
 
 
+class _HelpWhenShown(argparse.Action):
+    """An option stored as given whose help is made when it is read, i.e. when a help is
+    printed: the built-in kernels' list lives in :mod:`hybridsched.kernels`, whose import
+    (numba's, 0.2 s) parsing a command line must not pay (`run` starts its load probe after
+    the parse and hides that import behind the probe's wait)."""
+
+    def __init__(self, *args, make_help: Callable[[], str], **kwargs):
+        self._make_help = make_help
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def help(self) -> str:
+        return self._make_help()
+
+    @help.setter
+    def help(self, _text) -> None:  # argparse.Action.__init__ sets one: the maker replaces it
+        pass
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+
+
+def _kernel_help() -> str:
+    from ..kernels import KERNELS
+
+    return ("chunk kernel (default: quicksort): "
+            + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items())
+            + "; or your own package.module:function, fn(data, first, count) or "
+            "fn(task), imported and compiled before any fork")
+
+
 def _tasks_options(r) -> None:
     """--kernel, --input, --verify, --workload: what the tasks are."""
-    from ..kernels import KERNELS
     from ..workloads.catalogue import WORKLOADS
 
-    r.add_argument("--kernel", metavar="NAME|MODULE:FUNCTION",
-                   help="chunk kernel (default: quicksort): "
-                   + "; ".join(f"{k}: {d}" for k, (_, d) in KERNELS.items())
-                   + "; or your own package.module:function, fn(data, first, count) or "
-                   "fn(task), imported and compiled before any fork")
+    r.add_argument("--kernel", metavar="NAME|MODULE:FUNCTION", action=_HelpWhenShown,
+                   make_help=_kernel_help)
     r.add_argument("--input", metavar="FILE.npy",
                    help="the tasks from a .npy array (first axis) instead of the generator; "
                    "its sha256 is stored with every run (default: none, the generator)")
@@ -100,7 +128,7 @@ def add_run(sub) -> None:
 
 def _study_options(r, stem: str = "hybridsched") -> None:
     """What a study runs: the options `run` and `simulate` share."""
-    from ..study.spec import PRESETS
+    from ..study.presets import PRESETS
 
     r.add_argument("-s", "--scheduler", action="append", metavar="NAMES",
                    help="scheduler names, comma separated or repeated; 'paper' for the "

@@ -12,7 +12,6 @@ import os
 import shutil
 import sys
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 
 from ..oslayer.cpus import usable_cpus
@@ -92,13 +91,17 @@ def smt_pairs(cpus: list[int], root: str = SYS_CPU) -> list[list[int]] | None:
     return [list(g) for g in sorted(groups)] if known else None
 
 
-def load_now(cpus: list[int], samples: int = SAMPLES, period: float = SAMPLE_S) -> list[float]:
+def load_now(cpus: list[int], samples: int = SAMPLES, period: float = SAMPLE_S,
+             stop: threading.Event | None = None) -> list[float]:
     """Per-window shares of our CPUs that other processes used just now (monitor's /proc/stat
-    reader minus our own CPU time: oslayer.procfs.ForeignLoad); [] where /proc/stat is unreadable."""
+    reader minus our own CPU time: oslayer.procfs.ForeignLoad); [] where /proc/stat is unreadable.
+    ``stop`` set ends the sampling at once (the windows so far are returned)."""
     out = []
+    stop = threading.Event() if stop is None else stop
     for _ in range(samples):
         probe = ForeignLoad(cpus)
-        time.sleep(period)
+        if stop.wait(period):
+            break
         v = probe.share()
         if v == v:
             out.append(round(v, 4))
@@ -191,16 +194,27 @@ def metadata(f: Facts) -> dict:
 
 class LoadCheck:
     """`run`'s load probe in a thread of its own, so its windows (0.4 s of waiting) pass
-    while the study loads its kernels and makes its tensor instead of before: what this
-    process does meanwhile is its own CPU time, which the probe subtracts
+    while the command imports what the study needs and loads its kernels instead of before:
+    what this process does meanwhile is its own CPU time, which the probe subtracts
     (oslayer.procfs.ForeignLoad). ``result()`` waits for it and warns once when the machine
-    looks shared."""
+    looks shared. As a context manager it owns the thread: leaving the block before
+    ``result()`` (bad input, Ctrl-C) stops and joins it."""
 
     def __init__(self, cpus: list[int]):
         self.cpus = list(cpus)
         self._load: list[float] = []
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "LoadCheck":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
 
     def start(self) -> "LoadCheck":
         if os.environ.get(NO_PROBE_ENV, "") in ("", "0"):
@@ -211,7 +225,7 @@ class LoadCheck:
 
     def _sample(self) -> None:
         try:
-            self._load = load_now(self.cpus)
+            self._load = load_now(self.cpus, stop=self._stop)
         except BaseException as exc:  # re-raised by result(), in the caller's thread
             self._error = exc
 
