@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..oslayer.closing import Closing
 from ..oslayer.cpus import n_cpus
 from ..oslayer.shm import Segment, segment_array, sweep_orphans
 
@@ -56,7 +57,7 @@ def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
     return check
 
 
-class Workspace:
+class Workspace(Closing):
     """What the timed run (:class:`study.runner.TimedRun`) asks of the tasks: ``work``, the
     array the workers write (shared memory for forked workers); ``original``, the read-only
     input (restoring, verifying); ``kernel``, the chunk kernel or None for the run
@@ -168,9 +169,3 @@ class Workspace:
         while self._segments:
             self._segments.pop().close()
         self._orig = self._work = None
-
-    def __enter__(self) -> "Workspace":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
