@@ -24,19 +24,18 @@ import os
 import signal
 import threading
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
 from .core import registry
-from .core.capabilities import decide
+from .core.request import check_request
 from .core.memory import Memory
-from .errors import RunFailed, Terminated, UsageError
+from .errors import BadOption, RunFailed, Terminated, UsageError
 from .records import API_WORKLOAD, RunConfig, RunRecord
 from .shared import is_shared
-from .oslayer.shm import segment_array, sweep_orphans
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
 from .records import fit_text
@@ -46,7 +45,7 @@ from .workloads.build import sort_checker, sortable
 from .study.measure import single_record
 from .study.resources import Resources
 from .study.runner import TimedRun
-from .workloads.space import NOT_CHECKED, bool_checker
+from .workloads.space import Workspace, bool_checker
 
 
 @dataclass
@@ -70,44 +69,10 @@ class Result:
         return write_study(path, [self], overwrite=overwrite)
 
 
-class _Space:
-    """The workspace of one API run: the caller's array itself (threads; or any backend
-    when it is in shared memory), else a segment copy written back after the run."""
-
-    kernel = None
-
-    def __init__(self, data: np.ndarray, in_place: bool, keep_original: bool, checker):
-        self._stack = ExitStack()
-        self._checker = checker
-        if in_place:
-            self.work = data
-        else:
-            seg, self.work = segment_array(data.shape, data.dtype, "api")
-            self._stack.callback(seg.close)
-            np.copyto(self.work, data)
-        # a private copy is enough: only this process reads it (verify, pipe-MtoM restore)
-        orig = np.array(data, copy=True) if keep_original else None
-        if orig is not None:
-            orig.flags.writeable = False
-        self.original = orig
-        self.frames = int(data.shape[0])
-
-    def fresh_copy(self) -> None:
-        pass  # the caller's input is the run's input; there is only one run
-
-    def bad_rows(self) -> int:
-        if self._checker is None:
-            return NOT_CHECKED
-        return int(self._checker(self.original, self.work, 0, self.frames))
-
-    def close(self) -> None:
-        self._stack.close()
-
-    def __enter__(self) -> "_Space":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+# How parallel_for names the options and values of a refused request (core.request)
+NAMES = {"k": "k", "chunk": "chunk", "sizes": "0 (the scheduler's default) or more",
+         "auto": "-1 (auto)", "dispatch": "dispatch", "compiled": "dispatch='compiled'",
+         "use_auto": "dispatch='auto'"}
 
 
 def _checker_for(verify, kern: kernelref.KernelInfo, data: np.ndarray):
@@ -166,28 +131,19 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     _check_data(data)
     if memory is not None and not isinstance(memory, Memory):
         raise UsageError(f"memory: expected a hybridsched.Memory or None, got {type(memory).__name__}")
-    from .backends import compiled
-
-    if dispatch not in compiled.DISPATCH_MODES:
-        raise UsageError(f"dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, got {dispatch!r}")
-    from .core.policies import AUTO_CHUNK, whole
-    from .study.spec import MAX_WORKERS
+    from .core.policies import whole
 
     k = n_cpus() if k is None else whole(k, "k")
-    if not 1 <= k <= MAX_WORKERS:
-        raise UsageError(f"k must be from 1 to {MAX_WORKERS}, got {k}")
     chunk = whole(chunk, "chunk")
     rep = whole(rep, "rep")
     if rep < 0:
         raise UsageError(f"rep must be 0 or more, got {rep}")
-    if chunk < 0 and not (chunk == AUTO_CHUNK and info.chunk_search):
-        raise UsageError(f"chunk must be 0 (the scheduler's default) or more"
-                         f"{'' if not info.chunk_search else f', or {AUTO_CHUNK} (auto)'}, got {chunk}")
     check_dtype(data.dtype, "data")
     kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
-    decided = decide(info, dispatch, numba=kern.numba)
-    if decided.refused:  # refused before anything runs, as `run --dispatch compiled` is
-        raise UsageError(f"dispatch='compiled': {decided.why}; use dispatch='auto'")
+    try:  # refused before anything runs, as `run`'s options are
+        check_request([info], [k], [chunk], dispatch, kernel=kern.name, numba=kern.numba)
+    except BadOption as exc:
+        raise exc.named(NAMES) from None
     kernelref.gil_warning(kern, info.threaded)
     checker, mode = _checker_for(verify, kern, data)
     in_place = not info.forked or is_shared(data)
@@ -202,7 +158,6 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     fit_text(kern.name, MAX_REF), 0, workload=API_WORKLOAD, verify=mode, input_hash=digest,
                     dispatch=dispatch, params=run_params)
-    sweep_orphans()  # segments of a process killed outright, as the CLI sweeps them
     with _sigterm_unwinds():
         rec = _run(cfg, data, in_place, kern, checker, info, memory)
     verified = None if mode == "none" and not rec.error else rec.verified
@@ -239,7 +194,7 @@ def _run(cfg: RunConfig, data: np.ndarray, in_place: bool, kern, checker, info,
     # put back (the profile runs the kernel over it once)
     keep = (checker is not None or info.resends or cfg.chunk < 0
             or info.profiled)
-    with Resources([cfg], lambda c: _Space(data, in_place, keep, checker), memory) as res:
+    with Resources([cfg], lambda c: Workspace.around(data, in_place, keep, checker), memory) as res:
         space = res.space(cfg)  # owned (closed on every exit) from here
         space.kernel = kern.fn
         kernelref.compile_for(kern, space.work)  # before any fork: children never compile

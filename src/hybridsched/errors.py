@@ -14,6 +14,34 @@ class UsageError(HybridschedError):
     """
 
 
+class _AsNamed(dict):
+    """A slot no surface named keeps its own name ("{chunk}" reads "chunk")."""
+
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+class BadOption(UsageError):
+    """One option of a run request is wrong (``core.request.check_request``): ``field`` is
+    its name in the run configuration (``k``, ``chunk``, ``dispatch``); ``template`` says
+    what is wrong with slots (``{chunk}``, ``{auto}``) for how a surface names its options
+    and values, which each surface fills with its own (:meth:`named`: ``chunk`` and ``-1``
+    in the API, ``--chunk`` and ``auto`` on the command line); ``values`` fill the rest."""
+
+    def __init__(self, field: str, template: str, **values: object):
+        self.field, self.template, self.values = field, template, values
+        super().__init__(self._text({}))
+
+    def _text(self, names: dict[str, str]) -> str:
+        return self.template.format_map(_AsNamed({**names, **self.values}))
+
+    def named(self, names: dict[str, str]) -> "BadOption":
+        """The same error worded with a surface's ``names`` for the slots."""
+        out = BadOption(self.field, self.template, **self.values)
+        out.args = (self._text(names),)
+        return out
+
+
 class ShimUnavailable(UsageError):
     """The cooperative shim cannot manage a command here (no C compiler to build it, a
     kernel without Syscall User Dispatch, a static, setuid or non-glibc program): one

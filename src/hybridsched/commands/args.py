@@ -76,16 +76,24 @@ def positive(what: str, minimum: int = 1):
     return parse
 
 
-def nonnegative_int(what: str):
-    def parse(text: str) -> int:
+def _ranged(convert, within, bad: str, outside: str):
+    """A parser of one number: ``convert(text)``, refused with ``bad`` where it fails and
+    with ``outside`` where ``within(value)`` is False (both formatted with text and v)."""
+    def parse(text: str):
         try:
-            v = int(text)
+            v = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if not 0 <= v < _INT_LIMIT:  # a uint64 for the generator, int64 in HDF5
-            raise argparse.ArgumentTypeError(f"{what} must be from 0 to 2**63-1, got {v}")
+            raise argparse.ArgumentTypeError(bad.format(text=text)) from None
+        if not within(v):
+            raise argparse.ArgumentTypeError(outside.format(text=text, v=v))
         return v
     return parse
+
+
+def nonnegative_int(what: str):
+    # a uint64 for the generator, int64 in HDF5
+    return _ranged(int, lambda v: 0 <= v < _INT_LIMIT, what + " must be an integer, got {text!r}",
+                   what + " must be from 0 to 2**63-1, got {v}")
 
 
 def name_list(text: str) -> list[str]:
@@ -109,15 +117,8 @@ def choice_list(choices, what: str):
 
 
 def fraction(name: str):
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: not a number: {text!r}") from None
-        if not 0.0 <= v <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must be within 0 .. 1, got {text}")
-        return v
-    return parse
+    return _ranged(float, lambda v: 0.0 <= v <= 1.0, name + ": not a number: {text!r}",
+                   name + " must be within 0 .. 1, got {text}")
 
 
 def param_item(text: str) -> tuple[str, object]:

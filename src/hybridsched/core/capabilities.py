@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable
 
 from . import policies as pol, usertech
 from ..errors import UsageError
@@ -147,6 +147,12 @@ def is_forks(family: str) -> bool:
     return family == Family.PROCESS
 
 
+def _kind(field: str, *kinds: Enum, doc: str) -> Any:
+    """A capability that one field of the entry says: whether ``field`` is one of ``kinds``
+    (a property: the entry is asked, no caller compares the field)."""
+    return property(lambda info: getattr(info, field) in kinds, doc=doc)
+
+
 def _all_k(k: int, n: int) -> int:
     return k
 
@@ -189,47 +195,26 @@ class SchedulerInfo:
     # untimed preparation after the profiling run (auto-sim's predictions): (job) -> None
     prepare: Callable | None = None
 
-    @property
-    def baseline(self) -> bool:
-        """The serial baseline: one worker, no chunks, no k sweep."""
-        return self.family is Family.SERIAL
-
-    @property
-    def threaded(self) -> bool:
-        """Its workers are threads of the study's process (the thread backend)."""
-        return self.backend is Backend.THREADS
-
-    @property
-    def forked(self) -> bool:
-        """Its workers are forked processes (fork and pipe backends): they share only what
-        lives in shared memory."""
-        return self.family in (Family.PROCESS, Family.PIPE)
-
-    @property
-    def piped(self) -> bool:
-        """Its chunks travel as messages through pipes from a producer."""
-        return self.family is Family.PIPE
-
-    @property
-    def collective(self) -> bool:
-        """Its workers fork workers (mitosis rounds) rather than the parent forking all."""
-        return self.forker is Forker.MITOSIS
-
-    @property
-    def dealt(self) -> bool:
-        """pipe-1toN: every chunk dealt to its worker's pipe before the run."""
-        return self.topology is Topology.DEALT
-
-    @property
-    def streamed(self) -> bool:
-        """pipe-1to1: one task pipe that every worker reads."""
-        return self.topology is Topology.SHARED
-
-    @property
-    def resends(self) -> bool:
-        """pipe-MtoM: the next chunk to whoever reports done, and a lost worker's chunks
-        re-sent (so the run keeps the original to restore them from)."""
-        return self.topology is Topology.FEEDBACK
+    # What it is, read off one of its kinds
+    baseline = _kind("family", Family.SERIAL,
+                     doc="The serial baseline: one worker, no chunks, no k sweep.")
+    threaded = _kind("backend", Backend.THREADS,
+                     doc="Its workers are threads of the study's process (the thread backend).")
+    forked = _kind("family", Family.PROCESS, Family.PIPE,
+                   doc="Its workers are forked processes (fork and pipe backends): they share "
+                   "only what lives in shared memory.")
+    piped = _kind("family", Family.PIPE,
+                  doc="Its chunks travel as messages through pipes from a producer.")
+    collective = _kind("forker", Forker.MITOSIS,
+                       doc="Its workers fork workers (mitosis rounds) rather than the parent "
+                       "forking all.")
+    dealt = _kind("topology", Topology.DEALT,
+                  doc="pipe-1toN: every chunk dealt to its worker's pipe before the run.")
+    streamed = _kind("topology", Topology.SHARED,
+                     doc="pipe-1to1: one task pipe that every worker reads.")
+    resends = _kind("topology", Topology.FEEDBACK,
+                    doc="pipe-MtoM: the next chunk to whoever reports done, and a lost worker's "
+                    "chunks re-sent (so the run keeps the original to restore them from).")
 
     @property
     def raceable(self) -> bool:

@@ -55,8 +55,8 @@ from ..study.runner import Body
 from ..study.session import study_loop
 from ..study.world import World
 from ..workloads.build import build
-from ..workloads.slab import Slab, over_frames
-from ..workloads.space import Workspace
+from ..workloads.slab import Slab
+from ..workloads.space import Workspace, over_frames
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 from .rma import TicketCounter
 

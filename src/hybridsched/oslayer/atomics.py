@@ -22,30 +22,27 @@ def _ptr(context, builder, sig, args):
     return cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1]])
 
 
-@intrinsic
-def fetch_add(typingctx, arr, idx, delta):
-    """``old = arr[idx]; arr[idx] += delta; return old``, atomically."""
-    if not _int_array(arr):
-        return None
-    dt = arr.dtype
+def _read_modify_write(op: str, name: str, doc: str):
+    """The intrinsic ``old = arr[idx]; arr[idx] = op(old, operand); return old``, atomically
+    (LLVM's ``atomicrmw op``), for one op."""
+    def rmw(typingctx, arr, idx, operand):
+        if not _int_array(arr):
+            return None
+        dt = arr.dtype
 
-    def codegen(context, builder, sig, args):
-        d = context.cast(builder, args[2], sig.args[2], dt)
-        return builder.atomic_rmw("add", _ptr(context, builder, sig, args), d, "seq_cst")
-    return dt(arr, types.intp, delta), codegen
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[2], sig.args[2], dt)
+            return builder.atomic_rmw(op, _ptr(context, builder, sig, args), v, "seq_cst")
+        return dt(arr, types.intp, operand), codegen
+    rmw.__name__ = rmw.__qualname__ = name
+    rmw.__doc__ = doc
+    return intrinsic(rmw)
 
 
-@intrinsic
-def exchange(typingctx, arr, idx, value):
-    """``old = arr[idx]; arr[idx] = value; return old``, atomically."""
-    if not _int_array(arr):
-        return None
-    dt = arr.dtype
-
-    def codegen(context, builder, sig, args):
-        v = context.cast(builder, args[2], sig.args[2], dt)
-        return builder.atomic_rmw("xchg", _ptr(context, builder, sig, args), v, "seq_cst")
-    return dt(arr, types.intp, value), codegen
+fetch_add = _read_modify_write("add", "fetch_add",
+                               "``old = arr[idx]; arr[idx] += delta; return old``, atomically.")
+exchange = _read_modify_write("xchg", "exchange",
+                              "``old = arr[idx]; arr[idx] = value; return old``, atomically.")
 
 
 @intrinsic

@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import posix_ipc
 
+from .closing import Closing
 from ..errors import ResourceError, UsageError
 from .procfs import pid_alive, pid_namespace
 
@@ -61,7 +62,7 @@ def unmap(m: mmap.mmap | None) -> None:
             pass
 
 
-class Segment:
+class Segment(Closing):
     """One POSIX shared-memory segment mapped as a numpy array; a context manager.
 
     Closing unlinks the name at once (so nothing is left in /dev/shm) and unmaps when the
@@ -105,12 +106,6 @@ class Segment:
         self.array = None  # type: ignore[assignment]
         unmap(getattr(self, "_map", None))
         self._map = None
-
-    def __enter__(self) -> "Segment":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def our_shm_entries(pid: int | None = None) -> list[str]:
@@ -199,7 +194,7 @@ def available_memory() -> int:
 _LINE = 64
 
 
-class SharedArrays:
+class SharedArrays(Closing):
     """Anonymous ``MAP_SHARED`` memory holding named numpy arrays, inherited across fork
     (children write into the parent's arrays); a context manager that unmaps on close.
 
@@ -227,12 +222,6 @@ class SharedArrays:
             setattr(self, name, None)
         unmap(self._map)
         self._map = None
-
-    def __enter__(self) -> "SharedArrays":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def shared_zeros(shape, dtype) -> tuple[SharedArrays, np.ndarray]:

@@ -11,11 +11,12 @@ from typing import Iterable, Iterator
 import h5py
 import numpy as np
 
+from ..oslayer.closing import Closing
 from .metadata import typed
 from .reader import Detail, _attrs, _details, _rows, machine_n, open_ours, study_spec
 
 
-class StudyFile:
+class StudyFile(Closing):
     """A study opened read-only for reading (a context manager that closes it)."""
 
     def __init__(self, path: str):
@@ -65,9 +66,3 @@ class StudyFile:
 
     def close(self) -> None:
         self._h5.close()
-
-    def __enter__(self) -> "StudyFile":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -34,6 +34,13 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
+# Options that, given, replace the preset's value of a spec field: (option, field); an
+# --input's shape replaces frames, height and width after them (_tasks)
+_OVERRIDES = (("k", "ks"), ("frames", "frames"), ("height", "height"), ("width", "width"),
+              ("chunk", "chunks"), ("reps", "reps"), ("seed", "seed"),
+              ("pipe_batch", "pipe_batch"), ("inflight", "inflight"), ("dispatch", "dispatch"))
+
+
 def build_spec(args, virtual: bool = False, split: str = "static") -> StudySpec:
     """The study the options of `run` ask for, validated (UsageError otherwise);
     ``virtual``: for `simulate`, which builds no tensor; ``split``: the --split in force
@@ -42,32 +49,16 @@ def build_spec(args, virtual: bool = False, split: str = "static") -> StudySpec:
     names = _scheduler_names(args.scheduler)
     if names is not None:
         spec.schedulers = names
-    if args.k is not None:
-        spec.ks = args.k
-    if args.frames is not None:
-        spec.frames = args.frames
-    if args.height is not None:
-        spec.height = args.height
-    if args.width is not None:
-        spec.width = args.width
-    if args.chunk is not None:
-        spec.chunks = args.chunk
-    if args.reps is not None:
-        spec.reps = args.reps
-    if args.seed is not None:
-        spec.seed = args.seed
+    for option, field in _OVERRIDES:
+        value = getattr(args, option, None)
+        if value is not None:
+            setattr(spec, field, value)
     spec.interleave = bool(getattr(args, "interleave", False))  # `run` only
     _tasks(args, spec)  # --kernel, --input, --verify, --workload
     if args.affinity is not None:
         spec.affinity = [args.affinity]
-    if args.pipe_batch is not None:
-        spec.pipe_batch = args.pipe_batch
-    if args.inflight is not None:
-        spec.inflight = args.inflight
     if getattr(args, "coop", False):
         spec.coop = True
-    if getattr(args, "dispatch", None) is not None:
-        spec.dispatch = args.dispatch
     spec.params = technique_params(args)
     if getattr(args, "portfolio", None):
         spec.portfolio = portfolio(args.portfolio)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from ..oslayer.closing import Closing
 from ..records import RunConfig
 
 
@@ -37,7 +38,7 @@ class _Silent:
         pass
 
 
-class Progress:
+class Progress(Closing):
     """A context manager around tqdm; ``start(cfg)`` before a run, ``done(cfg)`` after."""
 
     def __init__(self, configs: list[RunConfig], n: int, reps: int, done_already: int = 0,
@@ -68,9 +69,3 @@ class Progress:
 
     def close(self) -> None:
         self.bar.close()
-
-    def __enter__(self) -> "Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

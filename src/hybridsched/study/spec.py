@@ -4,20 +4,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from ..core import registry as schedulers
-from ..core.capabilities import Reason, decide
-from ..errors import UsageError
-from ..core.policies import AUTO_CHUNK
+from ..core.capabilities import Dispatch
+from ..core.request import check_request
+from ..errors import BadOption, UsageError
 from ..records import RunConfig
 from ..oslayer.cpus import n_cpus
 from ..workloads.slab import check_sizes
 from .presets import PRESETS  # noqa: F401  (re-exported: the names beside the presets)
 
 
-# Bounds that catch typos before memory or the process table runs out. The paper's matrix
-# is 2,040 runs; a million configurations is already hours of bookkeeping alone. 4096
-# workers is 128x the paper's largest k and well under Linux's default pid_max (32768).
+# Bound that catches typos before memory runs out: the paper's matrix is 2,040 runs; a
+# million configurations is already hours of bookkeeping alone. (Workers: core.request.)
 MAX_RUNS = 1_000_000
-MAX_WORKERS = 4096
+
+# How `run` names the options and values of a refused request (core.request)
+NAMES = {"k": "-k", "chunk": "--chunk", "sizes": "at least 1", "auto": "auto",
+         "dispatch": "--dispatch", "compiled": "--dispatch compiled",
+         "use_auto": "--dispatch auto", "coop": "--coop"}
 
 
 @dataclass
@@ -102,8 +105,6 @@ class StudySpec:
             info = schedulers.get(s)
             if info.technique:
                 check_params({k: v for k, v in self.params.items() if k in info.options})
-        if not self.ks or min(self.ks) < 1:
-            raise UsageError("-k must be at least 1")
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         from ..backends.pipes import MAX_BATCH, MAX_INFLIGHT
@@ -113,15 +114,7 @@ class StudySpec:
                              f"(one atomic write of PIPE_BUF bytes), got {self.pipe_batch}")
         if not 1 <= self.inflight <= MAX_INFLIGHT:
             raise UsageError(f"--inflight must be from 1 to {MAX_INFLIGHT}, got {self.inflight}")
-        self._check_dispatch()
-        if min(self.chunks) < 0:
-            if min(self.chunks) != AUTO_CHUNK:
-                raise UsageError("--chunk must be at least 1")
-            other = [s for s in self.schedulers
-                     if not (schedulers.get(s).chunk_search or schedulers.get(s).baseline)]
-            if other:
-                raise UsageError("--chunk auto applies to the pipe schedulers only, "
-                                 f"not {', '.join(other)}")
+        self._check_request()
         if not self.frames:
             raise UsageError("--frames needs at least one value")
         for L in self.frames:
@@ -132,34 +125,22 @@ class StudySpec:
         if runs > MAX_RUNS:
             raise UsageError(f"the study would have about {runs:,} runs; more than {MAX_RUNS:,} "
                              "is surely a typo (check --reps, -k, --frames, --chunk)")
-        if max(self.ks) > MAX_WORKERS:
-            raise UsageError(f"-k {max(self.ks)} is more than {MAX_WORKERS} workers per node")
 
-    def _check_dispatch(self) -> None:
-        from ..backends import compiled
+    def _check_request(self) -> None:
+        """-k, --chunk and --dispatch: the one check a run request gets (the API's too)."""
+        # the baseline runs at chunk 0 and k = 1 in a study (configurations) and never in
+        # the thread workers' loop, so nothing of these is asked of it
+        infos = [schedulers.get(s) for s in self.schedulers if not schedulers.get(s).baseline]
+        numba = True  # resolved only where it matters: compiled thread workers
+        if self.dispatch == Dispatch.COMPILED and any(i.threaded for i in infos):
+            from ..workloads import kernelref
 
-        if self.dispatch not in compiled.DISPATCH_MODES:
-            raise UsageError(f"--dispatch must be one of {', '.join(compiled.DISPATCH_MODES)}, "
-                             f"got {self.dispatch!r}")
-        if self.dispatch != compiled.COMPILED:
-            return
-        threads = [schedulers.get(s) for s in self.schedulers if schedulers.get(s).threaded]
-        # capabilities.decide checks the hand-out first: the names it cannot compile
-        # whatever the kernel, then the kernel, then --coop
-        cannot = [i.name for i in threads if decide(i, self.dispatch).reason is Reason.NOT_FIXED]
-        if cannot:
-            able = [i.name for i in schedulers.SCHEDULERS.values() if decide(i).compiled]
-            raise UsageError(f"--dispatch compiled: {', '.join(cannot)} cannot run compiled (only "
-                             f"fixed first-come-first-served hand-outs: {', '.join(able)}); "
-                             "use --dispatch auto")
-        from ..workloads import kernelref
-
-        numba = not threads or kernelref.resolve(self.kernel).numba
-        why = [decide(i, self.dispatch, numba=numba, coop=bool(self.coop)).reason for i in threads]
-        if Reason.NOT_NUMBA in why:
-            raise UsageError(f"--dispatch compiled: kernel {self.kernel!r} is not a numba function")
-        if Reason.COOP in why:
-            raise UsageError("--dispatch compiled: --coop needs a scheduling point between chunks")
+            numba = kernelref.resolve(self.kernel).numba
+        try:
+            check_request(infos, self.ks, self.chunks, self.dispatch, kernel=self.kernel,
+                          numba=numba, coop=bool(self.coop))
+        except BadOption as exc:
+            raise exc.named(NAMES) from None
 
     def configurations(self) -> list[RunConfig]:
         out: list[RunConfig] = []

@@ -14,7 +14,7 @@ from ..records import RunConfig
 from .slab import Slab, check_sizes
 from .catalogue import file_hash, get, input_dims, load_input
 from . import kernelref, mandelbrot, sorts
-from .space import ArraySpace, bool_checker
+from .space import Workspace, bool_checker
 
 
 def sort_checker(orig, work, first, count):
@@ -46,7 +46,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
         block = arr[frame0:frame0 + L]
         kern = kernelref.resolve(cfg.kernel, block.ndim, "--kernel")
         default = sort_checker if kern.sort and sortable(block) else None
-        space = ArraySpace(block.shape, block.dtype, lambda out, a: np.copyto(out, block[a:a + len(out)]),
+        space = Workspace(block.shape, block.dtype, lambda out, a: np.copyto(out, block[a:a + len(out)]),
                            _checker(cfg, default), frame0, cfg.seed)
         space.kernel = kern.fn
     elif info.name == "uniform" and plain and cfg.verify == "":
@@ -68,7 +68,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
                 return int(sorts.count_bad(orig, work, first, count, rule, cfg.seed, frame0,
                                            cfg.frames, lo, second))
         check_sizes(L, cfg.height, cfg.width)
-        space = ArraySpace((L, cfg.height, cfg.width), np.uint8, fill, _checker(cfg, default),
+        space = Workspace((L, cfg.height, cfg.width), np.uint8, fill, _checker(cfg, default),
                            frame0, cfg.seed)
         space.kernel = kernel
     else:
@@ -83,7 +83,7 @@ def build(cfg: RunConfig, input_path: str = "", frames: int | None = None, frame
         def default(orig, work, first, count):
             return int(mandelbrot.count_bad(ref[first:first + count], work[first:first + count], 0, count))
         check_sizes(L, cfg.height, cfg.width, copies=6)  # uint16: orig, work, reference
-        space = ArraySpace((L, cfg.height, cfg.width), mandelbrot.DTYPE,
+        space = Workspace((L, cfg.height, cfg.width), mandelbrot.DTYPE,
                            lambda out, a: out.fill(mandelbrot.UNSET), _checker(cfg, default),
                            frame0, cfg.seed)
         space.kernel = kernel

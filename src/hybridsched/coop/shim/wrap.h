@@ -70,4 +70,21 @@ static inline void *sym(const char *name)
         PARKED(type, call);                                                                   \
     } while (0)
 
+/* a wrapper's whole body: `call` straight through where hs_enter refuses (the thread is not
+   managed, or is inside the shim already), else with the token given up around it (PARKED) */
+#define ENTER_PARKED(type, call)                                                              \
+    do {                                                                                      \
+        if (!hs_enter())                                                                      \
+            return call;                                                                      \
+        PARKED(type, call);                                                                   \
+    } while (0)
+
+/* the same with the `probe` that never blocks tried first (TRY_THEN_PARK) */
+#define ENTER_TRY_THEN_PARK(type, probe, done, call)                                          \
+    do {                                                                                      \
+        if (!hs_enter())                                                                      \
+            return call;                                                                      \
+        TRY_THEN_PARK(type, probe, done, call);                                               \
+    } while (0)
+
 #endif

@@ -148,21 +148,23 @@ HS_EXPORT __sighandler_t signal(int sig, __sighandler_t h)
     return o.sa_handler;
 }
 
-/* the shim's signals are never blocked (hs_keep_unblocked) */
-HS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+/* the shim's signals are never blocked (hs_keep_unblocked), by either call that sets a mask */
+static int keep_ours(int (*real)(int, const sigset_t *, sigset_t *), int how,
+                     const sigset_t *set, sigset_t *old)
 {
     if (!hs_on || !set || how == SIG_UNBLOCK)
-        return R(sigprocmask)(how, set, old);
+        return real(how, set, old);
     sigset_t s = *set;
     hs_keep_unblocked(&s);
-    return R(sigprocmask)(how, &s, old);
+    return real(how, &s, old);
+}
+
+HS_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+    return keep_ours(R(sigprocmask), how, set, old);
 }
 
 HS_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
-    if (!hs_on || !set || how == SIG_UNBLOCK)
-        return R(pthread_sigmask)(how, set, old);
-    sigset_t s = *set;
-    hs_keep_unblocked(&s);
-    return R(pthread_sigmask)(how, &s, old);
+    return keep_ours(R(pthread_sigmask), how, set, old);
 }

@@ -47,23 +47,19 @@ REAL(int, pthread_mutex_clocklock, (pthread_mutex_t *, clockid_t, const struct t
 
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
-    if (!hs_enter())
-        return R(pthread_mutex_lock)(m);
-    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_lock)(m));
+    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_lock)(m));
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(pthread_mutex_timedlock)(m, t);
-    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_timedlock)(m, t));
+    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
+                        R(pthread_mutex_timedlock)(m, t));
 }
 
 HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(pthread_mutex_clocklock)(m, c, t);
-    TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_clocklock)(m, c, t));
+    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
+                        R(pthread_mutex_clocklock)(m, c, t));
 }
 
 #define RWLOCK(kind)                                                                          \
@@ -73,25 +69,19 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const str
     REAL(int, pthread_rwlock_clock##kind##lock, (pthread_rwlock_t *, clockid_t, const struct timespec *)); \
     HS_EXPORT int pthread_rwlock_##kind##lock(pthread_rwlock_t *l)                           \
     {                                                                                         \
-        if (!hs_enter())                                                                      \
-            return R(pthread_rwlock_##kind##lock)(l);                                         \
-        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
-                      R(pthread_rwlock_##kind##lock)(l));                                     \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_##kind##lock)(l));                               \
     }                                                                                         \
     HS_EXPORT int pthread_rwlock_timed##kind##lock(pthread_rwlock_t *l, const struct timespec *t) \
     {                                                                                         \
-        if (!hs_enter())                                                                      \
-            return R(pthread_rwlock_timed##kind##lock)(l, t);                                 \
-        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
-                      R(pthread_rwlock_timed##kind##lock)(l, t));                             \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_timed##kind##lock)(l, t));                       \
     }                                                                                         \
     HS_EXPORT int pthread_rwlock_clock##kind##lock(pthread_rwlock_t *l, clockid_t c,          \
                                                    const struct timespec *t)                  \
     {                                                                                         \
-        if (!hs_enter())                                                                      \
-            return R(pthread_rwlock_clock##kind##lock)(l, c, t);                              \
-        TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,                 \
-                      R(pthread_rwlock_clock##kind##lock)(l, c, t));                          \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_clock##kind##lock)(l, c, t));                    \
     }
 RWLOCK(rd)
 RWLOCK(wr)
@@ -103,31 +93,23 @@ REAL(int, pthread_barrier_wait, (pthread_barrier_t *));
 
 HS_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
-    if (!hs_enter())
-        return R(pthread_cond_wait)(c, m);
-    PARKED(int, R(pthread_cond_wait)(c, m));
+    ENTER_PARKED(int, R(pthread_cond_wait)(c, m));
 }
 
 HS_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(pthread_cond_timedwait)(c, m, t);
-    PARKED(int, R(pthread_cond_timedwait)(c, m, t));
+    ENTER_PARKED(int, R(pthread_cond_timedwait)(c, m, t));
 }
 
 HS_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
                                      const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(pthread_cond_clockwait)(c, m, k, t);
-    PARKED(int, R(pthread_cond_clockwait)(c, m, k, t));
+    ENTER_PARKED(int, R(pthread_cond_clockwait)(c, m, k, t));
 }
 
 HS_EXPORT int pthread_barrier_wait(pthread_barrier_t *b)
 {
-    if (!hs_enter())
-        return R(pthread_barrier_wait)(b);
-    PARKED(int, R(pthread_barrier_wait)(b));
+    ENTER_PARKED(int, R(pthread_barrier_wait)(b));
 }
 
 REAL(int, sem_trywait, (sem_t *));
@@ -137,23 +119,18 @@ REAL(int, sem_clockwait, (sem_t *, clockid_t, const struct timespec *));
 
 HS_EXPORT int sem_wait(sem_t *s)
 {
-    if (!hs_enter())
-        return R(sem_wait)(s);
-    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_wait)(s));
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_wait)(s));
 }
 
 HS_EXPORT int sem_timedwait(sem_t *s, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_timedwait)(s, t);
-    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t));
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t));
 }
 
 HS_EXPORT int sem_clockwait(sem_t *s, clockid_t c, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_clockwait)(s, c, t);
-    TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_clockwait)(s, c, t));
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN,
+                        R(sem_clockwait)(s, c, t));
 }
 
 REAL(int, pthread_tryjoin_np, (pthread_t, void **));
@@ -163,24 +140,19 @@ REAL(int, pthread_clockjoin_np, (pthread_t, void **, clockid_t, const struct tim
 
 HS_EXPORT int pthread_join(pthread_t t, void **ret)
 {
-    if (!hs_enter())
-        return R(pthread_join)(t, ret);
-    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY, R(pthread_join)(t, ret));
+    ENTER_TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY, R(pthread_join)(t, ret));
 }
 
 HS_EXPORT int pthread_timedjoin_np(pthread_t t, void **ret, const struct timespec *ts)
 {
-    if (!hs_enter())
-        return R(pthread_timedjoin_np)(t, ret, ts);
-    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY, R(pthread_timedjoin_np)(t, ret, ts));
+    ENTER_TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY,
+                        R(pthread_timedjoin_np)(t, ret, ts));
 }
 
 HS_EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t c, const struct timespec *ts)
 {
-    if (!hs_enter())
-        return R(pthread_clockjoin_np)(t, ret, c, ts);
-    TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY,
-                  R(pthread_clockjoin_np)(t, ret, c, ts));
+    ENTER_TRY_THEN_PARK(int, R(pthread_tryjoin_np)(t, ret), p_ != EBUSY,
+                        R(pthread_clockjoin_np)(t, ret, c, ts));
 }
 
 /* --- futexes through syscall() (libomp, TBB, ...) and through the trap (libgomp) -------- */

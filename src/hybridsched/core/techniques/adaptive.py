@@ -37,23 +37,25 @@ class Learner:
         self.profile, self.params = profile, params or {}
         self.counter = 0                     # requests so far, all workers (LB4OMP counter)
         self.last_req = [None] * self.p      # time of each worker's previous request
+        self.chunk_s = [None] * self.p       # each worker's previous chunk's own time
         self.setup()
 
     def setup(self) -> None:
         pass
 
-    def measured(self, w: int, now: float, chunk_s: float | None) -> float | None:
-        """The time this variant learns from for w's previous chunk."""
+    def measured(self, w: int, now: float) -> float | None:
+        """At w's request at ``now``: the time this variant learns from for w's previous
+        chunk (its own time, or request to request), None before it has one."""
+        prev, self.last_req[w] = self.last_req[w], now
         if self.total_time:
-            prev = self.last_req[w]
             return None if prev is None else now - prev
-        return chunk_s
+        return self.chunk_s[w]
 
     def size(self, w: int, remaining: int, now: float) -> int:  # pragma: no cover
         raise NotImplementedError
 
     def done(self, w: int, count: int, seconds: float) -> None:
-        pass
+        self.chunk_s[w] = seconds
 
     def finish(self, w: int, now: float) -> None:
         pass
@@ -160,14 +162,9 @@ class AwfB(_Weighted):
         self.sum_time = [0.0] * self.p
         self.sum_iters = [0.0] * self.p
         self.pi = [0.0] * self.p
-        self.chunk_s = [None] * self.p
-
-    def done(self, w, count, seconds):
-        self.chunk_s[w] = seconds
 
     def size(self, w, remaining, now):
-        diff = self.measured(w, now, self.chunk_s[w])
-        self.last_req[w] = now
+        diff = self.measured(w, now)
         if self.sum_iters[w] > 0 and diff is not None:
             self.sum_time[w] += self.nth[w] * max(diff, 1e-9)  # LB4OMP: at least one tick
             self.pi[w] = self.sum_time[w] / self.sum_iters[w]
@@ -215,14 +212,9 @@ class Af(Learner):
         self.count = [0] * p
         self.mu = [0.0] * p
         self.sd = [0.0] * p
-        self.chunk_s = [None] * p
-
-    def done(self, w, count, seconds):
-        self.chunk_s[w] = seconds
 
     def size(self, w, remaining, now):
-        diff = self.measured(w, now, self.chunk_s[w])
-        self.last_req[w] = now
+        diff = self.measured(w, now)
         if self.last_sub[w] > 0 and diff is not None:
             avg = diff / self.last_sub[w]
             self.sum_avg[w] += avg

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .. import metrics
 from ..data import SERIAL_CHECK, SIMULATED_MARK, Row, fmt, k_at_n, serial_gap
@@ -96,6 +97,18 @@ class Line:
                       ours=self.ours, paper_figure=self.paper, verdict=self.verdict, why=self.why)
 
 
+def judged(claim: str, subject: str, ours: str, paper: str, why: str,
+           miss: Callable[[], str], *where) -> Line:
+    """One check's line: CANNOT_TELL for ``why``; else ``miss()``, called only then (the
+    figures it reads exist), says how the study misses the claim ('' where it reproduces
+    it). ``where``: the line's scheduler, L, k, figure, value and threshold."""
+    if why:
+        return Line(claim, subject, ours, paper, CANNOT_TELL, why, *where)
+    missed = miss()
+    return Line(claim, subject, ours, paper, NOT_REPRODUCED if missed else REPRODUCES, missed,
+                *where)
+
+
 RECORD_FIELDS = ("claim", "statement", "scheduler", "affinity", "L", "paper_L", "k", "paper_k",
                  "figure", "value", "bound", "ratio_to_dynamic", "threshold", "ours",
                  "paper_figure", "verdict", "why", "finding")
@@ -129,6 +142,12 @@ class Ctx:
         # the paper's 32 = ⌈4N/3⌉; only when the study has it and it oversubscribes
         self.k_over = want if want in self.ks and want > self.n else None
         self.k_over_wanted = want
+
+    def no_k_over(self, claim: str, subject: str, paper: str, scheduler: str,
+                  L: int) -> Line:
+        """The line of a check at the paper's 32 where the study has no ⌈4N/3⌉ > N."""
+        return Line(claim, subject, "", paper, CANNOT_TELL,
+                    f"the study has no k = ⌈4N/3⌉ = {self.k_over_wanted} > N", scheduler, L)
 
     # -- lookups --------------------------------------------------------------------
     def get(self, s: str, L: int, k: int | None, aff: bool = True, chunk: int = 0) -> Row | None:

@@ -12,7 +12,8 @@ import math
 from .. import metrics
 from ...core.capabilities import Family
 from .common import (COLLAPSE, EQUIVALENT, NEAR_IDEAL, NOT_APPLICABLE, NOT_REPRODUCED,
-                     REPRODUCES, CANNOT_TELL, Ctx, Line, bound, faster_by, faster_text, ms, sig)
+                     REPRODUCES, CANNOT_TELL, Ctx, Line, bound, faster_by, faster_text, judged, ms,
+                     sig)
 from ...machine.rule import SHARED_MACHINE
 from ..data import fmt
 
@@ -89,14 +90,9 @@ def claim2(ctx: Ctx) -> list[Line]:
             ratio = d.t_mean / r.t_mean if r is not None and d is not None else math.nan
             ours = (f"σ {sig(r)} vs dynamic {sig(d)} → {fmt(ratio, '.3f')} of dynamic "
                     f"(bound k/⌈k/N⌉ = {bound(k, ctx.n):.2f})")
-            if why:
-                out.append(Line("2", subject, ours, _PAPER_2, CANNOT_TELL, why, name, L, k,
-                                "sigma_over_dynamic", ratio, thr))
-                continue
-            ok = ratio <= COLLAPSE
-            out.append(Line("2", subject, ours, _PAPER_2, REPRODUCES if ok else NOT_REPRODUCED,
-                            "" if ok else f"{ratio:.3f} > {COLLAPSE}", name, L, k,
-                            "sigma_over_dynamic", ratio, thr))
+            out.append(judged("2", subject, ours, _PAPER_2, why,
+                              lambda: "" if ratio <= COLLAPSE else f"{ratio:.3f} > {COLLAPSE}",
+                              name, L, k, "sigma_over_dynamic", ratio, thr))
     return out
 
 
@@ -134,15 +130,11 @@ def claim3(ctx: Ctx) -> list[Line]:
             ours = (f"chunk {best.chunk} {ms(best)} (σ {sig(best)}) vs chunk 1 {ms(one)} "
                     f"(σ {sig(one)}): {faster_text(gain, 'tuned')}" if best is not None else
                     f"no tuned chunk; chunk 1 {ms(one)} (σ {sig(one)})")
-            if why:
-                out.append(Line("3", subject, ours, paper, CANNOT_TELL, why, name, L, k,
-                                "tuned_faster_by", gain, thr))
-                continue
-            ok = gain > EQUIVALENT
-            why = ("" if ok else "practically equivalent (within 1 %)"
-                   if metrics.practically_equivalent(best.t_mean, one.t_mean) else "chunk 1 faster")
-            out.append(Line("3", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED, why,
-                            name, L, k, "tuned_faster_by", gain, thr))
+            out.append(judged("3", subject, ours, paper, why,
+                              lambda: "" if gain > EQUIVALENT else
+                              "practically equivalent (within 1 %)"
+                              if metrics.practically_equivalent(best.t_mean, one.t_mean)
+                              else "chunk 1 faster", name, L, k, "tuned_faster_by", gain, thr))
     return out
 
 
@@ -173,15 +165,10 @@ def claim4(ctx: Ctx) -> list[Line]:
             if not why and shared is None:
                 why = "dedicated or shared machine not recorded (no foreign-CPU figures)"
             why = why or ctx.disturbed([a, d])
-            if why:
-                out.append(Line("4", subject, ours, _PAPER_4, CANNOT_TELL, why, "aimd", L, k,
-                                "aimd_slower_by", gap, thr))
-                continue
-            ok = gap > EQUIVALENT
-            out.append(Line("4", subject, ours, _PAPER_4, REPRODUCES if ok else NOT_REPRODUCED,
-                            "" if ok else ("practically equivalent (within 1 %)"
-                                           if gap > -EQUIVALENT else "AIMD faster"),
-                            "aimd", L, k, "aimd_slower_by", gap, thr))
+            out.append(judged("4", subject, ours, _PAPER_4, why,
+                              lambda: "" if gap > EQUIVALENT else
+                              "practically equivalent (within 1 %)" if gap > -EQUIVALENT
+                              else "AIMD faster", "aimd", L, k, "aimd_slower_by", gap, thr))
     if not out:
         out.append(Line("4", "AIMD slower than dynamic", "", _PAPER_4, CANNOT_TELL,
                         "no k = N in this study"))

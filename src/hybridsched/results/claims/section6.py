@@ -6,7 +6,7 @@ import math
 from .. import metrics
 from ...core.capabilities import Family
 from .common import (COLLAPSE, EQUIVALENT, NEAR_IDEAL, NOT_REPRODUCED, REPRODUCES,
-                     CANNOT_TELL, Ctx, Line, faster_by, faster_text, ms, sig)
+                     CANNOT_TELL, Ctx, Line, faster_by, faster_text, judged, ms, sig)
 from ..data import fmt
 
 _1TON = {1000: "σ 15.335, σE 0.479 at k = 32 on N = 24 (Table 6), σ/N = 0.64",
@@ -23,8 +23,7 @@ def pipe_1ton_collapse(ctx: Ctx) -> list[Line]:
         subject = f"pipe-1toN collapses beyond N at {ctx.k_text(k)}, {ctx.L_text(L)}"
         paper = ctx.paper_fig(_1TON, L)
         if k is None:
-            out.append(Line("6.1a", subject, "", paper, CANNOT_TELL,
-                            f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", "pipe-1toN", L))
+            out.append(ctx.no_k_over("6.1a", subject, paper, "pipe-1toN", L))
             continue
         r, rn = ctx.get("pipe-1toN", L, k), ctx.get("pipe-1toN", L, ctx.kn)
         why = ctx.guard({f"pinned pipe-1toN at k={k}": r, f"pinned pipe-1toN at k={ctx.kn}": rn},
@@ -35,14 +34,9 @@ def pipe_1ton_collapse(ctx: Ctx) -> list[Line]:
         if not why and rn.sigma <= COLLAPSE * ctx.n:
             why = (f"premise absent: pipe-1toN is already at σ {rn.sigma:.3f} ≤ {COLLAPSE} N at "
                    f"k = {ctx.kn}, so there is no collapse beyond N to judge")
-        if why:
-            out.append(Line("6.1a", subject, ours, paper, CANNOT_TELL, why, "pipe-1toN", L, k,
-                            "sigma_over_n", share, thr))
-            continue
-        ok = share <= COLLAPSE
-        out.append(Line("6.1a", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                        "" if ok else f"σ/N {share:.3f} > {COLLAPSE}", "pipe-1toN", L, k,
-                        "sigma_over_n", share, thr))
+        out.append(judged("6.1a", subject, ours, paper, why,
+                          lambda: "" if share <= COLLAPSE else f"σ/N {share:.3f} > {COLLAPSE}",
+                          "pipe-1toN", L, k, "sigma_over_n", share, thr))
     return out
 
 
@@ -62,22 +56,17 @@ def pipes_sustain(ctx: Ctx) -> list[Line]:
             subject = f"{name} sustains σ ≈ N beyond N at {ctx.k_text(k)}, {ctx.L_text(L)}"
             paper = _SUSTAIN.get((name, ctx.paper_L(L)), "σE 0.738–0.741 at k = 32")
             if k is None:
-                out.append(Line("6.1b", subject, "", paper, CANNOT_TELL,
-                                f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", name, L))
+                out.append(ctx.no_k_over("6.1b", subject, paper, name, L))
                 continue
             r = ctx.get(name, L, k)
             why = ctx.guard({f"pinned {name} at k={k}": r}, sigma=True)
             share = r.sigma / ctx.n if r is not None else math.nan
             ours = (f"σ {sig(r)}, σE {fmt(r.sigma_e if r else math.nan, '.3f')}, σ/N = "
                     f"{fmt(share, '.3f')}")
-            if why:
-                out.append(Line("6.1b", subject, ours, paper, CANNOT_TELL, why, name, L, k,
-                                "sigma_over_n", share, thr))
-                continue
-            ok = share >= NEAR_IDEAL
-            out.append(Line("6.1b", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                            "" if ok else f"σ/N {share:.3f} < {NEAR_IDEAL}", name, L, k,
-                            "sigma_over_n", share, thr))
+            out.append(judged("6.1b", subject, ours, paper, why,
+                              lambda: "" if share >= NEAR_IDEAL else
+                              f"σ/N {share:.3f} < {NEAR_IDEAL}",
+                              name, L, k, "sigma_over_n", share, thr))
     return out
 
 
@@ -91,21 +80,16 @@ def mtom_vs_1ton(ctx: Ctx) -> list[Line]:
     for L in ctx.Ls:
         subject = f"pipe-MtoM far ahead of pipe-1toN at {ctx.k_text(k)}, {ctx.L_text(L)}"
         if k is None:
-            out.append(Line("6.1c", subject, "", paper, CANNOT_TELL,
-                            f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", "pipe-MtoM", L))
+            out.append(ctx.no_k_over("6.1c", subject, paper, "pipe-MtoM", L))
             continue
         m, o = ctx.get("pipe-MtoM", L, k), ctx.get("pipe-1toN", L, k)
         why = ctx.guard({f"pinned pipe-MtoM at k={k}": m, f"pinned pipe-1toN at k={k}": o})
         gain = faster_by(m, o) if m is not None and o is not None else math.nan
         ours = f"MtoM {ms(m)} vs 1toN {ms(o)}: {faster_text(gain, 'MtoM')}"
-        if why:
-            out.append(Line("6.1c", subject, ours, paper, CANNOT_TELL, why, "pipe-MtoM", L, k,
-                            "mtom_faster_by", gain, thr))
-            continue
-        ok = gain >= need_gain
-        out.append(Line("6.1c", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                        "" if ok else f"{gain * 100:+.1f} % < {need_gain * 100:.0f} %",
-                        "pipe-MtoM", L, k, "mtom_faster_by", gain, thr))
+        out.append(judged("6.1c", subject, ours, paper, why,
+                          lambda: "" if gain >= need_gain else
+                          f"{gain * 100:+.1f} % < {need_gain * 100:.0f} %",
+                          "pipe-MtoM", L, k, "mtom_faster_by", gain, thr))
     return out
 
 
@@ -119,12 +103,9 @@ def _faster_line(ctx, claim, subject, a, b, la, lb, paper, scheduler, L, k, figu
     why = ctx.guard({f"pinned {la} at k={k}": a, f"pinned {lb} at k={k}": b})
     gain = faster_by(a, b) if a is not None and b is not None else math.nan
     ours = f"{la} {ms(a)} vs {lb} {ms(b)}: {faster_text(gain, la)}"
-    if why:
-        return Line(claim, subject, ours, paper, CANNOT_TELL, why, scheduler, L, k, figure, gain, thr)
-    ok = gain > EQUIVALENT
-    return Line(claim, subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                "" if ok else ("practically equivalent (within 1 %)" if gain > -EQUIVALENT
-                               else f"{lb} faster"), scheduler, L, k, figure, gain, thr)
+    return judged(claim, subject, ours, paper, why,
+                  lambda: "" if gain > EQUIVALENT else "practically equivalent (within 1 %)"
+                  if gain > -EQUIVALENT else f"{lb} faster", scheduler, L, k, figure, gain, thr)
 
 
 def prolific_vs_collective(ctx: Ctx) -> list[Line]:
@@ -163,17 +144,19 @@ def pipe_ranking_flip(ctx: Ctx) -> list[Line]:
     if not why and any(abs(x) < EQUIVALENT for x in leads):
         why = ("within 1 % at one L: practically equivalent, so the ranking there is noise "
                "(as the paper's own 0.1 % at L = 10000 is)")
-    if why:
-        return [Line("6.1e", subject, ours, paper, CANNOT_TELL, why, "pipe-1to1", None, k,
-                     "lead_small_L", leads[0] if leads else math.nan, thr)]
-    ok = leads[0] > 0 > leads[1]
-    return [Line("6.1e", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                 "" if ok else "the ranking does not flip from 1to1 to MtoM", "pipe-1to1", None, k,
-                 "lead_small_L", leads[0], thr)]
+    return [judged("6.1e", subject, ours, paper, why,
+                   lambda: "" if leads[0] > 0 > leads[1] else
+                   "the ranking does not flip from 1to1 to MtoM",
+                   "pipe-1to1", None, k, "lead_small_L", leads[0] if leads else math.nan, thr)]
 
 
 _GA = {1000: "guided σ 23.497 vs adaptive 23.495 at k = 24, 'well within the 1% noise threshold' (§6.2)",
        10000: "guided σ 23.662 vs adaptive 23.565 at k = 24, 'well within the 1% noise threshold' (§6.2)"}
+
+
+def _apart(a, b) -> str:
+    """'' where a and b are practically equivalent (the 1 % rule), else what differs."""
+    return "" if metrics.practically_equivalent(a.t_mean, b.t_mean) else "more than 1 % apart"
 
 
 def guided_vs_adaptive(ctx: Ctx) -> list[Line]:
@@ -187,14 +170,8 @@ def guided_vs_adaptive(ctx: Ctx) -> list[Line]:
         why = ctx.guard({f"pinned guided at k={k}": g, f"pinned adaptive at k={k}": a})
         gap = faster_by(g, a) if g is not None and a is not None else math.nan
         ours = f"guided {ms(g)} vs adaptive {ms(a)}: {faster_text(gap, 'guided')}"
-        if why:
-            out.append(Line("6.2", subject, ours, paper, CANNOT_TELL, why, "guided", L, k,
-                            "guided_faster_by", gap, thr))
-            continue
-        ok = metrics.practically_equivalent(g.t_mean, a.t_mean)
-        out.append(Line("6.2", subject, ours, paper, REPRODUCES if ok else NOT_REPRODUCED,
-                        "" if ok else "more than 1 % apart", "guided", L, k, "guided_faster_by",
-                        gap, thr))
+        out.append(judged("6.2", subject, ours, paper, why, lambda: _apart(g, a), "guided", L,
+                          k, "guided_faster_by", gap, thr))
     return out
 
 
@@ -214,19 +191,12 @@ def fork_affinity(ctx: Ctx) -> list[Line]:
             gap = faster_by(on, off) if on is not None and off is not None else math.nan
             ours = f"on {ms(on)} vs off {ms(off)}: {faster_text(gap, 'on')}"
             thr = f"within {EQUIVALENT * 100:.0f} %"
-            if why:
-                out.append(Line("6.3", subject, ours, at_n, CANNOT_TELL, why, name, L, k,
-                                "pinned_faster_by", gap, thr))
-            else:
-                ok = metrics.practically_equivalent(on.t_mean, off.t_mean)
-                out.append(Line("6.3", subject, ours, at_n, REPRODUCES if ok else NOT_REPRODUCED,
-                                "" if ok else "more than 1 % apart", name, L, k,
-                                "pinned_faster_by", gap, thr))
+            out.append(judged("6.3", subject, ours, at_n, why, lambda: _apart(on, off), name,
+                              L, k, "pinned_faster_by", gap, thr))
             k = ctx.k_over
             subject = f"{name} affinity helps oversubscribed at {ctx.k_text(k)}, {ctx.L_text(L)}"
             if k is None:
-                out.append(Line("6.3", subject, "", over, CANNOT_TELL,
-                                f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", name, L))
+                out.append(ctx.no_k_over("6.3", subject, over, name, L))
                 continue
             out.append(_faster_line(ctx, "6.3", subject, ctx.get(name, L, k),
                                     ctx.get(name, L, k, False), "pinned", "unpinned", over, name,
@@ -245,8 +215,7 @@ def alpha_rises(ctx: Ctx) -> list[Line]:
     for L in ctx.Ls:
         subject = f"α rises beyond N, k = {k0} → {ctx.k_text(k1)}, {ctx.L_text(L)}"
         if k1 is None:
-            out.append(Line("6.4", subject, "", paper, CANNOT_TELL,
-                            f"the study has no k = ⌈4N/3⌉ = {ctx.k_over_wanted} > N", "", L))
+            out.append(ctx.no_k_over("6.4", subject, paper, "", L))
             continue
         pairs, skipped = [], []
         for name in ctx.names(Family.THREAD) + ctx.names(Family.PROCESS) + ctx.names(Family.PIPE):

@@ -1,0 +1,18 @@
+"""The one shape of a resource's owner: a context manager whose exit is its ``close()``."""
+from __future__ import annotations
+
+from typing import Self
+
+
+class Closing:
+    """Base of an owner that releases everything in ``close()`` (idempotent), on every exit
+    of a ``with`` block."""
+
+    def close(self) -> None:  # pragma: no cover - every owner defines its own
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
