@@ -425,13 +425,14 @@ def test_ctrl_c_while_waiting_for_the_lock_leaks_nothing(seg):
         assert victim.stdout.readline().strip() == "ready"
         wait_until(lambda: waits_in_kernel(victim.pid, "futex"),
                    "the new participant waiting for the holder's mutex")
-        t0 = time.monotonic()
         victim.send_signal(signal.SIGINT)
-        assert victim.wait(5) == 3 and time.monotonic() - t0 < 1.0
+        # it ends while the holder still holds the mutex (and would for ever): the wait was
+        # interrupted, not served; the deadline only bounds that failure
+        assert victim.wait(120) == 3 and holder.poll() is None
         holder.stdin.write("\n")
         holder.stdin.flush()
-        assert float(holder.stdout.readline()) < 0.5  # the mutex is free again
-        assert holder.wait(10) == 0
+        float(holder.stdout.readline())  # the mutex is free again: taken, let go
+        assert holder.wait(120) == 0
     finally:
         holder.kill()
         holder.wait()
