@@ -17,13 +17,13 @@ from ..study.progress import Progress, run_cost
 from ..study.session import record_resume, resume_check, run_configurations
 from ..study.spec import StudySpec
 from ..study.world import World
-from ..mpi.ranks import world
+from ..mpi.ranks import Solo, world
 from .common import PROG, check_test_hooks, load_checked, out_name
 
 
 def main(args) -> int:
     w = world()  # P = 1 (no MPI at all) unless mpiexec/mpirun/srun started several ranks
-    if w.is_mpi:
+    if not isinstance(w, Solo):  # is_mpi
         from .run_mpi import main_mpi
 
         return main_mpi(args, w)

@@ -40,7 +40,7 @@ import contextlib
 import time
 from dataclasses import replace
 from time import perf_counter
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol, cast
 
 from ..kernels import KERNELS, generate_frames
 from ..backends import get_backend
@@ -97,13 +97,22 @@ def _dilate(ex, factor: float) -> None:
         ex.t_end = perf_counter()
 
 
+class RankSpace(Workspace, Protocol):
+    """A rank's workspace (a Slab or an ArraySpace, made by ``_slab``): its local tasks are
+    the global frames ``frame0`` on; its /dev/shm names can be dropped at once."""
+
+    frame0: int
+
+    def unlink_names(self) -> None: ...
+
+
 class StaticSplit:
     """Each rank runs the local scheduler over its own block of frames, from the barrier's
     exit to the end of its last worker."""
 
     fresh = True
 
-    def __init__(self, w: World, slab: Workspace):
+    def __init__(self, w: World, slab: RankSpace):
         self.w, self.slab = w, slab
         self.prefix = f"rank {w.rank} on {w.host}: "
 
@@ -194,14 +203,16 @@ def run_split(w: World, configs: Iterable[RunConfig],
         counter = stack.enter_context(TicketCounter(w)) if split != "static" else None
 
         def body(cfg: RunConfig, slab: Workspace) -> Body:
-            return StaticSplit(w, slab) if split == "static" else \
+            # the study loop hands back the workspace _slab made: a RankSpace
+            return StaticSplit(w, cast(RankSpace, slab)) if split == "static" else \
                 DynamicSplit(w, slab, counter, cpus, split, split_params)
         loop = study_loop(w, configs, on_record, lambda cfg: _slab(w, cfg, split), cpus=cpus,
                           body_for=body, split=split, split_params=split_params, before_run=lambda i: maybe_fail(w.rank, i))
         return sum(not ok for _, ok in loop)
 
 
-def _slab(w: World, cfg: RunConfig, split: str) -> Workspace:
+def _slab(w: World, cfg: RunConfig, split: str) -> RankSpace:
+    slab: RankSpace
     if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:

@@ -43,7 +43,7 @@ def claim1(ctx: Ctx) -> list[Line]:
             worst = min((r for r in got if not math.isnan(r.sigma_e)), key=lambda r: r.sigma_e,
                         default=None)
             thr = f"σE ≥ {NEAR_IDEAL} at every k"
-            if why:
+            if why or worst is None:  # guard passed: a serial time, so a σE at every k
                 out.append(Line("1", subject, ours, paper, CANNOT_TELL, why, name, L,
                                 worst.k if worst else None, "min sigma_e",
                                 worst.sigma_e if worst else math.nan, thr))
@@ -134,7 +134,7 @@ def claim3(ctx: Ctx) -> list[Line]:
             ours = (f"chunk {best.chunk} {ms(best)} (σ {sig(best)}) vs chunk 1 {ms(one)} "
                     f"(σ {sig(one)}): {faster_text(gain, 'tuned')}" if best is not None else
                     f"no tuned chunk; chunk 1 {ms(one)} (σ {sig(one)})")
-            if why:
+            if why or one is None or best is None:  # guard names a missing one
                 out.append(Line("3", subject, ours, paper, CANNOT_TELL, why, name, L, k,
                                 "tuned_faster_by", gain, thr))
                 continue
@@ -172,7 +172,8 @@ def claim4(ctx: Ctx) -> list[Line]:
                 continue
             if not why and shared is None:
                 why = "dedicated or shared machine not recorded (no foreign-CPU figures)"
-            why = why or ctx.disturbed([a, d])
+            if not why and a is not None and d is not None:  # both: missing() says so
+                why = ctx.disturbed([a, d])
             if why:
                 out.append(Line("4", subject, ours, _PAPER_4, CANNOT_TELL, why, "aimd", L, k,
                                 "aimd_slower_by", gap, thr))

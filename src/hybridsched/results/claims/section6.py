@@ -32,7 +32,7 @@ def pipe_1ton_collapse(ctx: Ctx) -> list[Line]:
         share = r.sigma / ctx.n if r is not None else math.nan
         ours = (f"σ {sig(r)}, σE {fmt(r.sigma_e if r else math.nan, '.3f')}, σ/N = "
                 f"{fmt(share, '.3f')} (σ {sig(rn)} at k = {ctx.kn})")
-        if not why and rn.sigma <= COLLAPSE * ctx.n:
+        if not why and rn is not None and rn.sigma <= COLLAPSE * ctx.n:
             why = (f"premise absent: pipe-1toN is already at σ {rn.sigma:.3f} ≤ {COLLAPSE} N at "
                    f"k = {ctx.kn}, so there is no collapse beyond N to judge")
         if why:
@@ -187,7 +187,7 @@ def guided_vs_adaptive(ctx: Ctx) -> list[Line]:
         why = ctx.guard({f"pinned guided at k={k}": g, f"pinned adaptive at k={k}": a})
         gap = faster_by(g, a) if g is not None and a is not None else math.nan
         ours = f"guided {ms(g)} vs adaptive {ms(a)}: {faster_text(gap, 'guided')}"
-        if why:
+        if why or g is None or a is None:  # guard names a missing one
             out.append(Line("6.2", subject, ours, paper, CANNOT_TELL, why, "guided", L, k,
                             "guided_faster_by", gap, thr))
             continue
@@ -214,7 +214,7 @@ def fork_affinity(ctx: Ctx) -> list[Line]:
             gap = faster_by(on, off) if on is not None and off is not None else math.nan
             ours = f"on {ms(on)} vs off {ms(off)}: {faster_text(gap, 'on')}"
             thr = f"within {EQUIVALENT * 100:.0f} %"
-            if why:
+            if why or on is None or off is None:  # guard names a missing one
                 out.append(Line("6.3", subject, ours, at_n, CANNOT_TELL, why, name, L, k,
                                 "pinned_faster_by", gap, thr))
             else:
