@@ -26,7 +26,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -74,7 +74,7 @@ class _Space:
     """The workspace of one API run: the caller's array itself (threads; or any backend
     when it is in shared memory), else a segment copy written back after the run."""
 
-    kernel = None
+    kernel: Callable | None = None
 
     def __init__(self, data: np.ndarray, in_place: bool, keep_original: bool, checker):
         self._stack = ExitStack()

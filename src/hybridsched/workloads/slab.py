@@ -65,7 +65,7 @@ class Slab:
     ``frame0 .. frame0+frames-1`` generates exactly those frames of the global tensor.
     """
 
-    kernel = None  # the run configuration's built-in kernel applies (workloads.space)
+    kernel: Callable | None = None  # the run configuration's built-in kernel applies (workloads.space)
 
     def __init__(self, frames: int, height: int, width: int, seed: int, frame0: int = 0,
                  generate: bool = True):

@@ -26,13 +26,17 @@ class Workspace(Protocol):
     configuration's built-in one; a fresh copy before every run and the bad tasks after
     it (both untimed); a context manager that releases its memory."""
 
-    work: np.ndarray
-    original: np.ndarray | None
+    @property
+    def work(self) -> np.ndarray: ...
+
+    @property
+    def original(self) -> np.ndarray | None: ...
+
     kernel: Callable | None
 
     def fresh_copy(self) -> None: ...
 
-    def bad_rows(self, first: int = 0, count: int | None = None) -> int: ...
+    def bad_rows(self) -> int: ...
 
     def close(self) -> None: ...
 
@@ -59,7 +63,7 @@ def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
 class ArraySpace:
     """Original and work copy of an array of tasks (first axis) in shared memory."""
 
-    kernel = None  # set by the builder: a chunk kernel(data, first, count)
+    kernel: Callable | None = None  # set by the builder: a chunk kernel(data, first, count)
 
     def __init__(self, shape: tuple[int, ...], dtype, fill: Callable[[np.ndarray, int], None],
                  checker: Checker | None, frame0: int = 0, seed: int = 0):
@@ -115,7 +119,8 @@ class ArraySpace:
     def close(self) -> None:
         while self._segments:
             self._segments.pop().close()
-        self._orig = self._work = None
+        for name in ("_orig", "_work"):  # views dropped: typed as what they hold while open
+            setattr(self, name, None)
 
     def __enter__(self) -> "ArraySpace":
         return self
