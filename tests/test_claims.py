@@ -298,3 +298,13 @@ def test_claims_csv_has_a_record_per_verdict_line(tmp_path, base):
     st = next(r for r in ctl if r["scheduler"] == "static" and r["affinity"] == "True"
               and r["L"] == str(S))
     assert float(st["bound"]) == 1.5 and math.isclose(float(st["ratio_to_dynamic"]), 0.505 / 0.745)
+
+
+def test_near_ideal_cannot_tell_without_a_serial_time(tmp_path, base):
+    # no serial run at S: σE is unknown at every k (no row has one to be the worst), and
+    # claim 1 says why instead of judging
+    del base[("serial", S, 1, ON, 0)]
+    text = report(write(tmp_path, base))
+    for s in ("dynamic", "guided"):
+        ln = line(text, f"{s} near-ideal", f"L = {S} ")
+        assert verdict(ln) == "cannot tell here", ln

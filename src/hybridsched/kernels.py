@@ -8,18 +8,18 @@ parallel, and ``cache=True`` so a fresh process loads machine code instead of co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, is_jitted, overload
+from numba.extending import is_jitted, overload
 
 from .errors import UsageError
 
-from .oslayer.atomics import fetch_add
+from .oslayer.atomics import fetch_add, intrinsic
 from .oslayer.native import monotonic_ns
 from .oslayer.signals import loading
 
@@ -238,7 +238,8 @@ def is_compiled(kernel) -> bool:
     return isinstance(kernel, Bound) or is_jitted(kernel)
 
 
-def _parts(kernel) -> tuple[Callable, tuple]:
+def _parts(kernel) -> tuple[Any, tuple]:
+    # Any: a numba dispatcher (compiled on demand: `overloads`, `compile`) or a plain function
     return (kernel.fn, kernel.params) if isinstance(kernel, Bound) else (kernel, ())
 
 
@@ -247,7 +248,7 @@ def compile_kernel(kernel, data: np.ndarray):
     """Compile (or load) numba ``kernel`` for ``data``'s exact array type; returns the
     compiled overload. Raises numba's error when it does not compile for it."""
     fn, params = _parts(kernel)
-    args = (numba.typeof(data), types.int64, types.int64)
+    args: tuple[Any, ...] = (numba.typeof(data), types.int64, types.int64)
     if isinstance(kernel, Bound):
         args += (numba.typeof(params),)
     cres = fn.overloads.get(args)
@@ -434,7 +435,8 @@ def loop_entry(kernel, data: np.ndarray) -> Callable[[np.ndarray, np.ndarray, in
     if loop is None:
         claim_loop.compile(sig)
         loop = claim_loop.overloads[sig]
-    entry = loop.entry_point
+    # numba's CompileResult is a namedtuple built from a list of field names: no stub sees them
+    entry = loop.entry_point  # type: ignore[attr-defined]
     return lambda bounds, ctl, capacity: entry(fn, data, bounds, ctl, capacity, params)
 
 

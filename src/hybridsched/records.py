@@ -66,7 +66,7 @@ def parse_params(text: str) -> Params:
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")
         out.append((name, param_value(value)))
-    return as_params(out)
+    return as_params(tuple(out))
 
 
 # The workloads a run may name: workloads.catalogue defines each (tests/test_workloads.py

@@ -216,7 +216,7 @@ def _run(job: Job, c: int) -> Execution:
             producer_cpu = time.thread_time() - cpu0
             notes += f"; {PRODUCER_CPU}{producer_cpu:.6f}"  # for people; the record's field
         else:
-            data = [_pack(chunks.queue)] if shared else [_pack(d) for d in dealt]
+            data = [_pack(chunks.queue)] if shared and chunks is not None else [_pack(d) for d in dealt or ()]
             writes, most = _serve_stream(team, task_w, data, max(1, job.pipe_batch) * REC.size)
             lost, notes = 0, f"producer writes={writes} (at most {most} records each)"
         stats = team.stats.copy()
@@ -233,16 +233,17 @@ def _run(job: Job, c: int) -> Execution:
                      producer_cpu_s=producer_cpu)
 
 
-def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes], batch: int) -> None:
+def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes], batch: int
+                  ) -> tuple[int, int]:
     """1to1 and 1toN: write every pipe's records, ``batch`` bytes per write, as the pipe
     drains, close it at the end (EOF stops its readers), and fail at the first worker that
     dies unfinished. Returns the number of writes and the most records one carried."""
     poller = select.poll()
     pending: dict[int, memoryview] = {}
-    for fd, buf in zip(task_w, data):
+    for fd, raw in zip(task_w, data):
         os.set_blocking(fd, False)
-        if buf:
-            pending[fd] = memoryview(buf)
+        if raw:
+            pending[fd] = memoryview(raw)
             poller.register(fd, select.POLLOUT)
         else:
             team.close_fd(fd)
@@ -379,12 +380,13 @@ def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
            job.pipe_batch, job.inflight)
     if key in job.memory.chunks:
         return job.memory.chunks[key]
-    if job.original is None:
+    original = job.original
+    if original is None:
         raise UsageError("--chunk auto needs the original tensor to rerun trials on")
     times: dict[int, float] = {}
 
     def trial(c: int) -> None:
-        np.copyto(job.work, job.original)
+        np.copyto(job.work, original)
         t = _run(job, c).seconds
         times[c] = min(t, times.get(c, t))
 
@@ -395,13 +397,13 @@ def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
         worse = worse + 1 if times[c] > AUTO_STOP * min(times.values()) else 0
         if worse == 2:
             break
-    for c in pol.chunk_refinements(min(times, key=times.get), job.frames, job.k, list(times)):
+    for c in pol.chunk_refinements(min(times, key=times.__getitem__), job.frames, job.k, list(times)):
         trial(c)
     # one noisy trial can crown the wrong size: time the leaders again, keep each one's best
-    for c in sorted(times, key=times.get)[:AUTO_RECHECK]:
+    for c in sorted(times, key=times.__getitem__)[:AUTO_RECHECK]:
         trial(c)
-    np.copyto(job.work, job.original)
-    best = min(times, key=times.get)
+    np.copyto(job.work, original)
+    best = min(times, key=times.__getitem__)
     job.memory.chunks[key] = (best, times)
     return best, times
 

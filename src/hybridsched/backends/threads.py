@@ -191,15 +191,15 @@ def execute(job: Job) -> Execution:
         compiled.compile_for(kernel, work)  # untimed; a no-op once compiled
 
     t_begin = perf_counter()
-    if native:
+    disp: dispatch.Dispenser
+    if native and job.info.sequence is not None:  # (use_compiled: it has one)
         bounds = job.info.sequence(job.frames, workers, job.chunk, job.params or None, job=job)
         disp = compiled.CompiledTickets(bounds, workers, job.frames, job.scheduler)
     else:
         disp = make_dispenser(job, workers)
         # auto: the technique it chose runs compiled when its hand-out is fixed
         disp = compiled.delegated(job, disp, kernel, workers) or disp
-        native = isinstance(disp, compiled.CompiledTickets)
-    if native:
+    if isinstance(disp, compiled.CompiledTickets):  # native
         run_compiled = disp.runner(kernel, work)
         chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.decision)
     else:
@@ -235,7 +235,7 @@ def execute(job: Job) -> Execution:
                            technique=disp.technique(), dispatch=ran) from exc
     t_end = float(stats["end"].max()) if workers else perf_counter()
     disp.executed(t_end - t_begin)  # auto's racer learns the execution's T
-    trace = disp.trace() if native else trace_table(traces)
+    trace = disp.trace() if isinstance(disp, compiled.CompiledTickets) else trace_table(traces)
     for w in range(workers):
         mine = trace[trace["worker"] == w]
         stats[w]["busy"] = float((mine["end"] - mine["start"]).sum())

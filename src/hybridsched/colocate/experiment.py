@@ -64,9 +64,10 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
                 if policy.coop else None
             if arbiter is not None:  # after the jobs' teams: their workers die with them
                 stack.callback(arbiter.settle)
-            for _ in range(J if arbiter is not None else 0):
-                job_ids.append(arbiter.join_job())
-                stack.callback(arbiter.leave_job, job_ids[-1])
+            if arbiter is not None:
+                for _ in range(J):
+                    job_ids.append(arbiter.join_job())
+                    stack.callback(arbiter.leave_job, job_ids[-1])
         with ProcessTeam("colocate", J * P, 1) as team:
             def body(w: int) -> None:
                 j, t = divmod(w, P)
@@ -85,7 +86,7 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
                 inv0, rq0 = kind.counters()
                 row["start"] = perf_counter()
                 row["checksum"], row["switches"] = run()
-                if not getattr(run, "sets_times", False):
+                if not kind.sets_times:
                     row["end"] = perf_counter()
                 inv1, rq1 = kind.counters()
                 row["invol"], row["runq_ns"] = inv1 - inv0, rq1 - rq0

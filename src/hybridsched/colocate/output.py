@@ -24,7 +24,7 @@ COLOCATE_DTYPE = np.dtype([
     ("command", _S(512)), ("experiment", _S(16)), ("exit_status", "i4"), ("cpu_s", "f8"),
     ("nivcsw", "f8"), ("counters", _S(240)), ("out_tail", _S(1000)), ("err_tail", _S(1000)),
 ])
-assert [f.name for f in fields(JobRecord)] == list(COLOCATE_DTYPE.names)
+assert [f.name for f in fields(JobRecord)] == list(COLOCATE_DTYPE.names or ())
 
 # What the fields added in format version 3 hold in the rows of older files (built-in
 # workloads only): what the code of their day would have written for them.
@@ -34,7 +34,7 @@ COLOCATE_DEFAULTS = {"command": "", "experiment": "", "exit_status": 0, "cpu_s":
 
 def _row(r: JobRecord) -> np.ndarray:
     vals = []
-    for name, v in zip(COLOCATE_DTYPE.names, astuple(r)):
+    for name, v in zip(COLOCATE_DTYPE.names or (), astuple(r)):
         if COLOCATE_DTYPE[name].kind in ("S", "O"):
             n = COLOCATE_DTYPE[name].itemsize if COLOCATE_DTYPE[name].kind == "S" else 240
             raw = v.encode("utf-8")
@@ -61,18 +61,18 @@ def conform(rows: np.ndarray, dtype: np.dtype = COLOCATE_DTYPE) -> np.ndarray:
     """Rows of any stored ``/colocate`` layout in ``dtype`` (today's; decoded or not), the
     fields an older file lacks at :data:`COLOCATE_DEFAULTS`."""
     names = rows.dtype.names or ()
-    missing = [n for n in dtype.names if n not in names and n not in COLOCATE_DEFAULTS]
+    missing = [n for n in dtype.names or () if n not in names and n not in COLOCATE_DEFAULTS]
     if missing:
         raise BadStudy(f"/colocate lacks the fields {', '.join(missing)}")
     out = np.zeros(len(rows), dtype)
-    for name in dtype.names:
+    for name in dtype.names or ():
         out[name] = rows[name] if name in names else COLOCATE_DEFAULTS[name]
     return out
 
 
 def _decoded(dtype: np.dtype) -> np.dtype:
     return np.dtype([(n, f"U{dtype[n].itemsize}" if dtype[n].kind == "S" else dtype[n])
-                     for n in dtype.names])
+                     for n in dtype.names or ()])
 
 
 def read_colocate(path: str) -> np.ndarray:

@@ -17,6 +17,7 @@ import math
 import os
 import sys
 from dataclasses import replace
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -38,8 +39,31 @@ def _thread_counters() -> tuple[int, int]:
     return inv, wait_ns
 
 
+class Workload(Protocol):
+    """What an experiment needs of a workload kind (each kind is a class of static
+    methods): its processes per job, the context prepared before the fork and closed
+    after, each worker's ``run()`` (checksum, switches), the checks and the counters."""
+
+    sets_times: bool  # whether run() writes its row's start and end itself
+
+    def counters(self) -> tuple[int, int]: ...
+
+    def processes_per_job(self, spec) -> int: ...
+
+    def prepare(self, spec, jobs: int, per_job: int) -> dict: ...
+
+    def worker(self, spec, ctx, policy, cpus, j, t, w, sh, seat) -> Callable[[], tuple[float, int]]: ...
+
+    def verify(self, spec, ctx, sh, j, sl) -> bool: ...
+
+    def spin_s(self, ctx, sh, j, sl, T) -> float: ...
+
+    def close(self, ctx) -> None: ...
+
+
 class Bsp:
     counters = staticmethod(_thread_counters)
+    sets_times = False
 
     @staticmethod
     def processes_per_job(spec) -> int:
@@ -100,6 +124,7 @@ class Bsp:
 
 class Blas:
     counters = staticmethod(process_counters)
+    sets_times = False
 
     @staticmethod
     def processes_per_job(spec) -> int:
@@ -184,6 +209,7 @@ class Run:
     names dropped at once, so a job killed outright leaves no segment behind."""
 
     counters = staticmethod(process_counters)
+    sets_times = True  # the scheduler's timed region, not the worker's
 
     @staticmethod
     def processes_per_job(spec) -> int:
@@ -241,7 +267,6 @@ class Run:
                 return (1.0 if m.bad_rows == 0 else 0.0), 0
             finally:
                 stack.close()
-        go.sets_times = True
         return go
 
     @staticmethod
@@ -258,4 +283,4 @@ class Run:
             space.close()
 
 
-WORKLOADS = {"bsp": Bsp, "blas": Blas, "run": Run}
+WORKLOADS: dict[str, Workload] = {"bsp": Bsp, "blas": Blas, "run": Run}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from ..errors import UsageError
 
@@ -30,7 +31,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
 
 

@@ -72,7 +72,7 @@ class _HelpWhenShown(argparse.Action):
         self._make_help = make_help
         super().__init__(*args, **kwargs)
 
-    @property  # type: ignore[override]
+    @property
     def help(self) -> str:
         return self._make_help()
 

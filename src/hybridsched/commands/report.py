@@ -14,6 +14,7 @@ from .common import PROG
 def main(args) -> int:
     study = load_study(args.file)
     out_dir = args.out_dir or default_out_dir(args.file)
+    text: str | None
     try:
         if len(study.runs):
             text, files = build_report(study, out_dir, plots=not args.no_plots)

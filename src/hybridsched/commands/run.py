@@ -7,13 +7,13 @@ store's and ours take longer than its windows, so they hide its wait instead of 
 from __future__ import annotations
 
 from ..machine.probes import LoadCheck
-from ..mpi.ranks import world
+from ..mpi.ranks import Solo, world
 from ..oslayer.cpus import usable_cpus
 
 
 def main(args) -> int:
     w = world()  # P = 1 (no MPI at all) unless mpiexec/mpirun/srun started several ranks
-    if w.is_mpi:
+    if not isinstance(w, Solo):  # is_mpi
         from .run_mpi import main_mpi
 
         return main_mpi(args, w)

@@ -11,7 +11,7 @@ import sys
 
 from ..core.splits import dynamic_chunks, handout_digest, split_technique
 from ..errors import HybridschedError, UsageError
-from ..mpi.ranks import World, abort_on_error, agree, world
+from ..mpi.ranks import Solo, World, abort_on_error, agree, world
 from ..mpi.runs import check_split, run_split
 from ..mpi.watchdog import RankWatchdog
 from ..results.summary import run_summary
@@ -66,7 +66,7 @@ def refuse(message: str) -> None:
     """This rank's command line is bad (it did not even parse): say so to the others in
     the collectives a good rank enters (:func:`_agreed_spec`), so every rank stops."""
     w = world()
-    if not w.is_mpi:
+    if isinstance(w, Solo):  # not is_mpi
         raise UsageError(message)
     _agree_on(w, message)
 

@@ -16,7 +16,7 @@ from ..core.memory import Memory
 from ..core.splits import split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
-from ..records import RunConfig
+from ..records import RunConfig, RunRecord
 from ..results.summary import run_summary
 from ..sim import costs as cost_src
 from ..sim.fromstudy import MeasuredStudy
@@ -203,7 +203,7 @@ def _workload_params(cfg: RunConfig) -> dict:
 def _simulated(args, todo: list, cores: int, ov: Overheads):
     """Each configuration's simulated record, made as it is asked for; the repetitions of
     a repeatable configuration simulated once."""
-    done: dict[RunConfig, object] = {}
+    done: dict[RunConfig, RunRecord] = {}
     memory = Memory()  # the simulated study's: its loops learn across repetitions, as `run`'s
     for cfg, costs_of, source in todo:
         again = done.get(replace(cfg, rep=0))

@@ -167,11 +167,18 @@ class Arbiter:
             os.close(fd)
         self._local = {}
 
+    @property
+    def tables(self) -> State:
+        """The segment's tables, while attached (``state`` is None before and after)."""
+        if self.state is None:
+            raise ResourceError(f"{self.path}: the coop arbiter is not attached")
+        return self.state
+
     @contextmanager
     def locked(self) -> Iterator[State]:
         """The state under the segment's mutex. If its last owner died holding it, the
         dead are reclaimed first (their tokens passed on)."""
-        st = self.state
+        st = self.tables
         woken: list[int] = []
         held = np.zeros(1, np.int8)  # set in the call that takes the mutex: see lock_into
         try:
@@ -215,11 +222,11 @@ class Arbiter:
         fresh = not existing
         try:
             if existing:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                     raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
-                if st.st_size != size or self._other_tables(fd):
-                    self._refuse_or_reset(fd, st.st_size, size)
+                if info.st_size != size or self._other_tables(fd):
+                    self._refuse_or_reset(fd, info.st_size, size)
                     fresh = True
                 else:
                     self._map = mmap.mmap(fd, size)
@@ -230,7 +237,7 @@ class Arbiter:
             self._create(size, replace=existing)
         else:
             self._bind()
-        h = self.state.header[0]
+        h = self.tables.header[0]
         if fresh:
             self._take_seat()
             return
@@ -254,9 +261,9 @@ class Arbiter:
             # nobody alive is attached (every attachment has a row: _take_seat), and nobody
             # can attach meanwhile: we hold the flock
             self._initialise()
-        elif list(self.state.cpus["cpu"]) != self.cpus:
+        elif list(self.tables.cpus["cpu"]) != self.cpus:
             raise UsageError(f"{self.path}: the running coop jobs use CPUs "
-                             f"{list(self.state.cpus['cpu'])}, not {self.cpus}")
+                             f"{list(self.tables.cpus['cpu'])}, not {self.cpus}")
         self._take_seat()
 
     def _take_seat(self) -> None:
@@ -270,8 +277,8 @@ class Arbiter:
                 raise ResourceError(f"coop: {exc}") from None
 
     def _initialise(self) -> None:
-        native.init_mutex(self.state.lock)  # before the magic that lets others in
-        self.state.initialise(self.cpus, self.quantum_ns)
+        native.init_mutex(self.tables.lock)  # before the magic that lets others in
+        self.tables.initialise(self.cpus, self.quantum_ns)
 
     def _other_tables(self, fd: int) -> bool:
         """Whether a segment of our size was made for other tables (sizes are padded: 1
@@ -462,8 +469,8 @@ class Arbiter:
         scan per period for the node, not one per waiting worker (each scan reads
         /proc for every participant, CPU taken from the token holders). True when this
         call made the period's scan."""
-        h = self.state.header
-        died = self.state.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
+        h = self.tables.header
+        died = self.tables.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
         if not died and now_ns() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
             return False
         with self.locked() as st:  # reclaims at once if the death notice is up

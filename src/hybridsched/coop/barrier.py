@@ -85,7 +85,9 @@ class TeamBarrier:
         _publish(self.release, 0, 0)
 
     def close(self) -> None:
-        self.arrive = self.release = self.slot = self.spin_s = self.parked = None
+        # this object's views go first, so that the mapping can be unmapped now
+        for name in ("arrive", "release", "slot", "spin_s", "parked"):
+            setattr(self, name, None)
         self._shared.close()
 
     def _all_arrived(self, epoch: int) -> bool:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -58,6 +59,14 @@ def exec_command(argv: list[str], *, segment: str | None = None,
     return ExecResult(status, shim.final or ShimCounters())
 
 
+def _in_own_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """``argv`` started in a process group of its own (the child joins it before exec)."""
+    if sys.version_info >= (3, 11):
+        return subprocess.Popen(argv, env=env, process_group=0)
+    # Python 3.10 has no process_group (a TypeError there); the same setpgid(0, 0) in the child
+    return subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
+
+
 class Command:
     """The command's processes, a context manager: started in a group of their own, with
     us as the subreaper of whatever they leave orphaned; on exit every process left in
@@ -65,7 +74,7 @@ class Command:
 
     def __init__(self, argv: list[str], env: dict[str, str]):
         self.argv, self.env = argv, env
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
 
@@ -73,7 +82,7 @@ class Command:
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, process_group=0)
+            self.proc = _in_own_group(self.argv, self.env)
         except OSError as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
             raise UsageError(f"{self.argv[0]}: cannot run it ({exc.strerror})") from None

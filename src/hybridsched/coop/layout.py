@@ -4,6 +4,8 @@ state reads it, and the cooperative shim's C header is generated from it
 (:func:`c_header`, at the shim's build), so the C rules read the same bytes."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
 from ..oslayer.native import DIED_AT, LOCK_BYTES
@@ -70,10 +72,17 @@ def views(buf, ncpu: int, max_jobs: int, max_workers: int) -> dict[str, np.ndarr
     return out
 
 
+def _fields(dt: np.dtype) -> Mapping[str, tuple]:
+    """A structured dtype's fields: name -> (dtype, offset[, title]), in declaration order."""
+    if dt.fields is None:
+        raise TypeError(f"{dt} is not a structured dtype")
+    return dt.fields
+
+
 def word_index(dt: np.dtype, field: str) -> tuple[int, int]:
     """(stride, offset) in int32 words of ``field`` in an array of ``dt``: where the
     lock-free paths find it in an int32 view of the region."""
-    off = dt.fields[field][1]
+    off = _fields(dt)[field][1]
     assert dt.itemsize % 4 == 0 and off % 4 == 0
     return dt.itemsize // 4, off // 4
 
@@ -86,8 +95,9 @@ _C_TYPES = {"i4": "int32_t", "i8": "int64_t", "u1": "uint8_t"}
 def _c_struct(name: str, dt: np.dtype) -> list[str]:
     out = [f"struct {name} {{"]
     asserts = []
-    for field in sorted(dt.names, key=lambda f: dt.fields[f][1]):
-        ft, off = dt.fields[field][:2]
+    fields = _fields(dt)
+    for field in sorted(fields, key=lambda f: fields[f][1]):
+        ft, off = fields[field][:2]
         if ft.kind == "S":
             decl = f"char {field}[{ft.itemsize}]"
         elif ft.subdtype is not None:

@@ -104,6 +104,7 @@ def shim_refusal(argv: list[str], alternative: str = shimbuild.NO_SHIM) -> str |
     if program is not None and program.endswith((NOT_FOUND, NOT_EXECUTABLE)):
         return f"coop: {program}"
     machine = platform.machine()
+    why: str | None
     if platform.system() != "Linux" or machine != "x86_64":
         why = f"the coop shim runs on Linux x86_64 only, not {platform.system()} {machine}"
     elif not sud_available():

@@ -191,7 +191,7 @@ class _Watchdog(threading.Thread):
             self.join()
 
     def run(self) -> None:
-        st = self.shim.arbiter.state
+        st = self.shim.arbiter.tables
         quantum = int(st.header["quantum_ns"][0])
         period = quantum / 1e9
         while not self._halt.wait(period):

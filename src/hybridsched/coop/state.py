@@ -48,6 +48,7 @@ class State:
         # int32 views for the lock-free compare-exchange and fetch-add of the lazy park
         self.hw = self.header.view(np.int32)
         self.ws = self.workers.view(np.int32)
+        self._buf: bytearray | None = None  # the memory under the views, when ours (private)
 
     @classmethod
     def private(cls, cpus: list[int], quantum_ns: int, max_jobs: int = 16,
@@ -60,7 +61,7 @@ class State:
 
     def initialise(self, cpus: list[int], quantum_ns: int) -> None:
         h = self.header[0]
-        for name in self.header.dtype.names:
+        for name in self.header.dtype.names or ():
             h[name] = 0
         h["ncpu"], h["max_jobs"], h["max_workers"] = len(self.cpus), len(self.jobs), len(self.workers)
         h["quantum_ns"] = quantum_ns
@@ -147,7 +148,7 @@ class State:
 
     # --- the rules (bodies compiled in :mod:`rules`) -------------------------------
 
-    def _args(self):
+    def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         return self.header, self.cpus, self.jobs, self.workers, self.wake, int(self.header["hi"][0])
 
     def acquire(self, w: int, now: int) -> list[int]:
@@ -198,16 +199,14 @@ class State:
         it a thread lives as long as its process) — and the job slots whose creator is
         gone with no worker left."""
         woken: list[int] = []
-        for w in np.flatnonzero(self.workers["used"] == 1):
-            w = int(w)
+        for w in map(int, np.flatnonzero(self.workers["used"] == 1)):
             row = self.workers[w]
             pid = int(row["pid"])
             if not alive(pid) or (row["thread"] and thread_alive is not None
                                   and not thread_alive(pid, int(row["tid"]))):
                 woken += self.leave_worker(w, now)
                 self.header["reclaimed"][0] += 1
-        for j in np.flatnonzero(self.jobs["used"] == 1):
-            j = int(j)
+        for j in map(int, np.flatnonzero(self.jobs["used"] == 1)):
             has = (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any()
             if not has and not alive(int(self.jobs["pid"][j])):
                 self.jobs[j]["used"] = 0

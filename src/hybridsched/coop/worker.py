@@ -25,6 +25,9 @@ class Seat(Protocol):
     state: State | None
     regions: tuple
 
+    @property
+    def tables(self) -> State: ...
+
     def locked(self) -> AbstractContextManager[State]: ...
 
     def post(self, woken) -> None: ...
@@ -80,13 +83,15 @@ class Worker:
         # made once (the segment never moves): a field view of a record array costs
         # ~0.5 µs to make, and the per-step paths read four of them. Dropped on leave and
         # when the arbiter closes (_detach), so no handle keeps a detached mapping alive.
-        st = self.arbiter.state
+        st = self.arbiter.tables
         self._state, self._wcpu = st.workers["state"], st.workers["cpu"]
         self._pinned, self._ccpu = st.workers["pinned"], st.cpus["cpu"]
         self._waiting = st.hw[rules.H_WAITING:rules.H_WAITING + 1]
 
     def _detach(self) -> None:
-        self._state = self._wcpu = self._pinned = self._ccpu = self._waiting = None
+        # typed as what they hold while attached: _live() refuses a handle after this
+        for name in ("_state", "_wcpu", "_pinned", "_ccpu", "_waiting"):
+            setattr(self, name, None)
 
     def _live(self) -> None:
         if self._state is None:
@@ -102,9 +107,9 @@ class Worker:
         a = self.arbiter
         self._live()  # a handle that left may not take back a slot someone else now has
         # the thread that runs is the one a granter pins (registration may be elsewhere)
-        a.state.workers["tid"][self.slot] = threading.get_native_id()
+        a.tables.workers["tid"][self.slot] = threading.get_native_id()
         if self._policy is None and HANDOFF_POLICY is not None:
-            self._batch()  # before the first wait: the first grant must not preempt either
+            self._batch(HANDOFF_POLICY)  # before the first wait: the first grant must not preempt either
         with a.locked() as st:
             woken = st.acquire(self.slot, now_ns())
         a.post([w for w in woken if w != self.slot])
@@ -115,7 +120,7 @@ class Worker:
         if self._waiting is None:
             self._live()
         a = self.arbiter
-        st = a.state
+        st = a.tables
         # lock-free: nobody waiting (one read) or the quantum not over (a compiled test)
         if self._waiting[0] <= 0 or not st.expired(self.slot, now_ns()):
             return self.cpu
@@ -222,15 +227,15 @@ class Worker:
                 self._pinned[self.slot] = cpu
             self.cpu = cpu
         if self._policy is None and HANDOFF_POLICY is not None:
-            self._batch()
+            self._batch(HANDOFF_POLICY)
         return cpu
 
-    def _batch(self) -> None:
+    def _batch(self, to: int) -> None:
         tid = threading.get_native_id()
         try:
             policy, prio = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
-            if policy != HANDOFF_POLICY:
-                os.sched_setscheduler(0, HANDOFF_POLICY, os.sched_param(0))
+            if policy != to:
+                os.sched_setscheduler(0, to, os.sched_param(0))
         except OSError:  # a real-time thread we may not demote back, or a refusing sandbox
-            policy, prio = HANDOFF_POLICY, 0
+            policy, prio = to, 0
         self._policy = (tid, policy, prio)

@@ -23,7 +23,12 @@ from ..records import WINDOW_DTYPE
 
 
 class Dispenser:
-    feedback = False  # whether workers must report each completed chunk
+    # read-only here: a subclass says it with a class attribute, or a property (auto's
+    # depends on the technique it chose)
+    @property
+    def feedback(self) -> bool:
+        """Whether workers must report each completed chunk."""
+        return False
 
     def __init__(self) -> None:
         self.stopped = False
@@ -53,6 +58,10 @@ class Dispenser:
     def technique(self) -> str:
         """The technique this execution ran when the scheduler chose one (auto), else ''."""
         return ""
+
+    def remaining(self) -> int:  # pragma: no cover - interface
+        """Tasks not handed out yet (the dispensers that auto races say it)."""
+        raise NotImplementedError
 
 
 class Preassigned(Dispenser):

@@ -111,6 +111,14 @@ def _memory(job) -> Memory:
     return job.memory if job is not None else Memory()
 
 
+def _arm(name: str, n, workers, c, monitor, job):
+    """The dispenser of portfolio entry ``name`` (a technique: threads claim from it)."""
+    info = get(name)
+    if info.dispenser is None:
+        raise UsageError(f"{name}: no dispenser to race (not a technique)")
+    return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
+
+
 def _auto(n, workers, c, monitor, job=None):
     from .techniques import auto, dispense
 
@@ -119,8 +127,7 @@ def _auto(n, workers, c, monitor, job=None):
 
     def make(name: str):
         # every portfolio entry's thread dispenser: the pipe producer claims from it too
-        info = get(name)
-        return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
+        return _arm(name, n, workers, c, monitor, job)
     return auto.AutoDispenser(auto.racer_for(_memory(job), key, arms), make, n, arm=get)
 
 
@@ -156,8 +163,7 @@ def _auto_sim(n, workers, c, monitor, job=None):
         pred.ready(np.full(n, 1e-6), workers, c, 1e-6, None)
 
     def make(name: str):
-        info = get(name)
-        return info.dispenser(n, workers, info.resolve_chunk(c, n), monitor, job)
+        return _arm(name, n, workers, c, monitor, job)
     return autosim.AutoSimDispenser(pred, make, arm=get)
 
 

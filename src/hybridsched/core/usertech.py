@@ -71,7 +71,7 @@ class UserTechnique:
     """One user technique: its class and, when the caller gave one, the instance that
     serves every execution; otherwise one instance per loop configuration."""
 
-    cls: type
+    cls: type[Technique]
     ref: str                     # module:qualname (the study's technique field)
     hash: str                    # technique_hash
     instance: Technique | None = None

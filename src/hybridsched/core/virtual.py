@@ -149,7 +149,7 @@ class Engine:
     def run(self, disp) -> Outcome:
         k = self.k
         self.disp = disp
-        self.chunk = [None] * k
+        self.chunk: list[tuple[int, int]] = [_EXIT] * k  # each worker's chunk, once it claims one
         self.chunk_start = [0.0] * k
         self.trace: list = []
         self.busy = np.zeros(k)

@@ -25,7 +25,7 @@ GE_DTYPE = np.dtype([
 
 def _row(run_id: int, r) -> np.ndarray:
     row = np.zeros(1, GE_DTYPE)
-    for name in GE_DTYPE.names:
+    for name in GE_DTYPE.names or ():
         if name == "run_id":
             row[name] = run_id
             continue

@@ -25,8 +25,9 @@ class GeSpec:
 
     def __post_init__(self) -> None:
         # a value given twice (--threads 4,4) is one configuration, as for the other options
-        self.archs, self.algos, self.threads = (list(dict.fromkeys(v)) for v in
-                                                (self.archs, self.algos, self.threads))
+        self.archs = list(dict.fromkeys(self.archs))
+        self.algos = list(dict.fromkeys(self.algos))
+        self.threads = list(dict.fromkeys(self.threads))
 
     def to_dict(self) -> dict:
         return asdict(self)

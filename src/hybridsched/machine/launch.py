@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Mapping
 
 # Environment variables that launchers set for every rank: (size variable, rank variable).
 _LAUNCHERS = (
@@ -31,7 +32,7 @@ class Launch:
         return self.size is None or self.size > 1
 
 
-def detect_launch(env: dict[str, str] | None = None) -> Launch | None:
+def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     """The launcher we run under, from its environment variables; None when none is.
 
     A launcher that started a single rank counts as none: P = 1 needs no MPI at all.

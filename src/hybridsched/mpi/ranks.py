@@ -14,12 +14,15 @@ import re
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from ..errors import RankFailed, ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
 from ..machine.metadata import clean_text
 from ..study.world import Solo
+
+if TYPE_CHECKING:  # only a type here: importing it costs every `run` at P = 1 its start-up
+    from .watchdog import RankWatchdog
 
 ABORT_GRACE_S = 0.3
 
@@ -28,6 +31,7 @@ class World:
     """MPI.COMM_WORLD plus the node-local communicator (ranks that share this host)."""
 
     is_mpi = True
+    watchdog: RankWatchdog  # set by `run` (commands/run_mpi) around a study's ranks
 
     def __init__(self, MPI) -> None:
         self.MPI = MPI
@@ -133,7 +137,7 @@ def abort_on_error(w: Solo | World) -> Iterator[None]:
     A clean SystemExit(0) passes too; runs already written by rank 0 stay in the file
     (it flushes after every run).
     """
-    if not w.is_mpi:
+    if isinstance(w, Solo):  # not is_mpi
         yield
         return
     try:
@@ -215,7 +219,7 @@ def slowdown(rank: int) -> float:
     return max(1.0, float(f or 2)) if int(r) == rank else 1.0
 
 
-def rank_hooks(env: dict | None = None) -> None:
+def rank_hooks(env: Mapping[str, str] | None = None) -> None:
     """Check the MPI test hooks' values (HYBRIDSCHED_FAIL_RANK=R[:N[:kill]],
     HYBRIDSCHED_CORRUPT_RANK=R, HYBRIDSCHED_SLOW_RANK=R[:F]): a malformed one is refused
     before the first run (ResourceError), not at it on one rank."""

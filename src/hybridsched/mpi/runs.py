@@ -202,6 +202,7 @@ def run_split(w: World, configs: Iterable[RunConfig],
 
 
 def _slab(w: World, cfg: RunConfig, split: str) -> Workspace:
+    slab: Workspace
     if split != "static":
         slab = Slab(cfg.frames, cfg.height, cfg.width, cfg.seed, frame0=0, generate=False)
     else:

@@ -8,9 +8,18 @@ Works on any integer array, including views of shared mappings (other processes 
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic as _numba_intrinsic
+
+
+def intrinsic(defn: Callable[..., Any]) -> Callable[..., Any]:
+    """numba's ``intrinsic``, typed as compiled code calls it: without the typing context
+    (numba's stubs give the call the definition's signature, typing context first, and
+    ``Never`` as its result, which would make every line after a call unreachable)."""
+    return _numba_intrinsic(defn)
 
 
 def _int_array(arr) -> bool:

@@ -1,7 +1,9 @@
 """The one shape of a resource's owner: a context manager whose exit is its ``close()``."""
 from __future__ import annotations
 
-from typing import Self
+from typing import TypeVar
+
+T = TypeVar("T", bound="Closing")  # typing.Self is Python 3.11's; we support 3.10
 
 
 class Closing:
@@ -11,7 +13,7 @@ class Closing:
     def close(self) -> None:  # pragma: no cover - every owner defines its own
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
+    def __enter__(self: T) -> T:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -23,10 +23,10 @@ import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
 
 from ..errors import ResourceError
 from . import futex
+from .atomics import intrinsic
 
 # A glibc pthread_mutex_t (40 bytes) and the death notice (DIED_AT) on a cache line of its own
 LOCK_BYTES = 64

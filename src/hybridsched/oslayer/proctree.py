@@ -31,7 +31,7 @@ import signal
 import threading
 import traceback
 from time import perf_counter
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -62,10 +62,11 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 
+_prctl: Callable[..., int] | None  # libc's prctl, None where it cannot be had
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
     _prctl = _libc.prctl
-    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 except (OSError, AttributeError):  # not Linux/glibc: no subreaper, no parent-death signal
     _prctl = None
 
@@ -356,8 +357,8 @@ class ProcessTeam:
         trace as soon as it is done, so the trace keeps the chunks of a worker that dies
         later. Writes go through memoryviews: a numpy item write per field would cost
         microseconds per chunk on the fine-grained workloads."""
-        flat = memoryview(self.traces[w].reshape(-1))
-        count_view = memoryview(self.ntrace[w:w + 1])
+        flat: memoryview[Any] = memoryview(self.traces[w].reshape(-1))  # ints and floats
+        count_view = self.ntrace[w:w + 1].data  # memoryview(...) of it
         cap = self.cap
         n = [int(self.ntrace[w])]
 

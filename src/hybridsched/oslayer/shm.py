@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import stat
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import posix_ipc
@@ -86,7 +86,7 @@ class Segment(Closing):
             # reserve the pages now: on a /dev/shm that fills up later (another process)
             # the first touch of an unreserved page would be SIGBUS, not an error message
             os.posix_fallocate(shm.fd, 0, max(nbytes, 1))
-            self._map = mmap.mmap(shm.fd, max(nbytes, 1))
+            self._map: mmap.mmap | None = mmap.mmap(shm.fd, max(nbytes, 1))
         except OSError as exc:
             self.close()
             free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
@@ -201,21 +201,26 @@ class SharedArrays(Closing):
     ``regions``: (name, dtype, shape) in order; each becomes an attribute, on a cache line
     of its own, zero-filled."""
 
-    def __init__(self, regions: Sequence[tuple[str, object, object]]):
-        layout, offset = [], 0
-        for name, dtype, shape in regions:
-            dtype = np.dtype(dtype)
-            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    def __init__(self, regions: Sequence[tuple[str, Any, Any]]):
+        layout: list[tuple[str, np.dtype, tuple[int, ...], int, int]] = []
+        offset = 0
+        for name, kind, size in regions:
+            dtype = np.dtype(kind)
+            shape = (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
             count = int(np.prod(shape, dtype=np.int64))
             layout.append((name, dtype, shape, count, offset))
             offset += -(-max(count * dtype.itemsize, 1) // _LINE) * _LINE
         try:
-            self._map = mmap.mmap(-1, max(offset, _LINE), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+            self._map: mmap.mmap | None = mmap.mmap(-1, max(offset, _LINE), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
         except OSError as exc:
             raise ResourceError(f"cannot map {offset} bytes of shared memory: {exc}") from exc
         self._names = [name for name, *_ in layout]
         for name, dtype, shape, count, off in layout:
             setattr(self, name, np.frombuffer(self._map, dtype, count, off).reshape(shape))
+
+    if TYPE_CHECKING:
+        # the regions are attributes named at run time (``regions``)
+        def __getattr__(self, name: str) -> np.ndarray: ...
 
     def close(self) -> None:
         for name in self._names:

@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextmanager
@@ -20,14 +20,14 @@ def signals_held() -> Iterator[None]:
         yield
         return
     got: list[int] = []
-    old = {}
+    old: dict[int, Any] = {}  # signal -> the handler it had
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         if got:
             handler = old.get(got[0])
             if callable(handler):

@@ -16,7 +16,7 @@ _FAILED_SHOWN = 5  # failed jobs listed under a table (all of them are in the st
 
 def _commands(rows: np.ndarray) -> list[str]:
     """The experiment's commands, job by job."""
-    by_job = {}
+    by_job: dict[int, str] = {}
     for r in rows:
         by_job.setdefault(int(r["job"]), str(r["command"]))
     return [by_job[j] for j in sorted(by_job)]

@@ -60,7 +60,7 @@ class Row:
         return not math.isnan(self.foreign_cpu) and self.foreign_cpu > SHARED_MACHINE
 
     @property
-    def variant(self) -> tuple[str, bool, int, int, int, int]:
+    def variant(self) -> tuple[str, bool, int, int, int, int, bool]:
         return (self.scheduler, self.affinity, self.chunk, self.P, self.pipe_batch, self.inflight,
                 self.coop)
 

@@ -17,6 +17,7 @@ import csv
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -179,6 +180,7 @@ def fit_amdahl(d: Data) -> dict:
     _check(d, "amdahl", 2)
     lam0 = _lambda0(d)
     n = d.N.astype(float)
+    f: Callable[..., np.ndarray]  # the model curve_fit fits: f(N, *params)
     if d.kind == "speedup":
         f = lambda x, a: metrics.amdahl_speedup(a, x)  # noqa: E731
         popt, se = _curve_fit(f, n, d.y, [0.05], ([0.0], [1.0]))
@@ -240,7 +242,7 @@ def fit(d: Data, model: str) -> dict:
     res = {"amdahl": fit_amdahl, "gustafson": fit_gustafson, "usl": fit_usl}[model](d)
     res["source"] = d.source
     res["data"] = {"N": [int(x) for x in d.N], d.kind: [float(v) for v in d.y]}
-    if d.P is not None:
+    if d.P is not None and d.k is not None:  # given together
         res["data"]["P"] = [int(x) for x in d.P]
         res["data"]["k"] = [int(x) for x in d.k]
     if d.notes:

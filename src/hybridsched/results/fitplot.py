@@ -61,7 +61,7 @@ def figure(res: dict):
         ax.plot(n, y, "o", label="measured")
     cores = res.get("cores")
     over = oversubscribed(res, cores)
-    if over:
+    if over and cores:  # (none without cores)
         # N = cores is the limit at P = 1; with P nodes each node oversubscribes at k > cores,
         # so the points themselves are ringed as well
         if P is None or set(P) == {1}:

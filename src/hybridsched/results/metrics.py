@@ -10,7 +10,7 @@ Karp-Flatt) equals Eq. 16 when epsilon is the measured Karp-Flatt value; Eq. 19 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -56,7 +56,11 @@ class Alpha(NamedTuple):
     diagnostic: bool
 
 
-def amdahl_speedup(alpha: float, n: float) -> float:
+# a unit count: one, or an array of them (the models are evaluated both ways)
+Units = TypeVar("Units", float, np.ndarray)
+
+
+def amdahl_speedup(alpha: float, n: Units) -> Units:
     """Eq. 6: sigma(N) = 1 / (alpha + (1 - alpha) / N)."""
     return 1.0 / (alpha + (1.0 - alpha) / n)
 
@@ -90,7 +94,7 @@ def karp_flatt_eff(sigma: float, k: int, n: int) -> Alpha:
     return serial_fraction(sigma, min(k, n))
 
 
-def gustafson_speedup(alpha_scaled: float, n: float) -> float:
+def gustafson_speedup(alpha_scaled: float, n: Units) -> Units:
     """Eq. 9: scaled speedup sigma(N) = N - alpha_scaled (N - 1)."""
     return n - alpha_scaled * (n - 1)
 

@@ -35,7 +35,7 @@ def _cost_run(study: Study, mask: np.ndarray):
         return None, np.zeros(0)
     chunk = np.where(runs["chunk_used"] > 0, runs["chunk_used"], runs["L"]).astype(float)
     order = np.lexsort((runs["k"], chunk))[:CANDIDATES]
-    best = (np.inf, None, np.zeros(0))
+    best: tuple[float, int | None, np.ndarray] = (np.inf, None, np.zeros(0))
     for rid in runs["run_id"][order]:
         costs, chunks = task_costs(study, int(rid))
         if chunks and len(costs) / chunks < best[0]:
@@ -71,6 +71,7 @@ def _histogram(costs: np.ndarray, title: str, path: str) -> str:
 
     fig, ax = figure()
     us = np.maximum(costs * 1e6, 1e-3)
+    bins: int | np.ndarray  # edges, or how many
     if us.max() / max(us.min(), 1e-9) > LOG_SPAN:
         bins = np.geomspace(us.min(), us.max() * 1.0001, BINS)
         ax.set_xscale("log")

@@ -131,7 +131,7 @@ def calibrate(width: int = 640, progress=None) -> Overheads:
     """Every overhead the simulator models, measured here."""
     say = progress or (lambda text: None)
     prepare("quicksort", loop=True)
-    got = {}
+    got: dict[str, float | tuple[float, ...]] = {}  # Overheads fields
     say("claims (compiled and Python loops)")
     got["claim_compiled_s"] = _per_chunk("dynamic", _CHUNKS, dispatch="compiled")
     got["claim_python_s"] = _per_chunk("dynamic", _CHUNKS, dispatch="python")

@@ -111,7 +111,7 @@ def profile_from_costs(costs: np.ndarray, ov: Overheads, k: int) -> Profile:
 def execute(scheduler: str, costs: np.ndarray, cum: np.ndarray, k: int, chunk: int,
             cores: int, ov: Overheads, affinity: bool = True, coop: bool = False,
             params: dict | None = None, dispatch_mode: str = "auto",
-            memory: Memory | None = None) -> tuple[Outcome, object]:
+            memory: Memory | None = None) -> tuple[Outcome, dispatch.Dispenser | None]:
     """Simulate one execution of ``scheduler``; returns (outcome, the dispenser or None).
     ``memory``: what the simulated loops learned in earlier repetitions (None: nothing)."""
     memory = Memory() if memory is None else memory

@@ -95,7 +95,7 @@ def remove_stale_temps(path: str) -> list[str]:
     Called with the study's lock held, so no other writer of it can be using one."""
     d, base = os.path.split(os.path.abspath(path))
     pattern = re.compile(rf"\.{re.escape(base)}\.\d+\.[0-9a-f]{{12}}\.tmp")
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(d)
     except OSError:
@@ -262,7 +262,7 @@ class StudyLock:
                 print(f"hybridsched: taking over the lock {self.path} left by "
                       f"{self._holder(fd)}, which is gone", file=sys.stderr)
             self._fd = fd
-            self._write_holder()
+            self._write_holder(fd)
             remove_stale_temps(self.study)
             return self
 
@@ -305,11 +305,11 @@ class StudyLock:
             return False
         return not pid_alive(pid)
 
-    def _write_holder(self) -> None:
+    def _write_holder(self, fd: int) -> None:
         info = f"{os.getpid()} {socket.gethostname()} {pid_namespace()}\n".encode()
         try:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, info, 0)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info, 0)
         except OSError:
             pass  # a full disk: the flock still holds; only the message loses the pid
 

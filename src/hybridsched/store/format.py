@@ -39,6 +39,8 @@ declared with their types in :mod:`store.metadata` (unchanged in the file).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import h5py
 import numpy as np
 
@@ -97,7 +99,7 @@ def conform(raw: np.ndarray) -> np.ndarray:
     """Rows of any stored /runs dtype in RUN_DTYPE, missing fields at RUN_DEFAULTS, or, for
     the facts a file before version 4 kept in its notes, from those notes (store.legacy)."""
     rows = np.zeros(len(raw), RUN_DTYPE)
-    for name in RUN_DTYPE.names:
+    for name in RUN_DTYPE.names or ():
         if raw.dtype.names and name in raw.dtype.names:
             rows[name] = raw[name]
         elif name in RUN_DEFAULTS:
@@ -121,7 +123,7 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
     """The /runs row of one run, built completely (and range-checked) before the table grows:
     a value that does not fit its field raises here, never after a resize."""
     c = r.config
-    values = (run_id, c.scheduler.encode(), r.family.encode(), c.kernel.encode(),
+    values: tuple[Any, ...] = (run_id, c.scheduler.encode(), r.family.encode(), c.kernel.encode(),
               c.P, c.k, c.frames, c.height, c.width, c.chunk, r.chunk_used, c.affinity, c.rep,
               c.seed, r.time_s, r.verified, r.bad_rows, r.workers_used, r.lost_workers,
               r.started_at, _clip(r.error, 240), _clip(r.notes, 240), c.pipe_batch, c.inflight,
@@ -131,7 +133,7 @@ def record_row(run_id: int, r: RunRecord) -> np.ndarray:
               r.dispatch.encode(), r.producer_cpu_s, r.failure.worker, r.failure.pid,
               r.failure.signal.encode(), r.failure.status, r.failure.exception.encode())
     row = np.zeros(1, RUN_DTYPE)
-    for name, v in zip(RUN_DTYPE.names, values):
+    for name, v in zip(RUN_DTYPE.names or (), values):
         kind = RUN_DTYPE[name].kind
         if kind in "iu":
             info = np.iinfo(RUN_DTYPE[name])
@@ -156,11 +158,11 @@ def decode(raw: np.ndarray, errors: str = "strict") -> np.ndarray:
     of 17 tries): each column is decoded with the signals held, and the first one that
     came meanwhile is delivered when the column is done."""
     descr = []
-    for name in raw.dtype.names:
+    for name in raw.dtype.names or ():
         dt = raw.dtype[name]
         descr.append((name, f"U{dt.itemsize}" if dt.kind == "S" else dt))
     out = np.zeros(raw.shape, descr)
-    for name in raw.dtype.names:
+    for name in raw.dtype.names or ():
         col = raw[name]
         if col.dtype.kind != "S":
             out[name] = col

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import h5py
 import numpy as np
@@ -88,11 +88,11 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     ds = h5.get("runs")
     if not isinstance(ds, h5py.Dataset) or ds.ndim != 1 or ds.dtype.names is None:
         raise BadStudy(f"{path}: /runs is not a one-dimensional table of runs")
-    missing = [n for n in RUN_DTYPE.names
+    missing = [n for n in RUN_DTYPE.names or ()
                if n not in ds.dtype.names and n not in RUN_DEFAULTS and n not in FROM_NOTES]
     if missing:
         raise BadStudy(f"{path}: /runs lacks the field(s) {', '.join(missing)}")
-    for name in RUN_DTYPE.names:
+    for name in RUN_DTYPE.names or ():
         if name in ds.dtype.names:
             want, got = RUN_DTYPE[name].kind, ds.dtype[name]
             if got.kind not in FIELD_KINDS[want] or got.shape:
@@ -103,7 +103,7 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
         rows = conform(raw)
     except (OSError, TypeError, ValueError, OverflowError) as exc:
         raise BadStudy(f"{path}: /runs cannot be read ({exc.__class__.__name__}: {exc})") from None
-    for name in RUN_DTYPE.names:
+    for name in RUN_DTYPE.names or ():
         if RUN_DTYPE[name].kind != "S":
             continue
         for i, text in enumerate(rows[name].tolist()):
@@ -207,8 +207,9 @@ def _attrs(path: str, h5: h5py.File) -> dict:
     return out
 
 
-def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> dict:
-    """The JSON object in attribute ``key`` ({} where absent); BadStudy if not one."""
+def study_spec(path: str, attrs: dict | None = None, key: str = "study") -> Any:
+    """The JSON object in attribute ``key`` ({} where absent); BadStudy if not one. A key
+    other than "study" and a side table's "_spec" holds a JSON list (Any: either)."""
     attrs = read_attrs(path) if attrs is None else attrs
     text = attrs.get(key)
     if text is None:
@@ -284,7 +285,7 @@ def _detail(h5: h5py.File, run_id: int) -> Detail:
     workers = g["workers"][()] if "workers" in g else np.zeros(0, WORKER_DTYPE)
     trace = g["trace"][()] if "trace" in g else np.zeros(0, TRACE_DTYPE)
     for arr, dt in ((workers, WORKER_DTYPE), (trace, TRACE_DTYPE)):
-        if arr.dtype.names is None or not set(dt.names) <= set(arr.dtype.names):
+        if arr.dtype.names is None or not set(dt.names or ()) <= set(arr.dtype.names):
             raise ValueError(f"/detail/{name}: a table of another layout")
     if len(trace) and not (np.isfinite(trace["start"]).all() and np.isfinite(trace["end"]).all()
                            and (trace["count"] >= 1).all() and (trace["first"] >= 0).all()):

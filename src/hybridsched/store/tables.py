@@ -5,6 +5,7 @@ one-writer, always-complete :class:`writer.StudyWriter` and read through the sam
 from __future__ import annotations
 
 import json
+from typing import TypeVar
 
 import numpy as np
 
@@ -12,6 +13,8 @@ from ..errors import BadStudy, UsageError
 from .format import decode
 from .reader import FIELD_KINDS, check_ours, open_study
 from .writer import open_new
+
+_Writer = TypeVar("_Writer", bound="TableWriter")  # a subclass's `with` gives the subclass
 
 
 class TableWriter:
@@ -34,7 +37,7 @@ class TableWriter:
     def close(self, failed: bool = False) -> None:
         self.writer.close(failed)
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self: _Writer) -> _Writer:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -74,17 +77,18 @@ def _conformed(path: str, table: str, raw: np.ndarray, dtype: np.dtype) -> np.nd
     """``raw`` with every field ``dtype`` names present, of a compatible kind (as /runs'
     fields are checked) and cast to its type; BadStudy otherwise (a field dropped or
     retyped with h5py would fail later, in a report, with a traceback)."""
-    missing = [n for n in dtype.names if n not in raw.dtype.names]
+    names, stored = dtype.names or (), raw.dtype.names or ()
+    missing = [n for n in names if n not in stored]
     if missing:
         raise BadStudy(f"{path}: /{table} lacks the fields {', '.join(missing)}")
-    for name in dtype.names:
+    for name in names:
         want, got = dtype[name], raw.dtype[name]
         if got.kind not in FIELD_KINDS.get(want.kind, want.kind) or got.shape != want.shape:
             raise BadStudy(f"{path}: /{table} field {name} is stored as {got}, not as {want}")
     # text keeps its stored width (never cut); numbers take the type the readers expect
-    fields = [(n, dtype[n] if n in dtype.names and dtype[n].kind != "S" else raw.dtype[n])
-              for n in raw.dtype.names]
+    fields = [(n, dtype[n] if n in names and dtype[n].kind != "S" else raw.dtype[n])
+              for n in stored]
     out = np.zeros(raw.shape, fields)
-    for name in raw.dtype.names:
+    for name in stored:
         out[name] = raw[name]
     return out

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import time
+from typing import Any
 
 import h5py
 
@@ -56,7 +57,7 @@ class StudyWriter:
                  append: bool = False, lock: StudyLock | None = None,
                  release_lock: bool | None = None, resumable: bool = False):
         self.path = path
-        self.h5 = None
+        self.h5: Any = None  # the h5py.File while open (Any: h5py ships no types)
         # release the lock on close: the writer's own, or one handed over (open_new)
         self._own_lock = lock is None if release_lock is None else release_lock
         self._lock = StudyLock(path).acquire() if lock is None else lock
@@ -237,7 +238,7 @@ def open_new(path: str, metadata: dict, study: dict, *, overwrite: bool = False,
     before it looked at the file), else taken here and released with the writer."""
     check_output(path, what)
     own = lock is None
-    lock = StudyLock(path).acquire() if own else lock
+    lock = StudyLock(path).acquire() if lock is None else lock
     try:
         if os.path.lexists(path) and not overwrite:
             raise UsageError(f"{what} {path}: file exists ({hint})")

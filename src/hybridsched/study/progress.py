@@ -8,9 +8,13 @@ silent when the stream is not a terminal (logs, pipes, batch jobs).
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ..oslayer.closing import Closing
 from ..records import RunConfig
+
+if TYPE_CHECKING:  # loaded only for a terminal (start-up)
+    from tqdm import tqdm as _Bar
 
 
 def run_cost(cfg: RunConfig, n: int) -> int:
@@ -52,7 +56,7 @@ class Progress(Closing):
         # the bar draws on stderr but is for a user watching a terminal: off when either
         # stream is redirected (a log file, a pipe) unless the caller chose the stream
         self.enabled = bool(isatty and isatty()) and (stream is not None or sys.stdout.isatty())
-        self.bar = _Silent()
+        self.bar: _Silent | _Bar = _Silent()
         if self.enabled:  # tqdm is loaded only for a terminal
             from tqdm import tqdm
 

@@ -78,7 +78,9 @@ class Resources:
         """The workspace of ``cfg``'s tensor: the current one, or a new one in its place
         (the old one released first: one tensor in memory at a time)."""
         want = _shape(cfg)
-        if want != self._shape:
+        if self._make_space is None:  # a colocated job's: its workspace is made elsewhere
+            raise TypeError("these resources were given no make_space")
+        if want != self._shape or self._space is None:
             self._drop_space()
             self._space = self._make_space(cfg)
             self._shape = want

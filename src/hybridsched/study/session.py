@@ -51,7 +51,7 @@ def study_loop(world: World, configs: list[RunConfig], on_record: Callable[[RunR
             results = world.gather(m)
             record = ok = None
             if world.rank == 0:
-                record = ranks_record(results, total_bad, split, split_params) if world.is_mpi else single_record(m)
+                record = ranks_record(results or [], int(total_bad), split, split_params) if world.is_mpi else single_record(m)
                 if not record.verified or record.lost_workers:
                     warn_unverified(record)
                 on_record(record)
@@ -69,7 +69,8 @@ def run_configurations(configs: Iterable[RunConfig], on_record: Callable[[RunRec
     the configurations' tensor is read from."""
     for record, _ in study_loop(Solo(), list(configs), on_record,
                                 lambda cfg: build(cfg, input_path), cpus=cpus, on_start=on_start):
-        yield record
+        if record is not None:  # always at P = 1: this process is rank 0
+            yield record
 
 
 # What a resumed study must share with the stored one: runs of another tensor (seed, shape,

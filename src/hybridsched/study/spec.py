@@ -166,8 +166,8 @@ class StudySpec:
                                       self.tuned_chunks[L], self.affinity[0], rep, self.kernel,
                                       self.seed) for rep in range(self.reps)]
         out = [self._with_tasks(self._with_options(c)) for c in out]
-        seen: set[tuple] = set()
-        out = [c for c in out + self.extra if not (c.key() in seen or seen.add(c.key()))]
+        seen: dict[tuple, RunConfig] = {}  # the first of each key, in order
+        out = [seen.setdefault(c.key(), c) for c in out + self.extra if c.key() not in seen]
         # one tensor shape after the other (stable), so each slab is generated once
         rank = {L: i for i, L in enumerate(self.frames)}
         out.sort(key=lambda c: (rank.get(c.frames, len(rank)), c.frames, c.height, c.width,

@@ -20,7 +20,7 @@ and each thread, on waking, sees the abort flag and closes its generator, so all
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from ..oslayer.cpus import usable_cpus
 from .api import Counts, ThreadLimit, UserThreadError, start
@@ -127,7 +127,7 @@ class A0:
         return p
 
     # threads -----------------------------------------------------------------------
-    def _body(self, gen: Iterator, name: str) -> None:
+    def _body(self, gen: Generator, name: str) -> None:
         c = Counts()
         try:
             for prim in gen:

@@ -146,7 +146,7 @@ class A1(UserModeBase):
             if self._idle:
                 self._notify_locked(1)
             return 1
-        hits = []
+        hits: list[int] = []
         k = -1
         index = bp.index
         every = want >= len(bp)  # an event, a barrier, a large release: all its waiters

@@ -68,7 +68,8 @@ class Event2:
     __slots__ = ("_s", "flag", "waiters")
 
     def __init__(self, s: "A2"):
-        self._s, self.flag, self.waiters = s, False, []
+        self._s, self.flag = s, False
+        self.waiters: list[Task] = []
 
     @property
     def state(self) -> int:
@@ -133,7 +134,8 @@ class Semaphore2:
     __slots__ = ("_s", "units", "waiters")
 
     def __init__(self, s: "A2", value: int):
-        self._s, self.units, self.waiters = s, deque(repeat(None, value)), deque()
+        self._s, self.units = s, deque(repeat(None, value))
+        self.waiters: deque[Task] = deque()
 
     @property
     def count(self) -> int:
@@ -321,18 +323,19 @@ class A2(UserModeBase):
                 try:
                     task = pop()
                 except IndexError:
-                    task = None
+                    stolen = None
                     for q in others:  # steal the newest of another thread's queue
                         try:
-                            task = q.pop()
+                            stolen = q.pop()
                             break
                         except IndexError:
                             pass
-                    if task is None:
+                    if stolen is None:
                         if self._park():
                             return
                         continue
-                    task.q = mine  # stolen: its wake-ups come here from now on
+                    stolen.q = mine  # stolen: its wake-ups come here from now on
+                    task = stolen
                 switches += 1
                 send = task.send
                 try:

@@ -30,7 +30,7 @@ switches the kernel makes), ``scans`` (A1: blocked-queue entries examined while 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Generator, Iterator, Protocol, cast
 
 from ..errors import Deadlock, ThreadLimit, UserThreadError
 
@@ -78,10 +78,15 @@ class Scheduler(Protocol):
     def __exit__(self, *exc) -> None: ...
 
 
-def start(fn: UserFn, args: tuple):
+def _driven(it: Iterator) -> Generator:
+    yield from it
+
+
+def start(fn: UserFn, args: tuple) -> Generator:
     """The generator of a user thread (a plain function that returns no generator runs
-    to completion at once: it is wrapped in an empty generator)."""
+    to completion at once: it is wrapped in an empty generator; an iterator without
+    ``send`` is driven by one, so the thread can always be closed)."""
     gen = fn(*args)
     if gen is None:
-        return iter(())
-    return gen
+        return _driven(iter(()))
+    return cast(Generator, gen) if hasattr(gen, "send") else _driven(gen)

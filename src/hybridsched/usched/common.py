@@ -3,13 +3,15 @@ finishing of a run (live count, first error, deadlock) and the join on every exi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Generator, Iterator
+from typing import cast
 
 from ..oslayer.cpus import pin_current, usable_cpus
 from .api import Counts, Deadlock, UserThreadError
 
 
-def _drive(it: Iterator):
+def _drive(it: Iterator) -> Generator:
     """A generator over a plain iterator (one without ``send``)."""
     yield from it
 
@@ -24,15 +26,15 @@ class Task:
 
     __slots__ = ("gen", "name", "send", "q", "wakes")
 
-    def __init__(self, gen: Iterator, name: str):
+    def __init__(self, gen: Iterator | None, name: str):
         if gen is None:
             gen = iter(())
-        if not hasattr(gen, "send"):
-            gen = _drive(gen)
-        self.gen = gen
+        # anything with ``send`` is driven as a generator (duck-typed, as before)
+        g = cast(Generator, gen) if hasattr(gen, "send") else _drive(gen)
+        self.gen = g
         self.name = name
-        self.send = gen.send
-        self.q = None
+        self.send = g.send
+        self.q: deque[Task]  # A2: set when it is first queued (Scheduler.spawn)
         self.wakes = 0
 
 

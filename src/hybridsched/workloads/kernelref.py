@@ -14,7 +14,7 @@ import functools
 import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -86,6 +86,7 @@ def resolve(kernel, ndim: int = 3, what: str = "kernel", per_task: bool | None =
     ``per_task``: None decides by the number of required parameters (1 = per task,
     3 = per chunk).
     """
+    fn: Any  # a Python function, or a numba dispatcher (``targetoptions``)
     if isinstance(kernel, str):
         if kernel in KERNELS:
             fn = KERNELS[kernel][0]

@@ -69,6 +69,8 @@ class Workspace(Closing):
     """
 
     kernel: Callable | None = None  # set by the builder: a chunk kernel(data, first, count)
+    _orig: np.ndarray | None  # None once closed, or where nothing reads the original
+    _work: np.ndarray | None  # None once closed
 
     def __init__(self, shape: tuple[int, ...], dtype, fill: Fill, checker: Checker | None,
                  frame0: int = 0, seed: int = 0, *, generate: bool = True):
@@ -114,8 +116,8 @@ class Workspace(Closing):
         self.frame0, self.seed = frame0, seed
         self._checker = checker
         self._segments: list[Segment] = []
-        self._orig: np.ndarray | None = None
-        self._work: np.ndarray | None = None
+        self._orig = None
+        self._work = None
         self._pristine = False  # the work copy holds the original and no run has had it
 
     def _segment(self, role: str) -> np.ndarray:
@@ -137,11 +139,13 @@ class Workspace(Closing):
 
     @property
     def work(self) -> np.ndarray:
+        assert self._work is not None, "a closed workspace has no work copy"
         return self._work
 
     def generate(self, first: int, count: int) -> None:
         """Materialise local tasks ``first .. first+count-1`` of the original."""
         orig, fill = self._orig, self._fill
+        assert orig is not None and fill is not None, "generated only while open, once"
         over_frames(lambda a, n: fill(orig[first + a:first + a + n], first + a), count)
 
     def fresh_copy(self) -> None:
@@ -149,7 +153,8 @@ class Workspace(Closing):
         if self._pristine:
             self._pristine = False
             return
-        orig, work = self._orig, self._work
+        orig, work = self._orig, self.work
+        assert orig is not None, "a work copy is refreshed only from a kept original"
         over_frames(lambda a, n: np.copyto(work[a:a + n], orig[a:a + n]), self.frames)
 
     def bad_rows(self, first: int = 0, count: int | None = None) -> int:
@@ -157,7 +162,8 @@ class Workspace(Closing):
         if self._checker is None:
             return NOT_CHECKED
         count = self.frames - first if count is None else count
-        return int(self._checker(self._orig, self._work, first, count))
+        assert self._orig is not None, "a checked workspace keeps its original"
+        return int(self._checker(self._orig, self.work, first, count))
 
     def unlink_names(self) -> None:
         """Drop the segments' names at once, keeping the mappings: nothing can be left in

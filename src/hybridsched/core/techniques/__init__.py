@@ -13,6 +13,8 @@ the names in :data:`BY_INDEX` -- so it can be precomputed as a bounds array.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ...errors import UsageError
@@ -61,7 +63,7 @@ FIXED = tuple(RULES) + tuple(PROFILED)
 
 def check_params(params: dict | None) -> dict:
     """LB4OMP's environment parameters with their defaults; UsageError for a bad value."""
-    out = dict(PARAM_DEFAULTS)
+    out: dict[str, Any] = dict(PARAM_DEFAULTS)  # numbers (int or float) or None
     if params is not None and not isinstance(params, dict):
         raise UsageError(f"technique parameters: expected a dict, got {type(params).__name__}")
     for key, v in (params or {}).items():

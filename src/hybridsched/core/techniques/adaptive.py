@@ -36,8 +36,8 @@ class Learner:
         self.n, self.p, self.min_chunk = n, max(1, p), max(1, chunk)
         self.profile, self.params = profile, params or {}
         self.counter = 0                     # requests so far, all workers (LB4OMP counter)
-        self.last_req = [None] * self.p      # time of each worker's previous request
-        self.chunk_s = [None] * self.p       # each worker's previous chunk's own time
+        self.last_req: list[float | None] = [None] * self.p      # time of each worker's previous request
+        self.chunk_s: list[float | None] = [None] * self.p       # each worker's previous chunk's own time
         self.setup()
 
     def setup(self) -> None:

@@ -47,12 +47,13 @@ class Predictor:
         that fails its simulation leaves the portfolio, named."""
         if self.costs is None:
             self.costs = np.asarray(costs, float)
+        known = self.costs
         if not self.stale:
             return
         self.predicted = {}
         for a in self.alive:
             try:
-                self.predicted[a] = self._simulate(a, workers, chunk, h, profile)
+                self.predicted[a] = self._simulate(a, known, workers, chunk, h, profile)
             except TechniqueError as exc:
                 self.drop(a, str(exc))
         self.stale = False
@@ -67,10 +68,11 @@ class Predictor:
         self.dropped.setdefault(arm, why)
         self.predicted.pop(arm, None)
 
-    def _simulate(self, arm: str, workers: int, chunk: int, h: float, profile) -> float:
+    def _simulate(self, arm: str, costs: np.ndarray, workers: int, chunk: int, h: float,
+                  profile) -> float:
         info = self.lookup(arm)
-        n = len(self.costs)
-        cum = np.concatenate([[0.0], np.cumsum(self.costs)])
+        n = len(costs)
+        cum = np.concatenate([[0.0], np.cumsum(costs)])
         # a stand-in job: the arm's loop state (AWF's weights) must not be the real loop's
         job = SimpleNamespace(scheduler=f"auto-sim:{arm}", work=np.broadcast_to(
             np.zeros(1, np.uint8), (n, 1, 1)), k=workers, kernel="auto-sim", chunk=chunk,

@@ -204,6 +204,8 @@ class TechniqueCounter(IndexedCounter):
     """A user technique on one shared counter: chunk i sized by ``chunk()`` (checked),
     each finished chunk reported to ``record()`` (only when the technique overrides it)."""
 
+    feedback = False  # set per instance: whether the technique learns
+
     def __init__(self, tech: Technique, tasks: int, ref: str = ""):
         super().__init__(tasks)
         self.tech, self.ref = tech, ref

@@ -232,7 +232,7 @@ class Ctx:
         why = self.missing(need)
         if why:
             return why
-        used = list(need.values())
+        used = [r for r in need.values() if r is not None]  # all of them: none is missing
         return self.disturbed(used) or (self.serial_trouble(used) if sigma else "")
 
     def shared_study(self) -> bool | None:

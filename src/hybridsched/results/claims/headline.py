@@ -44,7 +44,7 @@ def claim1(ctx: Ctx) -> list[Line]:
             worst = min((r for r in got if not math.isnan(r.sigma_e)), key=lambda r: r.sigma_e,
                         default=None)
             thr = f"σE ≥ {NEAR_IDEAL} at every k"
-            if why:
+            if why or worst is None:  # guard passed: a serial time, so a σE at every k
                 out.append(Line("1", subject, ours, paper, CANNOT_TELL, why, name, L,
                                 worst.k if worst else None, "min sigma_e",
                                 worst.sigma_e if worst else math.nan, thr))
@@ -133,7 +133,8 @@ def claim3(ctx: Ctx) -> list[Line]:
             out.append(judged("3", subject, ours, paper, why,
                               lambda: "" if gain > EQUIVALENT else
                               "practically equivalent (within 1 %)"
-                              if metrics.practically_equivalent(best.t_mean, one.t_mean)
+                              if best is not None and one is not None
+                              and metrics.practically_equivalent(best.t_mean, one.t_mean)
                               else "chunk 1 faster", name, L, k, "tuned_faster_by", gain, thr))
     return out
 
@@ -164,7 +165,8 @@ def claim4(ctx: Ctx) -> list[Line]:
                 continue
             if not why and shared is None:
                 why = "dedicated or shared machine not recorded (no foreign-CPU figures)"
-            why = why or ctx.disturbed([a, d])
+            if not why and a is not None and d is not None:  # both: missing() says so
+                why = ctx.disturbed([a, d])
             out.append(judged("4", subject, ours, _PAPER_4, why,
                               lambda: "" if gap > EQUIVALENT else
                               "practically equivalent (within 1 %)" if gap > -EQUIVALENT

@@ -31,7 +31,7 @@ def pipe_1ton_collapse(ctx: Ctx) -> list[Line]:
         share = r.sigma / ctx.n if r is not None else math.nan
         ours = (f"σ {sig(r)}, σE {fmt(r.sigma_e if r else math.nan, '.3f')}, σ/N = "
                 f"{fmt(share, '.3f')} (σ {sig(rn)} at k = {ctx.kn})")
-        if not why and rn.sigma <= COLLAPSE * ctx.n:
+        if not why and rn is not None and rn.sigma <= COLLAPSE * ctx.n:
             why = (f"premise absent: pipe-1toN is already at σ {rn.sigma:.3f} ≤ {COLLAPSE} N at "
                    f"k = {ctx.kn}, so there is no collapse beyond N to judge")
         out.append(judged("6.1a", subject, ours, paper, why,
