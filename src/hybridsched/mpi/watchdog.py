@@ -18,7 +18,7 @@ import numpy as np
 
 from ..oslayer.procfs import wait_status
 from ..store.files import remove_left_by
-from ..oslayer.proctree import readable
+from ..oslayer.events import readable
 from ..oslayer.shm import SharedArrays
 
 # The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
