@@ -24,7 +24,7 @@ from ..kernels import get_kernel
 from ..oslayer.proctree import ProcessTeam
 from ..records import Execution
 from .base import Job
-from .chunkloop import team_worker
+from .chunkloop import dealt, team_worker
 
 
 def tree_depths(pids: np.ndarray, ppids: np.ndarray, root_parent: int) -> list[int]:
@@ -56,7 +56,7 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
             if collective:
                 for child in pol.mitosis_children(w, k):  # fork first: children start sooner
                     team.spawn(child, body)
-            team_worker(team, job, w, kernel, lambda seat: plan[w])
+            team_worker(team, job, w, kernel, lambda seat: dealt(plan[w]))
 
         if collective:
             team.spawn(0, body)

@@ -33,6 +33,7 @@ import time
 from collections import deque
 from functools import partial
 from time import perf_counter
+from typing import Callable
 
 import numpy as np
 
@@ -147,7 +148,7 @@ def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int])
     kernel = get_kernel(job.kernel)
 
     def body(w: int) -> None:
-        received = partial(_received, task_r[w])
+        received = partial(_receiver, task_r[w])
         if not done_w:
             team_worker(team, job, w, kernel, received)
             return
@@ -160,11 +161,12 @@ def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int])
     return body
 
 
-def _received(rd: int, seat: Seated):
-    """The chunks a worker reads from its task pipe until EOF or a stop record; a read that
-    would wait is a scheduling point of its seat on the arbiter."""
+def _receiver(rd: int, seat: Seated) -> Callable[[int], tuple[int, int] | None]:
+    """``claim(w)``: the next chunk from the worker's task pipe, None at EOF or a stop
+    record; a read that would wait is a scheduling point of its seat on the arbiter."""
     coop = seat.worker is not None
-    while True:
+
+    def claim(w: int) -> tuple[int, int] | None:
         if coop and not readable(rd):
             msg = seat.wait(os.read, rd, REC.size)
         else:
@@ -172,11 +174,10 @@ def _received(rd: int, seat: Seated):
         if len(msg) != REC.size:
             if msg:
                 raise RuntimeError(f"split message of {len(msg)} bytes")
-            return  # EOF: the producer closed the pipe
-        first, count = REC.unpack(msg)
-        if count <= 0:
-            return
-        yield first, count
+            return None  # EOF: the producer closed the pipe
+        chunk = REC.unpack(msg)
+        return chunk if chunk[1] > 0 else None
+    return claim
 
 
 def _run(job: Job, c: int) -> Execution:

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import traceback
-from functools import partial
 from time import monotonic, perf_counter
 
 from ..core import dispatch
@@ -160,7 +159,7 @@ def _python_chunks(job: Job, disp: dispatch.Dispenser, run, traces):
         # point keep the claim and the call cheap: 1.46 -> 0.81 us of CPU per chunk
         # (`bench_core.py --only hotpath`); busy/frames are summed from the trace after the
         # join. Fixed sequences with a numba kernel skip all of it (backends/compiled.py).
-        run_chunks(iter(partial(claim, w), None), run, work, traces[w].append, boundary, after)
+        run_chunks(claim, w, run, work, traces[w].append, boundary, after)
     return chunks
 
 

@@ -456,23 +456,25 @@ class ProcessTeam:
         exits, tree-forked workers watched as they appear. A worker that ends without
         finishing raises its WorkerLost, unless ``on_lost(w)`` takes it over (it has left
         :attr:`running` by then)."""
-        self.running = set(range(self.k))
+        self.running = running = set(range(self.k))
         on_exit = partial(self._on_exit, on_lost)
         watched: set[int] = set()
-        while self.running:
-            if len(watched) < self.k:
-                for w in range(self.k):
-                    if w not in self.pidfds and self.pids[w]:
-                        self.watch(w, int(self.pids[w]))
-                for w, fd in self.pidfds.items():
-                    if w not in watched:
-                        if fd < 0:
-                            raise self.fail(w)
-                        self.events.add(fd, partial(on_exit, w))
-                        watched.add(w)
+        while running and len(watched) < self.k:
+            for w in range(self.k):
+                if w not in self.pidfds and self.pids[w]:
+                    self.watch(w, int(self.pids[w]))
+            for w, fd in self.pidfds.items():
+                if w not in watched:
+                    if fd < 0:
+                        raise self.fail(w)
+                    self.events.add(fd, partial(on_exit, w))
+                    watched.add(w)
             # until every pid is known (a tree still forking) wake up now and then to look
             # for new ones; 2 ms keeps discovery far below a frame's cost
             self.events.once(None if len(watched) == self.k else 0.002)
+        once = self.events.once
+        while running:  # every worker watched: nothing else to do between two waits
+            once()
 
     def _on_exit(self, on_lost: Callable[[int], None] | None, w: int, fd: int) -> None:
         self.events.discard(fd)
