@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from functools import partial
 from time import perf_counter
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..coop.seat import Seated
-from ..oslayer.proctree import ProcessTeam
-from .base import Job
+
+if TYPE_CHECKING:  # the thread backend, which loads this module, never loads the team's
+    from ..oslayer.proctree import ProcessTeam
+    from .base import Job
 
 Chunk = tuple[int, int]                 # (first frame, count)
 Row = tuple[int, int, float, float]     # (first, count, start, end): one trace row

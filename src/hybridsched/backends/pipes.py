@@ -236,16 +236,20 @@ def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes],
 
     def drain(fd: int) -> None:
         buf = pending[fd]
+        writes = most = 0  # locals: this loop runs once per record at --pipe-batch 1
         try:
             while len(buf):  # one write per message batch until the pipe is full
                 sent = os.write(fd, buf[:batch])
-                tally[0] += 1
-                tally[1] = max(tally[1], sent // REC.size)
+                writes += 1
+                if sent > most:
+                    most = sent
                 buf = buf[sent:]
         except BlockingIOError:
             pass
         except BrokenPipeError:
             buf = buf[:0]  # no reader left: the pidfds tell who died
+        tally[0] += writes
+        tally[1] = max(tally[1], most // REC.size)
         if len(buf):
             pending[fd] = buf
         else:

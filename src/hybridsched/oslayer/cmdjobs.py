@@ -202,8 +202,7 @@ class CommandJobs:
         for j, fd in enumerate(self.pidfds):
             if j not in self.exits:
                 events.add(fd, partial(self._ended, events, on_end, j))
-        while events:
-            events.once()
+        events.run(events)  # each handler removes its pidfd
         return self.exits
 
     def _ended(self, events: EventLoop, on_end: Callable[[int], None], j: int, fd: int) -> None:

@@ -12,7 +12,7 @@ team of many workers (or a high ``ulimit -n``) reaches.
 from __future__ import annotations
 
 import select
-from typing import Callable
+from typing import Callable, Sized
 
 READ = select.POLLIN
 WRITE = select.POLLOUT
@@ -61,3 +61,13 @@ class EventLoop:
             handler = handlers.get(fd)
             if handler is not None:
                 handler(fd)
+
+    def run(self, pending: Sized) -> None:
+        """:meth:`once` until ``pending`` is empty (a set the handlers take from, the loop
+        itself): the per-chunk path of a pipe producer, so nothing else between two polls."""
+        handlers, poll = self._handlers, self._poll.poll
+        while pending:
+            for fd, _ in poll():
+                handler = handlers.get(fd)
+                if handler is not None:
+                    handler(fd)

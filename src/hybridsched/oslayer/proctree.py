@@ -110,16 +110,17 @@ def describe_status(status: int | None) -> str:
     if status is None:
         return "died (exit status unknown)"
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"was killed by signal {sig} ({name})"
+        return killed_by(os.WTERMSIG(status))
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return "exited early (status 0) before finishing its work"
     return f"exited with status {code} before finishing its work"
+
+
+def killed_by(sig: int) -> str:
+    """'was killed by signal 9 (SIGKILL)'."""
+    name = signal.Signals(sig).name if sig in _SIGNALS else f"signal {sig}"
+    return f"was killed by signal {sig} ({name})"
 
 
 def ending(status: int | None) -> dict:
@@ -472,9 +473,7 @@ class ProcessTeam:
             # until every pid is known (a tree still forking) wake up now and then to look
             # for new ones; 2 ms keeps discovery far below a frame's cost
             self.events.once(None if len(watched) == self.k else 0.002)
-        once = self.events.once
-        while running:  # every worker watched: nothing else to do between two waits
-            once()
+        self.events.run(running)  # every worker watched: nothing else between two waits
 
     def _on_exit(self, on_lost: Callable[[int], None] | None, w: int, fd: int) -> None:
         self.events.discard(fd)
