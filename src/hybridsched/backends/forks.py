@@ -24,6 +24,7 @@ from ..kernels import get_kernel
 from ..oslayer.proctree import ProcessTeam
 from ..records import Execution
 from .base import Job
+from .chunkloop import dealt, team_worker
 
 
 def tree_depths(pids: np.ndarray, ppids: np.ndarray, root_parent: int) -> list[int]:
@@ -42,7 +43,7 @@ def tree_depths(pids: np.ndarray, ppids: np.ndarray, root_parent: int) -> list[i
 def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
     """Run the job; also return the recorded pids and parent pids of the workers."""
     kernel = get_kernel(job.kernel)
-    work, k = job.work, job.k
+    k = job.k
     collective = job.info.collective
     # the paper's assignment is frame i to worker i mod k (chunk 1); --chunk c deals
     # c-frame chunks the same round-robin way
@@ -55,29 +56,14 @@ def execute_detailed(job: Job) -> tuple[Execution, np.ndarray, np.ndarray]:
             if collective:
                 for child in pol.mitosis_children(w, k):  # fork first: children start sooner
                     team.spawn(child, body)
-            token = team.begin(w, job.cpu_of(w))
-            wk = job.coop_worker()
-            if wk is not None:
-                wk.acquire()
-            record, fault = team.recorder(w), team.fault is not None
-            for i, (first, count) in enumerate(plan[w], 1):
-                if fault:
-                    team.check_fault(w, i)
-                t0 = perf_counter()
-                kernel(work, first, count)
-                record(first, count, t0, perf_counter())
-                if wk is not None:
-                    wk.boundary()
-            if wk is not None:
-                wk.leave()
-            team.end(w, token)
+            team_worker(team, job, w, kernel, lambda seat: dealt(plan[w]))
 
         if collective:
             team.spawn(0, body)
         else:
             for w in range(k):
                 team.spawn(w, body)
-        team.wait_static()
+        team.wait()
         stats = team.stats.copy()
         trace = team.trace()
         pids, ppids = team.pids.copy(), team.ppids.copy()

@@ -33,15 +33,19 @@ import time
 from collections import deque
 from functools import partial
 from time import perf_counter
+from typing import Callable
 
 import numpy as np
 
 from ..core import policies as pol
 from ..errors import UsageError
 from ..kernels import get_kernel
-from ..oslayer.proctree import ProcessTeam, readable
+from ..coop.seat import Seated
+from ..oslayer.events import WRITE, readable
+from ..oslayer.proctree import ProcessTeam
 from ..records import NOT_MEASURED, Execution
 from .base import Job
+from .chunkloop import team_worker
 
 REC = struct.Struct("<qq")  # task: (first, count), count 0 = stop; done: (worker, first)
 assert REC.size <= select.PIPE_BUF
@@ -141,47 +145,39 @@ def _plan(job: Job, c: int, depth: int) -> tuple[_Source | None, list | None, in
 def _consumer(job: Job, team: ProcessTeam, task_r: list[int], done_w: list[int]):
     """``body(w)``: worker w reads (first, count) records from its task pipe until EOF or
     a stop record, runs each chunk and, for pipe-MtoM, reports it done."""
-    kernel, work = get_kernel(job.kernel), job.work
+    kernel = get_kernel(job.kernel)
 
     def body(w: int) -> None:
-        token = team.begin(w, job.cpu_of(w))
-        rd = task_r[w]
-        dn = done_w[w] if done_w else -1
-        if dn >= 0:
-            os.write(dn, REC.pack(w, -1))  # ready: the first handshake
-        record, fault = team.recorder(w), team.fault is not None
-        wk = job.coop_worker()
-        if wk is not None:
-            wk.acquire()
-        nth = 0
-        while True:
-            if wk is not None and not readable(rd):
-                wk.block()  # about to wait on the pipe: a scheduling point
-                msg = os.read(rd, REC.size)
-                wk.acquire()
-            else:
-                msg = os.read(rd, REC.size)
-            if len(msg) != REC.size:
-                if msg:
-                    raise RuntimeError(f"split message of {len(msg)} bytes")
-                break  # EOF: the producer closed the pipe
-            first, count = REC.unpack(msg)
-            if count <= 0:
-                break
-            nth += 1
-            if fault:
-                team.check_fault(w, nth)
-            t0 = perf_counter()
-            kernel(work, first, count)
-            record(first, count, t0, perf_counter())
-            if dn >= 0:
-                os.write(dn, REC.pack(w, first))
-            if wk is not None:
-                wk.boundary()
-        if wk is not None:
-            wk.leave()
-        team.end(w, token)
+        received = partial(_receiver, task_r[w])
+        if not done_w:
+            team_worker(team, job, w, kernel, received)
+            return
+        dn = done_w[w]
+
+        def done(first: int, count: int, seconds: float) -> None:
+            os.write(dn, REC.pack(w, first))
+        # ready: the first handshake, before the worker queues for a token
+        team_worker(team, job, w, kernel, received, done, partial(os.write, dn, REC.pack(w, -1)))
     return body
+
+
+def _receiver(rd: int, seat: Seated) -> Callable[[int], tuple[int, int] | None]:
+    """``claim(w)``: the next chunk from the worker's task pipe, None at EOF or a stop
+    record; a read that would wait is a scheduling point of its seat on the arbiter."""
+    coop = seat.worker is not None
+
+    def claim(w: int) -> tuple[int, int] | None:
+        if coop and not readable(rd):
+            msg = seat.wait(os.read, rd, REC.size)
+        else:
+            msg = os.read(rd, REC.size)
+        if len(msg) != REC.size:
+            if msg:
+                raise RuntimeError(f"split message of {len(msg)} bytes")
+            return None  # EOF: the producer closed the pipe
+        chunk = REC.unpack(msg)
+        return chunk if chunk[1] > 0 else None
+    return claim
 
 
 def _run(job: Job, c: int) -> Execution:
@@ -211,6 +207,7 @@ def _run(job: Job, c: int) -> Execution:
         for fd in set(task_r) | set(done_w):  # the workers' ends
             team.close_fd(fd)
         if mtom:
+            assert chunks is not None  # pipe-MtoM sends from one source of chunks
             cpu0 = time.thread_time()  # the producer's own CPU (simulate --from uses it)
             lost, notes = _serve_mtom(team, job, chunks, task_w, done_r, depth)
             producer_cpu = time.thread_time() - cpu0
@@ -233,74 +230,57 @@ def _run(job: Job, c: int) -> Execution:
                      producer_cpu_s=producer_cpu)
 
 
-def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes], batch: int
-                  ) -> tuple[int, int]:
+def _serve_stream(team: ProcessTeam, task_w: list[int], data: list[bytes],
+                  batch: int) -> tuple[int, int]:
     """1to1 and 1toN: write every pipe's records, ``batch`` bytes per write, as the pipe
     drains, close it at the end (EOF stops its readers), and fail at the first worker that
     dies unfinished. Returns the number of writes and the most records one carried."""
-    poller = select.poll()
     pending: dict[int, memoryview] = {}
-    for fd, raw in zip(task_w, data):
+    tally = [0, 0]  # writes, the most records one carried
+
+    def drain(fd: int) -> None:
+        buf = pending[fd]
+        writes = most = 0  # locals: this loop runs once per record at --pipe-batch 1
+        try:
+            while len(buf):  # one write per message batch until the pipe is full
+                sent = os.write(fd, buf[:batch])
+                writes += 1
+                if sent > most:
+                    most = sent
+                buf = buf[sent:]
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:
+            buf = buf[:0]  # no reader left: the pidfds tell who died
+        tally[0] += writes
+        tally[1] = max(tally[1], most // REC.size)
+        if len(buf):
+            pending[fd] = buf
+        else:
+            del pending[fd]
+            team.close_fd(fd)  # also leaves the event loop
+
+    for fd, buf in zip(task_w, data):
         os.set_blocking(fd, False)
-        if raw:
-            pending[fd] = memoryview(raw)
-            poller.register(fd, select.POLLOUT)
+        if buf:
+            pending[fd] = memoryview(buf)
+            team.events.add(fd, drain, WRITE)
         else:
             team.close_fd(fd)
-    worker_of = {}
-    writes, most = 0, 0
-    for w, pfd in team.pidfds.items():
-        poller.register(pfd, select.POLLIN)
-        worker_of[pfd] = w
-    running = team.k
-    while running:
-        for fd, ev in poller.poll():
-            if fd in worker_of:
-                w = worker_of.pop(fd)
-                poller.unregister(fd)
-                if not team.exited(w):
-                    raise team.fail(w)
-                running -= 1
-                continue
-            buf = pending[fd]
-            try:
-                while len(buf):  # one write per message batch until the pipe is full
-                    sent = os.write(fd, buf[:batch])
-                    writes += 1
-                    most = max(most, sent // REC.size)
-                    buf = buf[sent:]
-            except BlockingIOError:
-                pass
-            except BrokenPipeError:
-                buf = buf[:0]  # no reader left: the pidfds tell who died
-            if len(buf):
-                pending[fd] = buf
-            else:
-                del pending[fd]
-                poller.unregister(fd)
-                team.close_fd(fd)
-    return writes, most
+    team.wait()
+    return tally[0], tally[1]
 
 
-def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: list[int],
-                depth: int):
+def _serve_mtom(team: ProcessTeam, job: Job, chunks: _Source, task_w: list[int],
+                done_r: list[int], depth: int) -> tuple[int, str]:
     """Many-to-many: up to ``depth`` chunks in flight per worker, the next one sent on
     each done record. A dead worker's unacknowledged chunks are restored and re-sent."""
-    queue = chunks  # a _Source
+    queue = chunks
     k = team.k
     held: list[deque] = [deque() for _ in range(k)]  # sent, not yet acknowledged, in order
     peak = [0]  # the most chunks any worker held unacknowledged
-    alive = set(range(k))
     stopped: set[int] = set()
     lost: list[str] = []
-    poller = select.poll()
-    src: dict[int, tuple[str, int]] = {}
-    for w in range(k):
-        poller.register(done_r[w], select.POLLIN)
-        src[done_r[w]] = ("done", w)
-        pfd = team.pidfds[w]
-        poller.register(pfd, select.POLLIN)
-        src[pfd] = ("exit", w)
 
     def feed(w: int) -> None:
         while queue.more(w) and len(held[w]) < depth:
@@ -315,44 +295,37 @@ def _serve_mtom(team: ProcessTeam, job: Job, chunks, task_w: list[int], done_r: 
             except BrokenPipeError:
                 return  # it is dying; its pidfd will re-queue what it holds
 
-    def feed_all() -> None:
+    def feed_all() -> None:  # to the workers whose end the team has not seen yet
         # idle workers first, so a re-sent chunk does not queue behind a busy one
-        for w in sorted(alive - stopped, key=lambda v: len(held[v])):
+        for w in sorted(team.running - stopped, key=lambda v: len(held[v])):
             feed(w)
-        if not queue and not any(held[w] for w in alive):
-            for w in alive - stopped:
+        if not queue and not any(held[w] for w in team.running):
+            for w in team.running - stopped:
                 team.close_fd(task_w[w])  # EOF: stop
                 stopped.add(w)
 
-    while alive:
-        for fd, ev in poller.poll():
-            kind, w = src[fd]
-            if kind == "done":
-                msg = os.read(fd, REC.size)
-                if len(msg) != REC.size:  # EOF: it exited; the pidfd says how
-                    poller.unregister(fd)
-                    del src[fd]
-                    continue
-                if REC.unpack(msg)[1] >= 0:
-                    queue.acked(w, held[w].popleft())  # acknowledgements come in sending order
-                feed(w)
-                if not queue:
-                    feed_all()
-                continue
-            poller.unregister(fd)
-            del src[fd]
-            alive.discard(w)
-            if team.exited(w):
-                continue
-            if done_r[w] in src:
-                poller.unregister(done_r[w])
-                del src[done_r[w]]
-            lost.append(_bury(team, job, w, held[w], task_w[w], done_r[w]))
-            queue.lost(w, list(held[w]))
-            held[w].clear()
-            if queue and not alive:
-                raise team.fail(w, "; no worker left to take its chunks")
+    def done(w: int, fd: int) -> None:
+        msg = os.read(fd, REC.size)
+        if len(msg) != REC.size:  # EOF: it exited; the pidfd says how
+            team.events.discard(fd)
+            return
+        if REC.unpack(msg)[1] >= 0:
+            queue.acked(w, held[w].popleft())  # acknowledgements come in sending order
+        feed(w)
+        if not queue:
             feed_all()
+
+    def died(w: int) -> None:
+        lost.append(_bury(team, job, w, held[w], task_w[w], done_r[w]))
+        queue.lost(w, list(held[w]))
+        held[w].clear()
+        if queue and not team.running:
+            raise team.fail(w, "; no worker left to take its chunks")
+        feed_all()
+
+    for w in range(k):
+        team.events.add(done_r[w], partial(done, w))
+    team.wait(died)
     notes = f"peak in flight={peak[0]} per worker"
     return len(lost), notes + ("; lost " + "; ".join(lost) if lost else "")
 

@@ -19,6 +19,8 @@ from ..records import Execution
 from ..oslayer.cpus import pin_current
 from . import compiled
 from .base import Job
+from .chunkloop import run_chunks
+from ..coop.seat import Seated
 from ..oslayer.procfs import thread_usage
 from ..records import trace_table, worker_table
 
@@ -143,34 +145,21 @@ def _what(exc_type) -> str:
 
 
 def _python_chunks(job: Job, disp: dispatch.Dispenser, run, traces):
-    """``chunks(w, wk)``: worker w's claim-run-record loop in Python, over any dispenser."""
+    """``chunks(w, boundary)``: worker w's claim-run-record loop in Python, over any
+    dispenser (the per-chunk cost is :func:`chunkloop.run_chunks`'s)."""
     claim, done, feedback = disp.claim, disp.done, disp.feedback
     work = job.work
 
-    def chunks(w: int, wk) -> None:
-        boundary = wk.boundary if wk is not None else None  # a scheduling point per chunk
-        record = traces[w].append
-        clock = perf_counter
-        # The hot path. Everything between two kernel calls holds the GIL; a worker that
-        # finds it taken sleeps and is woken late, so at k=2 on 45-us frames each chunk
-        # cost 2.5-3.5x its GIL-held time in wall time (measured). Hence: nothing per chunk
-        # but claim, two clock reads and one append (busy/frames are summed from the trace
-        # after the join), the kernel's compiled entry point, lock-free tickets for
-        # dynamic/chunk: 1.46 -> 0.81 us of CPU per chunk (`bench_core.py --only hotpath`).
-        # Fixed sequences with a numba kernel skip all of it (backends/compiled.py).
-        while True:
-            chunk = claim(w)
-            if chunk is None:
-                break
-            first, count = chunk
-            t0 = clock()
-            run(work, first, count)
-            t1 = clock()
-            record((first, count, t0, t1))
-            if feedback:
-                done(w, count, t1 - t0)
-            if boundary is not None:
-                boundary()
+    def chunks(w: int, boundary) -> None:
+        after = None
+        if feedback:
+            def after(first: int, count: int, seconds: float) -> None:
+                done(w, count, seconds)
+        # the dispenser's lock-free tickets for dynamic/chunk and the kernel's compiled entry
+        # point keep the claim and the call cheap: 1.46 -> 0.81 us of CPU per chunk
+        # (`bench_core.py --only hotpath`); busy/frames are summed from the trace after the
+        # join. Fixed sequences with a numba kernel skip all of it (backends/compiled.py).
+        run_chunks(claim, w, run, work, traces[w].append, boundary, after)
     return chunks
 
 
@@ -201,7 +190,7 @@ def execute(job: Job) -> Execution:
         disp = compiled.delegated(job, disp, kernel, workers) or disp
     if isinstance(disp, compiled.CompiledTickets):  # native
         run_compiled = disp.runner(kernel, work)
-        chunks = lambda w, wk: run_compiled(w)  # noqa: E731  (never with --coop: compiled.decision)
+        chunks = lambda w, boundary: run_compiled(w)  # noqa: E731  (never with --coop: compiled.decision)
     else:
         chunks = _python_chunks(job, disp, direct_entry(kernel, work), traces)
 
@@ -212,14 +201,11 @@ def execute(job: Job) -> Execution:
         wk = job.coop_worker()
         u0 = thread_usage()
         start = perf_counter()
-        if wk is not None:
-            wk.acquire()
-        try:
-            chunks(w, wk)
-        finally:
-            end = perf_counter()
-            if wk is not None:  # no chunk left (or the kernel raised): the token moves on
-                wk.leave()
+        with Seated(wk) as seat:  # no chunk left (or the kernel raised): the token moves on
+            try:
+                chunks(w, seat.boundary)
+            finally:
+                end = perf_counter()
         u1 = thread_usage()
         row = stats[w]
         row["pid"], row["cpu"], row["start"], row["end"] = pid, cpu, start, end

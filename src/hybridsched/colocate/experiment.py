@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
 from time import perf_counter
@@ -27,7 +26,8 @@ import numpy as np
 from ..coop.arbiter import Arbiter
 from ..oslayer import futex
 from ..oslayer.cpus import usable_cpus
-from ..oslayer.proctree import ProcessTeam, readable
+from ..oslayer.events import readable
+from ..oslayer.proctree import ProcessTeam
 from ..oslayer.shm import SharedArrays
 from ..oslayer.signals import signals_held
 from .spec import POLICIES, ColocateSpec, JobRecord, Policy
@@ -96,7 +96,7 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
             for w in range(J * P):
                 team.spawn(w, body)
             t0 = _open_gate(team, sh, P, failed)
-            _wait_jobs(team, J, P, failed)
+            _wait_jobs(team, P, failed)
         return _records(spec, policy, rep, sh, kind, ctx, failed, t0, P)
 
 
@@ -135,21 +135,9 @@ def _open_gate(team: ProcessTeam, sh: SharedArrays, P: int, failed: dict[int, st
     return t0
 
 
-def _wait_jobs(team: ProcessTeam, J: int, T: int, failed: dict[int, str]) -> None:
+def _wait_jobs(team: ProcessTeam, T: int, failed: dict[int, str]) -> None:
     """Wait for every worker; a worker that dies kills the rest of its job only."""
-    poller = select.poll()
-    worker_of = {}
-    for w, fd in team.pidfds.items():
-        poller.register(fd, select.POLLIN)
-        worker_of[fd] = w
-    left = set(range(J * T))
-    while left:
-        for fd, _ in poller.poll():
-            w = worker_of.pop(fd)
-            poller.unregister(fd)
-            left.discard(w)
-            if not team.exited(w):
-                _fail_job(team, w, T, failed)
+    team.wait(lambda w: _fail_job(team, w, T, failed))
 
 
 def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]:

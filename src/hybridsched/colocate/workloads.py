@@ -24,6 +24,7 @@ import numpy as np
 from ..kernels import prepare as load_kernels
 from ..backends import compiled
 from ..coop.barrier import TeamBarrier
+from ..coop.seat import Seated
 from ..errors import HybridschedError
 from ..records import RunConfig
 from ..study.resources import Resources
@@ -86,21 +87,17 @@ class Bsp:
         def run():
             from time import perf_counter
 
-            if wk is not None:
-                wk.acquire()
             acc = 0.0
-            for s in range(steps):
-                acc += busy(iters)
-                if wk is not None:
-                    wk.boundary()
-                arr[s] = perf_counter()
-                bar.wait(t, s + 1, barrier, wk)
-                dep[s] = perf_counter()
-            switches = 0
-            if wk is not None:
-                switches = wk.switches
-                wk.leave()
-            return acc, switches
+            with Seated(wk) as seat:
+                boundary = seat.boundary
+                for s in range(steps):
+                    acc += busy(iters)
+                    if boundary is not None:
+                        boundary()
+                    arr[s] = perf_counter()
+                    bar.wait(t, s + 1, barrier, wk)
+                    dep[s] = perf_counter()
+            return acc, (wk.switches if wk is not None else 0)
         return run
 
     @staticmethod

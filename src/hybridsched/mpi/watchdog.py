@@ -18,7 +18,8 @@ import numpy as np
 
 from ..oslayer.procfs import wait_status
 from ..store.files import remove_left_by
-from ..oslayer.proctree import readable
+from ..oslayer.events import readable
+from ..oslayer.proctree import killed_by
 from ..oslayer.shm import SharedArrays
 
 # The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
@@ -49,12 +50,7 @@ def _how(pid: int) -> str:
     if status is None:
         return "died without finishing (killed by a signal, e.g. SIGKILL or the OOM killer)"
     if status & 0x7F:
-        sig = status & 0x7F
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"was killed by signal {sig} ({name})"
+        return killed_by(status & 0x7F)
     return f"exited with status {status >> 8} without finishing"
 
 

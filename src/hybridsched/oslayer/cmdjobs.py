@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import Callable, Sequence
 
@@ -36,6 +36,7 @@ import numpy as np
 
 from ..errors import ResourceError
 from . import futex
+from .events import EventLoop, readable
 from .guardian import Guardian
 from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
 from .shm import SharedArrays
@@ -180,7 +181,7 @@ class CommandJobs:
         """Until every job waits at the gate; ResourceError if one died before it."""
         while not (self.shared.ready == 1).all():
             for j, fd in enumerate(self.pidfds):
-                if self.shared.ready[j] == 0 and _readable(fd, 0):
+                if self.shared.ready[j] == 0 and readable(fd):
                     self._finish(j)
                     text = self.output(j)[1].strip().splitlines()
                     raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
@@ -197,20 +198,18 @@ class CommandJobs:
     def wait(self, on_end: Callable[[int], None] = lambda j: None) -> dict[int, Exit]:
         """Until every job has ended. ``on_end(j)`` runs as soon as job j's command has
         exited, before its group is killed and it is reaped (a supervisor's last look)."""
-        poller = select.poll()
-        job_of = {}
+        events = EventLoop()
         for j, fd in enumerate(self.pidfds):
             if j not in self.exits:
-                poller.register(fd, select.POLLIN)
-                job_of[fd] = j
-        while job_of:
-            for fd, _ in poller.poll():
-                j = job_of.pop(fd)
-                poller.unregister(fd)
-                end = perf_counter()
-                on_end(j)
-                self._finish(j, end)
+                events.add(fd, partial(self._ended, events, on_end, j))
+        events.run(events)  # each handler removes its pidfd
         return self.exits
+
+    def _ended(self, events: EventLoop, on_end: Callable[[int], None], j: int, fd: int) -> None:
+        events.discard(fd)
+        end = perf_counter()
+        on_end(j)
+        self._finish(j, end)
 
     def _finish(self, j: int, end: float | None = None) -> Exit:
         """Job j's command has exited (a zombie: its group number is still ours): kill what
@@ -253,12 +252,6 @@ class CommandJobs:
             self.pidfds = []
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _readable(fd: int, timeout_ms: int) -> bool:
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    return bool(p.poll(timeout_ms))
 
 
 def _killpg(pgid: int, sig: int) -> None:

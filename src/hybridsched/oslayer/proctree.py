@@ -6,8 +6,9 @@ report into. It
 * forks workers (from the parent, or from a worker for the collective mitosis tree) into
   one process group, so a single ``killpg`` reaches the whole fork-generated population;
 * watches every worker through a pidfd, so a death is seen at once without SIGCHLD
-  handlers (the parent ``poll``s pidfds together with its pipes, as loky waits on result
-  pipe and process sentinels together);
+  handlers: the team's one event loop (:attr:`ProcessTeam.events`, :mod:`events`) waits
+  on the pidfds together with the pipes a backend gives it handlers for, as loky waits on
+  result pipe and process sentinels together (:meth:`ProcessTeam.wait`);
 * makes the parent a child subreaper while a tree is alive, so grandchildren orphaned by
   an exiting worker are re-parented to us and reaped here, never by init;
 * on leaving (normal end, error, Ctrl-C, SIGTERM) SIGKILLs the group, reaps every member
@@ -26,10 +27,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import select
 import signal
 import threading
 import traceback
+from functools import partial
 from time import perf_counter
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ import numpy as np
 from ..errors import ResourceError, WorkerLost
 from ..records import WORKER_DTYPE, trace_table
 from .cpus import pin_current
+from .events import EventLoop
 from .procfs import thread_usage
 from .shm import SharedArrays, shared_zeros
 
@@ -104,30 +106,22 @@ def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
     return w, n, mode
 
 
-def readable(fd: int, timeout: float | None = 0) -> bool:
-    """Whether ``fd`` (a pipe, a pidfd) is readable within ``timeout`` seconds (None: wait).
-    poll, not select: select refuses descriptors from FD_SETSIZE (1024) up, which a
-    process team of many workers (or a high `ulimit -n`) reaches."""
-    p = select.poll()
-    p.register(fd, select.POLLIN)
-    return bool(p.poll(None if timeout is None else int(timeout * 1000)))
-
-
 def describe_status(status: int | None) -> str:
     """A wait status as words: 'was killed by signal 9 (SIGKILL)', ..."""
     if status is None:
         return "died (exit status unknown)"
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        return f"was killed by signal {sig} ({name})"
+        return killed_by(os.WTERMSIG(status))
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return "exited early (status 0) before finishing its work"
     return f"exited with status {code} before finishing its work"
+
+
+def killed_by(sig: int) -> str:
+    """'was killed by signal 9 (SIGKILL)'."""
+    name = signal.Signals(sig).name if sig in _SIGNALS else f"signal {sig}"
+    return f"was killed by signal {sig} ({name})"
 
 
 def ending(status: int | None) -> dict:
@@ -159,6 +153,8 @@ class ProcessTeam:
         self.pidfds: dict[int, int] = {}        # worker -> pidfd (parent only)
         self.parent_fds: list[int] = []         # fds every child closes first
         self.statuses: dict[int, int] = {}      # pid -> wait status, once reaped
+        self.events = EventLoop()               # pidfds and pipes, one wait (parent only)
+        self.running: set[int] = set()          # workers whose end wait() has not seen
         self._subreaper = subreaper
         self._old_subreaper = False
         self._shared: list[SharedArrays] = []
@@ -352,8 +348,8 @@ class ProcessTeam:
             os._exit(0)
         raise RuntimeError(f"injected fault at chunk {nth}")
 
-    def recorder(self, w: int) -> Callable[[int, int, float, float], None]:
-        """``record(first, count, t0, t1)`` for worker w: appends one chunk to its shared
+    def recorder(self, w: int) -> Callable[[tuple[int, int, float, float]], None]:
+        """``record((first, count, t0, t1))`` for worker w: appends one chunk to its shared
         trace as soon as it is done, so the trace keeps the chunks of a worker that dies
         later. Writes go through memoryviews: a numpy item write per field would cost
         microseconds per chunk on the fine-grained workloads."""
@@ -362,11 +358,11 @@ class ProcessTeam:
         cap = self.cap
         n = [int(self.ntrace[w])]
 
-        def record(first: int, count: int, t0: float, t1: float) -> None:
+        def record(row: tuple[int, int, float, float]) -> None:
             i = n[0]
             if i < cap:
                 j = 4 * i
-                flat[j], flat[j + 1], flat[j + 2], flat[j + 3] = first, count, t0, t1
+                flat[j], flat[j + 1], flat[j + 2], flat[j + 3] = row
                 n[0] = count_view[0] = i + 1
         return record
 
@@ -449,39 +445,44 @@ class ProcessTeam:
 
     def close_fd(self, fd: int) -> None:
         """Close one of the team's fds in the parent (a child-side pipe end, say)."""
+        self.events.discard(fd)
         if fd in self.parent_fds:
             with _FD_LOCK:
                 self.parent_fds.remove(fd)
                 _TEAM_FDS.discard(fd)
                 _close(fd)
 
-    def wait_static(self) -> None:
-        """Wait until all k workers have finished, discovering tree-forked workers as they
-        appear; raise WorkerLost at the first that dies without finishing."""
-        done: set[int] = set()
-        poller = select.poll()
-        worker_of: dict[int, int] = {}  # pidfd -> worker
-        polled: set[int] = set()        # workers registered with the poller
-        while len(done) < self.k:
+    def wait(self, on_lost: Callable[[int], None] | None = None) -> None:
+        """Run the team's event loop until every worker has ended: the handlers a backend
+        gave :attr:`events` for its pipes run as those are ready, each worker's pidfd as it
+        exits, tree-forked workers watched as they appear. A worker that ends without
+        finishing raises its WorkerLost, unless ``on_lost(w)`` takes it over (it has left
+        :attr:`running` by then)."""
+        self.running = running = set(range(self.k))
+        on_exit = partial(self._on_exit, on_lost)
+        watched: set[int] = set()
+        while running and len(watched) < self.k:
             for w in range(self.k):
                 if w not in self.pidfds and self.pids[w]:
                     self.watch(w, int(self.pids[w]))
             for w, fd in self.pidfds.items():
-                if w not in polled:
+                if w not in watched:
                     if fd < 0:
                         raise self.fail(w)
-                    poller.register(fd, select.POLLIN)
-                    worker_of[fd] = w
-                    polled.add(w)
+                    self.events.add(fd, partial(on_exit, w))
+                    watched.add(w)
             # until every pid is known (a tree still forking) wake up now and then to look
             # for new ones; 2 ms keeps discovery far below a frame's cost
-            timeout = None if len(self.pidfds) == self.k else 2
-            for fd, _ in poller.poll(timeout):
-                w = worker_of[fd]
-                poller.unregister(fd)
-                if not self.exited(w):
-                    raise self.fail(w)
-                done.add(w)
+            self.events.once(None if len(watched) == self.k else 0.002)
+        self.events.run(running)  # every worker watched: nothing else between two waits
+
+    def _on_exit(self, on_lost: Callable[[int], None] | None, w: int, fd: int) -> None:
+        self.events.discard(fd)
+        self.running.discard(w)
+        if not self.exited(w):
+            if on_lost is None:
+                raise self.fail(w)
+            on_lost(w)
 
     def trace(self) -> np.ndarray:
         """The chunk trace of every worker, ordered by start time."""
