@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo import ROOT
+
 PKG = ROOT / "src" / "hybridsched"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80

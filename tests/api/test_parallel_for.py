@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -20,8 +19,8 @@ from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE
 from hybridsched.oslayer.cpus import n_cpus
 from hybridsched.store import read_detail, read_runs
 from hybridsched.workloads.kernelref import GILWarning
+from repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @numba.njit(nogil=True, cache=True)

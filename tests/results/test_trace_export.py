@@ -164,10 +164,10 @@ def test_report_draws_a_gantt_per_scheduler_and_tables_carry_li(study, tmp_path,
 
 @pytest.mark.parametrize("split", ["static", "dynamic"])
 def test_trace_of_an_mpi_run(mpi, tmp_path, split, capsys):
-    from test_mpi import SMALL, _process_schedulers
+    from mpicheck import SMALL, process_schedulers
 
     out = str(tmp_path / "p2.h5")
-    names = ",".join(["dynamic"] + _process_schedulers()[:1])
+    names = ",".join(["dynamic"] + process_schedulers()[:1])
     p = mpi.run(["run", "-s", names, "-k", "2", "-L", "20", *SMALL, "--split", split, "-o", out])
     assert p.returncode == 0, p.stderr
     # progress under mpiexec: one line per run, in the single-node bar's words

@@ -17,7 +17,7 @@ from hybridsched.study.runner import warn_unverified
 from schedcheck import N, ODD_SHAPES, Shape, check_record, config, run, run_and_check
 
 # the paper's thread schedulers and variants; the LB4OMP techniques have their own suite
-# (tests/test_techniques.py), which keeps this one's run time
+# (tests/core/test_lb4omp_techniques.py), which keeps this one's run time
 NAMES = schedulers.names("serial") + schedulers.names("thread", technique=False)
 KERNELS = list(kernels.KERNELS)
 

@@ -53,7 +53,7 @@ def leftovers(d) -> list[str]:
 FAST_WRITER = textwrap.dedent("""
     import sys
     sys.path[:0] = [{tests!r}]
-    from test_integrity import rec
+    from test_study_integrity import rec
     from hybridsched.store import StudyWriter
     n = int(sys.argv[2])
     with StudyWriter(sys.argv[1], {{"N": 2}}, {{"seed": 3}}) as w:

@@ -20,6 +20,7 @@ from hybridsched.results.report import build_report
 from hybridsched.store import StudyWriter, read_runs
 from hybridsched.study.spec import StudySpec
 from hybridsched.study.session import run_configurations
+from repo import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -145,7 +146,7 @@ def real_study(tmp_path_factory):
     """Every scheduler, k in {1, 2, 3}, two L, pipes also at a second chunk at k = 2,
     fork schedulers also unpinned: a miniature of the scaled preset (a few seconds)."""
     path = str(tmp_path_factory.mktemp("real") / "real.h5")
-    # the paper's schedulers and variants; the LB4OMP techniques have test_techniques.py
+    # the paper's schedulers and variants; the LB4OMP techniques have core/test_lb4omp_techniques.py
     spec = StudySpec(schedulers=schedulers.names(technique=False), ks=[1, 2, 3], frames=[16, 32],
                      height=32,
                      width=32, reps=2, unpinned_families=["process"], tuned_k=2,
@@ -204,7 +205,7 @@ def test_standalone_analysis_script_agrees(synthetic, tmp_path):
     import subprocess
     import sys
 
-    script = os.path.join(os.path.dirname(__file__), "..", "analysis", "rebuild_tables.py")
+    script = os.path.join(ROOT, "analysis", "rebuild_tables.py")
     res = subprocess.run([sys.executable, script, synthetic, str(tmp_path / "a")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
@@ -265,7 +266,7 @@ def test_standalone_analysis_script_keeps_mpi_ranks_apart(tmp_path):
     with StudyWriter(path, {"N": 2}, {}) as w:
         for r in (_rec("serial", "serial", 1, 1.0), one, two):
             w.append(r)
-    script = os.path.join(os.path.dirname(__file__), "..", "analysis", "rebuild_tables.py")
+    script = os.path.join(ROOT, "analysis", "rebuild_tables.py")
     res = subprocess.run([sys.executable, script, path, str(tmp_path / "a")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -466,7 +466,7 @@ def test_split_chunks_are_the_techniques_sequence(split, L, P, k):
 
 @pytest.mark.parametrize("split", ["fac2", "trapezoidal"])
 def test_mpiexec_split_by_technique(mpi, tmp_path, split):
-    from test_mpi import SMALL, _check_cover
+    from mpicheck import SMALL, check_cover
     from hybridsched.store import read_runs
 
     out = str(tmp_path / f"{split}.h5")
@@ -475,7 +475,7 @@ def test_mpiexec_split_by_technique(mpi, tmp_path, split):
     assert p.returncode == 0, p.stderr
     runs = read_runs(out)
     assert runs["verified"].all() and all(n.startswith(f"split={split}") for n in runs["notes"])
-    for extra in _check_cover(out, 30):
+    for extra in check_cover(out, 30):
         assert extra["split"] == split and sum(extra["rank_frames"]) == 30
 
 

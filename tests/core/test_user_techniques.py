@@ -23,9 +23,10 @@ from hybridsched.core.techniques import adaptive, dispense
 from hybridsched.core.techniques.profiled import Profile
 from hybridsched.errors import UsageError
 from hybridsched.records import param_value
+from repo import ROOT
 
 HS = [sys.executable, "-m", "hybridsched"]
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples", "techniques")
+EXAMPLES = os.path.join(ROOT, "examples", "techniques")
 
 MODULE = '''
 import hybridsched

@@ -20,6 +20,7 @@ from hybridsched.core import registry as schedulers
 from hybridsched.store import read_detail, read_runs
 from hybridsched.oslayer.shm import our_shm_entries
 from waiting import default_sigint, wait_for_rows
+from repo import ROOT
 
 TINY = ["-s", "serial", "-k", "1", "--frames", "2", "--height", "2", "--width", "2", "--reps", "1"]
 
@@ -161,7 +162,7 @@ def test_top_level_bad_input(capsys, argv):
 def test_bad_input_in_a_real_process(tmp_path, argv):
     """The same through `python -m hybridsched`: no traceback at the process level, and
     no segment of that process left in /dev/shm."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = str(ROOT)
     if argv[0] == "report":
         argv = ["report", os.path.join(repo, argv[1])]
     p = subprocess.Popen([sys.executable, "-m", "hybridsched", *argv], cwd=tmp_path,

@@ -17,6 +17,7 @@ from hybridsched.errors import UsageError
 from hybridsched.records import RunConfig
 from hybridsched.store import read_runs
 from hybridsched.workloads import sorts
+from repo import FIXTURES
 
 NAMES = list(workloads.WORKLOADS)
 SORTS = [n for n in NAMES if workloads.get(n).sort and n != "uniform"]
@@ -176,7 +177,7 @@ def test_cli_stores_the_workload_and_reports_costs(name, tmp_path, capsys, no_le
 
 
 def test_old_studies_read_as_uniform():
-    here = os.path.join(os.path.dirname(__file__), "fixtures")
+    here = str(FIXTURES)
     for f in ("study-v1.h5", "study-v1-old.h5"):
         runs = read_runs(os.path.join(here, f))
         assert (runs["workload"] == "uniform").all() and (runs["verify"] == "").all()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_mpi import SMALL, _check_cover
+from mpicheck import SMALL, check_cover
 
 from hybridsched.store import read_runs
 
@@ -21,7 +21,7 @@ def test_ranks_build_their_block_of_a_workload(mpi, tmp_path, workload):
     runs = read_runs(out)
     assert len(runs) == 2 and runs["verified"].all() and (runs["bad_rows"] == 0).all()
     assert (runs["workload"] == workload.split(":")[0]).all()
-    for extra in _check_cover(out, L):  # global frame ids: rank 1's trace starts at 15
+    for extra in check_cover(out, L):  # global frame ids: rank 1's trace starts at 15
         assert extra["rank_frames"] == [15, 15]
 
 

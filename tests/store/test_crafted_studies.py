@@ -12,8 +12,8 @@ import pytest
 
 from hybridsched import cli, store
 from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
+from repo import FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 V1 = os.path.join(FIXTURES, "study-v1.h5")            # written by the pre-issue-9 writer
 V1_OLD = os.path.join(FIXTURES, "study-v1-old.h5")    # same, without pipe_batch/inflight
 V1_SPEC = ["-s", "serial,dynamic,pipe-1to1,aimd", "-k", "1,2", "-L", "8", "--height", "8",

@@ -15,8 +15,8 @@ import pytest
 
 from hybridsched.cli import make_parser
 from hybridsched.errors import UsageError
+from repo import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 # Raw outputs kept from measured runs: they quote the commands of their day verbatim.
 RESULTS = DOCS / "results"

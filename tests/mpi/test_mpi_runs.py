@@ -13,15 +13,14 @@ import h5py
 import numpy as np
 import pytest
 
-from hybridsched.core import registry as schedulers
 from hybridsched.cli import main
 from hybridsched.core.splits import dynamic_chunks
 from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus
 from hybridsched.store import read_runs
+from mpicheck import SMALL, check_cover, process_schedulers
+from repo import ROOT
 
-SMALL = ["--height", "32", "--width", "32", "--reps", "1"]
 HYBRIDSCHED = os.path.join(os.path.dirname(sys.executable), "hybridsched")
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _clean_env(**extra) -> dict:
@@ -30,11 +29,6 @@ def _clean_env(**extra) -> dict:
     env = _base_env()
     env.update(extra)
     return env
-
-
-def _process_schedulers() -> list[str]:
-    """A fork and a pipe scheduler where the backends exist in this tree."""
-    return [s for s in ("prolific", "pipe-MtoM") if s in schedulers.SCHEDULERS]
 
 
 # --- pure -----------------------------------------------------------------------------
@@ -190,26 +184,11 @@ def test_plain_run_is_P1_and_never_initialises_mpi(tmp_path):
 # --- mpiexec -n 2 ---------------------------------------------------------------------
 
 
-def _check_cover(path: str, L: int) -> list[dict]:
-    """Every verified run's trace covers each global frame exactly once; returns extras."""
-    extras = []
-    with h5py.File(path, "r") as h5:
-        for name in h5["detail"]:
-            g = h5["detail"][name]
-            trace = g["trace"][()]
-            covered = np.zeros(L, int)
-            for r in trace:
-                covered[r["first"]:r["first"] + r["count"]] += 1
-            assert (covered == 1).all(), (name, covered)
-            extras.append(json.loads(g.attrs["extra"]))
-    return extras
-
-
 @pytest.mark.parametrize("split", ["static", "dynamic"])
 def test_mpiexec_two_ranks_end_to_end(mpi, tmp_path, split):
     out = str(tmp_path / f"{split}.h5")
     L = 30
-    names = ",".join(["dynamic"] + _process_schedulers())
+    names = ",".join(["dynamic"] + process_schedulers())
     p = mpi.run(["run", "-s", names, "-k", "1,2", "-L", str(L), *SMALL, "--split", split, "-o", out])
     assert p.returncode == 0, p.stderr
     # rank 0 alone prints the summary table (once); progress goes to stderr
@@ -220,7 +199,7 @@ def test_mpiexec_two_ranks_end_to_end(mpi, tmp_path, split):
     assert len(runs) == 2 * len(names.split(","))
     assert (runs["P"] == 2).all() and runs["verified"].all() and (runs["bad_rows"] == 0).all()
     assert all(n.startswith(f"split={split}") for n in runs["notes"])
-    for extra, run in zip(_check_cover(out, L), runs):
+    for extra, run in zip(check_cover(out, L), runs):
         assert extra["split"] == split
         assert sum(extra["rank_frames"]) == L and len(extra["rank_time_s"]) == 2
         assert run["time_s"] == pytest.approx(max(extra["rank_time_s"]))
@@ -260,7 +239,7 @@ def test_verification_is_summed_over_ranks(mpi, tmp_path):
     assert "UNVERIFIED" in p.stderr
     runs = read_runs(out)
     assert not runs["verified"][0] and runs["bad_rows"][0] == 1
-    (extra,) = _check_cover(out, 8)
+    (extra,) = check_cover(out, 8)
     assert extra["rank_bad_rows"] == [0, 1]
 
 
@@ -310,7 +289,7 @@ def test_dynamic_split_gives_a_slow_rank_less_work(mpi, tmp_path):
                 "128", "--reps", "1", "--split", "dynamic", "-o", out],
                 HYBRIDSCHED_SLOW_RANK="1:4")
     assert p.returncode == 0, p.stderr
-    (extra,) = _check_cover(out, L)
+    (extra,) = check_cover(out, L)
     assert extra["rank_frames"][0] > extra["rank_frames"][1], extra
 
 
@@ -463,7 +442,7 @@ def test_a_split_technique_takes_param(mpi, tmp_path):
     p = mpi.run(["run", "-s", "dynamic", "--split", "splitmod:BySize", "--param", "size=5",
                  "-k", "1", "-L", "48", *SMALL, "-o", out], PYTHONPATH=_split_module(tmp_path))
     assert p.returncode == 0, p.stderr
-    (extra,) = _check_cover(out, 48)
+    (extra,) = check_cover(out, 48)
     assert sum(extra["rank_chunks"]) == 10  # 9 chunks of 5 frames and the last 3
     assert extra["split_params"] == "size=5" and extra["split_technique"] == "splitmod:BySize"
 
@@ -582,7 +561,7 @@ def test_argparse_error_under_mpiexec_is_printed_once(mpi, tmp_path):
 def test_the_one_node_launch_script_runs_under_either_mpi(mpi, tmp_path):
     """launch/mpirun-node.sh as it stands: P = 1 and 2, merge, the USL fit; it names the
     MPI library, and passes Open MPI's launcher what hybridsched needs of it."""
-    script = os.path.join(os.path.dirname(HERE), "launch", "mpirun-node.sh")
+    script = os.path.join(ROOT, "launch", "mpirun-node.sh")
     env = mpi.env(MPIEXEC=mpi.found.launcher[0], P_LIST="1 2", K_LIST="1,2", FRAMES="8",
                   SIDE="16", REPS="1", PATH=os.path.dirname(sys.executable) + os.pathsep
                   + os.environ.get("PATH", ""))

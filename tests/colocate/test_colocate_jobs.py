@@ -22,6 +22,7 @@ from hybridsched.records import RunConfig
 from hybridsched.oslayer.cpus import n_cpus, usable_cpus
 from hybridsched.workloads.slab import Slab
 from waiting import cpu_seconds, wait_until
+from repo import FIXTURES
 
 N = n_cpus()
 
@@ -307,7 +308,7 @@ def test_a_sigkilled_run_job_leaves_nothing_in_dev_shm(tmp_path):
 # written by `colocate` at format version 2, before --cmd (the v2 fixture):
 #   hybridsched colocate --jobs 2 --workers 2 --policy linux,coop,partition --barrier block
 #       --steps 10 --step-us 50 --reps 2 -o tests/fixtures/colocate-v2.h5
-V2 = os.path.join(os.path.dirname(__file__), "fixtures", "colocate-v2.h5")
+V2 = os.path.join(FIXTURES, "colocate-v2.h5")
 
 
 def test_a_version_2_colocate_study_still_reads_and_reports(tmp_path, capsys):

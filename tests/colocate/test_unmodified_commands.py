@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import h5py
 import psutil
@@ -29,9 +28,9 @@ from hybridsched.colocate.placement import partition
 from hybridsched.colocate.spec import ColocateSpec
 from hybridsched.oslayer import cmdjobs
 from hybridsched.oslayer.cpus import n_cpus, usable_cpus
+from repo import FIXTURES, ROOT
 
 N = n_cpus()
-ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples" / "unmodified"
 PY = shlex.quote(sys.executable)
 CC = shutil.which("gcc") or shutil.which("cc")
@@ -361,7 +360,7 @@ def test_a_failing_job_makes_the_exit_status_1_and_is_reported(tmp_path, capsys)
 def test_studies_of_both_format_versions_merge(tmp_path, capsys):
     new = str(tmp_path / "n.h5")
     assert main(["colocate", "--cmd", "true", "--policy", "linux", "--reps", "1", "-o", new]) == 0
-    v2 = str(ROOT / "tests" / "fixtures" / "colocate-v2.h5")
+    v2 = str(FIXTURES / "colocate-v2.h5")
     merged = str(tmp_path / "m.h5")
     assert main(["merge", v2, new, "-o", merged]) == 0
     rows = read_colocate(merged)

@@ -13,9 +13,9 @@ import pytest
 import slurmcluster
 from hybridsched.cli import main
 from hybridsched.store import read_attrs, read_runs
+from repo import ROOT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(os.path.dirname(HERE), "launch", "slurm-PxK.sbatch")
+SCRIPT = os.path.join(ROOT, "launch", "slurm-PxK.sbatch")
 # srun's --mpi for each implementation, as the script picks it from the library
 PMI = {"mpich": "pmi2", "openmpi": "pmix"}
 
