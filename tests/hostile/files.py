@@ -305,7 +305,7 @@ def _make(damage: str, tmp: Path) -> Path:
 COMMANDS = ("report", "trace", "fit", "merge")
 
 # Damage a reader may do without (README: report and fit do not read the `study`
-# attribute; report reads per-run detail leniently, tests/test_crafted.py): a clean exit 0
+# attribute; report reads per-run detail leniently, tests/store/test_crafted_studies.py): a clean exit 0
 # or a one-line refusal, never a traceback or half-written output. Keyed by damage ->
 # {command: expectation}; anything not listed must be refused (usage).
 _LENIENT_DETAIL = {"report": "either", "fit": "either", "merge": "either"}

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .common import HS, case, failed, hs, ok, usage
+from .common import HS, case, coop_segment, failed, hs, ok, usage
 
 SMALL = {
     "bsp": ["--steps", "5", "--step-us", "50"],
@@ -36,7 +36,7 @@ def shm_now() -> set[str]:
     from hybridsched.oslayer.shm import our_shm_entries
 
     names = set(our_shm_entries())
-    coop = f"hybridsched-coop.{os.getuid()}"
+    coop = os.path.basename(coop_segment())
     for n in (coop, coop + ".lock"):
         if os.path.exists(f"/dev/shm/{n}"):
             names.add(n)

@@ -21,15 +21,21 @@ def mpi_launch() -> tuple[list[str], dict]:
     the first implementation the tests find (tests/mpiimpls.py), MPICH where both wheels
     are installed, where a plain `mpiexec` is Open MPI's, which refuses to run as root
     without its own flags."""
-    tests = str(Path(__file__).resolve().parents[2] / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    import mpiimpls
+    import mpiimpls  # tests/ is on the path (pyproject.toml: pytest's pythonpath)
 
     found = next((f for f in mpiimpls.available() if not f.missing), None)
     if found is None:
         raise Skip("no MPI implementation found (mpiexec)")
     return list(found.launcher), dict(os.environ, **found.env)
+
+
+def coop_segment() -> str:
+    """The coop segment the commands a case starts will use: the node's, or the one the test
+    suite names for itself (tests/conftest.py sets HYBRIDSCHED_COOP_SEGMENT for the session,
+    after the cases are collected: asked at run time, never kept in a constant)."""
+    from hybridsched.coop.paths import segment_path
+
+    return segment_path()
 
 
 @dataclass

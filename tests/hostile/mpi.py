@@ -17,7 +17,7 @@ import atexit
 import time
 from pathlib import Path
 
-from .common import case, failed, hs, mpi, mpmd, ok, usage
+from .common import case, coop_segment, failed, hs, mpi, mpmd, ok, usage
 
 SIZE = ["--height", "8", "--width", "16", "--reps", "1"]
 TINY20 = ["-L", "20", *SIZE]
@@ -294,7 +294,7 @@ def run_coop(tmp: Path) -> str | None:
     def check(out, runs, p):
         if not runs["coop"].all():
             return "runs not stored with coop = true"
-        seg = f"/dev/shm/hybridsched-coop.{os.getuid()}"
+        seg = coop_segment()
         return f"{seg} left" if os.path.exists(seg) else None
     return _mpi_ok(tmp, "-s", "dynamic,prolific", "-k", "2", *TINY20, "--coop", want=2,
                    check=check)

@@ -23,7 +23,7 @@ from .colocate import (
     shm_now,
     start,
 )
-from .common import Skip, case, hs, ok, usage
+from .common import Skip, case, coop_segment, hs, ok, usage
 
 # a study that runs ~10 s or more: stopped early by the cases that need it running
 LONG = ["-s", "serial,dynamic", "-k", "1,2", "-L", "200", "--height", "64", "--width", "64",
@@ -34,7 +34,6 @@ RESUMABLE = ["-s", "serial,dynamic", "-k", "1,2", "-L", "200", "--height", "64",
 RESUMABLE_RUNS = 3 * 25  # serial at k=1, dynamic at k=1,2
 SMALL_RUN = ["-s", "dynamic", "-k", "2", "-L", "8", "--height", "8", "--width", "16", "--reps",
              "1"]
-COOP_SEG = f"/dev/shm/hybridsched-coop.{os.getuid()}"
 
 
 def runs(path: Path):
@@ -651,13 +650,13 @@ def stale_coop_segment_reinitialised(tmp: Path) -> str | None:
     children_of(victim.pid, 4, settle=0.5)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    had = os.path.exists(COOP_SEG)
+    had = os.path.exists(coop_segment())
     r = hs("colocate", *_CO, "--steps", "20", "--step-us", "200", "-o", str(tmp / "c.h5"),
            env=ENV, timeout=120)
     problem = ok(r, tmp / "c.h5") or check_table(tmp / "c.h5", "bsp", ["coop"])
     if problem:
         return problem + ("" if had else " (no stale segment was there)")
-    if os.path.exists(COOP_SEG):
+    if os.path.exists(coop_segment()):
         return "the coop segment is still there after the last participant"
     left = shm_left(before)
     return f"left in /dev/shm: {left}" if left else None
@@ -666,10 +665,10 @@ def stale_coop_segment_reinitialised(tmp: Path) -> str | None:
 @case("concurrency")
 def foreign_coop_segment_refused(tmp: Path) -> str | None:
     """A coop segment with a wrong magic: colocate coop refuses (exit 2, one line), keeps it."""
-    if os.path.exists(COOP_SEG):
+    if os.path.exists(coop_segment()):
         raise Skip("a coop segment is in use")
     try:
-        fd = os.open(COOP_SEG, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(coop_segment(), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.write(fd, b"NOT-OURS" * 1024)
         os.close(fd)
         r = hs("colocate", *_CO, "--steps", "5", "--step-us", "50", "-o", str(tmp / "c.h5"),
@@ -677,13 +676,13 @@ def foreign_coop_segment_refused(tmp: Path) -> str | None:
         problem = usage(r, tmp / "c.h5")
         if problem:
             return problem
-        with open(COOP_SEG, "rb") as f:
+        with open(coop_segment(), "rb") as f:
             if f.read(8) != b"NOT-OURS":
                 return "the foreign segment was overwritten"
         q = hs("run", *SMALL_RUN, "--coop", "-o", str(tmp / "r.h5"), env=ENV, timeout=60)
         return ("run --coop: " + usage(q, tmp / "r.h5")) if usage(q, tmp / "r.h5") else None
     finally:
-        for f in (COOP_SEG, COOP_SEG + ".lock"):
+        for f in (coop_segment(), coop_segment() + ".lock"):
             if os.path.exists(f):
                 os.unlink(f)
 
@@ -691,10 +690,10 @@ def foreign_coop_segment_refused(tmp: Path) -> str | None:
 @case("concurrency")
 def world_readable_coop_segment_refused(tmp: Path) -> str | None:
     """A coop segment with group/world access (0644): refused with one line, exit 2."""
-    if os.path.exists(COOP_SEG):
+    if os.path.exists(coop_segment()):
         raise Skip("a coop segment is in use")
     try:
-        fd = os.open(COOP_SEG, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        fd = os.open(coop_segment(), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         os.fchmod(fd, 0o644)
         os.write(fd, b"\0" * 65536)
         os.close(fd)
@@ -702,7 +701,7 @@ def world_readable_coop_segment_refused(tmp: Path) -> str | None:
                env=ENV, timeout=60)
         return usage(r, tmp / "c.h5")
     finally:
-        for f in (COOP_SEG, COOP_SEG + ".lock"):
+        for f in (coop_segment(), coop_segment() + ".lock"):
             if os.path.exists(f):
                 os.unlink(f)
 
