@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .common import HS, case, coop_segment, failed, hs, ok, usage
+from .common import HS, case, coop_segment, failed, foreign, hs, ok, usage
 
 SMALL = {
     "bsp": ["--steps", "5", "--step-us", "50"],
@@ -35,7 +35,7 @@ def shm_now() -> set[str]:
     """Our /dev/shm entries now, the coop segment and its lock included."""
     from hybridsched.oslayer.shm import our_shm_entries
 
-    names = set(our_shm_entries())
+    names = {n for n in our_shm_entries() if not foreign(n)}
     coop = os.path.basename(coop_segment())
     for n in (coop, coop + ".lock"):
         if os.path.exists(f"/dev/shm/{n}"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,6 +37,23 @@ def coop_segment() -> str:
     from hybridsched.coop.paths import segment_path
 
     return segment_path()
+
+
+def foreign(name: str) -> bool:
+    """Whether a /dev/shm name of ours was made by a live process outside this process's tree
+    (another test worker's, another session's on this machine): no case of this process
+    made it. The rule of tests/conftest.py's leak check; a dead creator's name still counts."""
+    import psutil
+
+    m = re.match(r"hybridsched\.(\d+)\.", name) or re.search(r"(\d+)$", name)
+    if not m:
+        return False
+    pid = int(m.group(1))
+    try:
+        proc = psutil.Process(pid)
+        return pid != os.getpid() and os.getpid() not in {p.pid for p in proc.parents()}
+    except psutil.Error:
+        return False
 
 
 @dataclass

@@ -17,7 +17,7 @@ import atexit
 import time
 from pathlib import Path
 
-from .common import case, coop_segment, failed, hs, mpi, mpmd, ok, usage
+from .common import case, coop_segment, failed, foreign, hs, mpi, mpmd, ok, usage
 
 SIZE = ["--height", "8", "--width", "16", "--reps", "1"]
 TINY20 = ["-L", "20", *SIZE]
@@ -31,7 +31,7 @@ T_REFUSE = 45    # a launch that should be refused at once
 
 def _shm_ours() -> set[str]:
     try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith("hybridsched")}
+        return {n for n in os.listdir("/dev/shm") if n.startswith("hybridsched") and not foreign(n)}
     except OSError:
         return set()
 
