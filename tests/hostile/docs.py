@@ -244,12 +244,31 @@ def run_line(page: str, env: dict, launcher: list[str], argv: list[str]) -> str 
     return None
 
 
+_LINES: dict[str, list[tuple[dict, list[str], list[str]]]] = {}  # a page's lines, in order
+_RAN: dict[str, int] = {}  # how many of them ran in this process's page directory
+
+
+def run_in_order(page: str, index: int) -> str | None:
+    """Line ``index`` of ``page`` in the directory its earlier lines left, as a reader has it:
+    the earlier lines that did not run in this process (the test workers share out a page's
+    lines) run first, their outcome their own cases' business."""
+    for env, launcher, argv in _LINES[page][_RAN.get(page, 0):index]:
+        try:
+            run_line(page, env, launcher, argv)
+        except Skip:
+            pass
+    _RAN[page] = max(_RAN.get(page, 0), index + 1)
+    return run_line(page, *_LINES[page][index])
+
+
 for _page in pages():
     _rel = str(_page.relative_to(ROOT))
     for _line, _env, _launcher, _argv in command_lines(_page.read_text()):
-        def _make(page=_rel, env=_env, launcher=_launcher, argv=_argv):
+        _LINES.setdefault(_rel, []).append((_env, _launcher, _argv))
+
+        def _make(page=_rel, index=len(_LINES[_rel]) - 1):
             def fn(tmp: Path) -> str | None:
-                return run_line(page, env, launcher, argv)
+                return run_in_order(page, index)
             return fn
         _fn = _make()
         _fn.__name__ = f"{_rel.replace('docs/', '').replace('.md', '')}_{_line}"

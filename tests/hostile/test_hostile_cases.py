@@ -58,16 +58,9 @@ if _unknown or set(DEFAULT) != set(AREAS) or {c.area for c in common.CASES} - se
     raise RuntimeError(f"tests/hostile: DEFAULT names cases or areas that do not exist: {_unknown}")
 
 
-def _marks(case: common.Case) -> list:
-    marks = [pytest.mark.hostile(default=_default(case))]
-    if case.area == "docs":  # a page's lines share a directory: a later one reads what an
-        # earlier one wrote, so they run in one worker, in order (--dist loadgroup)
-        marks.append(pytest.mark.xdist_group("hostile-docs-" + case.name.rsplit("_", 1)[0]))
-    return marks
-
-
 def _params(area: str) -> list:
-    return [pytest.param(c, id=c.name, marks=_marks(c)) for c in common.CASES if c.area == area]
+    return [pytest.param(c, id=c.name, marks=pytest.mark.hostile(default=_default(c)))
+            for c in common.CASES if c.area == area]
 
 
 def _check(case: common.Case) -> None:
