@@ -69,7 +69,7 @@ def parse_params(text: str) -> Params:
     return as_params(tuple(out))
 
 
-# The workloads a run may name: workloads.catalogue defines each (tests/test_workloads.py
+# The workloads a run may name: workloads.catalogue defines each (tests/workloads/test_irregular_workloads.py
 # keeps the two lists equal), and parallel_for's runs over the caller's own data name
 # API_WORKLOAD; the study reader refuses any other name, which no hybridsched wrote.
 WORKLOAD_NAMES = ("uniform", "ramp", "skewed", "heavytail", "varying", "mandelbrot")

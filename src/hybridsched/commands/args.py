@@ -19,7 +19,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if isinstance(action, argparse._StoreTrueAction):
             return text + " (default: off)"
         if action.default is None:
-            return text  # the help must say it itself (tests/test_help.py checks)
+            return text  # the help must say it itself (tests/machine/test_machine_check.py checks)
         shown = ",".join(map(str, action.default)) if isinstance(action.default, list) else "%(default)s"
         return text + f" (default: {shown})"
 

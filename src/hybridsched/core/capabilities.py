@@ -4,7 +4,7 @@ derived properties, and the one decision of how a configuration dispatches.
 Callers never compare an entry's family, backend, topology or forker with a literal, nor
 test a scheduler name's prefix: they ask :class:`SchedulerInfo`'s properties or
 :func:`decide` (as threadpoolctl's callers ask a controller instead of testing its
-library's name). ``tests/test_layers.py`` keeps it so: such a comparison outside this
+library's name). ``tests/project/test_layers.py`` keeps it so: such a comparison outside this
 module and :mod:`registry` fails it. The kinds are ``str`` enums, so a record that stores
 an entry's family stores its plain text.
 """

@@ -2,7 +2,7 @@
 ``notes``: which chunk loop ran and pipe-MtoM's producer CPU. Read here, once, when such a
 file's rows are brought to today's layout (:func:`format.conform`); a file of version 4 or
 later has them as fields and its notes are never read by code. This is the one module that
-looks inside notes (tests/test_typed_facts.py holds every other one to that), and the
+looks inside notes (tests/store/test_typed_facts.py holds every other one to that), and the
 words it looks for are frozen: they are what those hybridsched versions wrote.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 /* The arbiter's token rules in C, on the bytes hybridsched/coop/layout.py defines: the
    rules of coop/rules.py (compiled with numba for the Python workers) and the membership
    of coop/state.py, statement for statement, so that shim threads and Python workers obey
-   one arbiter. tests/test_coop_shim_rules.py drives both through the same random sequences
+   one arbiter. tests/coop/test_shim_rules_match_workers.py drives both through the same random sequences
    of operations and compares the segments byte for byte; change one, change the other.
    Every function but the lazy park's expects the caller to hold the arbiter's mutex. */
 #include "coop.h"

@@ -1,1 +1,0 @@
-"""The cases of benchmarks/cases_hostile.py, one module per area."""

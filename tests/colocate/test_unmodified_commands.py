@@ -1,0 +1,491 @@
+"""`hybridsched colocate --cmd`: unmodified commands as jobs under every policy, their
+records, the report, faults (a job killed, colocate killed, Ctrl-C, SIGTERM) and bad input.
+
+The workloads are the ones in examples/unmodified/ (the docs and the benchmark use the
+same); the C ones are compiled into a temporary folder, and skipped without a compiler.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import h5py
+import psutil
+import pytest
+
+from hybridsched.cli import main
+from hybridsched.colocate.cmdrun import run_commands_once
+from hybridsched.colocate.output import read_colocate
+from hybridsched.colocate.placement import partition
+from hybridsched.colocate.spec import ColocateSpec
+from hybridsched.oslayer import cmdjobs
+from hybridsched.oslayer.cpus import n_cpus, usable_cpus
+from repo import FIXTURES, ROOT
+
+N = n_cpus()
+EX = ROOT / "examples" / "unmodified"
+PY = shlex.quote(sys.executable)
+CC = shutil.which("gcc") or shutil.which("cc")
+POLICIES = ["linux", "env", "partition", "gang", "coop"]
+PIPE_BYTES = 2_000_000
+PIPE_SUM = hashlib.sha256((b"hybridsched\n" * PIPE_BYTES)[:PIPE_BYTES]).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def omp(tmp_path_factory) -> dict[str, str]:
+    """The OpenMP examples, built with `gcc -fopenmp` into a temporary folder."""
+    if CC is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("omp")
+    bins = {}
+    for name in ("omp_barrier", "omp_lock"):
+        exe = str(out / name)
+        p = subprocess.run([CC, "-O2", "-fopenmp", str(EX / f"{name}.c"), "-o", exe],
+                           capture_output=True, text=True)
+        if p.returncode:
+            pytest.skip(f"cannot build {name} with OpenMP: {p.stderr.strip()[-200:]}")
+        bins[name] = exe
+    return bins
+
+
+@pytest.fixture(scope="module")
+def example_cache(tmp_path_factory) -> str:
+    """numba's cache for the numba example, out of the source tree. Given to that job alone:
+    colocate itself keeps the package's cache, or it would compile the arbiter's rules
+    afresh before starting any job (over a minute on a loaded machine)."""
+    return str(tmp_path_factory.mktemp("numba-cache"))
+
+
+def _workload(name: str, omp: dict | None, cache: str = "") -> str:
+    return {
+        "omp_barrier": lambda: f"{omp['omp_barrier']} 60 20000",
+        "omp_lock": lambda: f"{omp['omp_lock']} 3000 200 50",
+        "numpy_matmul": lambda: f"{PY} {EX / 'numpy_matmul.py'} 6 128",
+        "numba_parallel": lambda: f"env NUMBA_CACHE_DIR={cache} {PY} {EX / 'numba_parallel.py'} 20 2000",
+        "py_threads": lambda: f"{PY} {EX / 'py_threads.py'} 20 64",
+        "pipeline": lambda: f"sh -c 'yes hybridsched | head -c {PIPE_BYTES} | sha256sum'",
+    }[name]()
+
+
+def _spec(commands, policies, **kw) -> ColocateSpec:
+    spec = ColocateSpec("cmd", kw.pop("jobs", 0), 0, list(policies), commands=list(commands), **kw)
+    spec.validate(N)
+    return spec
+
+
+WORKLOADS = ["omp_barrier", "omp_lock", "numpy_matmul", "numba_parallel", "py_threads",
+             "pipeline"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_workload_verifies_under_every_policy(workload, policy, request):
+    omp = request.getfixturevalue("omp") if workload.startswith("omp") else None
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
+    expect = PIPE_SUM if workload == "pipeline" else r"\bok$"
+    cache = request.getfixturevalue("example_cache") if workload == "numba_parallel" else ""
+    spec = _spec([_workload(workload, omp, cache)], [policy], jobs=2, expect=expect, reps=1,
+                 quantum_s=0.005)
+    recs = run_commands_once(spec, policy, 0)
+    assert [r.job for r in recs] == [0, 1]
+    for r in recs:
+        assert r.verified, (r.error, r.err_tail, r.out_tail)
+        assert r.exit_status == 0 and r.command == spec.commands[0] and r.workload == "cmd"
+        assert 0 < r.time_s <= r.makespan_s and r.cpu_s > 0 and r.nivcsw >= 0
+        counters = json.loads(r.counters)
+        if policy == "gang":
+            assert counters["slices"] >= 1 and counters["sigstops"] >= (r.job > 0)
+        elif policy == "coop":  # every job's threads ran on the arbiter's tokens
+            assert counters["threads"] >= 1 and counters["calls"] >= 1
+        else:
+            assert counters == {}
+
+
+def test_the_cpu_time_of_what_a_command_waits_for_is_the_jobs():
+    """rusage of the job's leader includes its children (sh waits for python here)."""
+    busy = f"{PY} -c 'import time; t = time.process_time()\nwhile time.process_time() - t < 0.3: pass'"
+    spec = _spec([f"sh -c {shlex.quote(busy)}"], ["linux"], reps=1)
+    (rec,) = run_commands_once(spec, "linux", 0)
+    assert rec.verified and rec.cpu_s >= 0.3
+
+
+def _writes_affinity(tmp_path) -> str:
+    code = ("import os, sys; open(os.path.join(sys.argv[1], str(os.getpid())), 'w')"
+            ".write(' '.join(map(str, sorted(os.sched_getaffinity(0)))))")
+    return f"{PY} -c {shlex.quote(code)} {shlex.quote(str(tmp_path))}"
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_partition_confines_each_job_to_its_own_cpus(jobs, tmp_path):
+    spec = _spec([_writes_affinity(tmp_path)], ["partition"], jobs=jobs, reps=1)
+    recs = run_commands_once(spec, "partition", 0)
+    assert all(r.verified for r in recs)
+    seen = sorted(tuple(map(int, f.read_text().split())) for f in tmp_path.iterdir())
+    cpus = usable_cpus()
+    want = sorted(tuple(sorted({partition(j, t, jobs, cpus) for t in range(len(cpus))}))
+                  for j in range(jobs))
+    assert seen == want
+
+
+@pytest.mark.parametrize("policy", ["linux", "env", "gang", "coop"])
+def test_other_policies_leave_the_jobs_on_all_the_cpus(policy, tmp_path, request):
+    """(coop pins a thread to its token's CPU, and answers the program's affinity query
+    with the mask it would have had.)"""
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
+    spec = _spec([_writes_affinity(tmp_path)], [policy], jobs=2, reps=1)
+    assert all(r.verified for r in run_commands_once(spec, policy, 0))
+    assert {f.read_text() for f in tmp_path.iterdir()} == {" ".join(map(str, usable_cpus()))}
+
+
+ENV_PROBE = ("sh -c 'echo \"$OMP_WAIT_POLICY $GOMP_SPINCOUNT $KMP_BLOCKTIME "
+             "$OPENBLAS_THREAD_TIMEOUT ${OMP_NUM_THREADS-unset}\"'")
+
+
+@pytest.mark.parametrize("policy, expect", [("env", r"^passive 0 0 4 unset$"),
+                                            ("coop", r"^passive 0 0 4 unset$"),
+                                            ("linux", r"^    unset$")])
+def test_env_sets_the_wait_policies_and_never_a_thread_count(policy, expect, monkeypatch,
+                                                             request):
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OPENBLAS_THREAD_TIMEOUT",
+                "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    spec = _spec([ENV_PROBE], [policy], expect=expect, reps=1)
+    (rec,) = run_commands_once(spec, policy, 0)
+    assert rec.verified, rec.out_tail
+
+
+def test_a_failed_job_keeps_its_status_and_the_end_of_its_output():
+    spec = _spec(["sh -c 'echo said-this; echo complained >&2; exit 3'",
+                  "sh -c 'echo fine'"], ["linux"], reps=1)
+    bad, good = run_commands_once(spec, "linux", 0)
+    assert not bad.verified and bad.exit_status == 3 and "status 3" in bad.error
+    assert "said-this" in bad.out_tail and "complained" in bad.err_tail
+    assert bad.time_s != bad.time_s  # no time for an unverified job
+    assert good.verified and good.out_tail == "" and good.makespan_s == good.time_s
+
+
+def test_expect_decides_whether_a_clean_exit_verifies():
+    spec = _spec(["sh -c 'echo hello'"], ["linux"], expect="bye", reps=1)
+    (rec,) = run_commands_once(spec, "linux", 0)
+    assert rec.exit_status == 0 and not rec.verified and "--expect" in rec.error
+    assert "hello" in rec.out_tail
+
+
+def test_gang_switches_early_away_from_a_blocked_job():
+    """Two sleeping jobs under a 10 s quantum: a job whose threads all sleep gives up the
+    node at once, so both sleep at the same time."""
+    spec = _spec(["sleep 0.5"], ["gang"], jobs=2, reps=1, quantum_s=10.0)
+    recs = run_commands_once(spec, "gang", 0)
+    assert all(r.verified for r in recs)
+    first = json.loads(recs[0].counters)
+    assert first["early_switches"] >= 1 and first["sigstops"] >= 1
+    assert recs[0].makespan_s < 1.0  # one after the other would be 1 s at least
+
+
+def test_gang_with_one_job_never_stops_it():
+    spec = _spec(["sleep 0.05"], ["gang"], reps=1, quantum_s=0.001)
+    (rec,) = run_commands_once(spec, "gang", 0)
+    assert rec.verified and json.loads(rec.counters) == {
+        "early_switches": 0, "sigstops": 0, "slices": 1, "stopped_s": 0.0}
+
+
+def _state(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+
+
+def _wait_for(what, timeout: float = 300.0):
+    """Until ``what()`` is true (a state, never a fixed time); its last value. A process
+    that ends while ``what`` reads it is a state not reached yet, not an error. The
+    deadline only bounds a failure: a first run on a loaded machine compiles the arbiter's
+    rules (numba's empty cache) before any job starts."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = what()
+        except psutil.NoSuchProcess:
+            got = None
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.005)
+
+
+def _killer(find) -> tuple[threading.Thread, list[int]]:
+    """A started thread that SIGKILLs the first process ``find()`` returns, once it returns
+    one; the list it puts the killed pid in (empty if none was ever found)."""
+    victim: list[int] = []
+
+    def kill():
+        got = _wait_for(find)
+        if got:
+            os.kill(got[0].pid, signal.SIGKILL)
+            victim.append(got[0].pid)
+    th = threading.Thread(target=kill)
+    th.start()
+    return th, victim
+
+
+def _jobs_of(parent: int, marker: str) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(parent).children()
+    except psutil.Error:
+        return []
+    out = []
+    for k in kids:
+        try:
+            words = k.cmdline()
+            # not colocate's guardian: a copy of colocate, whose command line names the jobs'
+            if marker in " ".join(words) and words[1:3] != ["-m", "hybridsched"]:
+                out.append(k)
+        except psutil.Error:
+            pass
+    return out
+
+
+LONG = f"{PY} {EX / 'py_threads.py'} 200000 64"  # minutes: only ever ended by a signal
+
+
+def test_a_job_killed_while_stopped_under_gang_leaves_the_others_running():
+    short = f"{PY} {EX / 'py_threads.py'} 400 64"
+    spec = _spec([short, short], ["gang"], reps=1, quantum_s=0.02)
+
+    def stopped_job1():
+        jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")]
+        return [p for p in jobs if p.pid == max(q.pid for q in jobs) and _state(p.pid) == "stopped"] \
+            if len(jobs) == 2 else []
+    th, victim = _killer(stopped_job1)
+    recs = run_commands_once(spec, "gang", 0)
+    th.join()
+    assert victim, "job 1 was never seen stopped"
+    assert recs[0].verified, recs[0].error
+    assert not recs[1].verified and recs[1].exit_status == -9 and "SIGKILL" in recs[1].error
+    assert _state(victim[0]) == "gone"
+
+
+def _colocate(tmp_path, *argv) -> subprocess.Popen:
+    env = dict(os.environ, HYBRIDSCHED_NO_LOAD_PROBE="1")
+    return subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", *argv, "--reps",
+                             "1", "-o", str(tmp_path / "x.h5")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _tree(pid: int) -> str:
+    """What colocate has started so far, for a state never reached."""
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+        return "jobs never started; colocate's processes:\n" + "\n".join(
+            f"{p.pid} {p.ppid()} {p.status()} {' '.join(p.cmdline())[:160]}" for p in procs)
+    except psutil.Error as exc:
+        return f"jobs never started ({exc})"
+
+
+def _all_gone(pids) -> bool:
+    return all(_state(p) in ("gone", "zombie") for p in pids)
+
+
+def test_colocate_killed_outright_under_gang_leaves_no_job_stopped(tmp_path):
+    proc = _colocate(tmp_path, "--cmd", LONG, "--jobs", "2", "--policy", "gang",
+                     "--quantum-ms", "50")
+    try:
+        jobs = _wait_for(lambda: [p for p in _jobs_of(proc.pid, "py_threads.py")
+                                  if _state(p.pid) == "stopped"])
+        assert jobs, proc.stderr.read() if proc.poll() is not None else "no job seen stopped"
+        pids = [p.pid for p in _jobs_of(proc.pid, "py_threads.py")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # the guardian kills and continues every job's group
+        assert _wait_for(lambda: _all_gone(pids), 30), [(p, _state(p)) for p in pids]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert not (tmp_path / "x.h5").exists()  # nothing was published: no job ended
+
+
+@pytest.mark.parametrize("policy", ["linux", "gang", "coop"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path, request):
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
+    pipeline = f"sh -c {shlex.quote(LONG + ' | cat')}"  # a group of three processes
+    proc = _colocate(tmp_path, "--cmd", pipeline, "--jobs", "2", "--policy", policy)
+    try:
+        jobs = _wait_for(lambda: len(_jobs_of(proc.pid, "py_threads.py")) == 2
+                         and all(len(p.children()) == 2 for p in _jobs_of(proc.pid, "py_threads.py")))
+        assert jobs, proc.stderr.read() if proc.poll() is not None else _tree(proc.pid)
+        leaders = _jobs_of(proc.pid, "py_threads.py")
+        pids = [p.pid for p in leaders] + [c.pid for p in leaders for c in p.children()]
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1].startswith("hybridsched: ")
+    assert _all_gone(pids), [(p, _state(p)) for p in pids]
+
+
+def test_cli_stores_the_commands_and_reports_them(tmp_path, capsys):
+    out = str(tmp_path / "c.h5")
+    a, b = "sh -c 'echo ok'", f"{PY} -c 'print(\"ok\")'"
+    rc = main(["colocate", "--cmd", a, "--cmd", b, "--policy", "linux,env,partition,gang",
+               "--reps", "2", "--expect", "^ok$", "-o", out])
+    assert rc == 0
+    rows = read_colocate(out)
+    assert len(rows) == 2 * 4 * 2 and rows["verified"].all()
+    assert [str(c) for c in rows["command"][:2]] == [a, b]
+    assert set(rows["workload"]) == {"cmd"} and len(set(rows["experiment"])) == 1
+    with h5py.File(out) as h5:
+        assert h5.attrs["format_version"] >= 3  # /colocate with its commands (format 3 on)
+        spec = json.loads(h5.attrs["colocate_spec"])
+    assert spec["commands"] == [a, b] and spec["expect"] == "^ok$"
+    assert spec["environment"]["env"]["OMP_WAIT_POLICY"] == "passive"
+    assert spec["environment"]["linux"] == {} and "OMP_WAIT_POLICY" in spec["inherited_environment"]
+    text = capsys.readouterr().out
+    assert "### cmd: 2 co-located jobs: `sh -c 'echo ok'`" in text
+    assert "| gang | 2 |" in text and "slices" in text
+    assert main(["report", out]) == 0
+    assert list((tmp_path / "c_report").glob("colocate_cmd_J2_*.png"))
+
+
+def test_a_failing_job_makes_the_exit_status_1_and_is_reported(tmp_path, capsys):
+    out = str(tmp_path / "f.h5")
+    assert main(["colocate", "--cmd", "sh -c 'echo broken >&2; exit 4'", "--policy", "linux",
+                 "--reps", "1", "-o", out]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED exited with status 4; its stderr ends: broken" in captured.err
+    assert "failed: linux rep 0 job 0 exited with status 4; its stderr ends: `broken`" in captured.out
+
+
+def test_studies_of_both_format_versions_merge(tmp_path, capsys):
+    new = str(tmp_path / "n.h5")
+    assert main(["colocate", "--cmd", "true", "--policy", "linux", "--reps", "1", "-o", new]) == 0
+    v2 = str(FIXTURES / "colocate-v2.h5")
+    merged = str(tmp_path / "m.h5")
+    assert main(["merge", v2, new, "-o", merged]) == 0
+    rows = read_colocate(merged)
+    assert len(rows) == 13 and sorted(set(rows["workload"])) == ["bsp", "cmd"]
+    capsys.readouterr()
+    assert main(["report", merged, "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert "### bsp: 2 jobs × 2 workers" in text and "### cmd: 1 job, `true`" in text
+
+
+@pytest.mark.parametrize("how", [["--cmd", "true", "--jobs", "2"],
+                                 ["--jobs", "2", "--workers", "1", "--steps", "5",
+                                  "--step-us", "50"]], ids=["cmd", "bsp"])
+def test_merged_studies_keep_each_repetition_apart(how, tmp_path, capsys):
+    """Each study's rep 0 ran its own two jobs together: merged, they are two repetitions
+    of two jobs, not one of four (the makespan and fairness are per repetition)."""
+    a, b, merged = (str(tmp_path / n) for n in ("a.h5", "b.h5", "m.h5"))
+    for out in (a, b):
+        assert main(["colocate", *how, "--policy", "linux", "--reps", "1", "-o", out]) == 0
+    assert main(["merge", a, b, "-o", merged]) == 0
+    rows = read_colocate(merged)
+    assert sorted(rows["rep"].tolist()) == [0, 0, 1, 1]
+    capsys.readouterr()
+    assert main(["report", merged, "--no-plots"]) == 0
+    assert "| linux | 2 |" in capsys.readouterr().out
+
+
+def _not_started(monkeypatch):
+    def refuse(self):
+        raise AssertionError("a job was started")
+    monkeypatch.setattr(cmdjobs.CommandJobs, "__enter__", refuse)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--cmd", "no-such-command-hs32"], "command not found"),
+    (["--cmd", "./no/such/file"], "no such file"),
+    (["--cmd", ""], "empty command"),
+    (["--cmd", "   "], "empty command"),
+    (["--cmd", "'unbalanced"], "quotation"),
+    (["--cmd", "true", "--workload", "bsp"], "--workload"),
+    (["--cmd", "true", "--steps", "5", "--barrier", "spin"], "--barrier, --steps"),
+    (["--cmd", "true", "--jobs", "0"], "--jobs"),
+    (["--cmd", "true", "--cmd", "false", "--jobs", "3"], "number of --cmd"),
+    (["--cmd", "true", "--policy", "linux,fifo"], "unknown policy"),
+    (["--cmd", "true", "--expect", "("], "not a regular expression"),
+    (["--cmd", "true", "--quantum-ms", "0"], "--quantum-ms"),
+    (["--expect", "ok"], "for --cmd only"),
+    (["--policy", "gang"], "for unmodified commands"),
+])
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, words, tmp_path, capsys,
+                                                         monkeypatch):
+    _not_started(monkeypatch)
+    out = tmp_path / "x.h5"
+    assert main(["colocate", *argv, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and words in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["directory", "not executable", "no #! line"])
+def test_what_cannot_be_executed_is_refused(kind, tmp_path, capsys, monkeypatch):
+    _not_started(monkeypatch)
+    target = tmp_path / "thing"
+    if kind == "directory":
+        target.mkdir()
+    else:
+        target.write_text("echo hi\n")
+        target.chmod(0o755 if kind == "no #! line" else 0o644)
+    assert main(["colocate", "--cmd", str(target), "-o", str(tmp_path / "x.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and {"directory": "is a directory", "not executable":
+                                     "not executable", "no #! line": "#!"}[kind] in err, err
+
+
+def test_a_static_program_under_coop_is_refused_in_one_line_and_starts_nothing(
+        shim_lib, tmp_path, capsys, monkeypatch):
+    from shimprogs import build
+
+    static = build("thread_exit", tmp_path, "-static")
+    _not_started(monkeypatch)
+    out = tmp_path / "x.h5"
+    assert main(["colocate", "--cmd", "true", "--cmd", static, "--policy", "linux,coop",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "statically linked" in err and "--policy env or gang" in err
+    assert not out.exists()
+
+
+def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free(shim_lib):
+    """SIGKILL one job's leader while both run on the arbiter: the other verifies, the
+    dead job's tokens go back (its threads' liveness is checked per thread), and the
+    arbiter's segment goes with the last participant."""
+    from hybridsched.coop.paths import segment_path
+
+    short = f"{PY} {EX / 'py_threads.py'} 400 64"
+    spec = _spec([LONG, short], ["coop"], reps=1, quantum_s=0.005)  # job 0 ends by a signal
+
+    def working_job0():
+        try:  # a process found may end before it is read (the other job, say)
+            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
+                    if "200000" in " ".join(p.cmdline())]
+            # past its start-up: its threads work on the tokens
+            return jobs if jobs and sum(jobs[0].cpu_times()[:2]) > 0.3 else []
+        except psutil.Error:
+            return []
+    th, victim = _killer(working_job0)
+    recs = run_commands_once(spec, "coop", 0)
+    th.join()
+    assert victim, "job 0 was never seen working"
+    assert not recs[0].verified and recs[0].exit_status == -9 and "SIGKILL" in recs[0].error
+    assert recs[1].verified, (recs[1].error, recs[1].err_tail)
+    assert _state(victim[0]) == "gone"
+    assert not os.path.exists(segment_path())

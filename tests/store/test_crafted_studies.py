@@ -1,0 +1,264 @@
+"""Every reader of a study (report, fit, merge, resume) on a crafted or damaged file: one
+line and exit 2, never a traceback; and the version-1 files written before issue 9 (the
+fixtures) still read back through all of them."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from hybridsched import cli, store
+from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
+from repo import FIXTURES
+
+V1 = os.path.join(FIXTURES, "study-v1.h5")            # written by the pre-issue-9 writer
+V1_OLD = os.path.join(FIXTURES, "study-v1-old.h5")    # same, without pipe_batch/inflight
+V1_SPEC = ["-s", "serial,dynamic,pipe-1to1,aimd", "-k", "1,2", "-L", "8", "--height", "8",
+           "--width", "16"]
+TINY = ["-s", "serial,dynamic", "-k", "1,2,3", "-L", "4", "--height", "8", "--width", "8",
+        "--reps", "1"]
+
+
+def _record(scheduler: str, k: int, t: float) -> RunRecord:
+    workers = np.zeros(k, WORKER_DTYPE)
+    workers["worker"] = range(k)
+    workers["end"] = t
+    trace = np.zeros(1, TRACE_DTYPE)
+    trace["count"] = 4
+    return RunRecord(RunConfig(scheduler, k, 4, 8, 8), "serial" if scheduler == "serial" else
+                     "thread", t, True, workers_used=k, workers=workers, trace=trace)
+
+
+@pytest.fixture
+def base(tmp_path) -> str:
+    path = str(tmp_path / "base.h5")
+    with store.StudyWriter(path, {"N": 2}, {}) as w:
+        for s, k, t in (("serial", 1, 0.4), ("dynamic", 1, 0.41), ("dynamic", 2, 0.22),
+                        ("dynamic", 4, 0.2)):
+            w.append(_record(s, k, t))
+    return path
+
+
+def _rewrite_runs(path: str, change) -> None:
+    with h5py.File(path, "a") as h5:
+        rows = h5["runs"][()]
+        change(rows)
+        h5["runs"][...] = rows
+
+
+def _bad_utf8(rows):
+    rows["scheduler"][1] = b"dyn\xff\xfeamic"
+
+
+def _time_inf(rows):
+    rows["time_s"][2] = np.inf
+
+
+def _p_zero(rows):
+    rows["P"][1] = 0
+
+
+def _unknown_workload(rows):  # issue 33 item 20: report and trace took it as a workload
+    rows["workload"][1] = b"nosuchwork"
+
+
+def _verified_bad_rows(rows):  # issue 33 item 20: pooled as a verified run
+    rows["bad_rows"][1] = 10
+
+
+def _time_huge(rows):  # issue 33 item 17: its means overflowed into numpy's warnings
+    rows["time_s"][2] = 1e308
+
+
+def _replace_runs(data):
+    def change(path):
+        with h5py.File(path, "a") as h5:
+            del h5["runs"]
+            h5["runs"] = data
+    return change
+
+
+def _attr(name, value):
+    def change(path):
+        with h5py.File(path, "a") as h5:
+            h5.attrs[name] = value
+    return change
+
+
+CRAFTED = {
+    "scheduler-not-utf8": lambda p: _rewrite_runs(p, _bad_utf8),
+    "time_s-inf": lambda p: _rewrite_runs(p, _time_inf),
+    "P-zero": lambda p: _rewrite_runs(p, _p_zero),
+    "workload-unknown": lambda p: _rewrite_runs(p, _unknown_workload),
+    "verified-with-bad-rows": lambda p: _rewrite_runs(p, _verified_bad_rows),
+    "time_s-1e308": lambda p: _rewrite_runs(p, _time_huge),
+    "runs-of-ints": _replace_runs(np.arange(4)),
+    "runs-other-fields": _replace_runs(np.zeros(2, [("run_id", "i8"), ("x", "f8")])),
+    "runs-string-time": _replace_runs(np.zeros(2, [(n, "S8" if n == "time_s" else
+                                                    store.RUN_DTYPE[n])
+                                                   for n in store.RUN_DTYPE.names])),
+    "study-not-json": _attr("study", "{not json"),
+    "history-not-json": _attr("study_history", "[{"),
+    "format_version-text": _attr("format_version", "one"),
+    "machine-N-text": _attr("machine.N", "many"),
+}
+
+
+# commands that do not use a crafted field at all, and so may go on without it
+NOT_READ_BY = {"study-not-json": {"report", "fit"}, "history-not-json": {"report", "fit", "merge"},
+               "machine-N-text": {"fit", "merge"}}
+
+
+def _commands(path: str, tmp_path) -> dict[str, list[str]]:
+    return {"report": ["report", path, "--no-plots", "--out-dir", str(tmp_path / "rep")],
+            "fit": ["fit", path, "--model", "amdahl"],
+            "merge": ["merge", path, "-o", str(tmp_path / "merged.h5")],
+            "resume": ["run", *TINY, "--resume", "--out", path]}
+
+
+def _one_line(rc, cap, want_rc=2):
+    assert "Traceback" not in cap.err
+    assert rc == want_rc, cap.err
+    assert len(cap.err.strip().splitlines()) == 1, cap.err
+
+
+@pytest.mark.parametrize("craft", list(CRAFTED.values()), ids=list(CRAFTED))
+def test_crafted_study_gives_one_line_and_exit_2_everywhere(base, tmp_path, capsys, craft):
+    craft(base)
+    before = open(base, "rb").read()
+    which = next(k for k, v in CRAFTED.items() if v is craft)
+    for name, argv in _commands(base, tmp_path).items():
+        rc = cli.main(argv)
+        cap = capsys.readouterr()
+        if name in NOT_READ_BY.get(which, ()):
+            assert rc == 0 and "Traceback" not in cap.err, (name, cap.err)
+        else:
+            _one_line(rc, cap)
+    assert open(base, "rb").read() == before  # resume refused before touching it
+    if not NOT_READ_BY.get(which):
+        assert not os.path.exists(tmp_path / "merged.h5")
+
+
+def test_a_study_holding_two_tensors_is_named_once_by_merge(base, tmp_path, capsys):
+    """Issue 33 item 20: the refusal named the same file twice, once per tensor."""
+    _rewrite_runs(base, lambda rows: rows["seed"].__setitem__(1, 7))
+    other = str(tmp_path / "other.h5")
+    shutil.copy(base, other)
+    _rewrite_runs(other, lambda rows: rows["seed"].__setitem__(slice(None), 0))
+    assert cli.main(["merge", other, base, "-o", str(tmp_path / "m.h5")]) == 2
+    err = capsys.readouterr().err
+    assert f"merge: {base} itself holds runs of 2 tensors" in err and err.count(base) == 1, err
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def _ge_study(tmp_path) -> str:
+    path = str(tmp_path / "ge.h5")
+    assert cli.main(["ge", "--arch", "A0", "--n", "64", "--threads", "2", "--reps", "1",
+                     "-o", path]) == 0
+    return path
+
+
+@pytest.mark.parametrize("damage", ["field-dropped", "field-retyped", "text-not-utf8"])
+def test_merge_refuses_a_side_table_that_report_refuses(tmp_path, capsys, damage):
+    """Issue 33 item 19: merge copied an invalid /ge (exit 0) that report then refused; a
+    retyped field gave report a traceback."""
+    path = _ge_study(tmp_path)
+    with h5py.File(path, "a") as h5:
+        rows = h5["ge"][()]
+        names = rows.dtype.names
+        if damage == "field-dropped":
+            keep = [(n, rows.dtype[n]) for n in names if n != "error"]
+        else:
+            keep = [(n, "f8" if n == "verified" and damage == "field-retyped" else rows.dtype[n])
+                    for n in names]
+        new = np.zeros(len(rows), keep)
+        for n, _ in keep:
+            new[n] = rows[n]
+        if damage == "text-not-utf8":
+            new["arch"] = b"A\xff"
+        del h5["ge"]
+        h5["ge"] = new
+    capsys.readouterr()
+    for argv in (["report", path, "--no-plots", "--out-dir", str(tmp_path / "r")],
+                 ["merge", path, "-o", str(tmp_path / "m.h5")]):
+        _one_line(cli.main(argv), capsys.readouterr())
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def test_a_study_attribute_nested_too_deep_is_not_a_traceback(base, tmp_path, capsys):
+    """Found by issue 33's hostile re-run: report and fit read the study attribute for a
+    simulated study's cores, and a nesting past Python's stack raised RecursionError."""
+    _attr("study", "[" * 100_000 + "]" * 100_000)(base)
+    for argv in (["report", base, "--no-plots", "--out-dir", str(tmp_path / "r")],
+                 ["fit", base, "--model", "amdahl"]):
+        rc = cli.main(argv)
+        err = capsys.readouterr().err
+        assert rc in (0, 2) and "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+def test_merge_refuses_a_side_tables_spec_that_is_not_json(tmp_path, capsys):
+    """Found by issue 33's hostile re-run: a crafted ge_spec gave merge a JSONDecodeError."""
+    path = _ge_study(tmp_path)
+    _attr("ge_spec", "{not json")(path)
+    capsys.readouterr()
+    _one_line(cli.main(["merge", path, "-o", str(tmp_path / "m.h5")]), capsys.readouterr())
+    assert not os.path.exists(tmp_path / "m.h5")
+
+
+def test_study_without_detail_reads_reports_merges_and_resumes(base, tmp_path, capsys):
+    with h5py.File(base, "a") as h5:
+        del h5["detail"]
+    cmds = _commands(base, tmp_path)
+    for name in ("report", "fit", "merge", "resume"):
+        rc = cli.main(cmds[name])
+        cap = capsys.readouterr()
+        assert rc == 0 and "Traceback" not in cap.err, (name, cap.err)
+    assert len(store.read_runs(base)) == 4 + 1  # TINY adds dynamic k=3
+    d = store.read_detail(base, 0)
+    assert len(d.workers) == 0 and d.extra == {} and d.series == {}
+
+
+def test_verified_row_whose_detail_is_unreadable_still_reports(base, tmp_path, capsys):
+    """What a version-1 writer left on a full disk: a row whose detail is broken."""
+    with h5py.File(base, "a") as h5:
+        del h5["detail/000002/workers"]
+        h5["detail/000002/workers"] = np.arange(3)  # not a worker table
+    rc = cli.main(_commands(base, tmp_path)["report"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in cap.err
+    assert "4 stored, 4 verified" in cap.out
+
+
+# --- version-1 files -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", [V1, V1_OLD], ids=["v1", "v1-without-pipe-fields"])
+def test_version_1_fixture_reads_back_everywhere(fixture, tmp_path, capsys):
+    path = str(tmp_path / "v1.h5")
+    shutil.copy(fixture, path)
+    with h5py.File(path, "a") as h5:  # resume checks the machine: make it this one
+        for key in ("machine.N", "machine.cpus_usable", "machine.cpu_model"):
+            h5.attrs.pop(key, None)
+    runs = store.read_runs(path)
+    assert len(runs) == 14 and runs["verified"].all()
+    assert (runs["pipe_batch"] == 1).all() and (runs["inflight"] == 1).all()
+    aimd = [int(r) for r in runs["run_id"][runs["scheduler"] == "aimd"]]
+    d = store.read_detail(path, aimd[0])
+    assert "aimd_window" in d.series and len(d.series["aimd_window"]) > 0
+    assert len(d.workers) >= 1 and d.trace["count"].sum() == 8
+    rc = cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "rep")])
+    cap = capsys.readouterr()
+    assert rc == 0 and "14 stored, 14 verified" in cap.out, cap.err
+    rc = cli.main(["fit", path, "--model", "amdahl"])
+    assert rc == 0, capsys.readouterr().err
+    rc = cli.main(["merge", path, V1 if fixture == V1_OLD else V1_OLD, "-o", str(tmp_path / "m.h5")])
+    assert rc == 0, capsys.readouterr().err
+    assert len(store.read_runs(str(tmp_path / "m.h5"))) == 28
+    rc = cli.main(["run", *V1_SPEC, "--reps", "3", "--resume", "--out", path])
+    cap = capsys.readouterr()
+    assert rc == 0 and "14 of 21 runs already stored" in cap.err, cap.err
+    after = store.read_runs(path)
+    assert len(after) == 21 and np.array_equal(after[:14], runs)
