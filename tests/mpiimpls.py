@@ -329,6 +329,31 @@ class Launcher:
         return removed
 
 
+def clean_after(since: float, settle_s: float = 10.0) -> list[str]:
+    """What any MPI left since ``since`` (a job the test launched without the ``mpi``
+    fixture's watch: the hostile cases), removed once no process holds it; a rank still
+    dying holds its segment a moment longer, so the held ones are looked at again until
+    ``settle_s`` passes (one held by another test's live job stays). Returns the removed."""
+    patterns = tuple(p for impl in IMPLEMENTATIONS for p in impl.leftovers)
+    pattern = re.compile("(?:" + "|".join(patterns) + ")$")
+    deadline = time.monotonic() + settle_s
+    removed: list[str] = []
+    while True:
+        removed += [p for p in _orphans(patterns, since) if _remove(p)]
+        left = [n for n in os.listdir("/dev/shm") if pattern.match(os.path.join("/dev/shm", n))
+                and _ctime(os.path.join("/dev/shm", n)) >= since]
+        if not left or time.monotonic() > deadline:
+            return removed
+        time.sleep(0.05)
+
+
+def _ctime(path: str) -> float:
+    try:
+        return os.lstat(path).st_ctime
+    except OSError:
+        return 0.0
+
+
 def _orphans(patterns: tuple[str, ...], since: float) -> list[str]:
     """The entries of /dev/shm and the temporary folder named as ``patterns`` say, made
     since ``since``, that no process maps or holds open: MPI's leftovers of jobs that

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import fnmatch
 import tempfile
+import time
 from pathlib import Path
 
+import mpiimpls
 import pytest
 
 from hostile import common
@@ -63,14 +65,24 @@ def _params(area: str) -> list:
             for c in common.CASES if c.area == area]
 
 
+# the areas whose cases launch MPI jobs: what MPI leaves of a rank that failed or was killed
+# (MPICH's /dev/shm/mpich_shm_*) goes after the case, as the `mpi` fixture does for its tests
+MPI_MODULES = {mpi.__name__, docs.__name__, issue33.__name__}
+
+
 def _check(case: common.Case) -> None:
     # a directory of its own, named as the old runner named it: pytest's tmp_path holds the
     # case's name, which a case that counts the lines naming a word would count too
-    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
-        try:
-            problem = case.fn(Path(tmp))
-        except common.Skip as exc:
-            pytest.skip(str(exc))
+    started = time.time() - 1.0  # ctime has a coarser clock than time()
+    try:
+        with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+            try:
+                problem = case.fn(Path(tmp))
+            except common.Skip as exc:
+                pytest.skip(str(exc))
+    finally:
+        if case.fn.__module__ in MPI_MODULES:
+            mpiimpls.clean_after(started)
     assert problem is None, problem
 
 
