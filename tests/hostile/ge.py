@@ -22,6 +22,14 @@ def ge(tmp: Path, *argv, env: dict | None = None, out: Path | None = None, timeo
     return hs("ge", *argv, "-o", str(out), env={**ENV, **(env or {})}, timeout=timeout), out
 
 
+def _stored(path: Path) -> bool:
+    """Whether the study at ``path`` holds a run yet (published snapshots only)."""
+    try:
+        return path.exists() and len(rows(path)) > 0
+    except Exception:  # noqa: BLE001 - not a readable study yet
+        return False
+
+
 def rows(path: Path):
     from hybridsched.store import read_table
 
@@ -387,10 +395,9 @@ def _signal(sig: int, code: int):
 
         out = tmp / "s.h5"
         p = start("ge", *_LONG, "-o", str(out))
-        deadline = time.monotonic() + 60
-        while not out.exists() and time.monotonic() < deadline and p.poll() is None:
-            time.sleep(0.05)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 120  # bounds a failure only
+        while time.monotonic() < deadline and p.poll() is None and not _stored(out):
+            time.sleep(0.05)  # until a run is stored: the sweep is inside its runs
         if p.poll() is not None:
             r = finish(p)
             return f"the sweep ended (exit {r.returncode}) before the signal: make it longer"

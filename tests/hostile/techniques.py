@@ -27,7 +27,7 @@ ENV = {"HYBRIDSCHED_NO_LOAD_PROBE": "1"}
 SIZE = ["-k", "2", "-L", "24", "--height", "8", "--width", "16", "--reps", "1"]
 
 TQ = '''
-import os, random, sys, time
+import os, random, sys, threading, time
 import numpy as np
 from hybridsched import Technique
 
@@ -118,14 +118,14 @@ class Stuck(Technique):
     def chunk(self, remaining, request, worker):
         if request >= 1:
             open(os.environ["STUCK_MARK"], "w").close()
-            time.sleep(3600)
+            threading.Event().wait()  # held until the case kills it
         return 1
 
 
 def stuck_kernel(data, first, count):
     if first >= 2:
         open(os.environ["STUCK_MARK"], "w").close()
-        time.sleep(3600)
+        threading.Event().wait()  # held until the case kills it
     data[first:first + count].sort(axis=-1)
 
 
