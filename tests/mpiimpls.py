@@ -335,29 +335,18 @@ def clean_after(since: float, settle_s: float = 10.0) -> list[str]:
     dying holds its segment a moment longer, so the held ones are looked at again until
     ``settle_s`` passes (one held by another test's live job stays). Returns the removed."""
     patterns = tuple(p for impl in IMPLEMENTATIONS for p in impl.leftovers)
-    pattern = re.compile("(?:" + "|".join(patterns) + ")$")
     deadline = time.monotonic() + settle_s
     removed: list[str] = []
     while True:
         removed += [p for p in _orphans(patterns, since) if _remove(p)]
-        left = [n for n in os.listdir("/dev/shm") if pattern.match(os.path.join("/dev/shm", n))
-                and _ctime(os.path.join("/dev/shm", n)) >= since]
-        if not left or time.monotonic() > deadline:
+        if not _made_since(patterns, since) or time.monotonic() > deadline:
             return removed
         time.sleep(0.05)
 
 
-def _ctime(path: str) -> float:
-    try:
-        return os.lstat(path).st_ctime
-    except OSError:
-        return 0.0
-
-
-def _orphans(patterns: tuple[str, ...], since: float) -> list[str]:
+def _made_since(patterns: tuple[str, ...], since: float) -> list[str]:
     """The entries of /dev/shm and the temporary folder named as ``patterns`` say, made
-    since ``since``, that no process maps or holds open: MPI's leftovers of jobs that
-    ended (one being made is held open by its maker from the first moment)."""
+    since ``since``."""
     if not patterns:
         return []
     pattern = re.compile("(?:" + "|".join(patterns) + ")$")
@@ -374,6 +363,13 @@ def _orphans(patterns: tuple[str, ...], since: float) -> list[str]:
                     found.append(path)
             except OSError:
                 pass
+    return found
+
+
+def _orphans(patterns: tuple[str, ...], since: float) -> list[str]:
+    """Those of :func:`_made_since` that no process maps or holds open: MPI's leftovers of
+    jobs that ended (one being made is held open by its maker from the first moment)."""
+    found = _made_since(patterns, since)
     if not found:
         return []
     used: set[str] = set()
