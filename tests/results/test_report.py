@@ -275,3 +275,35 @@ def test_standalone_analysis_script_keeps_mpi_ranks_apart(tmp_path):
     assert "| 2 | 500.00 | 2.000 | 1.000 |" in res.stdout      # P = 1: σ 2 over 2 units
     assert "| 2 | 300.00 | 3.333 | 0.833 |" in res.stdout      # P = 2: σ 3.33 over 4 units
     assert "400.00" not in res.stdout                          # no mean across P
+
+
+@pytest.mark.parametrize("kind", ["runs", "colocate"])
+def test_report_reads_the_study_once(kind, tmp_path, monkeypatch, capsys):
+    """Issue 36 item 4: the report's every section (tables, Gantt charts, task costs, the
+    portfolio's imbalances, side tables) reads from one open of the file (20 before, for a
+    study with techniques and traces)."""
+    import h5py
+
+    if kind == "runs":
+        path = str(tmp_path / "s.h5")
+        assert cli.main(["run", "-s", "serial,dynamic,fac2", "-k", "1,2", "-L", "16", "--height", "16",
+                         "--width", "16", "--reps", "2", "--seed", "1", "--out", path]) == 0
+    else:
+        path = os.path.join(ROOT, "tests", "fixtures", "colocate-v2.h5")
+    capsys.readouterr()
+    opened: list[str] = []
+
+    class Counted(h5py.File):
+        def __init__(self, name, *args, **kwargs):
+            opened.append(os.fspath(name))
+            super().__init__(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", Counted)
+    assert cli.main(["report", path, "--out-dir", str(tmp_path / "r")]) == 0
+    files = os.listdir(tmp_path / "r")
+    assert opened == [path]
+    if kind == "runs":  # the sections that read per-run detail did run
+        assert "gantt_dynamic.png" in files and "task_costs_0.png" in files
+        assert "## Every technique at k = N" in capsys.readouterr().out  # the portfolio's imbalances
+    else:
+        assert "colocate_summary.csv" in files

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy
-from ..store import TableWriter, read_table
+from ..store import StudyFile, TableWriter, opened
 from .spec import JobRecord
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731
@@ -75,10 +75,11 @@ def _decoded(dtype: np.dtype) -> np.dtype:
                      for n in dtype.names or ()])
 
 
-def read_colocate(path: str) -> np.ndarray:
-    """The ``/colocate`` rows of a study (strings decoded, any format version in today's
-    layout); empty if it has none."""
-    raw = read_table(path, "colocate")
+def read_colocate(source: str | StudyFile) -> np.ndarray:
+    """The ``/colocate`` rows of a study (a path, or one open; strings decoded, any format
+    version in today's layout); empty if it has none."""
+    with opened(source) as study:
+        raw, path = study.table("colocate"), study.path
     if raw.dtype.names is None:  # no table
         return np.zeros(0, _decoded(COLOCATE_DTYPE))
     try:

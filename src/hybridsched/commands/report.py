@@ -5,23 +5,25 @@ import sys
 
 from ..errors import UsageError
 from ..results.files import default_out_dir
-from ..results.data import load_study
+from ..results.data import load_open
 from ..results.report import build_report
 from ..results.sections import side_report
+from ..store import StudyFile
 from .common import PROG
 
 
 def main(args) -> int:
-    study = load_study(args.file)
-    out_dir = args.out_dir or default_out_dir(args.file)
-    text: str | None
-    try:
-        if len(study.runs):
-            text, files = build_report(study, out_dir, plots=not args.no_plots)
-        else:  # a `ge` or `colocate` study: its side tables only
-            text, files = side_report(study, out_dir, plots=not args.no_plots)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    with StudyFile(args.file) as source:  # every section reads from this one open
+        study = load_open(source)
+        out_dir = args.out_dir or default_out_dir(args.file)
+        text: str | None
+        try:
+            if len(study.runs):
+                text, files = build_report(study, out_dir, plots=not args.no_plots)
+            else:  # a `ge` or `colocate` study: its side tables only
+                text, files = side_report(study, out_dir, plots=not args.no_plots)
+        except OSError as exc:
+            raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
     if text is None:
         print(f"{args.file}: the study holds no runs yet")
         return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from ..store import TableWriter, has_table, read_attrs, read_table
+from ..store import StudyFile, TableWriter, has_table, opened, read_attrs
 
 GE_VERSION = 1      # the /ge row layout
 
@@ -52,9 +52,10 @@ def has_ge(path: str) -> bool:
     return has_table(path, "ge")
 
 
-def read_ge(path: str) -> np.ndarray:
-    """The ``/ge`` rows, byte strings decoded to str."""
-    return read_table(path, "ge", GE_DTYPE)
+def read_ge(source: str | StudyFile) -> np.ndarray:
+    """The ``/ge`` rows of a study (a path, or one open), byte strings decoded to str."""
+    with opened(source) as study:
+        return study.table("ge", GE_DTYPE)
 
 
 def read_ge_attrs(path: str) -> dict:

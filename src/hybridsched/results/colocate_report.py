@@ -11,6 +11,7 @@ import numpy as np
 
 from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title
 from .data import fmt
+from ..store import StudyFile
 from .plots import save_png
 
 
@@ -163,11 +164,12 @@ def _plot_title(exp: tuple, mine: list[dict]) -> str:
     return _title(np.zeros(0, [("workload", "U8")]), *exp)
 
 
-def section(path: str, out_dir: str | None, plots: bool, n: int) -> tuple[list[str], list[str]]:
-    """The co-location section of a report (Markdown lines, files) when `path` has rows."""
+def section(study: StudyFile, out_dir: str | None, plots: bool, n: int) -> tuple[list[str], list[str]]:
+    """The co-location section of a report (Markdown lines, files) when the open ``study``
+    has rows."""
     from ..colocate.output import read_colocate
 
-    rows = read_colocate(path)
+    rows = read_colocate(study)
     if len(rows) == 0:
         return [], []
     text, recs = markdown(rows, n)

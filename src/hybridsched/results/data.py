@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import ContextManager
 
 import numpy as np
 
 from ..machine.rule import SHARED_MACHINE
+from ..store import StudyFile, opened
 from . import metrics
 from ..core.capabilities import BASELINE, Family, is_baseline, is_threaded
 
@@ -81,6 +83,14 @@ class Study:
     util: dict[int, tuple[float, float]] = field(default_factory=dict)  # run_id -> (U_thread, U_N)
     foreign: dict[int, float] = field(default_factory=dict)  # run_id -> share of CPUs used by others
     imbalance: dict[int, float] = field(default_factory=dict)  # run_id -> load imbalance of busy time
+    # the open file it was loaded from, for the readers of per-run detail and side tables
+    # (None, or closed, when loaded by load_study: each such reader then opens it again)
+    source: StudyFile | None = field(default=None, repr=False, compare=False)
+
+    def file(self) -> ContextManager[StudyFile]:
+        """The study's file for a ``with`` block: :attr:`source` while it is open, the file at
+        :attr:`path` opened again otherwise."""
+        return opened(self.source or self.path)
 
     def machine_line(self) -> str:
         """The report's machine line: the CPUs the study ran on, or for a simulated study
@@ -136,13 +146,13 @@ def mpi_text(attrs: dict) -> str:
 def load_study(path: str, utilisation: bool = True) -> Study:
     """Read runs, attributes and (optionally) each verified run's Eq. 11/14 utilisations,
     from one open of the file (``store.StudyFile``, which ``fit`` and the simulator share)."""
-    from ..store import StudyFile
-
     with StudyFile(path) as study:
-        return _load(study, utilisation)
+        return load_open(study, utilisation)
 
 
-def _load(study, utilisation: bool) -> Study:
+def load_open(study: StudyFile, utilisation: bool = True) -> Study:
+    """:func:`load_study` from a study the caller holds open; the Study keeps it as its
+    :attr:`Study.source`, so a report reads everything through that one open."""
     path = study.path
     runs = versions_apart(study.runs)
     attrs = study.attrs
@@ -166,7 +176,7 @@ def _load(study, utilisation: bool) -> Study:
             ut = metrics.worker_utilisations(d.workers)
             util[rid] = (float(np.nanmean(ut)) if np.isfinite(ut).any() else math.nan,
                          metrics.many_core_utilisation(d.workers, n))
-    return Study(path, runs, attrs, n, util, foreign, imbalance)
+    return Study(path, runs, attrs, n, util, foreign, imbalance, source=study)
 
 
 SIMULATED_MARK = " [sim]"  # a simulated row's scheduler in a study that also holds measured ones

@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 
+from ..store import StudyFile
 from .plots import save_png
 
 STAGES = ("create", "forward", "back", "total")
@@ -164,13 +165,12 @@ def write_outputs(ge: np.ndarray, out_dir: str | None, plots: bool) -> list[str]
     return files
 
 
-def section(path: str, out_dir: str | None, plots: bool) -> tuple[list[str], list[str]]:
-    """The GE section of a report (Markdown lines, files) when `path` has /ge rows."""
-    from ..ge.output import has_ge, read_ge
+def section(study: StudyFile, out_dir: str | None, plots: bool) -> tuple[list[str], list[str]]:
+    """The GE section of a report (Markdown lines, files) when the open ``study`` has /ge
+    rows."""
+    from ..ge.output import read_ge
 
-    if not has_ge(path):
-        return [], []
-    ge = read_ge(path)
+    ge = read_ge(study)
     if len(ge) == 0:
         return [], []
     return ["", ge_markdown(ge)], write_outputs(ge, out_dir, plots)

@@ -64,17 +64,14 @@ def _of(runs: np.ndarray, workload: str) -> np.ndarray:
 
 def imbalances(study: Study, runs: np.ndarray) -> dict[tuple, float]:
     """Mean percent load imbalance per configuration (summarise's key) over verified runs."""
-    from ..store import iter_details
-
     ids = runs["run_id"][runs["verified"]]
     by_id = {int(r["run_id"]): r for r in runs}
     acc: dict[tuple, list[float]] = {}
-    for rid, d in iter_details(study.path, ids):
-        if d is None or len(d.workers) == 0:
-            continue
-        lam = percent_imbalance(d.workers["end"])
-        if not math.isnan(lam):
-            acc.setdefault(_key(by_id[rid]), []).append(lam)
+    with study.file() as source:
+        for rid, d in source.details(ids):
+            lam = percent_imbalance(d.workers["end"]) if d is not None and len(d.workers) else math.nan
+            if not math.isnan(lam):
+                acc.setdefault(_key(by_id[rid]), []).append(lam)
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 

@@ -220,5 +220,5 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
     files += task_files
     from .sections import side_sections  # the file's `ge` and `colocate` tables, if any
 
-    side_md, side_files = side_sections(study.path, out_dir, plots, study.n)
+    side_md, side_files = side_sections(study, out_dir, plots)
     return "\n".join(head + body + side_md), files + side_files

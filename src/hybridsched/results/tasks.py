@@ -46,9 +46,9 @@ def _cost_run(study: Study, mask: np.ndarray):
 def task_costs(study: Study, run_id: int) -> tuple[np.ndarray, int]:
     """Per-task seconds from a run's chunk trace (a chunk's time shared by its tasks) and
     the number of chunks."""
-    from ..store import iter_details
-
-    for _, d in iter_details(study.path, [run_id]):
+    with study.file() as source:
+        details = list(source.details([run_id]))
+    for _, d in details:
         if d is None or not len(d.trace):
             return np.zeros(0), 0
         t = d.trace

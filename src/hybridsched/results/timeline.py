@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
-from ..store import Detail, read_detail
+from ..store import Detail, StudyFile, opened
 from ..core.capabilities import is_baseline
 
 
@@ -88,12 +88,13 @@ def select(runs: np.ndarray, run_id: int | None = None, scheduler: str | None = 
     return cand[order[0]]
 
 
-def load(path: str, row: np.ndarray) -> RunTrace:
-    """The RunTrace of one /runs row of ``path``."""
-    d = read_detail(path, int(row["run_id"]))
+def load(source: str | StudyFile, row: np.ndarray) -> RunTrace:
+    """The RunTrace of one /runs row of the study ``source`` (a path, or a study open)."""
+    with opened(source) as study:
+        d = study.detail(int(row["run_id"]))
     if len(d.trace) == 0 and len(d.workers) == 0:
         why = "" if row["verified"] else f" (it failed: {str(row['error'])[:120] or 'unverified'})"
-        raise UsageError(f"{path}: run {int(row['run_id'])} has no stored trace{why}")
+        raise UsageError(f"{study.path}: run {int(row['run_id'])} has no stored trace{why}")
     sim = "simulated" in (row.dtype.names or ()) and bool(row["simulated"])
     return RunTrace(int(row["run_id"]), str(row["scheduler"]), str(row["family"]), int(row["P"]),
                     int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d, sim)
@@ -193,27 +194,34 @@ def report_gantts(study, rows, out_dir: str) -> list[str]:
     """One Gantt per scheduler at k = N (the largest k ≤ N the study has), smallest L, first
     verified repetition of its paper-protocol variant (else its first variant):
     ``gantt_<scheduler>.png``. Runs without a stored trace are skipped."""
-    import os
-
     from .data import k_at_n
-    from .plots import safe_name
 
     kn = k_at_n(rows, study.n)
     if kn is None:
         return []
     runs = study.runs[study.runs["verified"] & (study.runs["k"] == kn)]
-    out = []
-    for name in dict.fromkeys(r.scheduler for r in rows if not is_baseline(r.family)):
-        mine = runs[runs["scheduler"] == name]
-        if not len(mine):
-            continue
-        paper = mine[(mine["pipe_batch"] == 1) & (mine["inflight"] == 1) & ~mine["coop"]
-                     & mine["affinity"] & (mine["chunk"] == 0)]
-        mine = paper if len(paper) else mine
-        mine = mine[mine["L"] == mine["L"].min()]
-        try:
-            rt = load(study.path, select(mine))
-        except UsageError:
-            continue
-        out.append(gantt(rt, os.path.join(out_dir, f"gantt_{safe_name(name)}.png")))
+    out: list[str] = []
+    with study.file() as source:
+        for name in dict.fromkeys(r.scheduler for r in rows if not is_baseline(r.family)):
+            _gantt_of(source, runs[runs["scheduler"] == name], name, out_dir, out)
     return out
+
+
+def _gantt_of(source: StudyFile, mine: np.ndarray, name: str, out_dir: str, out: list[str]) -> None:
+    """Append the Gantt chart of scheduler ``name``'s paper-protocol run (of its runs
+    ``mine`` at k = N) to ``out``; nothing where none has a stored trace."""
+    import os
+
+    from .plots import safe_name
+
+    if not len(mine):
+        return
+    paper = mine[(mine["pipe_batch"] == 1) & (mine["inflight"] == 1) & ~mine["coop"]
+                 & mine["affinity"] & (mine["chunk"] == 0)]
+    mine = paper if len(paper) else mine
+    mine = mine[mine["L"] == mine["L"].min()]
+    try:
+        rt = load(source, select(mine))
+    except UsageError:
+        return
+    out.append(gantt(rt, os.path.join(out_dir, f"gantt_{safe_name(name)}.png")))

@@ -10,13 +10,13 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
 from .reader import (Detail, check_ours, iter_details, keys_of, machine_n, open_study,
                      read_attrs, read_detail, read_runs, row_config, simulated_cores,
                      stored_keys, study_settings, study_spec)
-from .studyfile import StudyFile
+from .studyfile import StudyFile, opened
 from .writer import StudyWriter, open_new
 from .tables import TableWriter, has_table, read_table
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS", "RUN_DTYPE",
-           "Detail", "StudyFile", "StudyLock", "StudyWriter", "check_ours", "check_output",
+           "Detail", "StudyFile", "opened", "StudyLock", "StudyWriter", "check_ours", "check_output",
            "conform", "decode", "iter_details", "keys_of", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "row_config",
            "simulated_cores", "stored_keys", "study_settings",

@@ -304,12 +304,15 @@ def _detail(h5: h5py.File, run_id: int) -> Detail:
 
 def read_detail(path: str, run_id: int) -> Detail:
     """(workers, trace, extra, series) of one run; empty where the file holds none."""
-    check_ours(path)
-    with open_study(path) as h5:
-        try:
-            return _detail(h5, run_id)
-        except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
-            raise BadStudy(f"{path}: the detail of run {run_id} cannot be read ({exc})") from None
+    with open_ours(path) as h5:
+        return _checked_detail(path, h5, run_id)
+
+
+def _checked_detail(path: str, h5: h5py.File, run_id: int) -> Detail:
+    try:
+        return _detail(h5, run_id)
+    except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
+        raise BadStudy(f"{path}: the detail of run {run_id} cannot be read ({exc})") from None
 
 
 def iter_details(path: str, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:

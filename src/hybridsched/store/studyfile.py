@@ -6,6 +6,7 @@ reader meets a malformed part where it first asks for it.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable, Iterator
 
 import h5py
@@ -13,7 +14,8 @@ import numpy as np
 
 from ..oslayer.closing import Closing
 from .metadata import typed
-from .reader import Detail, _attrs, _details, _rows, machine_n, open_ours, study_spec
+from .reader import Detail, _attrs, _checked_detail, _details, _rows, machine_n, open_ours, study_spec
+from .tables import table_rows
 
 
 class StudyFile(Closing):
@@ -24,6 +26,7 @@ class StudyFile(Closing):
         self._h5: h5py.File = open_ours(path)
         self._runs: np.ndarray | None = None
         self._attrs: dict | None = None
+        self.closed = False
 
     @property
     def runs(self) -> np.ndarray:
@@ -64,5 +67,26 @@ class StudyFile(Closing):
         (:func:`reader.iter_details`)."""
         return _details(self._h5, run_ids)
 
+    def table(self, table: str, dtype: np.dtype | None = None) -> np.ndarray:
+        """The rows of side table ``/<table>`` (:func:`tables.read_table`)."""
+        return table_rows(self.path, self._h5, table, dtype)
+
+    def detail(self, run_id: int) -> Detail:
+        """One run's detail, empty where none is stored; BadStudy where it is malformed
+        (:func:`reader.read_detail`)."""
+        return _checked_detail(self.path, self._h5, run_id)
+
     def close(self) -> None:
+        self.closed = True
         self._h5.close()
+
+
+@contextlib.contextmanager
+def opened(source: str | StudyFile) -> Iterator[StudyFile]:
+    """``source`` itself when it is a StudyFile still open (left open: its owner closes it),
+    otherwise the study at that path opened for the ``with`` block."""
+    if isinstance(source, StudyFile) and not source.closed:
+        yield source
+        return
+    with StudyFile(source.path if isinstance(source, StudyFile) else source) as study:
+        yield study

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from typing import TypeVar
 
+import h5py
 import numpy as np
 
 from ..errors import BadStudy, UsageError
 from .format import decode
-from .reader import FIELD_KINDS, check_ours, open_study
+from .reader import FIELD_KINDS, check_ours, open_ours, open_study
 from .writer import open_new
 
 _Writer = TypeVar("_Writer", bound="TableWriter")  # a subclass's `with` gives the subclass
@@ -47,8 +48,7 @@ class TableWriter:
 def has_table(path: str, table: str) -> bool:
     """Whether ``path`` is a study with a ``/<table>`` dataset (False for anything else)."""
     try:
-        check_ours(path)
-        with open_study(path) as h5:
+        with open_ours(path) as h5:
             return table in h5
     except (UsageError, OSError):
         return False
@@ -57,14 +57,18 @@ def has_table(path: str, table: str) -> bool:
 def read_table(path: str, table: str, dtype: np.dtype | None = None) -> np.ndarray:
     """The rows of ``/<table>`` (strings decoded); empty when the study has none. With
     ``dtype`` every field it names must be present (BadStudy otherwise)."""
-    check_ours(path)
-    with open_study(path) as h5:
-        if table not in h5:
-            return np.zeros(0, dtype) if dtype is not None else np.zeros(0)
-        ds = h5[table]
-        if not hasattr(ds, "dtype") or ds.dtype.names is None or ds.ndim != 1:
-            raise BadStudy(f"{path}: /{table} is not a table")
-        raw = ds[()]
+    with open_ours(path) as h5:
+        return table_rows(path, h5, table, dtype)
+
+
+def table_rows(path: str, h5: h5py.File, table: str, dtype: np.dtype | None = None) -> np.ndarray:
+    """:func:`read_table` from a study already open as ``h5``."""
+    if table not in h5:
+        return np.zeros(0, dtype) if dtype is not None else np.zeros(0)
+    ds = h5[table]
+    if not hasattr(ds, "dtype") or ds.dtype.names is None or ds.ndim != 1:
+        raise BadStudy(f"{path}: /{table} is not a table")
+    raw = ds[()]
     if dtype is not None:
         raw = _conformed(path, table, raw, np.dtype(dtype))
     try:
