@@ -516,3 +516,37 @@ def test_calibration_files_that_are_not_files_nested_or_misspelt_are_one_line(tm
                "-o", "x.h5", cwd=tmp_path)
         assert says in one_line_error(p), name
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_validate_simulates_the_chunk_search_of_a_chunk_auto_study(tmp_path):
+    """A study run with --chunk auto: --validate ended in an IndexError traceback (chunk -1
+    reached the model). The model now searches as the backend does (policies.search_chunk
+    over simulated trial runs) and says what it chose."""
+    meas = str(tmp_path / "auto.h5")
+    assert hs("run", "-s", "serial,pipe-1to1,pipe-MtoM", "-k", "2", "-L", "32", "--height", "16",
+              "--width", "16", "--chunk", "auto", "--reps", "1", "--seed", "1", "-o", meas,
+              cwd=tmp_path).returncode == 0
+    p = hs("simulate", "--validate", meas, cwd=tmp_path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    table = p.stdout.split("\n\n")[1].splitlines()  # the per-configuration table
+    assert sorted(r.split(" | ")[2] for r in table if "| 2 | auto |" in r) == ["pipe-1to1", "pipe-MtoM"]
+    costs = np.full(32, 1e-4)
+    cfg = RunConfig("pipe-1to1", 2, 32, 16, 16, chunk=policies.AUTO_CHUNK)
+    rec = simulate(cfg, costs, None, 2, ZERO)
+    assert rec.verified and rec.chunk_used >= 1 and f"auto chunk={rec.chunk_used}" in rec.notes
+    assert rec.trace["count"].max() == rec.chunk_used
+
+
+def test_search_chunk_finds_the_minimum_of_a_u_shaped_time_and_stops_climbing():
+    """One search for the backend and the simulator: the candidates 1, 2, 4, ... until two
+    in a row are 1.5x the best, then the refinements around the best."""
+    tried: list[int] = []
+
+    def time_of(c):
+        tried.append(c)
+        return abs(c - 12) + 1.0
+
+    best, times = policies.search_chunk(10_000, 2, time_of)
+    assert best == 12 and set(times) == set(tried)
+    # 32 and 64 are each more than 1.5x the best so far (5): the climb stops there
+    assert tried == [1, 2, 4, 8, 16, 32, 64, 6, 12]  # then 8's neighbours 6 and 12

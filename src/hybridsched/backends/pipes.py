@@ -62,10 +62,6 @@ MAX_INFLIGHT = MAX_BATCH
 # machine, each one costs a full untimed run.
 AUTO_RECHECK = 3
 
-# The first pass stops after two sizes in a row slower than this factor times the best so
-# far: lower saves trials, but noise may then stop it before the true minimum.
-AUTO_STOP = 1.5
-
 def _chunks(job: Job, c: int):
     return list(pol.fcfs_chunks(job.frames, partial(pol.dynamic_size, k=job.k, c=c)))
 
@@ -356,27 +352,13 @@ def auto_chunk(job: Job) -> tuple[int, dict[int, float]]:
     original = job.original
     if original is None:
         raise UsageError("--chunk auto needs the original tensor to rerun trials on")
-    times: dict[int, float] = {}
 
-    def trial(c: int) -> None:
+    def trial(c: int) -> float:
         np.copyto(job.work, original)
-        t = _run(job, c).seconds
-        times[c] = min(t, times.get(c, t))
+        return _run(job, c).seconds
 
-    worse = 0
-    for c in pol.chunk_candidates(job.frames, job.k):
-        trial(c)
-        # time against chunk is roughly U-shaped: stop climbing once it is clearly rising
-        worse = worse + 1 if times[c] > AUTO_STOP * min(times.values()) else 0
-        if worse == 2:
-            break
-    for c in pol.chunk_refinements(min(times, key=times.__getitem__), job.frames, job.k, list(times)):
-        trial(c)
-    # one noisy trial can crown the wrong size: time the leaders again, keep each one's best
-    for c in sorted(times, key=times.__getitem__)[:AUTO_RECHECK]:
-        trial(c)
+    best, times = pol.search_chunk(job.frames, job.k, trial, AUTO_RECHECK)
     np.copyto(job.work, original)
-    best = min(times, key=times.__getitem__)
     job.memory.chunks[key] = (best, times)
     return best, times
 

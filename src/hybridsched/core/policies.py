@@ -466,3 +466,34 @@ def chunk_refinements(best: int, n: int, k: int, tried: Sequence[int]) -> list[i
     top = max(1, -(-n // k))
     near = {max(1, (best * 3) // 4), min(top, (best * 3 + 1) // 2)}
     return sorted(c for c in near if c not in tried)
+
+
+# The first pass stops after two sizes in a row slower than this factor times the best so
+# far: lower saves trials, but noise may then stop it before the true minimum.
+AUTO_STOP = 1.5
+
+
+def search_chunk(n: int, k: int, time_of: Callable[[int], float],
+                 recheck: int = 0) -> tuple[int, dict[int, float]]:
+    """``--chunk auto``'s search, for the backend and the simulator alike: time
+    :func:`chunk_candidates` in order (stopping after two in a row AUTO_STOP times the best),
+    then :func:`chunk_refinements` around the best, then the ``recheck`` fastest once more
+    (each size keeps its best). Returns (the fastest chunk, seconds per size)."""
+    times: dict[int, float] = {}
+
+    def trial(c: int) -> None:
+        t = time_of(c)
+        times[c] = min(t, times.get(c, t))
+
+    worse = 0
+    for c in chunk_candidates(n, k):
+        trial(c)
+        # time against chunk is roughly U-shaped: stop climbing once it is clearly rising
+        worse = worse + 1 if times[c] > AUTO_STOP * min(times.values()) else 0
+        if worse == 2:
+            break
+    for c in chunk_refinements(min(times, key=times.__getitem__), n, k, list(times)):
+        trial(c)
+    for c in sorted(times, key=times.__getitem__)[:recheck]:  # one noisy trial can mislead
+        trial(c)
+    return min(times, key=times.__getitem__), times

@@ -73,25 +73,47 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
     info = registry.get(cfg.scheduler)
     if cum is None:
         cum = np.concatenate([[0.0], np.cumsum(costs)])
+    searched = ""
     if cfg.P > 1:
         out, disp, k = _split(cfg, costs, cum, cores, ov, split, split_params, memory), None, cfg.P
     else:
-        out, disp = execute(cfg.scheduler, costs, cum, cfg.k, cfg.chunk, cores, ov,
+        chunk = cfg.chunk
+        if chunk == pol.AUTO_CHUNK and info.chunk_search:
+            chunk, searched = auto_chunk(cfg, costs, cum, cores, ov)
+        out, disp = execute(cfg.scheduler, costs, cum, cfg.k, chunk, cores, ov,
                             cfg.affinity, cfg.coop, dict(cfg.params), cfg.dispatch, memory)
         k = len(out.start)
     workers, trace = _tables(out, k, None if not cfg.affinity else list(range(cores)))
     ok = covered_once(trace, len(costs))
     technique = disp.technique() if disp is not None else ""
     tech, digest = registry.identity(cfg.scheduler, technique)
-    notes = f"simulated on {cores} cores" + (f"; {disp.notes()}" if disp is not None and disp.notes() else "")
+    notes = (f"simulated on {cores} cores" + (f"; {searched}" if searched else "")
+             + (f"; {disp.notes()}" if disp is not None and disp.notes() else ""))
     extra = {"simulated": {"cores": cores, "costs": source, "split": split if cfg.P > 1 else ""}}
     if cfg.P > 1 and ":" in split and split_params:
         extra["simulated"]["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
     chunk_used = info.resolve_chunk(cfg.chunk, len(costs)) if not info.baseline else len(costs)
+    if searched:
+        chunk_used = chunk
     return RunRecord(cfg, str(info.family), out.makespan, ok, bad_rows=0 if ok else -1,
                      chunk_used=max(0, chunk_used), workers_used=k, notes=notes,
                      workers=workers, trace=trace, extra=extra, technique=tech,
                      technique_hash=digest, simulated=True)
+
+
+def auto_chunk(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray, cores: int,
+               ov: Overheads) -> tuple[int, str]:
+    """``--chunk auto`` simulated as the backend runs it (for ``--validate`` of a measured
+    study's auto runs; a simulated study takes explicit chunks, and a run over P > 1 ranks
+    never searches): :func:`policies.search_chunk` over simulated trial runs (each with a memory of its own, so the trials teach the study's
+    loops nothing). Returns (the chunk, the notes' line the real run writes)."""
+    def trial(c: int) -> float:
+        return execute(cfg.scheduler, costs, cum, cfg.k, c, cores, ov, cfg.affinity, cfg.coop,
+                       dict(cfg.params), cfg.dispatch, Memory())[0].makespan
+
+    best, times = pol.search_chunk(len(costs), cfg.k, trial)
+    tried = " ".join(f"{c}:{t * 1e3:.0f}" for c, t in sorted(times.items()))
+    return best, f"auto chunk={best} (ms per size {tried})"
 
 
 def _split(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..core import policies as pol
 from ..core.capabilities import BASELINE
 
 # The issue's bar for "ranked the same": the simulated favourite, as measured, within this
@@ -61,13 +62,17 @@ def compare(pairs) -> Validation:
     return out
 
 
+def _chunk_text(c: int) -> str:
+    return "auto" if c == pol.AUTO_CHUNK else str(c) if c else "def"
+
+
 def print_validation(v: Validation, path: str) -> None:
     print(f"# simulate --validate {path}\n")
     print("| workload | L | scheduler | k | chunk | affinity | coop | measured (ms) | "
           "simulated (ms) | error |")
     print("|---|---:|---|---:|---:|:---:|:---:|---:|---:|---:|")
     for (wl, L, s, k, c, aff, coop), mm, sm, err in v.rows:
-        print(f"| {wl} | {L} | {s} | {k} | {c or 'def'} | {'on' if aff else 'off'} | "
+        print(f"| {wl} | {L} | {s} | {k} | {_chunk_text(c)} | {'on' if aff else 'off'} | "
               f"{'yes' if coop else 'no'} | {mm * 1e3:.2f} | {sm * 1e3:.2f} | {err:+.1%} |")
     errs = v.errors
     if errs:
