@@ -282,3 +282,49 @@ def test_a_holder_whose_own_threads_wait_is_asked_to_rotate_early(sibling_waits,
     assert len(acted) == (1 if sibling_waits else 0)
     dog._look(st, bound, bound)
     assert len(acted) == 1  # the full bound for the other; one act per bound for a sibling's
+
+
+def _lock_traps(policy: dict, seg: str, argv_of) -> dict:
+    """{"contend": (traps, calls), "alone": ...} of one run each on one token, the wait
+    policy's variables ``policy`` set."""
+    out = {}
+    for how in ("contend", "alone"):
+        with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+            env = {k: v for k, v in os.environ.items() if k not in WAIT_POLICY_ENV}
+            env.update(policy)
+            env.update(job.env(env))
+            p = subprocess.run(argv_of(how), env=env, capture_output=True, text=True, timeout=120)
+            counts = job.counters()
+        assert p.returncode == 0 and p.stdout == "ok\n", (how, p.stdout, p.stderr)
+        out[how] = (counts.traps, counts.calls)
+    return out
+
+
+@pytest.mark.parametrize("loaded", ["linked", "dlopened privately"])
+def test_a_contended_openmp_lock_waits_parked_without_a_trap(seg, shim_lib, tmp_path, loaded):
+    """omp_set_lock is interposed (wrap_omp.c): under a passive wait policy a lock that is
+    held is waited for parked, its futex wait and the unlock's wake run natively — the
+    contended run traps (almost) no more than the one that never asks for the lock, where
+    each wait and each wake trapped before (~2.4 µs a trap). The runtime's own function is found also when libgomp
+    came privately with a dlopen'ed library (RTLD_LOCAL: not in the global scope)."""
+    if loaded == "linked":
+        exe = build("omp_lock_wait", tmp_path)
+        argv_of = lambda how: [exe, how]  # noqa: E731
+    else:
+        lib = build("omp_lock_wait", tmp_path, "-shared", "-fPIC", "-DAS_LIBRARY")
+        exe = build("dlopen_run", tmp_path, "-ldl")
+        argv_of = lambda how: [exe, lib, how]  # noqa: E731
+    got = _lock_traps(WAIT_POLICY_ENV, seg, argv_of)
+    # 10 contended waits: 20 more traps before (a wait and a wake each); the end of the
+    # parallel region, whose order of arrival differs, may trap once or twice more
+    assert got["contend"][0] - got["alone"][0] <= 2, got
+    assert got["contend"][1] - got["alone"][1] >= 5, got  # the waits gave the token up
+
+
+def test_a_spinning_openmp_runtime_keeps_its_lock_waits_for_the_trap(seg, shim_lib, tmp_path):
+    """Without a passive policy libgomp spins before it waits, which must happen holding
+    the token: omp_set_lock then goes straight through and the trap catches the wait. (A
+    spin of one round, so that every wait outlasts it whatever the machine's load.)"""
+    exe = build("omp_lock_wait", tmp_path)
+    got = _lock_traps({"GOMP_SPINCOUNT": "1"}, seg, lambda how: [exe, how])
+    assert got["contend"][0] - got["alone"][0] >= 5, got  # the waits after the spin
