@@ -238,6 +238,23 @@ def no_thread_left():
 
 
 @pytest.fixture
+def h5_opens(monkeypatch) -> list[str]:
+    """The paths of every HDF5 file opened from now on in this process, in order (a test
+    of how often a reader opens a study)."""
+    import h5py
+
+    opened: list[str] = []
+
+    class Counted(h5py.File):
+        def __init__(self, name, *args, **kwargs):
+            opened.append(os.fspath(name))
+            super().__init__(name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py, "File", Counted)
+    return opened
+
+
+@pytest.fixture
 def tmp_h5(tmp_path):
     return str(tmp_path / "study.h5")
 

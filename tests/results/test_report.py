@@ -278,12 +278,10 @@ def test_standalone_analysis_script_keeps_mpi_ranks_apart(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["runs", "colocate"])
-def test_report_reads_the_study_once(kind, tmp_path, monkeypatch, capsys):
+def test_report_reads_the_study_once(kind, tmp_path, request, capsys):
     """Issue 36 item 4: the report's every section (tables, Gantt charts, task costs, the
     portfolio's imbalances, side tables) reads from one open of the file (20 before, for a
     study with techniques and traces)."""
-    import h5py
-
     if kind == "runs":
         path = str(tmp_path / "s.h5")
         assert cli.main(["run", "-s", "serial,dynamic,fac2", "-k", "1,2", "-L", "16", "--height", "16",
@@ -291,14 +289,7 @@ def test_report_reads_the_study_once(kind, tmp_path, monkeypatch, capsys):
     else:
         path = os.path.join(ROOT, "tests", "fixtures", "colocate-v2.h5")
     capsys.readouterr()
-    opened: list[str] = []
-
-    class Counted(h5py.File):
-        def __init__(self, name, *args, **kwargs):
-            opened.append(os.fspath(name))
-            super().__init__(name, *args, **kwargs)
-
-    monkeypatch.setattr(h5py, "File", Counted)
+    opened = request.getfixturevalue("h5_opens")  # counted from here on
     assert cli.main(["report", path, "--out-dir", str(tmp_path / "r")]) == 0
     files = os.listdir(tmp_path / "r")
     assert opened == [path]

@@ -112,7 +112,7 @@ def test_resume_refuses_another_tensor(tmp_path, capsys):
     assert sorted(runs["rep"].tolist()) == [0, 1]
 
 
-def test_resume_reads_the_study_once(tmp_path, monkeypatch, capsys):
+def test_resume_reads_the_study_once(tmp_path, request, capsys):
     """Issue 36 item 4: --resume's checks (which kind of study, its settings and history,
     the machine, the techniques that ran, the stored runs) take all they read from one
     open of the file (ten before)."""
@@ -125,14 +125,7 @@ def test_resume_reads_the_study_once(tmp_path, monkeypatch, capsys):
                      "--width", "8", "--reps", "1", "--seed", "1", "--out", out]) == 0
     spec = StudySpec(["serial", "dynamic"], [1], [4], height=8, width=8, reps=2, seed=1)
     meta = this_machine()
-    opened: list[str] = []
-
-    class Counted(h5py.File):
-        def __init__(self, name, *args, **kwargs):
-            opened.append(os.fspath(name))
-            super().__init__(name, *args, **kwargs)
-
-    monkeypatch.setattr(h5py, "File", Counted)
+    opened = request.getfixturevalue("h5_opens")  # counted from here on
     done = resume_check(out, spec, meta)
     assert opened == [out]
     assert done == {c.key() for c in spec.configurations() if c.rep == 0}

@@ -38,12 +38,14 @@ static inline void *sym(const char *name)
 }
 
 #define REAL(ret, name, params) static ret(*real_##name) params
-#define R(name)                                                                               \
+/* the real function, found by `lookup` on first use */
+#define RESOLVED(name, lookup)                                                                \
     ({                                                                                        \
         if (__builtin_expect(!real_##name, 0))                                                \
-            real_##name = (__typeof__(real_##name))sym(#name);                                \
+            real_##name = (__typeof__(real_##name))lookup(#name);                             \
         real_##name;                                                                          \
     })
+#define R(name) RESOLVED(name, sym)
 
 /* give the token up around `call`, keeping the call's errno */
 #define PARKED(type, call)                                                                    \

@@ -82,38 +82,7 @@ static void *omp_real(const char *name)
     return f.fn;
 }
 
-#define OMP_REAL(ret, name, params) static ret(*real_##name) params
-#define O(name)                                                                               \
-    ({                                                                                        \
-        if (__builtin_expect(!real_##name, 0))                                                \
-            real_##name = (__typeof__(real_##name))omp_real(#name);                           \
-        real_##name;                                                                          \
-    })
-
-/* the call as a whole, parked, its futex calls native (the selector comes back at hs_exit) */
-#define OMP_PARKED(call)                                                                      \
-    do {                                                                                      \
-        hs_t.selector = HS_SUD_ALLOW;                                                         \
-        hs_park();                                                                            \
-        call;                                                                                 \
-        hs_resume();                                                                          \
-        hs_exit();                                                                            \
-    } while (0)
-
-/* a call that only wakes (an unlock, the end of a critical section): native, no park */
-#define OMP_NATIVE(call)                                                                      \
-    do {                                                                                      \
-        hs_t.selector = HS_SUD_ALLOW;                                                         \
-        call;                                                                                 \
-        hs_exit();                                                                            \
-    } while (0)
-
-OMP_REAL(void, omp_set_lock, (void *));
-OMP_REAL(int, omp_test_lock, (void *));
-OMP_REAL(void, omp_unset_lock, (void *));
-OMP_REAL(void, omp_set_nest_lock, (void *));
-OMP_REAL(int, omp_test_nest_lock, (void *));
-OMP_REAL(void, omp_unset_nest_lock, (void *));
+#define O(name) RESOLVED(name, omp_real)
 
 static int gomp_locks = -1;  /* the locks are libgomp's: they wait in the kernel */
 
@@ -124,46 +93,46 @@ static int parks_locks(void *real_fn)
     return gomp_locks && passive();
 }
 
-HS_EXPORT void omp_set_lock(void *lock)
+/* set: a lock that is free is taken by `test` with the token kept; one that is held is
+   waited for parked, the trap off for the call (hs_exit arms it again) */
+static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
 {
-    if (!parks_locks(O(omp_set_lock)) || !hs_enter()) {
-        O(omp_set_lock)(lock);
+    if (!parks_locks((void *)set) || !hs_enter()) {
+        set(lock);
         return;
     }
-    if (O(omp_test_lock)(lock)) {  /* free: taken without a wait, the token kept */
-        hs_exit();
-        return;
+    if (!test(lock)) {
+        hs_t.selector = HS_SUD_ALLOW;
+        hs_park();
+        set(lock);
+        hs_resume();
     }
-    OMP_PARKED(O(omp_set_lock)(lock));
+    hs_exit();
 }
 
-HS_EXPORT void omp_unset_lock(void *lock)
+/* unset only wakes: natively, no park */
+static void unset_lock(void (*unset)(void *), void *lock)
 {
     if (!hs_enter()) {
-        O(omp_unset_lock)(lock);
+        unset(lock);
         return;
     }
-    OMP_NATIVE(O(omp_unset_lock)(lock));
+    hs_t.selector = HS_SUD_ALLOW;
+    unset(lock);
+    hs_exit();
 }
 
+REAL(void, omp_set_lock, (void *));
+REAL(int, omp_test_lock, (void *));
+REAL(void, omp_unset_lock, (void *));
+REAL(void, omp_set_nest_lock, (void *));
+REAL(int, omp_test_nest_lock, (void *));
+REAL(void, omp_unset_nest_lock, (void *));
+
+HS_EXPORT void omp_set_lock(void *lock) { set_lock(O(omp_set_lock), O(omp_test_lock), lock); }
+HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock); }
 HS_EXPORT void omp_set_nest_lock(void *lock)
 {
-    if (!parks_locks(O(omp_set_nest_lock)) || !hs_enter()) {
-        O(omp_set_nest_lock)(lock);
-        return;
-    }
-    if (O(omp_test_nest_lock)(lock)) {
-        hs_exit();
-        return;
-    }
-    OMP_PARKED(O(omp_set_nest_lock)(lock));
+    set_lock(O(omp_set_nest_lock), O(omp_test_nest_lock), lock);
 }
-
-HS_EXPORT void omp_unset_nest_lock(void *lock)
-{
-    if (!hs_enter()) {
-        O(omp_unset_nest_lock)(lock);
-        return;
-    }
-    OMP_NATIVE(O(omp_unset_nest_lock)(lock));
-}
+HS_EXPORT void omp_unset_nest_lock(void *lock) { unset_lock(O(omp_unset_nest_lock), lock); }
