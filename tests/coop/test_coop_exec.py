@@ -17,6 +17,13 @@ from shimprogs import build
 CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
 
 
+def command_group(pid: int) -> list[psutil.Process]:
+    """The processes of coop exec ``pid``'s command: its descendants but its guardian (a
+    fork of coop exec itself, in a group of its own)."""
+    me = psutil.Process(pid)
+    return [c for c in me.children(recursive=True) if c.exe() != me.exe()]
+
+
 def coop_exec(seg, *argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, "--segment", seg, *argv], capture_output=True, text=True,
                           timeout=300, **kw)
@@ -38,7 +45,7 @@ def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, 
                           "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
-        group = [c for c in psutil.Process(p.pid).children(recursive=True)]
+        group = command_group(p.pid)
         assert len(group) == 2  # sh and its sleep, in a group of their own
         p.send_signal(sig)
         assert p.wait(timeout=120) == status
@@ -48,6 +55,26 @@ def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, 
         p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive, f"left running: {alive}"
+
+
+def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
+    """SIGKILL to coop exec itself: its guardian kills the command's group (it ran on
+    before); the next run on the segment sweeps what the dead job held."""
+    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        group = command_group(p.pid)
+        assert len(group) == 2  # sh and its sleep
+        p.kill()
+        assert p.wait(timeout=120) == -signal.SIGKILL
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    gone, alive = psutil.wait_procs(group, timeout=60)  # a bound that only a failure reaches
+    assert not alive, f"left running: {alive}"
+    assert coop_exec(seg, "true").returncode == 0  # sweeps the dead run's segment
 
 
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
@@ -96,7 +123,7 @@ def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_l
         seen = b""
         while b"ready" not in seen:
             seen += os.read(fd, 1024)
-        group = psutil.Process(pid).children(recursive=True)
+        group = command_group(pid)
         with open(f"/proc/{group[0].pid}/stat") as fh:  # pgrp (5) and tpgid (8)
             fields = fh.read().rsplit(")", 1)[1].split()
         assert fields[2] == fields[5] == str(group[0].pid), "the command's group is not the foreground"

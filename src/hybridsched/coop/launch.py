@@ -6,7 +6,10 @@ The command runs in a process group of its own (given the terminal while it runs
 we had it); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to us are passed to that group; its
 exit status is ours (128 + N when signal N ended it). When it ends, whatever it left in
 its group is killed and reaped, then its job and tokens are freed, and the segment goes
-with its last participant.
+with its last participant. Should we be killed outright (SIGKILL), a guardian process
+(:class:`oslayer.guardian.Guardian`, forked before anything else) kills the command's
+group; its tokens come back by the arbiter's liveness per thread, and the next run sweeps
+the segment.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import ShimUnavailable, UsageError
+from ..oslayer.guardian import Guardian
 from ..oslayer.proctree import get_subreaper, prctl
 from ..oslayer.signals import signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
@@ -48,6 +52,7 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         raise ShimUnavailable(why)
     sweep(segment)  # a segment whose participants all died outright
     with contextlib.ExitStack() as stack:
+        guardian = stack.enter_context(Guardian())  # forked while we have no other thread
         with signals_held():
             arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
         shim = stack.enter_context(ShimJob(arbiter))
@@ -55,7 +60,7 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         if not keep_env:
             env.update(WAIT_POLICY_ENV)
         env.update(shim.env(env))
-        status = stack.enter_context(Command(argv, env)).wait()
+        status = stack.enter_context(Command(argv, env, guardian)).wait()
     return ExecResult(status, shim.final or ShimCounters())
 
 
@@ -69,11 +74,11 @@ def _in_own_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 class Command:
     """The command's processes, a context manager: started in a group of their own, with
-    us as the subreaper of whatever they leave orphaned; on exit every process left in
-    the group is killed and reaped."""
+    us as the subreaper of whatever they leave orphaned and ``guardian`` watching the
+    group should we die; on exit every process left in the group is killed and reaped."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]):
-        self.argv, self.env = argv, env
+    def __init__(self, argv: list[str], env: dict[str, str], guardian: Guardian):
+        self.argv, self.env, self.guardian = argv, env, guardian
         self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
@@ -88,6 +93,7 @@ class Command:
             raise UsageError(f"{self.argv[0]}: cannot run it ({exc.strerror})") from None
         with contextlib.suppress(OSError):  # also from here: the terminal is handed to it next
             os.setpgid(self.proc.pid, self.proc.pid)
+        self.guardian.watch(self.proc.pid)
         self._tty = _hand_terminal(self.proc.pid, os.getpgrp())
         return self
 
@@ -114,6 +120,7 @@ class Command:
         pgid = self.proc.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
+        self.guardian.release(pgid)  # before its leader is reaped: the number stays ours
         with signals_held():
             self.proc.wait()
             while True:  # the group's orphans are ours to reap (subreaper)
