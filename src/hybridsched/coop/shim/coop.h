@@ -83,6 +83,11 @@ HS_HIDDEN void hs_thread_begin(void);
 HS_HIDDEN void hs_thread_end(void *unused);
 HS_HIDDEN void hs_count(int which);
 HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
+/* segment.c */
+HS_HIDDEN size_t hs_map_segment(const char *path);
+HS_HIDDEN int hs_alive(void *ctx, int32_t pid, int32_t tid);
+HS_HIDDEN void hs_natural_cpus(const char *list);
+HS_HIDDEN void hs_warn(const char *fmt, const char *a, const char *b);
 HS_HIDDEN long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6);
 HS_HIDDEN long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6);
 HS_HIDDEN void hs_resolve(void);

@@ -24,7 +24,6 @@ struct hs_view hs_v;
 int hs_job = -1;
 static int64_t hs_key;
 static int hs_pid;
-static cpu_set_t hs_natural;
 static pthread_key_t hs_exit_key;
 
 /* How long a waiter sleeps before it looks for dead holders, and the longest it backs off
@@ -76,51 +75,6 @@ int hs_launcher_pid(void)
     return hs_job >= 0 ? hs_v.jobs[hs_job].pid : -1;
 }
 
-void hs_natural_mask(cpu_set_t *out, int own)
-{
-    *out = own && hs_t.has_mask ? hs_t.mask : hs_natural;
-}
-
-/* --- liveness: procfs.pid_alive and thread_alive's rule ---------------------------------- */
-
-static int task_state(int pid, int tid, char *out)
-{
-    char path[64], buf[256];
-    if (tid > 0)
-        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
-    else
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 0 : -1;
-    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return n == 0 ? 0 : -1;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ' || !p[2])
-        return -1;
-    *out = p[2];
-    return 1;
-}
-
-static int alive(void *ctx, int32_t pid, int32_t tid)
-{
-    (void)ctx;
-    if (pid <= 0)
-        return 0;
-    if (tid <= 0 && kill(pid, 0) != 0 && errno == ESRCH)
-        return 0;
-    char s;
-    int r = task_state(pid, tid, &s);
-    if (r == 0)
-        return 0;
-    if (r < 0)  /* /proc cannot tell: alive while the process exists */
-        return tid > 0 ? alive(ctx, pid, 0) : 1;
-    return s != 'Z' && s != 'X';
-}
-
 /* --- the mutex and the wake-ups ---------------------------------------------------------- */
 
 static void fatal(const char *what, int err)
@@ -148,7 +102,7 @@ static void cs_lock(struct hs_cs *cs)
         fatal("cannot lock the arbiter's mutex", r);
     }
     if (hs_v.lock[HS_DIED_AT]) {
-        cs->n += hs_reclaim(&hs_v, now_ns(), alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
+        cs->n += hs_reclaim(&hs_v, now_ns(), hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
         hs_v.lock[HS_DIED_AT] = 0;
     }
 }
@@ -202,7 +156,7 @@ static int reclaim_due(void)
     int64_t now = now_ns();
     if (now - h->reclaim_ns >= RECLAIM_POLL_NS) {
         h->reclaim_ns = now;
-        cs.n += hs_reclaim(&hs_v, now, alive, NULL, cs.woken + cs.n, MAX_WOKEN - cs.n);
+        cs.n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs.woken + cs.n, MAX_WOKEN - cs.n);
         did = 1;
     }
     cs_unlock(&cs);
@@ -510,71 +464,23 @@ static void atfork_child(void)
     hs_thread_begin();  /* a new thread: the parent's slot stays the parent's */
 }
 
-static void warn(const char *fmt, const char *a, const char *b)
-{
-    dprintf(2, "hybridsched coop shim: ");
-    dprintf(2, fmt, a, b);
-    dprintf(2, "; this process runs unmanaged\n");
-}
-
+/* the segment mapped and checked (segment.c), then the command's job found by its key */
 static int attach(const char *path, int64_t key)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        warn("cannot open the coop segment %s (%s)", path, strerror(errno));
+    size_t size = hs_map_segment(path);
+    if (!size)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 077)
-        || (size_t)st.st_size < sizeof(struct hs_header)) {
-        close(fd);
-        warn("%s is not a private coop segment of this user%s", path, "");
-        return -1;
-    }
-    void *p = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        warn("cannot map %s (%s)", path, strerror(errno));
-        return -1;
-    }
-    struct hs_header *h = p;
-    char have[16];
-    snprintf(have, sizeof have, "%d", h->version);
-    if (memcmp(h->magic, HS_MAGIC, 8) != 0 || h->version != HS_VERSION
-        || hs_view_init(&hs_v, p, h->ncpu, h->max_jobs, h->max_workers) > (size_t)st.st_size) {
-        munmap(p, st.st_size);
-        warn("%s: not a coop segment of this layout (version %s)", path, have);
-        return -1;
-    }
     struct hs_cs cs;
     cs_lock(&cs);
     hs_job = hs_find_job(&hs_v, key);
     cs_unlock(&cs);
     if (hs_job < 0) {
-        munmap(p, st.st_size);
-        warn("no job %s on %s (its launcher has gone)", getenv("HYBRIDSCHED_COOP_JOB"), path);
+        munmap(hs_v.h, size);
+        hs_warn("no job %s on %s (its launcher has gone)", getenv("HYBRIDSCHED_COOP_JOB"), path);
         return -1;
     }
     hs_key = key;
     return 0;
-}
-
-/* "0,1,5": the CPUs the program would have had (its launcher's): what its affinity
-   queries are answered with, whatever CPU its threads are pinned to now */
-static void natural_cpus(const char *list)
-{
-    CPU_ZERO(&hs_natural);
-    for (const char *s = list; s && *s;) {
-        char *end;
-        long c = strtol(s, &end, 10);
-        if (end == s)
-            break;
-        if (c >= 0 && c < CPU_SETSIZE)
-            CPU_SET(c, &hs_natural);
-        s = *end == ',' ? end + 1 : end;
-    }
-    if (CPU_COUNT(&hs_natural) == 0)
-        hs_real_getaffinity(0, sizeof hs_natural, &hs_natural);
 }
 
 __attribute__((constructor)) static void hs_init(void)
@@ -585,10 +491,10 @@ __attribute__((constructor)) static void hs_init(void)
     hs_resolve();
     if (attach(seg, strtoll(key, NULL, 10)) != 0)
         return;
-    natural_cpus(getenv("HYBRIDSCHED_COOP_CPUS"));
+    hs_natural_cpus(getenv("HYBRIDSCHED_COOP_CPUS"));
     hs_pid = getpid();
     if (pthread_key_create(&hs_exit_key, hs_thread_end) != 0) {
-        warn("no thread-specific key left%s%s", "", "");
+        hs_warn("no thread-specific key left%s%s", "", "");
         return;
     }
     hs_signals_setup();
