@@ -319,3 +319,23 @@ def test_a_signal_whose_exception_python_drops_is_raised_again():
         sys.unraisablehook = old_hook
         signal.signal(signal.SIGTERM, old)
     signals.honour_pending()  # taken: nothing is raised any more
+
+
+def test_ctrl_c_while_the_modules_load_is_one_line_and_130(tmp_path):
+    """`python -m hybridsched` interrupted while hybridsched.cli loads (before main() takes
+    the signals over): one line and status 130, where CPython printed the traceback and
+    exited 1 (seen by the hostile `fit_big_start_sigint` case). The interrupt is made
+    certain by an import hook that raises it when the module is looked for."""
+    import subprocess
+    import sys
+
+    hook = ("import runpy, sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'hybridsched.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "runpy.run_module('hybridsched', run_name='__main__', alter_sys=True)\n")
+    p = subprocess.run([sys.executable, "-c", hook, "fit", "x.h5"], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 130 and p.stderr == "hybridsched: interrupted\n", (p.returncode, p.stderr)

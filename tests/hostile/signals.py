@@ -77,6 +77,18 @@ class Watched:
         return rc, "".join(self.lines)
 
 
+def _in_python_start_up(err: str) -> bool:
+    """Whether ``err`` is CPython's report of a KeyboardInterrupt raised before any module
+    of ours ran (in `site` and the `.pth` files it runs, `os`, `runpy`: no frame in a file
+    of the package). Under
+    `python -m` the interpreter then prints the traceback and exits 1; from our first
+    module on, hybridsched itself says one line and exits 130."""
+    import hybridsched
+
+    ours = os.path.dirname(hybridsched.__file__)
+    return "Traceback" in err and "KeyboardInterrupt" in err and ours not in err
+
+
 def interrupted(argv: list[str], cwd: Path, sig: int, state, outputs: tuple[str, ...] = (),
                 env: dict | None = None, stored: str | None = None) -> str | None:
     """Start ``argv``, wait for ``state``, send ``sig``: the contract above."""
@@ -87,6 +99,8 @@ def interrupted(argv: list[str], cwd: Path, sig: int, state, outputs: tuple[str,
     w.p.send_signal(sig)
     rc, err = w.end()
     code = 128 + sig
+    if state is at_start and rc == 1 and _in_python_start_up(err):
+        return None  # CPython's own start-up took it: none of our code had run
     if rc not in (code, -sig):
         return f"exit {rc}, not {code}: {err.strip()[-240:]}"
     if "Traceback" in err:
