@@ -15,7 +15,7 @@ import numpy as np
 
 from ..colocate.output import conform as conform_colocate
 from ..colocate.output import read_colocate
-from ..errors import UsageError
+from ..errors import BadStudy, UsageError
 from ..oslayer.signals import honour_pending
 from ..ge.output import read_ge
 from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
@@ -100,8 +100,12 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
     with new_study(out, {"merged_from": sources}, overwrite=overwrite, metadata=machine,
                    what="-o") as w:
         for i, p in enumerate(inputs):
-            counts["runs"] = _copy_runs(p, i, w.h5, counts["runs"])
-            _copy_tables(p, w.h5, counts)
+            try:
+                counts["runs"] = _copy_runs(p, i, w.h5, counts["runs"])
+                _copy_tables(p, w.h5, counts)
+            except RuntimeError as exc:  # HDF5 on a damaged input's heap or B-tree (a full
+                # disk under -o is an OSError, which the writer reports as such)
+                raise BadStudy(f"merge: {p}: the file is damaged ({exc})") from None
     return counts
 
 

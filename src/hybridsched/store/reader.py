@@ -7,6 +7,7 @@ may hold a row whose detail is missing): ``iter_details`` then yields None for t
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any, Iterable, Iterator, NamedTuple
@@ -20,6 +21,23 @@ from ..records import (API_WORKLOAD, DISPATCH_RAN, TRACE_DTYPE, WORKER_DTYPE, WO
                        NOT_MEASURED, Failure, RunConfig, parse_params)
 from .format import FORMAT, FORMAT_VERSION, READABLE_VERSIONS, RUN_DEFAULTS, RUN_DTYPE, conform, decode
 from .legacy import FROM_NOTES
+
+
+# What h5py raises for a damaged file: OSError for most, RuntimeError where HDF5 finds a
+# heap or B-tree it cannot follow ("addr overflow", "bad heap free list"), KeyError,
+# ValueError and TypeError for objects of the wrong kind or shape
+H5_ERRORS = (OSError, RuntimeError, KeyError, ValueError, TypeError)
+
+
+@contextlib.contextmanager
+def reading(path: str, what: str) -> Iterator[None]:
+    """h5py's errors of a damaged file, raised in the block, as one BadStudy saying that
+    ``what`` of ``path`` cannot be read."""
+    try:
+        yield
+    except H5_ERRORS as exc:
+        raise BadStudy(f"{path}: {what} cannot be read: the file is damaged "
+                       f"({exc.__class__.__name__}: {exc})") from None
 
 
 def open_study(path: str) -> h5py.File:
@@ -43,7 +61,7 @@ def open_ours(path: str) -> h5py.File:
         raise NotOurFile(f"{path}: not a regular file (a directory, device or FIFO)")
     try:
         h5 = open_study(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except H5_ERRORS as exc:
         raise NotOurFile(f"{path}: not a hybridsched study file ({exc.__class__.__name__})") from None
     try:
         _check_format(path, h5)
@@ -60,7 +78,7 @@ def _check_format(path: str, h5: h5py.File) -> None:
         version = h5.attrs.get("format_version", -1)
     except NotOurFile:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except H5_ERRORS as exc:
         raise NotOurFile(f"{path}: not a hybridsched study file ({exc.__class__.__name__})") from None
     _check_version(path, version)
 
@@ -101,7 +119,7 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
     try:
         raw = ds[()]
         rows = conform(raw)
-    except (OSError, TypeError, ValueError, OverflowError) as exc:
+    except (*H5_ERRORS, OverflowError) as exc:
         raise BadStudy(f"{path}: /runs cannot be read ({exc.__class__.__name__}: {exc})") from None
     for name in RUN_DTYPE.names or ():
         if RUN_DTYPE[name].kind != "S":
@@ -311,7 +329,7 @@ def read_detail(path: str, run_id: int) -> Detail:
 def _checked_detail(path: str, h5: h5py.File, run_id: int) -> Detail:
     try:
         return _detail(h5, run_id)
-    except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError) as exc:
+    except (*H5_ERRORS, UnicodeDecodeError) as exc:
         raise BadStudy(f"{path}: the detail of run {run_id} cannot be read ({exc})") from None
 
 
@@ -327,7 +345,7 @@ def _details(h5: h5py.File, run_ids: Iterable[int]) -> Iterator[tuple[int, Detai
         honour_pending()  # h5py's finalizers may have swallowed a signal's exception
         try:
             d = _detail(h5, int(rid))
-        except (KeyError, ValueError, OSError, TypeError, UnicodeDecodeError):
+        except (*H5_ERRORS, UnicodeDecodeError):
             d = None
         yield int(rid), (None if d is None or (len(d.workers) == 0 and not d.extra) else d)
 

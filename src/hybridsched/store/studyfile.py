@@ -14,7 +14,8 @@ import numpy as np
 
 from ..oslayer.closing import Closing
 from .metadata import typed
-from .reader import Detail, _attrs, _checked_detail, _details, _rows, machine_n, open_ours, study_spec
+from .reader import (Detail, _attrs, _checked_detail, _details, _rows, machine_n,
+                     open_ours, reading, study_spec)
 from .tables import table_rows
 
 
@@ -28,18 +29,23 @@ class StudyFile(Closing):
         self._attrs: dict | None = None
         self.closed = False
 
+    def _reading(self, what: str):
+        return reading(self.path, what)
+
     @property
     def runs(self) -> np.ndarray:
         """``/runs``, every field checked, strings decoded (read once)."""
         if self._runs is None:
-            self._runs = _rows(self.path, self._h5)
+            with self._reading("/runs"):
+                self._runs = _rows(self.path, self._h5)
         return self._runs
 
     @property
     def attrs(self) -> dict:
         """The root attributes, byte strings decoded (read once)."""
         if self._attrs is None:
-            self._attrs = _attrs(self.path, self._h5)
+            with self._reading("its attributes"):
+                self._attrs = _attrs(self.path, self._h5)
         return self._attrs
 
     @property
@@ -60,7 +66,8 @@ class StudyFile(Closing):
 
     def has_table(self, table: str) -> bool:
         """Whether the study holds a ``/<table>`` (a side table: ``ge``, ``colocate``)."""
-        return table in self._h5
+        with self._reading(f"/{table}"):
+            return table in self._h5
 
     def details(self, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:
         """(run_id, Detail) of each run, None where its detail is missing or malformed
@@ -69,7 +76,8 @@ class StudyFile(Closing):
 
     def table(self, table: str, dtype: np.dtype | None = None) -> np.ndarray:
         """The rows of side table ``/<table>`` (:func:`tables.read_table`)."""
-        return table_rows(self.path, self._h5, table, dtype)
+        with self._reading(f"/{table}"):
+            return table_rows(self.path, self._h5, table, dtype)
 
     def detail(self, run_id: int) -> Detail:
         """One run's detail, empty where none is stored; BadStudy where it is malformed

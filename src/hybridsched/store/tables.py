@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import BadStudy, UsageError
 from .format import decode
-from .reader import FIELD_KINDS, check_ours, open_ours, open_study
+from .reader import FIELD_KINDS, H5_ERRORS, check_ours, open_ours, open_study, reading
 from .writer import open_new
 
 _Writer = TypeVar("_Writer", bound="TableWriter")  # a subclass's `with` gives the subclass
@@ -50,14 +50,14 @@ def has_table(path: str, table: str) -> bool:
     try:
         with open_ours(path) as h5:
             return table in h5
-    except (UsageError, OSError):
+    except (UsageError, *H5_ERRORS):
         return False
 
 
 def read_table(path: str, table: str, dtype: np.dtype | None = None) -> np.ndarray:
     """The rows of ``/<table>`` (strings decoded); empty when the study has none. With
     ``dtype`` every field it names must be present (BadStudy otherwise)."""
-    with open_ours(path) as h5:
+    with open_ours(path) as h5, reading(path, f"/{table}"):
         return table_rows(path, h5, table, dtype)
 
 
