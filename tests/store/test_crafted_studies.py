@@ -53,6 +53,10 @@ def _bad_utf8(rows):
     rows["scheduler"][1] = b"dyn\xff\xfeamic"
 
 
+def _name_nul(rows):  # zeroed bytes inside a name (a hostile user's fuzzing): a matplotlib
+    rows["scheduler"][1] = b"dyn\x00amic"  # glyph warning on stderr and a broken label
+
+
 def _time_inf(rows):
     rows["time_s"][2] = np.inf
 
@@ -90,6 +94,7 @@ def _attr(name, value):
 
 CRAFTED = {
     "scheduler-not-utf8": lambda p: _rewrite_runs(p, _bad_utf8),
+    "scheduler-control-character": lambda p: _rewrite_runs(p, _name_nul),
     "time_s-inf": lambda p: _rewrite_runs(p, _time_inf),
     "P-zero": lambda p: _rewrite_runs(p, _p_zero),
     "workload-unknown": lambda p: _rewrite_runs(p, _unknown_workload),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from typing import Any, Iterable, Iterator, NamedTuple
 
 import h5py
@@ -140,6 +141,12 @@ def _rows(path: str, h5: h5py.File) -> np.ndarray:
 MAX_TIME_S = 1e12
 
 
+# the text fields that name things (tables' rows, plots' labels, choices), as opposed to
+# free text for people (notes, error), where a line break may be
+_NAMES = ("scheduler", "family", "kernel", "workload", "technique", "dispatch")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _check_values(path: str, runs: np.ndarray) -> None:
     def bad(i: int, what: str):
         return BadStudy(f"{path}: run {int(runs['run_id'][i])}: {what}")
@@ -155,6 +162,11 @@ def _check_values(path: str, runs: np.ndarray) -> None:
         _, first = np.unique(ids, return_index=True)
         dup = sorted(set(range(len(ids))) - set(first.tolist()))[0]
         raise bad(dup, "run_id appears twice")
+    for name in _NAMES:  # they label tables and plots: a control character is damage
+        hit = [i for i, text in enumerate(runs[name].tolist()) if _CONTROL.search(str(text))]
+        if hit:
+            raise bad(hit[0], f"field {name} holds a control character: "
+                      f"{str(runs[name][hit[0]])[:40]!r}")
     known = (*WORKLOAD_NAMES, API_WORKLOAD)
     unknown = np.flatnonzero(~np.isin(runs["workload"], known))
     if len(unknown):  # a name no hybridsched wrote: its rows cannot be read as tasks
