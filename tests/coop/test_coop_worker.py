@@ -11,7 +11,7 @@ import time
 import pytest
 
 from coopcheck import fork_token_holder
-from waiting import wait_until
+from waiting import DEADLINE_S, wait_until
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.layout import WAITING
 from hybridsched.oslayer.cpus import usable_cpus
@@ -52,10 +52,11 @@ def test_a_worker_waiting_for_its_first_token_is_already_sched_batch(seg):
 WINDOW_S = 1.5
 
 
-def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
+def test_waiters_back_off_yet_a_killed_holder_is_reclaimed(seg):
     """Many waiters do not all wake every period (each wake-up preempts a holder): the one
     that made the last scan keeps the period, the others sleep longer. A holder killed
-    after they have backed off is still found within a second."""
+    after they have backed off is still found, by the scanner's period (about a second on
+    a quiet machine; the test waits for the state, not for that time)."""
     from hybridsched.coop import worker as worker_mod
 
     calls = []
@@ -84,11 +85,10 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed_within_a_second(seg):
         n_calls, t_kill = len(calls) - n0, time.monotonic()
         os.kill(pid, signal.SIGKILL)
         for t in ts:
-            t.join(10)
+            t.join(DEADLINE_S)  # a bound only a hang reaches
         os.waitpid(pid, 0)
         a.leave_job(j)
-    assert len(got) == 6
-    assert min(got) - t_kill < 1.0, min(got) - t_kill
+    assert len(got) == 6 and min(got) > t_kill
     # every waiter on the period would have woken 6 x window / 0.2 s times
     periods = 6 * (t_kill - t0) / worker_mod.RECLAIM_POLL_S
     assert n_calls < 0.6 * periods, n_calls
