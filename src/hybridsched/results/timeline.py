@@ -200,22 +200,21 @@ def report_gantts(study, rows, out_dir: str) -> list[str]:
     if kn is None:
         return []
     runs = study.runs[study.runs["verified"] & (study.runs["k"] == kn)]
-    out: list[str] = []
     with study.file() as source:
-        for name in dict.fromkeys(r.scheduler for r in rows if not is_baseline(r.family)):
-            _gantt_of(source, runs[runs["scheduler"] == name], name, out_dir, out)
-    return out
+        charts = [_gantt_of(source, runs[runs["scheduler"] == name], name, out_dir)
+                  for name in dict.fromkeys(r.scheduler for r in rows if not is_baseline(r.family))]
+    return [c for c in charts if c is not None]
 
 
-def _gantt_of(source: StudyFile, mine: np.ndarray, name: str, out_dir: str, out: list[str]) -> None:
-    """Append the Gantt chart of scheduler ``name``'s paper-protocol run (of its runs
-    ``mine`` at k = N) to ``out``; nothing where none has a stored trace."""
+def _gantt_of(source: StudyFile, mine: np.ndarray, name: str, out_dir: str) -> str | None:
+    """The Gantt chart of scheduler ``name``'s paper-protocol run (of its runs ``mine`` at
+    k = N); None where none has a stored trace."""
     import os
 
     from .plots import safe_name
 
     if not len(mine):
-        return
+        return None
     paper = mine[(mine["pipe_batch"] == 1) & (mine["inflight"] == 1) & ~mine["coop"]
                  & mine["affinity"] & (mine["chunk"] == 0)]
     mine = paper if len(paper) else mine
@@ -223,5 +222,5 @@ def _gantt_of(source: StudyFile, mine: np.ndarray, name: str, out_dir: str, out:
     try:
         rt = load(source, select(mine))
     except UsageError:
-        return
-    out.append(gantt(rt, os.path.join(out_dir, f"gantt_{safe_name(name)}.png")))
+        return None
+    return gantt(rt, os.path.join(out_dir, f"gantt_{safe_name(name)}.png"))

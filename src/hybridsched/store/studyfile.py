@@ -27,16 +27,17 @@ class StudyFile(Closing):
         self._h5: h5py.File = open_ours(path)
         self._runs: np.ndarray | None = None
         self._attrs: dict | None = None
-        self.closed = False
 
-    def _reading(self, what: str):
-        return reading(self.path, what)
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run (h5py's handle is then invalid)."""
+        return not self._h5.id.valid
 
     @property
     def runs(self) -> np.ndarray:
         """``/runs``, every field checked, strings decoded (read once)."""
         if self._runs is None:
-            with self._reading("/runs"):
+            with reading(self.path, "/runs"):
                 self._runs = _rows(self.path, self._h5)
         return self._runs
 
@@ -44,7 +45,7 @@ class StudyFile(Closing):
     def attrs(self) -> dict:
         """The root attributes, byte strings decoded (read once)."""
         if self._attrs is None:
-            with self._reading("its attributes"):
+            with reading(self.path, "its attributes"):
                 self._attrs = _attrs(self.path, self._h5)
         return self._attrs
 
@@ -66,7 +67,7 @@ class StudyFile(Closing):
 
     def has_table(self, table: str) -> bool:
         """Whether the study holds a ``/<table>`` (a side table: ``ge``, ``colocate``)."""
-        with self._reading(f"/{table}"):
+        with reading(self.path, f"/{table}"):
             return table in self._h5
 
     def details(self, run_ids: Iterable[int]) -> Iterator[tuple[int, Detail | None]]:
@@ -76,7 +77,7 @@ class StudyFile(Closing):
 
     def table(self, table: str, dtype: np.dtype | None = None) -> np.ndarray:
         """The rows of side table ``/<table>`` (:func:`tables.read_table`)."""
-        with self._reading(f"/{table}"):
+        with reading(self.path, f"/{table}"):
             return table_rows(self.path, self._h5, table, dtype)
 
     def detail(self, run_id: int) -> Detail:
@@ -85,7 +86,6 @@ class StudyFile(Closing):
         return _checked_detail(self.path, self._h5, run_id)
 
     def close(self) -> None:
-        self.closed = True
         self._h5.close()
 
 

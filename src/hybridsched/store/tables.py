@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import BadStudy, UsageError
 from .format import decode
-from .reader import FIELD_KINDS, H5_ERRORS, check_ours, open_ours, open_study, reading
+from .reader import FIELD_KINDS, H5_ERRORS, open_ours, reading
 from .writer import open_new
 
 _Writer = TypeVar("_Writer", bound="TableWriter")  # a subclass's `with` gives the subclass
