@@ -21,13 +21,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from doclines import FENCE, hybridsched_words, pages
+
 from .common import HS, Skip, case, mpi_launch
 
 A = "docs"
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"HYBRIDSCHED_NO_LOAD_PROBE": "1"}
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
-_SHELL = {"", "console", "bash", "sh", "shell"}
 # the lines whose page shows a refusal (exit 2)
 EXPECT = {("docs/reliability.md", "nosuch:fn"): 2, ("docs/reliability.md", "/etc/hostname"): 2}
 # caps: a documented size above these is cut to them
@@ -37,35 +37,15 @@ SIM_CAP = {"-L": 20000, "--frames": 20000, "--reps": 2}
 WRITERS = ("run", "simulate", "merge", "ge", "colocate", "calibrate")
 
 
-def pages() -> list[Path]:
-    results = ROOT / "docs" / "results"
-    return [ROOT / "README.md", *(p for p in sorted((ROOT / "docs").rglob("*.md"))
-                                  if results not in p.parents)]
-
-
 def command_lines(text: str):
     """(line, env assignments, launcher words, argv after `hybridsched`) of every command
     line in a shell block (in a console block, the lines after a `$` prompt)."""
-    for m in _FENCE.finditer(text):
-        lang, body = m.group(1), m.group(2)
-        if lang not in _SHELL:
-            continue
-        first = text[:m.start()].count("\n") + 2
-        for i, line in enumerate(body.replace("\\\n", "  ").splitlines()):
-            line = line.strip()
-            if lang == "console":
-                if not line.startswith("$ "):
-                    continue
-                line = line[2:]
-            for part in re.split(r"&&|\|\||;|\|", line):
-                words = shlex.split(part, comments=True)
-                if "hybridsched" not in words:
-                    continue
-                at = words.index("hybridsched")
-                env = dict(w.split("=", 1) for w in words[:at] if re.match(r"^[A-Z_]+=", w))
-                launcher = [w for w in words[:at] if not re.match(r"^[A-Z_]+=", w)]
-                argv = [w for w in words[at + 1:] if not w.startswith(">")]
-                yield first + i, env, launcher, argv
+    for line, words in hybridsched_words(text):
+        at = words.index("hybridsched")
+        env = dict(w.split("=", 1) for w in words[:at] if re.match(r"^[A-Z_]+=", w))
+        launcher = [w for w in words[:at] if not re.match(r"^[A-Z_]+=", w)]
+        argv = [w for w in words[at + 1:] if not w.startswith(">")]
+        yield line, env, launcher, argv
 
 
 def _cap_list(value: str, most: int) -> str:
@@ -164,7 +144,7 @@ def _hs(argv: list[str], cwd: Path, mpi: int = 0) -> subprocess.CompletedProcess
 
 def _block_with(page: str, needle: str) -> str:
     text = (ROOT / page).read_text()
-    for m in _FENCE.finditer(text):
+    for m in FENCE.finditer(text):
         if m.group(1) == "python" and needle in m.group(2):
             return m.group(2)
     raise RuntimeError(f"{page}: no python block with {needle!r}")

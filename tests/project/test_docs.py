@@ -9,19 +9,14 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from hybridsched.cli import make_parser
 from hybridsched.errors import UsageError
+from doclines import DOCS, hybridsched_words, pages
 from repo import ROOT
 
-DOCS = ROOT / "docs"
-# Raw outputs kept from measured runs: they quote the commands of their day verbatim.
-RESULTS = DOCS / "results"
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
-_SHELL = {"", "console", "bash", "sh", "shell"}
 _RUNNABLE = re.compile(r"<!-- runnable -->\s*\n```python\n(.*?)\n```", re.S)
 
 
@@ -48,29 +43,10 @@ def test_runnable_example(page, line, code, tmp_path):
     assert p.returncode == 0, f"docs/{page}:{line}: {p.stderr[-2000:]}"
 
 
-def pages() -> list[Path]:
-    return [ROOT / "README.md",
-            *(p for p in sorted(DOCS.rglob("*.md")) if RESULTS not in p.parents)]
-
-
 def command_lines(text: str):
-    """(line number, argv after ``hybridsched``) of every command line in a shell block;
-    in a ``console`` block only the lines after a ``$`` prompt."""
-    for m in _FENCE.finditer(text):
-        lang, body = m.group(1), m.group(2)
-        if lang not in _SHELL:
-            continue
-        first = text[:m.start()].count("\n") + 2
-        for i, line in enumerate(body.replace("\\\n", "  ").splitlines()):
-            line = line.strip()
-            if lang == "console":
-                if not line.startswith("$ "):
-                    continue
-                line = line[2:]
-            for part in re.split(r"&&|\|\||;|\|", line):
-                words = shlex.split(part, comments=True)
-                if "hybridsched" in words:
-                    yield first + i, words[words.index("hybridsched") + 1:]
+    """(line number, argv after ``hybridsched``) of every command line in a shell block."""
+    for line, words in hybridsched_words(text):
+        yield line, words[words.index("hybridsched") + 1:]
 
 
 def cli_examples():
