@@ -109,6 +109,35 @@ int main(int argc, char **argv) { int ok = run(strcmp(argv[1], "contend") == 0);
                                   puts(ok ? "ok" : "FAILED"); return !ok; }
 #endif
 """,
+    # argv[1] rounds of a futex hand-off through syscall(): the main thread waits for the
+    # word to reach the round's number, which the other thread sets a few µs after it saw
+    # the round begin, then wakes it
+    "futex_handoff": r"""
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static volatile int go, word;
+static long rounds;
+static void *setter(void *a) {
+    for (int r = 1; r <= rounds; r++) {
+        while (go != r) { }
+        for (volatile int i = 0; i < 2000; i++) { }
+        __atomic_store_n(&word, r, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0); }
+    return a;
+}
+int main(int argc, char **argv) {
+    rounds = atol(argv[1]); pthread_t t; pthread_create(&t, 0, setter, 0);
+    for (int r = 1; r <= rounds; r++) {
+        go = r;
+        while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) != r)
+            syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, r - 1, 0, 0, 0); }
+    pthread_join(t, 0); puts("ok"); return 0;
+}
+""",
     # dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")
     "dlopen_run": r"""
 #include <dlfcn.h>

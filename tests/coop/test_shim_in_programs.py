@@ -284,6 +284,22 @@ def test_a_holder_whose_own_threads_wait_is_asked_to_rotate_early(sibling_waits,
     assert len(acted) == 1  # the full bound for the other; one act per bound for a sibling's
 
 
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: a token for each thread")
+def test_a_futex_wait_nobody_waits_behind_spins_before_it_parks(seg, shim_lib, tmp_path):
+    """With a token for each thread nobody waits for one, so a futex wait spins on its word
+    (up to 20 µs) before it parks: the hand-offs, each set a few µs after the wait began,
+    mostly end in the spin. Without it every wait that found the word unchanged parked
+    (the job's `calls`), and slept until the wake."""
+    rounds = 2000
+    exe = build("futex_handoff", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(rounds)])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+    # a preempted setter still makes a wait park now and then, on a loaded machine more often
+    assert counts.calls < rounds / 2, counts
+
+
 def _lock_traps(policy: dict, seg: str, argv_of) -> dict:
     """{"contend": (traps, calls), "alone": ...} of one run each on one token, the wait
     policy's variables ``policy`` set."""

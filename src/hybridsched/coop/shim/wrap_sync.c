@@ -157,6 +157,45 @@ HS_EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t c, const s
 
 /* --- futexes through syscall() (libomp, TBB, ...) and through the trap (libgomp) -------- */
 
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Before a futex wait parks: while no thread waits for a token, nobody wants this thread's
+   CPU, so it spins on the word for up to IDLE_SPIN_NS, as the runtime would have without
+   the passive wait policy coop sets. At J = 1 a barrier's waits then mostly end without
+   the sleep and the wake-up (tens of µs on a VM whose idle CPU halts): the OpenMP barrier
+   loop alone went from 0.93x to 1.03x of Linux's defaults. The spin stops as soon as a
+   thread waits for a token, but a thread being woken is not waiting yet, and a longer spin
+   delays it: at 50 µs two co-located barrier loops lost 4 %, at 10-30 µs nothing
+   measurable. A timed wait's own timeout starts after the spin (at most this much later). */
+#define IDLE_SPIN_NS 20000
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
+#endif
+
+static int idle_spin(const int32_t *word, int32_t val)
+{
+    if (hs_ld(&hs_v.h->waiting) > 0)
+        return 0;
+    int64_t until = mono_ns() + IDLE_SPIN_NS;
+    for (unsigned i = 1;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != val)
+            return 1;
+        CPU_RELAX();
+        /* the clock and the queue every 32 pauses (~1-4 µs): cheap, and prompt enough */
+        if ((i & 31) == 0 && (hs_ld(&hs_v.h->waiting) > 0 || mono_ns() >= until))
+            return 0;
+    }
+}
+
 long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int op = (int)a2 & FUTEX_CMD_MASK;
@@ -164,10 +203,14 @@ long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
                 || op == FUTEX_LOCK_PI2 || op == FUTEX_WAIT_REQUEUE_PI;
     if (!waits || !hs_enter())
         return hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
-    if ((op == FUTEX_WAIT || op == FUTEX_WAIT_BITSET) && a1 && !(a1 & 3)
-        && __atomic_load_n((int32_t *)a1, __ATOMIC_RELAXED) != (int32_t)a3) {
-        hs_exit();  /* the word changed already: the kernel would say EAGAIN at once */
-        return -EAGAIN;
+    if ((op == FUTEX_WAIT || op == FUTEX_WAIT_BITSET) && a1 && !(a1 & 3)) {
+        const int32_t *word = (const int32_t *)a1;
+        /* the word changed already, or while we spun with nobody wanting our CPU: the
+           kernel would say EAGAIN at once */
+        if (__atomic_load_n(word, __ATOMIC_RELAXED) != (int32_t)a3 || idle_spin(word, (int32_t)a3)) {
+            hs_exit();
+            return -EAGAIN;
+        }
     }
     hs_park();
     long r = hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
