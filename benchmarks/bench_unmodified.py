@@ -201,12 +201,20 @@ def targets(results: dict) -> list[str]:
         e = lock["env"]
         out.append(f"  (env left {e['idle'] * 100:.1f} % ± {e['idle_ci'] * 100:.1f} of the CPUs "
                    f"idle: the most any policy could gain there without using less CPU is "
-                   f"{1 / max(1 - e['idle'], 1e-9):.3f}x)")
+                   f"{1 / max(1 - e['idle'], 1e-9):.3f}x; env {e['mean']:.4f} s, partition "
+                   f"{lock['partition']['mean']:.4f} s, coop {lock['coop']['mean']:.4f} s)")
     mm = results.get("numpy_matmul", {}).get(2)
     if mm:
         best = max((mm[f"linux/{p}"] for p in ("gang", "coop") if f"linux/{p}" in mm),
                    key=lambda f: f["ratio"])
         check("J = 2 numpy jobs, best of gang/coop >= 2x linux", best, 2)
+        alone = results["numpy_matmul"].get(1)
+        if alone:  # whole jobs one after the other: what time slicing whole jobs is bound by
+            serial = 2 * alone["linux"]["mean"]
+            out.append(f"  (the two jobs one after the other, 2 x one alone under linux, "
+                       f"{serial:.3f} s: gang took {mm['gang']['mean'] / serial:.2f}x of it "
+                       f"and linux {mm['linux']['mean'] / serial:.2f}x; partition, one "
+                       f"OpenBLAS thread per job, {mm['partition']['mean'] / serial:.2f}x)")
     for wl, by_j in results.items():
         one = by_j.get(1)
         for p in ("gang", "coop") if one else ():
