@@ -34,7 +34,7 @@ N = n_cpus()
 EX = ROOT / "examples" / "unmodified"
 PY = shlex.quote(sys.executable)
 CC = shutil.which("gcc") or shutil.which("cc")
-POLICIES = ["linux", "env", "partition", "gang", "coop"]
+POLICIES = ["linux", "env", "partition", "gang", "serial", "coop"]
 PIPE_BYTES = 2_000_000
 PIPE_SUM = hashlib.sha256((b"hybridsched\n" * PIPE_BYTES)[:PIPE_BYTES]).hexdigest()
 
@@ -102,7 +102,7 @@ def test_every_workload_verifies_under_every_policy(workload, policy, request):
         assert r.exit_status == 0 and r.command == spec.commands[0] and r.workload == "cmd"
         assert 0 < r.time_s <= r.makespan_s and r.cpu_s > 0 and r.nivcsw >= 0
         counters = json.loads(r.counters)
-        if policy == "gang":
+        if policy in ("gang", "serial"):
             assert counters["slices"] >= 1 and counters["sigstops"] >= (r.job > 0)
         elif policy == "coop":  # every job's threads ran on the arbiter's tokens
             assert counters["threads"] >= 1 and counters["calls"] >= 1
@@ -192,6 +192,20 @@ def test_gang_switches_early_away_from_a_blocked_job():
     first = json.loads(recs[0].counters)
     assert first["early_switches"] >= 1 and first["sigstops"] >= 1
     assert recs[0].makespan_s < 1.0  # one after the other would be 1 s at least
+
+
+def test_serial_runs_the_jobs_one_after_the_other():
+    """Two sleeping jobs, whose threads all block: gang would switch away at once (the test
+    above), serial keeps the second stopped until the first has ended — one stop, one
+    slice each, and a makespan of both sleeps at least."""
+    spec = _spec(["sleep 0.3"], ["serial"], jobs=2, reps=1, quantum_s=0.001)
+    recs = run_commands_once(spec, "serial", 0)
+    assert all(r.verified for r in recs)
+    first, second = (json.loads(r.counters) for r in recs)
+    assert first["early_switches"] == second["early_switches"] == 0
+    assert (first["slices"], first["sigstops"]) == (1, 0)
+    assert (second["slices"], second["sigstops"]) == (1, 1)
+    assert second["stopped_s"] >= 0.3 and recs[0].makespan_s >= 0.6
 
 
 def test_gang_with_one_job_never_stops_it():

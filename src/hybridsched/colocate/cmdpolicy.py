@@ -21,7 +21,9 @@ while it holds a token.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..coop.arbiter import MAX_JOBS, Arbiter
 from ..coop.refusal import shim_refusal
@@ -123,13 +125,14 @@ class Partition(CommandPolicy):
 
 
 class _GangSession(Session):
-    def __init__(self, policy, setup):
+    def __init__(self, policy: "CommandPolicy", setup: Setup):
         super().__init__(policy, setup)
+        self.scheduler = cast("Gang", policy).scheduler  # the session of Gang and Serial
         self.gang: GangScheduler | None = None
 
     @contextlib.contextmanager
     def supervise(self, jobs):
-        with GangScheduler(jobs.pids, self.setup.quantum_s) as gang:
+        with self.scheduler(jobs.pids, self.setup.quantum_s) as gang:
             self.gang = gang
             yield self
 
@@ -150,6 +153,22 @@ class Gang(CommandPolicy):
     description = ("whole jobs time-sliced (SIGSTOP/SIGCONT of each job's group) every "
                    "--quantum-ms, switched early when every thread of the running job is blocked")
     session_class = _GangSession
+
+    def scheduler(self, pgids: list, quantum_s: float) -> GangScheduler:
+        return GangScheduler(pgids, quantum_s)
+
+
+class Serial(Gang):
+    """``serial``: the jobs one after the other, each alone on the node until its command
+    ends (gang's stop and continue, with neither a quantum nor an early switch): what a
+    batch queue gives, the reference co-location is measured against, and the bound of
+    time slicing whole jobs, which cannot beat it."""
+
+    name = "serial"
+    description = "the jobs one after the other, each alone on the node (the reference)"
+
+    def scheduler(self, pgids: list, quantum_s: float) -> GangScheduler:
+        return GangScheduler(pgids, math.inf, early_switch=False)
 
 
 class _CoopSession(Session):
@@ -190,4 +209,4 @@ class Coop(Env):
         return next((why for why in map(shim_refusal, argvs) if why), None)
 
 
-CMD_POLICIES = {p.name: p for p in (CommandPolicy(), Env(), Partition(), Gang(), Coop())}
+CMD_POLICIES = {p.name: p for p in (CommandPolicy(), Env(), Partition(), Gang(), Serial(), Coop())}

@@ -2,7 +2,8 @@
 quantum): one job at a time holds the node; the others are stopped with SIGSTOP to their
 process groups and continued with SIGCONT in round-robin order, every quantum, or earlier
 when every thread of the running job is blocked (read from /proc), since it would not use
-the CPUs it holds.
+the CPUs it holds. With an infinite quantum and no early switch it runs the jobs one after
+the other (colocate's ``serial`` reference).
 
 Pure Python and blind to what the jobs run: it works on any binary. It assumes what
 `colocate` is about, jobs each sized for the whole node; jobs smaller than the node are
@@ -31,9 +32,10 @@ class GangScheduler:
     """Time-slices the jobs whose process groups are ``pgids`` (their leaders' pids); a
     context manager, entered while every job waits at the start gate."""
 
-    def __init__(self, pgids: list[int], quantum_s: float):
+    def __init__(self, pgids: list[int], quantum_s: float, early_switch: bool = True):
         self.pgids = list(pgids)
         self.quantum_s = quantum_s
+        self.early_switch = early_switch
         self.poll_s = min(_POLL_MAX_S, max(_POLL_MIN_S, quantum_s / 4))
         self.live = list(range(len(pgids)))   # round-robin order of the jobs not ended
         self.running: int | None = None
@@ -108,10 +110,11 @@ class GangScheduler:
                 if left <= 0:
                     self._switch(cur, early=False)
                     continue
-                if self._wake.wait(min(self.poll_s, left)):
+                look = min(self.poll_s, left) if self.early_switch else left
+                if self._wake.wait(look if look != float("inf") else None):
                     self._wake.clear()
                     continue
-                if perf_counter() - self.since < self.quantum_s \
+                if self.early_switch and perf_counter() - self.since < self.quantum_s \
                         and all_threads_blocked(self.pgids[cur]):
                     self._switch(cur, early=True)
         except BaseException as exc:  # noqa: BLE001 - reported by __exit__; no job left stopped
