@@ -111,14 +111,18 @@ int main(int argc, char **argv) { int ok = run(strcmp(argv[1], "contend") == 0);
 """,
     # argv[1] rounds of a futex hand-off through syscall(): the main thread waits for the
     # word to reach the round's number, which the other thread sets a few µs after it saw
-    # the round begin, then wakes it
+    # the round begin, then wakes it; with argv[2] "handler", a SIGUSR1 handler that
+    # interrupts waits (no SA_RESTART) is installed first, never used
     "futex_handoff": r"""
 #include <linux/futex.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+static void on_usr1(int sig) { (void)sig; }
 static volatile int go, word;
 static long rounds;
 static void *setter(void *a) {
@@ -130,12 +134,36 @@ static void *setter(void *a) {
     return a;
 }
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[2], "handler") == 0) {
+        struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = on_usr1;
+        sigaction(SIGUSR1, &sa, 0); }
     rounds = atol(argv[1]); pthread_t t; pthread_create(&t, 0, setter, 0);
     for (int r = 1; r <= rounds; r++) {
         go = r;
         while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) != r)
             syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, r - 1, 0, 0, 0); }
     pthread_join(t, 0); puts("ok"); return 0;
+}
+""",
+    # a futex wait through syscall() on a page that cannot be read, while another thread
+    # of the job runs: the kernel's answer, EFAULT, as without the shim
+    "futex_fault": r"""
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static volatile int stop;
+static void *busy(void *a) { while (!stop) { } return a; }
+int main(void) {
+    pthread_t t; pthread_create(&t, 0, busy, 0);
+    int *word = mmap(0, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    long r = syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+    int e = errno; stop = 1; pthread_join(t, 0);
+    printf("%ld %s\n", r, r == -1 ? strerror(e) : "-"); return 0;
 }
 """,
     # dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")

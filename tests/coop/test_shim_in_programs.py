@@ -300,6 +300,34 @@ def test_a_futex_wait_nobody_waits_behind_spins_before_it_parks(seg, shim_lib, t
     assert counts.calls < rounds / 2, counts
 
 
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: a token for each thread")
+def test_a_program_whose_signals_interrupt_waits_does_not_spin(seg, shim_lib, tmp_path):
+    """A signal handler installed without SA_RESTART makes a futex wait end with EINTR when
+    the signal comes while it waits; a spin in user space would miss that (the signal would
+    be handled and the wait go on), so such a program's waits park at once: the same
+    hand-offs as above, with such a handler installed, mostly park."""
+    rounds = 2000
+    exe = build("futex_handoff", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(rounds), "handler"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+    # a wait finds the word set already when the setter outruns the way into the shim
+    assert counts.calls > rounds / 2, counts
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: a token for each thread")
+def test_a_futex_wait_on_memory_it_cannot_read_fails_as_without_the_shim(seg, shim_lib, tmp_path):
+    """The shim compares the futex word through the kernel, never by reading it itself: a
+    wait on an unreadable page ends with EFAULT instead of the program's crash."""
+    exe = build("futex_fault", tmp_path)
+    native = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe])
+    assert native.returncode == 0 and native.stdout == "-1 Bad address\n", native
+    assert p.returncode == 0 and p.stdout == native.stdout, (p.returncode, p.stdout, p.stderr)
+
+
 def _lock_traps(policy: dict, seg: str, argv_of) -> dict:
     """{"contend": (traps, calls), "alone": ...} of one run each on one token, the wait
     policy's variables ``policy`` set."""

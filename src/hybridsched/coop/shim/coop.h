@@ -90,6 +90,8 @@ HS_HIDDEN void hs_natural_cpus(const char *list);
 HS_HIDDEN void hs_warn(const char *fmt, const char *a, const char *b);
 HS_HIDDEN long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6);
 HS_HIDDEN long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6);
+/* a handler the program installs (wrap_sync.c: futex waits do not spin past one that interrupts) */
+HS_HIDDEN void hs_note_handler(int sig, const void *handler, unsigned long flags);
 HS_HIDDEN void hs_resolve(void);
 HS_HIDDEN int hs_launcher_pid(void);
 

@@ -198,9 +198,22 @@ static int sibling_runs(void)
     return 0;
 }
 
+/* The program has a signal handler that interrupts a futex wait (one installed without
+   SA_RESTART): the wait must then end with EINTR when the signal comes while it waits,
+   which a spin in user space would not do, so there is no spin in such a process. */
+static int interrupting_handler;
+
+void hs_note_handler(int sig, const void *handler, unsigned long flags)
+{
+    if (handler != (const void *)SIG_DFL && handler != (const void *)SIG_IGN
+        && !(flags & SA_RESTART) && !hs_own_signal(sig))
+        __atomic_store_n(&interrupting_handler, 1, __ATOMIC_RELAXED);
+}
+
 static int idle_spin(const int32_t *word, int32_t val)
 {
-    if (hs_ld(&hs_v.h->waiting) > 0 || !sibling_runs())
+    if (hs_ld(&hs_v.h->waiting) > 0 || __atomic_load_n(&interrupting_handler, __ATOMIC_RELAXED)
+        || !sibling_runs())
         return 0;
     int64_t until = mono_ns() + IDLE_SPIN_NS;
     for (unsigned i = 1;; i++) {
@@ -221,12 +234,20 @@ long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
                 || op == FUTEX_LOCK_PI2 || op == FUTEX_WAIT_REQUEUE_PI;
     if (!waits || !hs_enter())
         return hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
-    if ((op == FUTEX_WAIT || op == FUTEX_WAIT_BITSET) && a1 && !(a1 & 3)) {
-        const int32_t *word = (const int32_t *)a1;
-        /* the word changed already, or while we spun with nobody wanting our CPU: the
-           kernel would say EAGAIN at once */
-        if (__atomic_load_n(word, __ATOMIC_RELAXED) != (int32_t)a3 || idle_spin(word, (int32_t)a3)) {
+    if ((op == FUTEX_WAIT || (op == FUTEX_WAIT_BITSET && a6)) && a1 && !(a1 & 3)) {
+        /* Whether the word still holds the value, asked of the kernel without waiting (a
+           requeue of nobody that compares the word first): EAGAIN (it changed) and EFAULT
+           (it cannot be read, where the shim's own read would crash the program) end the
+           call as the wait would have. Not a wait with a zero timeout: that one sleeps for
+           the thread's timer slack, 50 µs by default. */
+        long same = hs_raw(SYS_futex, a1, FUTEX_CMP_REQUEUE | ((int)a2 & FUTEX_PRIVATE_FLAG), 0,
+                           0, a1, a3);
+        if (same != 0) {
             hs_exit();
+            return same;
+        }
+        if (idle_spin((const int32_t *)a1, (int32_t)a3)) {
+            hs_exit();  /* it changed while we spun with nobody wanting our CPU */
             return -EAGAIN;
         }
     }
@@ -245,6 +266,8 @@ HS_EXPORT long syscall(long nr, ...)
     long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
     va_end(ap);
     long r;
+    if (nr == SYS_rt_sigaction && a2)  /* the kernel's sigaction: the handler, then the flags */
+        hs_note_handler((int)a1, ((void *const *)a2)[0], ((const unsigned long *)a2)[1]);
     if (nr == SYS_futex) {
         r = hs_futex(a1, a2, a3, a4, a5, a6);
     } else if (nr == SYS_futex_waitv && hs_enter()) {
