@@ -92,6 +92,13 @@ HS_HIDDEN long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long
 HS_HIDDEN long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6);
 /* a handler the program installs (wrap_sync.c: futex waits do not spin past one that interrupts) */
 HS_HIDDEN void hs_note_handler(int sig, const void *handler, unsigned long flags);
+/* the same from the raw system call's arguments: the kernel's sigaction holds the handler,
+   then the flags */
+static inline void hs_note_rt_sigaction(long sig, long act)
+{
+    if (act)
+        hs_note_handler((int)sig, ((void *const *)act)[0], ((const unsigned long *)act)[1]);
+}
 HS_HIDDEN void hs_resolve(void);
 HS_HIDDEN int hs_launcher_pid(void);
 

@@ -151,9 +151,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
     case SYS_futex:
         r = hs_futex(a1, a2, a3, a4, a5, a6);
         break;
-    case SYS_rt_sigaction:  /* the kernel's sigaction: the handler, then the flags */
-        if (a2)
-            hs_note_handler((int)a1, ((void *const *)a2)[0], ((const unsigned long *)a2)[1]);
+    case SYS_rt_sigaction:
+        hs_note_rt_sigaction(a1, a2);
         r = hs_raw(nr, a1, a2, a3, a4, a5, a6);
         break;
     default:

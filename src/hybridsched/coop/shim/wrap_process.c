@@ -131,10 +131,8 @@ REAL(int, pthread_sigmask, (int, const sigset_t *, sigset_t *));
 
 HS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-    if (act)
-        hs_note_handler(sig, (act->sa_flags & SA_SIGINFO) ? (const void *)act->sa_sigaction
-                                                           : (const void *)act->sa_handler,
-                        (unsigned long)act->sa_flags);
+    if (act)  /* sa_handler and sa_sigaction share their storage */
+        hs_note_handler(sig, (const void *)act->sa_handler, (unsigned long)act->sa_flags);
     if (!hs_on || !hs_own_signal(sig))
         return R(sigaction)(sig, act, old);
     return hs_app_sigaction(sig, act, old);
