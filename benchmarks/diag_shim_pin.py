@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where the cooperative shim's cost goes for one job alone (J = 1) on a machine shared with
 other work: one 2-thread OpenMP barrier loop under `env` (the wait policies only), the
-shim as built, and two shims built for this diagnosis only — one that never pins a thread
-to its token's CPU, one that leaves the threads' policy SCHED_OTHER instead of SCHED_BATCH.
+shim as built, and a shim built for this diagnosis only, one that never pins a thread to
+its token's CPU. (A second variant, the threads left SCHED_OTHER instead of SCHED_BATCH,
+became the shim itself.)
 Interleaved, --reps repetitions, the mean and every run printed.
 
 Usage: python benchmarks/diag_shim_pin.py [--reps 4] [--steps 500] [--step-us 400]
@@ -30,8 +31,6 @@ VARIANTS = {
     "no pin": [("        hs_real_setaffinity(0, sizeof s, &s);\n", ""),
                ("            if (hs_real_setaffinity(r->tid, sizeof s, &s) == 0)\n"
                 "                r->pinned = c;", "            (void)s;")],
-    "no batch": [("    if (sched_getscheduler(0) == SCHED_OTHER)\n"
-                  "        sched_setscheduler(0, SCHED_BATCH, &p);", "    (void)p;")],
 }
 
 

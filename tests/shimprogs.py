@@ -166,6 +166,36 @@ int main(void) {
     printf("%ld %s\n", r, r == -1 ? strerror(e) : "-"); return 0;
 }
 """,
+    # the main thread starts a thread that only sets a flag, then, with argv[1] "spin",
+    # spins (calling nothing) until the flag is set; with "locks", takes and gives back an
+    # uncontended mutex for argv[2] ms (clock_gettime is not the shim's) and says whether
+    # the thread had run meanwhile ("ran") or not ("waited")
+    "sibling_waits": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static volatile int flag;
+static void *setter(void *a) { flag = 1; return a; }
+static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                             return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+int main(int argc, char **argv) {
+    pthread_t t; pthread_create(&t, 0, setter, 0);
+    if (strcmp(argv[1], "spin") == 0) {
+        while (!flag) { }
+        pthread_join(t, 0); puts("ok"); return 0; }
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    double end = now_ms() + atof(argv[2]);
+    volatile double x = 0;
+    while (now_ms() < end) {
+        pthread_mutex_lock(&m);
+        for (int i = 0; i < 1000; i++) x = x * 0.5 + 1;
+        pthread_mutex_unlock(&m); }
+    int ran = flag;
+    pthread_join(t, 0); puts(ran ? "ran" : "waited"); return 0;
+}
+""",
     # dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")
     "dlopen_run": r"""
 #include <dlfcn.h>

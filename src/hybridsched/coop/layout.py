@@ -25,8 +25,11 @@ MAGIC = b"HSCOOP01"
 # per command, whatever it forks), each job's counters (threads, intercepted calls, grants,
 # hand-offs, trapped system calls, rotation signals, tokens revoked from sleepers), and a
 # worker's ``thread`` flag: its liveness is its thread's, not its process's (a shim thread
-# that exits holding a token is reclaimed while its process lives on)
-VERSION = 4
+# that exits holding a token is reclaimed while its process lives on);
+# 5: each worker's ``entries``, the times its thread entered the shim's wrappers (written
+# by that thread only, wrapping; only its changes mean anything): a holder whose count
+# stands still while its own job's threads wait is spinning for them (shim/runtime.c)
+VERSION = 5
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),
@@ -44,7 +47,7 @@ JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")]
 WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
                          ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
                          ("acquired_ns", "i8"), ("tid", "i4"), ("pinned", "i4"),
-                         ("thread", "i4"), ("_pad", "i4")])
+                         ("thread", "i4"), ("entries", "i4")])
 
 
 def layout(ncpu: int, max_jobs: int, max_workers: int) -> list[tuple[str, np.dtype, int]]:

@@ -26,7 +26,7 @@ from ..errors import ResourceError, ShimUnavailable, UsageError
 from ..oslayer.procfs import thread_state
 from ..oslayer.signals import signals_held
 from .arbiter import Arbiter
-from .layout import JOB_COUNTERS, RUNNING, WAITING
+from .layout import JOB_COUNTERS, RUNNING
 from .paths import SEGMENT_ENV
 from .shimbuild import shim_library
 from .state import ArbiterError
@@ -42,16 +42,8 @@ NUDGE_SIGNAL = signal.SIGRTMAX - 7
 # acts: a holder reaches no scheduling point of its own only when it never blocks, and
 # one quantum more than the arbiter's own rotation leaves a holder that does block time to.
 BOUND_QUANTA = 2
-# A holder whose own job has threads waiting for a token is, in a fork-join runtime, most
-# likely its master spinning for those very threads (OpenBLAS's caller spins on its
-# workers and calls nothing): they cannot run until it lets go, so waiting out the bound
-# above cost each BLAS call tens of milliseconds (numpy under coop was 5-10x slower than
-# under Linux). It is asked to rotate after SPIN_BOUND_NS instead, the same job's waiters
-# first; the watchdog looks every SPIN_LOOK_S while anyone waits. Shorter catches a spin
-# sooner but slices a thread that computes while its siblings wait for a CPU (a rotation
-# costs a few µs) and costs the watchdog's looks (~10 µs of our CPU each).
-SPIN_BOUND_NS = 2_000_000
-SPIN_LOOK_S = 0.002
+# (A holder that spins for its own job's waiting threads, calling nothing, is asked to
+# rotate sooner, after 2 ms, by those threads themselves: shim/runtime.c, EARLY_NS.)
 # The runtimes' wait policies set to block instead of spinning: colocate's `env` policy,
 # and what `coop exec` sets unless told to keep the environment (a spin holds a token).
 WAIT_POLICY_ENV = {
@@ -193,20 +185,15 @@ class _Watchdog(threading.Thread):
     def run(self) -> None:
         st = self.shim.arbiter.tables
         quantum = int(st.header["quantum_ns"][0])
-        period = quantum / 1e9
-        while not self._halt.wait(period):
-            waiting = self._look(st, now_ns(), BOUND_QUANTA * quantum)
-            period = min(SPIN_LOOK_S, quantum / 1e9) if waiting else quantum / 1e9
+        while not self._halt.wait(quantum / 1e9):
+            self._look(st, now_ns(), BOUND_QUANTA * quantum)
 
     def _look(self, st, now: int, bound: int) -> bool:
         """One look at the job's holders; whether anyone waits for a token."""
         if st.header["waiting"][0] <= 0:
             self._seen.clear()
             return False
-        workers = st.workers
-        # the job's own threads waiting: its holders may be spinning for them
-        siblings_wait = bool(((workers["job"] == self.shim.job) & (workers["state"] == WAITING)
-                              & (workers["used"] != 0)).any())
+        workers = st.workers[:int(st.header["hi"][0])]  # the slots ever used: a look is µs
         for ci, holder in enumerate(st.cpus["holder"].tolist()):
             w = workers[holder] if holder >= 0 else None
             if w is None or w["job"] != self.shim.job or not w["thread"] or w["state"] != RUNNING:
@@ -217,9 +204,7 @@ class _Watchdog(threading.Thread):
             if first is None or first[0] != held:
                 self._seen[ci] = (held, now, False)
                 continue
-            # a rotation request comes early for a likely spin; a revocation never does
-            due = SPIN_BOUND_NS if siblings_wait and not first[2] else bound
-            if now - first[1] >= due:  # at most one act per bound
+            if now - first[1] >= bound:  # at most one act per bound
                 signalled = self._act(holder, held[1], int(w["pid"]), int(w["tid"]), first[2])
                 self._seen[ci] = (held, now, signalled)
         return True

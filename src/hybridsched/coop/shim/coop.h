@@ -59,7 +59,6 @@ struct hs_thread {
     int parked;        /* how the last park left the token: HS_PARK_* */
     int cpu;           /* the CPU this thread pinned itself to, -1 none */
     int yields;        /* consecutive sched_yield calls while others wait */
-    int batch;         /* SCHED_BATCH set */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
     cpu_set_t mask;
@@ -82,6 +81,7 @@ HS_HIDDEN void hs_rotate(void);
 HS_HIDDEN void hs_thread_begin(void);
 HS_HIDDEN void hs_thread_end(void *unused);
 HS_HIDDEN void hs_count(int which);
+HS_HIDDEN int hs_nudge_is_ours(const siginfo_t *si);
 HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
 /* segment.c */
 HS_HIDDEN size_t hs_map_segment(const char *path);
@@ -102,6 +102,15 @@ static inline void hs_note_rt_sigaction(long sig, long act)
 HS_HIDDEN void hs_resolve(void);
 HS_HIDDEN int hs_launcher_pid(void);
 
+/* one more entry into the shim (the worker's `entries`; its own thread is the only writer):
+   a thread that enters it is not in a spin that calls nothing (runtime.c, early_look) */
+static inline void hs_entered(void)
+{
+    int32_t *e = &hs_v.workers[hs_t.slot].entries;
+    __atomic_store_n(e, (int32_t)((uint32_t)__atomic_load_n(e, __ATOMIC_RELAXED) + 1u),
+                     __ATOMIC_RELAXED);
+}
+
 /* Whether the calling thread is managed and outside the shim: then it is inside from now
    (depth 1) until hs_exit. A wrapper that gets 0 calls the real function straight away. */
 static inline int hs_enter(void)
@@ -109,6 +118,7 @@ static inline int hs_enter(void)
     if (!hs_on || hs_t.slot < 0 || hs_t.depth)
         return 0;
     hs_t.depth = 1;
+    hs_entered();
     return 1;
 }
 

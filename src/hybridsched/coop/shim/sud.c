@@ -129,6 +129,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
          a6 = g[REG_R9];
     if (hs_on && hs_job >= 0)
         hs_count(HS_C_TRAPS);
+    if (hs_on && hs_t.slot >= 0)
+        hs_entered();
     switch (nr) {
     case SYS_rt_sigreturn:
     case SYS_clone:
@@ -167,7 +169,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ctx)
 
 static void on_nudge(int sig, siginfo_t *si, void *ctx)
 {
-    if (!(si->si_code == SI_TKILL && si->si_pid == hs_launcher_pid())) {
+    if (!hs_nudge_is_ours(si)) {
         chain(&app_nudge, sig, si, ctx);  /* the program's own use of the signal */
         return;
     }
