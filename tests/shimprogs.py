@@ -169,7 +169,9 @@ int main(void) {
     # the main thread starts a thread that only sets a flag, then, with argv[1] "spin",
     # spins (calling nothing) until the flag is set; with "locks", takes and gives back an
     # uncontended mutex for argv[2] ms (clock_gettime is not the shim's) and says whether
-    # the thread had run meanwhile ("ran") or not ("waited")
+    # the thread had run meanwhile ("ran") or not ("waited"); with "pair", starts a second
+    # thread first that spins until the flag is set while the main thread takes and gives
+    # back the mutex until then
     "sibling_waits": r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -178,10 +180,18 @@ int main(void) {
 #include <time.h>
 static volatile int flag;
 static void *setter(void *a) { flag = 1; return a; }
+static void *spinner(void *a) { while (!flag) { } return a; }
 static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
                              return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
 int main(int argc, char **argv) {
-    pthread_t t; pthread_create(&t, 0, setter, 0);
+    pthread_t t, u;
+    if (strcmp(argv[1], "pair") == 0)
+        pthread_create(&u, 0, spinner, 0);
+    pthread_create(&t, 0, setter, 0);
+    if (strcmp(argv[1], "pair") == 0) {
+        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+        while (!flag) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+        pthread_join(t, 0); pthread_join(u, 0); puts("ok"); return 0; }
     if (strcmp(argv[1], "spin") == 0) {
         while (!flag) { }
         pthread_join(t, 0); puts("ok"); return 0; }

@@ -267,6 +267,18 @@ def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg,
     assert counts.nudges >= 1 and counts.signals == 0, counts
 
 
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two holders")
+def test_the_spinning_one_of_two_holders_is_asked_to_rotate(seg, shim_lib, tmp_path):
+    """Two tokens held by two threads of the job, one calling into the shim (a mutex), one
+    spinning, while a third waits: the waiter looks at both and asks the spinner."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "pair"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+    assert counts.nudges >= 1 and counts.signals == 0, counts
+
+
 def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_waits(
         seg, shim_lib, tmp_path):
     """A holder that enters the shim's wrappers (here an uncontended mutex, 300 times a

@@ -240,13 +240,32 @@ static int first_sibling_waiting(int me)
     return 1;
 }
 
+/* the rotation signal, queued to thread `tid` of this process with this shim's cookie */
+static void nudge_sibling(int tid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = hs_nudge_signal();
+    si.si_code = SI_QUEUE;
+    si.si_pid = hs_pid;
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = &hs_v;
+    hs_raw(SYS_rt_tgsigqueueinfo, hs_pid, tid, si.si_signo, (long)&si, 0, 0);
+}
+
+/* holders a waiter keeps track of (a job with more tokens than this in one process has
+   its other holders looked at by nobody, as before layout 5 by the watchdog's bound) */
+#define EARLY_TRACK 8
+
 /* A waiter's look at its job's holders in this process (see EARLY_NS): one that has held
    its token since the last look, EARLY_NS or more, and run for half of that at least
    (not a holder the system preempted) without entering the shim is asked to rotate.
    Whether there is such a holder to look at again in EARLY_NS. */
-static int early_look(int me, struct early *e, int64_t now)
+static int early_look(int me, struct early e[EARLY_TRACK], int64_t now)
 {
-    for (int ci = 0; ci < hs_v.ncpu; ci++) {
+    struct early seen[EARLY_TRACK];
+    int n = 0, first = -1;
+    for (int ci = 0; ci < hs_v.ncpu && n < EARLY_TRACK; ci++) {
         int h = hs_v.cpus[ci].holder;
         if (h < 0 || h == me)
             continue;
@@ -254,32 +273,35 @@ static int early_look(int me, struct early *e, int64_t now)
         if (r->used != 1 || r->job != hs_job || r->pid != hs_pid || !r->thread
             || hs_ld(&r->state) != HS_RUNNING)
             continue;
-        struct early seen = {h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
-                             thread_cpu_ns(r->tid)};
-        if (e->slot == seen.slot && e->since == seen.since && e->entries == seen.entries
-            && now - seen.since >= EARLY_NS && e->cpu_ns >= 0
-            && seen.cpu_ns - e->cpu_ns >= EARLY_NS / 2 && first_sibling_waiting(me)) {
-            siginfo_t si;
-            memset(&si, 0, sizeof si);
-            si.si_signo = hs_nudge_signal();
-            si.si_code = SI_QUEUE;
-            si.si_pid = hs_pid;
-            si.si_uid = getuid();
-            si.si_value.sival_ptr = &hs_v;
-            hs_raw(SYS_rt_tgsigqueueinfo, hs_pid, r->tid, si.si_signo, (long)&si, 0, 0);
-            seen.since = -1;  /* once per holding */
+        struct early *s = &seen[n++];
+        *s = (struct early){h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
+                            thread_cpu_ns(r->tid)};
+        for (int i = 0; i < EARLY_TRACK; i++) {
+            struct early *was = &e[i];
+            if (was->slot != h || was->since != s->since || was->entries != s->entries
+                || now - s->since < EARLY_NS || was->cpu_ns < 0
+                || s->cpu_ns - was->cpu_ns < EARLY_NS / 2)
+                continue;
+            if (first < 0)
+                first = first_sibling_waiting(me);
+            if (first) {
+                nudge_sibling(r->tid);
+                s->since = -1;  /* once per holding */
+            }
+            break;
         }
-        *e = seen;
-        return 1;
     }
-    e->slot = -1;
-    return 0;
+    for (int i = 0; i < EARLY_TRACK; i++)
+        e[i] = i < n ? seen[i] : (struct early){-1, 0, 0, -1};
+    return n > 0;
 }
 
 static void wait_token(int me, int queued)
 {
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = now_ns() + poll;
-    struct early e = {-1, 0, 0, -1};
+    struct early e[EARLY_TRACK];
+    for (int i = 0; i < EARLY_TRACK; i++)
+        e[i] = (struct early){-1, 0, 0, -1};
     for (;;) {
         struct hs_worker *r = &hs_v.workers[me];
         int st = hs_ld(&r->state);
@@ -310,7 +332,7 @@ static void wait_token(int me, int queued)
             next_reclaim = now + poll;
         }
         int64_t t = next_reclaim - now;
-        if (early_look(me, &e, now) && t > EARLY_NS)
+        if (early_look(me, e, now) && t > EARLY_NS)
             t = EARLY_NS;
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
         hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
@@ -341,9 +363,26 @@ static void acquire(int me)
     wait_token(me, queued);
 }
 
+/* A thread without a token runs anywhere: pinned to its last token's CPU, a thread woken
+   in the program's own call would wait there for that CPU's holder (or preempt it) while
+   the CPU it is about to get a token for may be idle. Done while still holding the token,
+   so no grant's pin (post) can come between. */
+static void unpin(int me)
+{
+    if (hs_v.workers[me].pinned < 0)
+        return;
+    cpu_set_t s;
+    hs_natural_mask(&s, 0);
+    if (hs_real_setaffinity(0, sizeof s, &s) == 0) {
+        hs_v.workers[me].pinned = -1;
+        hs_t.cpu = -1;
+    }
+}
+
 static void release(int me)
 {
     struct hs_cs cs;
+    unpin(me);
     cs_lock(&cs);
     if (!own(me)) {
         cs_unlock(&cs);
