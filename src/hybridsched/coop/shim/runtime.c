@@ -363,26 +363,9 @@ static void acquire(int me)
     wait_token(me, queued);
 }
 
-/* A thread without a token runs anywhere: pinned to its last token's CPU, a thread woken
-   in the program's own call would wait there for that CPU's holder (or preempt it) while
-   the CPU it is about to get a token for may be idle. Done while still holding the token,
-   so no grant's pin (post) can come between. */
-static void unpin(int me)
-{
-    if (hs_v.workers[me].pinned < 0)
-        return;
-    cpu_set_t s;
-    hs_natural_mask(&s, 0);
-    if (hs_real_setaffinity(0, sizeof s, &s) == 0) {
-        hs_v.workers[me].pinned = -1;
-        hs_t.cpu = -1;
-    }
-}
-
 static void release(int me)
 {
     struct hs_cs cs;
-    unpin(me);
     cs_lock(&cs);
     if (!own(me)) {
         cs_unlock(&cs);
