@@ -171,20 +171,45 @@ int main(void) {
     # uncontended mutex for argv[2] ms (clock_gettime is not the shim's) and says whether
     # the thread had run meanwhile ("ran") or not ("waited"); with "pair", starts a second
     # thread first that spins until the flag is set while the main thread takes and gives
-    # back the mutex until then
+    # back the mutex until then; with "deaf", blocks every signal by the raw system call
+    # first, spins until the flag is set, then unblocks them; with "many", starts 3 threads
+    # that print their voluntary context switches once they run, while the main thread
+    # takes and gives back the mutex for argv[2] ms
     "sibling_waits": r"""
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 static volatile int flag;
 static void *setter(void *a) { flag = 1; return a; }
 static void *spinner(void *a) { while (!flag) { } return a; }
+static long switches[3];
+static void *counter(void *a) { struct rusage u; getrusage(RUSAGE_THREAD, &u);
+                                switches[(long)a] = u.ru_nvcsw; return a; }
 static double now_ms(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
                              return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
 int main(int argc, char **argv) {
-    pthread_t t, u;
+    pthread_t t, u, v[3];
+    if (strcmp(argv[1], "many") == 0) {
+        for (long i = 0; i < 3; i++) pthread_create(&v[i], 0, counter, (void *)i);
+        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+        double end = now_ms() + atof(argv[2]);
+        while (now_ms() < end) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+        for (int i = 0; i < 3; i++) pthread_join(v[i], 0);
+        printf("%ld %ld %ld\n", switches[0], switches[1], switches[2]); return 0; }
+    if (strcmp(argv[1], "deaf") == 0) {
+        unsigned long all = ~0UL, none = 0;
+        syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, 0, 8);
+        pthread_create(&t, 0, setter, 0);
+        while (!flag) { }
+        syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, 0, 8);
+        pthread_join(t, 0); puts("ok"); return 0; }
     if (strcmp(argv[1], "pair") == 0)
         pthread_create(&u, 0, spinner, 0);
     pthread_create(&t, 0, setter, 0);

@@ -279,6 +279,63 @@ def test_the_spinning_one_of_two_holders_is_asked_to_rotate(seg, shim_lib, tmp_p
     assert counts.nudges >= 1 and counts.signals == 0, counts
 
 
+def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_path):
+    """A holder that has blocked every signal (by the raw system call) never answers its
+    sibling's request: it is asked once for that holding, not every 4 ms (the requests,
+    real-time signals, would queue up against the user's pending-signal limit and all be
+    handled at once when it unblocks them), and the watchdog takes the token away."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=0.1) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "deaf"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+    assert counts.revoked >= 1 and counts.nudges <= 3, counts
+
+
+def test_only_the_first_waiting_sibling_wakes_to_look(seg, shim_lib, tmp_path):
+    """Three threads wait while the holder computes (300 ms, calling into the shim): the
+    first of them wakes every 2 ms to look at the holder, the others sleep."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "many", "300"])
+    assert p.returncode == 0, p.stderr
+    switches = sorted(int(x) for x in p.stdout.split())
+    assert switches[-1] >= 20 and switches[1] < 20, switches
+
+
+def test_a_holder_spinning_for_a_thread_of_its_job_in_another_process_is_asked_too(
+        seg, shim_lib, tmp_path):
+    """The job's first waiter asks a spinning holder in another process of the same
+    command (here `sh -c 'a & b'`) as in its own: the run ends long before the
+    watchdog's bound (10 s), with none of its signals."""
+    exe = build("spin_flag", tmp_path)
+    flag = tmp_path / "flag"
+    flag.write_bytes(b"\0" * 4)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, ["sh", "-c", f"{exe} {flag} wait & {exe} {flag} set; wait"])
+        counts = job.counters()
+    assert p.returncode == 0 and "released" in p.stdout, (p.stdout, p.stderr)
+    assert counts.nudges >= 1 and counts.signals == 0, counts
+
+
+def test_the_watchdog_looks_past_a_slot_granted_while_it_looked():
+    """The watchdog reads the holders, then the high-water mark of the slots: a thread that
+    joined and was granted a token in between holds a slot above it, skipped this look
+    (it raised IndexError, and the watchdog's thread died)."""
+    import types
+
+    import numpy as np
+
+    from hybridsched.coop import shimjob
+    from hybridsched.coop.layout import CPU_DTYPE, HEADER_DTYPE, WORKER_DTYPE
+
+    st = types.SimpleNamespace(header=np.zeros(1, HEADER_DTYPE), cpus=np.zeros(1, CPU_DTYPE),
+                               workers=np.zeros(4, WORKER_DTYPE))
+    st.header["waiting"], st.header["hi"], st.cpus["holder"] = 1, 1, 1
+    dog = shimjob._Watchdog(types.SimpleNamespace(job=0))
+    assert dog._look(st, 0, 40_000_000)
+
+
 def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_waits(
         seg, shim_lib, tmp_path):
     """A holder that enters the shim's wrappers (here an uncontended mutex, 300 times a

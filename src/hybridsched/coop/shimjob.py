@@ -193,9 +193,10 @@ class _Watchdog(threading.Thread):
         if st.header["waiting"][0] <= 0:
             self._seen.clear()
             return False
+        holders = st.cpus["holder"].tolist()  # before hi: a slot granted since is above it
         workers = st.workers[:int(st.header["hi"][0])]  # the slots ever used: a look is µs
-        for ci, holder in enumerate(st.cpus["holder"].tolist()):
-            w = workers[holder] if holder >= 0 else None
+        for ci, holder in enumerate(holders):
+            w = workers[holder] if 0 <= holder < len(workers) else None
             if w is None or w["job"] != self.shim.job or not w["thread"] or w["state"] != RUNNING:
                 self._seen.pop(ci, None)
                 continue
