@@ -64,12 +64,39 @@ def exec_command(argv: list[str], *, segment: str | None = None,
     return ExecResult(status, shim.final or ShimCounters())
 
 
-def _in_own_group(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """``argv`` started in a process group of its own (the child joins it before exec)."""
+def _in_own_group(argv: list[str], env: dict[str, str], tty: bool) -> subprocess.Popen:
+    """``argv`` started in a process group of its own (the child joins it before exec);
+    ``tty``: the child also makes that group the terminal's foreground before it execs,
+    so the command never runs in the background of our terminal (its first read of it
+    would stop it with SIGTTIN, and what it printed first came before it had it)."""
+    if tty:
+        return subprocess.Popen(argv, env=env, preexec_fn=_own_group_in_front)
     if sys.version_info >= (3, 11):
         return subprocess.Popen(argv, env=env, process_group=0)
     # Python 3.10 has no process_group (a TypeError there); the same setpgid(0, 0) in the child
     return subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
+
+
+def _own_group_in_front() -> None:
+    """In the child, before exec: a group of its own, the terminal's foreground (system
+    calls only, as a child forked from a threaded process may make)."""
+    os.setpgid(0, 0)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})  # a background group may not
+    try:
+        os.tcsetpgrp(0, os.getpgrp())
+    except OSError:
+        pass  # the terminal went away meanwhile: the command runs without it, as under a pipe
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTTOU})
+
+
+def _terminal_in_front(owner: int) -> bool:
+    """Whether our stdin is a terminal whose foreground group is ``owner``."""
+    try:
+        return threading.current_thread() is threading.main_thread() and os.isatty(0) \
+            and os.tcgetpgrp(0) == owner
+    except OSError:
+        return False
 
 
 class Command:
@@ -86,15 +113,19 @@ class Command:
     def __enter__(self) -> "Command":
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        tty = _terminal_in_front(os.getpgrp())
         try:
-            self.proc = _in_own_group(self.argv, self.env)
-        except OSError as exc:
+            self.proc = _in_own_group(self.argv, self.env, tty)
+        except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
-            raise UsageError(f"{self.argv[0]}: cannot run it ({exc.strerror})") from None
-        with contextlib.suppress(OSError):  # also from here: the terminal is handed to it next
+            if tty:  # the child may have taken the terminal before its exec failed
+                _hand_terminal(os.getpgrp(), None)
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
+        with contextlib.suppress(OSError):  # also from here: whoever runs first
             os.setpgid(self.proc.pid, self.proc.pid)
         self.guardian.watch(self.proc.pid)
-        self._tty = _hand_terminal(self.proc.pid, os.getpgrp())
+        self._tty = tty
         return self
 
     def wait(self) -> int:
