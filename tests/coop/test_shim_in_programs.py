@@ -256,7 +256,7 @@ def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,
                                                                            tmp_path):
     """OpenBLAS's caller spins, calling nothing, until its own workers have run; they wait
-    for the token it holds. The waiting sibling asks it to rotate after 2 ms (EARLY_NS),
+    for the token it holds. The waiting sibling asks it to rotate after 2 ms (HS_EARLY_NS),
     long before the watchdog's bound (here 10 s): the run ends with the sibling's signal,
     none of the watchdog's."""
     exe = build("sibling_waits", tmp_path)

@@ -28,7 +28,7 @@ MAGIC = b"HSCOOP01"
 # that exits holding a token is reclaimed while its process lives on);
 # 5: each worker's ``entries``, the times its thread entered the shim's wrappers (written
 # by that thread only, wrapping; only its changes mean anything): a holder whose count
-# stands still while its own job's threads wait is spinning for them (shim/runtime.c)
+# stands still while its own job's threads wait is spinning for them (shim/early.c)
 VERSION = 5
 
 HEADER_DTYPE = np.dtype([

@@ -82,6 +82,31 @@ HS_HIDDEN void hs_thread_begin(void);
 HS_HIDDEN void hs_thread_end(void *unused);
 HS_HIDDEN void hs_count(int which);
 HS_HIDDEN int hs_nudge_is_ours(const siginfo_t *si);
+/* How long a holder of the job may go without entering the shim while its own job's
+   threads wait before the job's first waiter asks it to rotate: such
+   a holder is most likely spinning for those very threads (OpenBLAS's caller spins,
+   calling nothing, until its workers have run), while one that calls into the shim (a
+   lock loop) is computing and keeps its token until it blocks or the watchdog's bound.
+   Shorter catches a spin sooner but wakes the waiter more often, each time a few µs of a
+   CPU that a holder wants. */
+#define HS_EARLY_NS 2000000LL
+/* holders a waiter keeps track of (a job with more tokens than this has its other
+   holders left to the watchdog's bound) */
+#define HS_EARLY_TRACK 8
+
+/* what a waiter saw of one of its job's holders at its last look */
+struct hs_early {
+    int slot;
+    int32_t entries;
+    int64_t since;
+    int64_t cpu_ns;  /* the holder's CPU time, -1 unknown */
+    int asked;       /* this holding was asked to rotate already */
+};
+
+HS_HIDDEN int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now);
+HS_HIDDEN void hs_early_reset(struct hs_early e[HS_EARLY_TRACK]);
+HS_HIDDEN int hs_self_pid(void);
+HS_HIDDEN int64_t hs_job_key(void);
 HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
 /* segment.c */
 HS_HIDDEN size_t hs_map_segment(const char *path);
@@ -103,7 +128,7 @@ HS_HIDDEN void hs_resolve(void);
 HS_HIDDEN int hs_launcher_pid(void);
 
 /* one more entry into the shim (the worker's `entries`; its own thread is the only writer):
-   a thread that enters it is not in a spin that calls nothing (runtime.c, early_look) */
+   a thread that enters it is not in a spin that calls nothing (early.c) */
 static inline void hs_entered(void)
 {
     int32_t *e = &hs_v.workers[hs_t.slot].entries;

@@ -35,14 +35,6 @@ static pthread_key_t hs_exit_key;
    runtime that yields in its spin (libomp when oversubscribed) gives its token up within
    tens of microseconds, while a lone yield (a lock's back-off) costs no hand-off. */
 #define YIELDS_TO_ROTATE 64
-/* How long a holder of the job may go without entering the shim while its own job's
-   threads wait before the job's first waiter asks it to rotate: such
-   a holder is most likely spinning for those very threads (OpenBLAS's caller spins,
-   calling nothing, until its workers have run), while one that calls into the shim (a
-   lock loop) is computing and keeps its token until it blocks or the watchdog's bound.
-   Shorter catches a spin sooner but wakes the waiter more often, each time a few µs of a
-   CPU that a holder wants. */
-#define EARLY_NS 2000000LL
 /* Shim threads keep the program's scheduling policy, unlike the Python workers, which hold
    their tokens as SCHED_BATCH (worker.HANDOFF_POLICY): a batch thread woken by the
    program's own events (a condition variable, a futex wake) or for its early look waits
@@ -87,6 +79,16 @@ void hs_count(int which)
 int hs_launcher_pid(void)
 {
     return hs_job >= 0 ? hs_v.jobs[hs_job].pid : -1;
+}
+
+int hs_self_pid(void)
+{
+    return hs_pid;
+}
+
+int64_t hs_job_key(void)
+{
+    return hs_key;
 }
 
 /* the rotation signal is the shim's when the job's launcher (its watchdog) sent it, or a
@@ -206,118 +208,11 @@ static void pin(int me)
 
 /* --- taking and giving up the token ------------------------------------------------------ */
 
-/* what a waiter saw of one of its job's holders at its last look */
-struct early {
-    int slot;
-    int32_t entries;
-    int64_t since;
-    int64_t cpu_ns;  /* the holder's CPU time, -1 unknown */
-    int asked;       /* this holding was asked to rotate already */
-};
-
-/* the CPU time of thread `tid` of process `pid`, -1 if it cannot be read: this process's
-   from the kernel's per-thread clock (by the system call through libc: the vDSO's
-   fallback for such a clock is a system call outside libc, which would trap), another
-   process's from /proc (the per-thread clocks of other processes cannot be read) */
-static int64_t thread_cpu_ns(int pid, int tid)
-{
-    if (pid == hs_pid) {
-        struct timespec ts;
-        clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6);  /* CPUCLOCK_PERTHREAD | SCHED */
-        if (hs_raw(SYS_clock_gettime, clock, (long)&ts, 0, 0, 0, 0) != 0)
-            return -1;
-        return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    }
-    char path[64], buf[96];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    return strtoll(buf, NULL, 10);  /* the first field: time on a CPU, ns */
-}
-
-/* whether `me` is the first of its job's threads to wait for a token (the one that looks
-   after the early rotations) */
-static int first_sibling_waiting(int me)
-{
-    int64_t seq = hs_v.workers[me].seq;
-    for (int w = 0; w < hs_v.h->hi; w++) {
-        struct hs_worker *r = &hs_v.workers[w];
-        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING
-            && r->seq < seq)
-            return 0;
-    }
-    return 1;
-}
-
-/* the rotation signal, queued to thread `tid` of process `pid` with the job's key as the
-   cookie (hs_nudge_is_ours) */
-static void nudge_sibling(int pid, int tid)
-{
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    si.si_signo = hs_nudge_signal();
-    si.si_code = SI_QUEUE;
-    si.si_pid = hs_pid;
-    si.si_uid = getuid();
-    si.si_value.sival_ptr = (void *)(intptr_t)hs_key;
-    hs_raw(SYS_rt_tgsigqueueinfo, pid, tid, si.si_signo, (long)&si, 0, 0);
-}
-
-/* holders a waiter keeps track of (a job with more tokens than this has its other
-   holders left to the watchdog's bound) */
-#define EARLY_TRACK 8
-
-/* The job's first waiting thread looks at up to EARLY_TRACK of the job's holders (see
-   EARLY_NS): one that has held its token since the last look, EARLY_NS or more, and run
-   for half of that at least (not a holder the system preempted) without entering the
-   shim is asked to rotate, once per holding. Whether to look again in EARLY_NS (the
-   other waiters sleep as before: only the first acts). */
-static int early_look(int me, struct early e[EARLY_TRACK], int64_t now)
-{
-    struct early seen[EARLY_TRACK];
-    int n = 0;
-    if (first_sibling_waiting(me)) {
-        for (int ci = 0; ci < hs_v.ncpu && n < EARLY_TRACK; ci++) {
-            int h = hs_v.cpus[ci].holder;
-            if (h < 0 || h == me)
-                continue;
-            struct hs_worker *r = &hs_v.workers[h];
-            if (r->used != 1 || r->job != hs_job || !r->thread || hs_ld(&r->state) != HS_RUNNING)
-                continue;
-            struct early *s = &seen[n++];
-            *s = (struct early){h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
-                                thread_cpu_ns(r->pid, r->tid), 0};
-            for (int i = 0; i < EARLY_TRACK; i++) {
-                struct early *was = &e[i];
-                if (was->slot != h || was->since != s->since)
-                    continue;
-                s->asked = was->asked;
-                if (!was->asked && was->entries == s->entries && now - s->since >= EARLY_NS
-                    && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= EARLY_NS / 2) {
-                    nudge_sibling(r->pid, r->tid);
-                    s->asked = 1;
-                }
-                break;
-            }
-        }
-    }
-    for (int i = 0; i < EARLY_TRACK; i++)
-        e[i] = i < n ? seen[i] : (struct early){-1, 0, 0, -1, 0};
-    return n > 0;
-}
-
 static void wait_token(int me, int queued)
 {
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = now_ns() + poll;
-    struct early e[EARLY_TRACK];
-    for (int i = 0; i < EARLY_TRACK; i++)
-        e[i] = (struct early){-1, 0, 0, -1, 0};
+    struct hs_early e[HS_EARLY_TRACK];
+    hs_early_reset(e);
     for (;;) {
         struct hs_worker *r = &hs_v.workers[me];
         int st = hs_ld(&r->state);
@@ -348,8 +243,8 @@ static void wait_token(int me, int queued)
             next_reclaim = now + poll;
         }
         int64_t t = next_reclaim - now;
-        if (early_look(me, e, now) && t > EARLY_NS)
-            t = EARLY_NS;
+        if (hs_early_look(me, e, now) && t > HS_EARLY_NS)
+            t = HS_EARLY_NS;
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
         hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
     }

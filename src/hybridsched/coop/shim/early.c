@@ -1,0 +1,110 @@
+/* A spin for the job's own threads (HS_EARLY_NS in coop.h): while a thread waits for a token,
+   the job's first waiting thread looks at the job's holders every HS_EARLY_NS and asks one
+   that has run that long without entering the shim (each worker counts its entries, the
+   segment's `entries`) to rotate, with the rotation signal the watchdog uses. */
+#include "coop.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* the CPU time of thread `tid` of process `pid`, -1 if it cannot be read: this process's
+   from the kernel's per-thread clock (by the system call through libc: the vDSO's
+   fallback for such a clock is a system call outside libc, which would trap), another
+   process's from /proc (the per-thread clocks of other processes cannot be read) */
+static int64_t thread_cpu_ns(int pid, int tid)
+{
+    if (pid == hs_self_pid()) {
+        struct timespec ts;
+        clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6);  /* CPUCLOCK_PERTHREAD | SCHED */
+        if (hs_raw(SYS_clock_gettime, clock, (long)&ts, 0, 0, 0, 0) != 0)
+            return -1;
+        return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    char path[64], buf[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return strtoll(buf, NULL, 10);  /* the first field: time on a CPU, ns */
+}
+
+/* whether `me` is the first of its job's threads to wait for a token (the one that looks
+   after the early rotations) */
+static int first_sibling_waiting(int me)
+{
+    int64_t seq = hs_v.workers[me].seq;
+    for (int w = 0; w < hs_v.h->hi; w++) {
+        struct hs_worker *r = &hs_v.workers[w];
+        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING
+            && r->seq < seq)
+            return 0;
+    }
+    return 1;
+}
+
+/* the rotation signal, queued to thread `tid` of process `pid` with the job's key as the
+   cookie (hs_nudge_is_ours) */
+static void nudge_sibling(int pid, int tid)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = hs_nudge_signal();
+    si.si_code = SI_QUEUE;
+    si.si_pid = hs_self_pid();
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = (void *)(intptr_t)hs_job_key();
+    hs_raw(SYS_rt_tgsigqueueinfo, pid, tid, si.si_signo, (long)&si, 0, 0);
+}
+
+/* The job's first waiting thread looks at up to HS_EARLY_TRACK of the job's holders (see
+   HS_EARLY_NS): one that has held its token since the last look, HS_EARLY_NS or more, and run
+   for half of that at least (not a holder the system preempted) without entering the
+   shim is asked to rotate, once per holding. Whether to look again in HS_EARLY_NS (the
+   other waiters sleep as before: only the first acts). */
+int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now)
+{
+    struct hs_early seen[HS_EARLY_TRACK];
+    int n = 0;
+    if (first_sibling_waiting(me)) {
+        for (int ci = 0; ci < hs_v.ncpu && n < HS_EARLY_TRACK; ci++) {
+            int h = hs_v.cpus[ci].holder;
+            if (h < 0 || h == me)
+                continue;
+            struct hs_worker *r = &hs_v.workers[h];
+            if (r->used != 1 || r->job != hs_job || !r->thread || hs_ld(&r->state) != HS_RUNNING)
+                continue;
+            struct hs_early *s = &seen[n++];
+            *s = (struct hs_early){h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
+                                thread_cpu_ns(r->pid, r->tid), 0};
+            for (int i = 0; i < HS_EARLY_TRACK; i++) {
+                struct hs_early *was = &e[i];
+                if (was->slot != h || was->since != s->since)
+                    continue;
+                s->asked = was->asked;
+                if (!was->asked && was->entries == s->entries && now - s->since >= HS_EARLY_NS
+                    && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2) {
+                    nudge_sibling(r->pid, r->tid);
+                    s->asked = 1;
+                }
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < HS_EARLY_TRACK; i++)
+        e[i] = i < n ? seen[i] : (struct hs_early){-1, 0, 0, -1, 0};
+    return n > 0;
+}
+
+void hs_early_reset(struct hs_early e[HS_EARLY_TRACK])
+{
+    for (int i = 0; i < HS_EARLY_TRACK; i++)
+        e[i] = (struct hs_early){-1, 0, 0, -1, 0};
+}
