@@ -90,11 +90,12 @@ def _own_group_in_front() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTTOU})
 
 
-def _terminal_in_front(owner: int) -> bool:
-    """Whether our stdin is a terminal whose foreground group is ``owner``."""
+def _terminal_in_front(owner: int | None) -> bool:
+    """Whether our stdin is a terminal (we being the main thread, which alone may hand it
+    on) whose foreground group is ``owner`` (None: whoever)."""
     try:
         return threading.current_thread() is threading.main_thread() and os.isatty(0) \
-            and os.tcgetpgrp(0) == owner
+            and (owner is None or os.tcgetpgrp(0) == owner)
     except OSError:
         return False
 
@@ -167,11 +168,9 @@ class Command:
 def _hand_terminal(pgid: int, owner: int | None) -> bool:
     """Make ``pgid`` the foreground group of the terminal on our stdin, if there is one and
     its foreground is ``owner`` (None: whoever); whether it did."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _terminal_in_front(owner):
         return False
     try:
-        if not os.isatty(0) or (owner is not None and os.tcgetpgrp(0) != owner):
-            return False
         old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may not
         try:
             os.tcsetpgrp(0, pgid)

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/types.h>
 #include <poll.h>
+#include <time.h>
 
 #define HS_EXPORT __attribute__((visibility("default")))
 #define HS_HIDDEN __attribute__((visibility("hidden")))
@@ -82,6 +83,12 @@ HS_HIDDEN void hs_thread_begin(void);
 HS_HIDDEN void hs_thread_end(void *unused);
 HS_HIDDEN void hs_count(int which);
 HS_HIDDEN int hs_nudge_is_ours(const siginfo_t *si);
+static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 /* How long a holder of the job may go without entering the shim while its own job's
    threads wait before the job's first waiter asks it to rotate: such
    a holder is most likely spinning for those very threads (OpenBLAS's caller spins,
@@ -111,6 +118,7 @@ HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
 /* segment.c */
 HS_HIDDEN size_t hs_map_segment(const char *path);
 HS_HIDDEN int hs_alive(void *ctx, int32_t pid, int32_t tid);
+HS_HIDDEN ssize_t hs_task_file(int pid, int tid, const char *name, char *buf, size_t size);
 HS_HIDDEN void hs_natural_cpus(const char *list);
 HS_HIDDEN void hs_warn(const char *fmt, const char *a, const char *b);
 HS_HIDDEN long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6);

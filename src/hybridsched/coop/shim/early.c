@@ -3,7 +3,6 @@
    that has run that long without entering the shim (each worker counts its entries, the
    segment's `entries`) to rotate, with the rotation signal the watchdog uses. */
 #include "coop.h"
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +22,9 @@ static int64_t thread_cpu_ns(int pid, int tid)
             return -1;
         return ts.tv_sec * 1000000000LL + ts.tv_nsec;
     }
-    char path[64], buf[96];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", pid, tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[96];
+    if (hs_task_file(pid, tid, "schedstat", buf, sizeof buf) <= 0)
         return -1;
-    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
     return strtoll(buf, NULL, 10);  /* the first field: time on a CPU, ns */
 }
 
@@ -69,6 +61,8 @@ static void nudge_sibling(int pid, int tid)
    for half of that at least (not a holder the system preempted) without entering the
    shim is asked to rotate, once per holding. Whether to look again in HS_EARLY_NS (the
    other waiters sleep as before: only the first acts). */
+static const struct hs_early unseen = {-1, 0, 0, -1, 0};
+
 int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now)
 {
     struct hs_early seen[HS_EARLY_TRACK];
@@ -99,12 +93,12 @@ int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now)
         }
     }
     for (int i = 0; i < HS_EARLY_TRACK; i++)
-        e[i] = i < n ? seen[i] : (struct hs_early){-1, 0, 0, -1, 0};
+        e[i] = i < n ? seen[i] : unseen;
     return n > 0;
 }
 
 void hs_early_reset(struct hs_early e[HS_EARLY_TRACK])
 {
     for (int i = 0; i < HS_EARLY_TRACK; i++)
-        e[i] = (struct hs_early){-1, 0, 0, -1, 0};
+        e[i] = unseen;
 }

@@ -50,13 +50,6 @@ struct hs_cs {
     int n;
 };
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int saved = errno;
@@ -127,7 +120,7 @@ static void cs_lock(struct hs_cs *cs)
         fatal("cannot lock the arbiter's mutex", r);
     }
     if (hs_v.lock[HS_DIED_AT]) {
-        cs->n += hs_reclaim(&hs_v, now_ns(), hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
+        cs->n += hs_reclaim(&hs_v, hs_now_ns(), hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
         hs_v.lock[HS_DIED_AT] = 0;
     }
 }
@@ -173,12 +166,12 @@ static void lost(void)
 static int reclaim_due(void)
 {
     struct hs_header *h = hs_v.h;
-    if (!hs_v.lock[HS_DIED_AT] && now_ns() - h->reclaim_ns < RECLAIM_POLL_NS)
+    if (!hs_v.lock[HS_DIED_AT] && hs_now_ns() - h->reclaim_ns < RECLAIM_POLL_NS)
         return 0;
     struct hs_cs cs;
     int did = 0;
     cs_lock(&cs);
-    int64_t now = now_ns();
+    int64_t now = hs_now_ns();
     if (now - h->reclaim_ns >= RECLAIM_POLL_NS) {
         h->reclaim_ns = now;
         cs.n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs.woken + cs.n, MAX_WOKEN - cs.n);
@@ -210,7 +203,7 @@ static void pin(int me)
 
 static void wait_token(int me, int queued)
 {
-    int64_t poll = RECLAIM_POLL_NS, next_reclaim = now_ns() + poll;
+    int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_now_ns() + poll;
     struct hs_early e[HS_EARLY_TRACK];
     hs_early_reset(e);
     for (;;) {
@@ -228,7 +221,7 @@ static void wait_token(int me, int queued)
             cs_lock(&cs);
             if (own(me) && hs_ld(&r->state) != HS_WAITING) {
                 hs_cas(&r->state, HS_LAZY, HS_RUNNING);
-                hs_rule_acquire(&hs_v, me, now_ns(), w2);
+                hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
                 if (w2[0] != me)
                     cs_add(&cs, w2[0]);
                 cs_add(&cs, w2[1]);
@@ -237,7 +230,7 @@ static void wait_token(int me, int queued)
             continue;
         }
         queued = 1;
-        int64_t now = now_ns();
+        int64_t now = hs_now_ns();
         if (now >= next_reclaim) {
             poll = reclaim_due() ? RECLAIM_POLL_NS : (2 * poll < IDLE_POLL_NS ? 2 * poll : IDLE_POLL_NS);
             next_reclaim = now + poll;
@@ -265,7 +258,7 @@ static void acquire(int me)
     }
     int32_t *state = &hs_v.workers[me].state;
     hs_cas(state, HS_LAZY, HS_RUNNING);  /* taken lazily by the watchdog while we ran: ours */
-    hs_rule_acquire(&hs_v, me, now_ns(), w2);
+    hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
     int queued = hs_ld(state) == HS_WAITING;
     if (w2[0] != me)
         cs_add(&cs, w2[0]);
@@ -284,7 +277,7 @@ static void release(int me)
         return;
     }
     hs_cas(&hs_v.workers[me].state, HS_LAZY, HS_RUNNING);
-    int w = hs_rule_release(&hs_v, me, now_ns());
+    int w = hs_rule_release(&hs_v, me, hs_now_ns());
     if (w >= 0)
         hs_count(HS_C_HANDOFFS);
     cs_add(&cs, w);
@@ -341,7 +334,7 @@ void hs_rotate(void)
         lost();
         return;
     }
-    hs_rule_boundary(&hs_v, me, now_ns(), w2);
+    hs_rule_boundary(&hs_v, me, hs_now_ns(), w2);
     int rotated = hs_ld(&hs_v.workers[me].state) == HS_WAITING;
     if (rotated)
         hs_count(HS_C_HANDOFFS);
@@ -373,7 +366,7 @@ void hs_yield_point(void)
         hs_t.yields = 0;
         return;
     }
-    if (hs_rule_expired(&hs_v, me, now_ns()) || ++hs_t.yields >= YIELDS_TO_ROTATE) {
+    if (hs_rule_expired(&hs_v, me, hs_now_ns()) || ++hs_t.yields >= YIELDS_TO_ROTATE) {
         hs_t.yields = 0;
         hs_rotate();
     }
@@ -435,7 +428,7 @@ void hs_thread_end(void *unused)
     struct hs_cs cs;
     cs_lock(&cs);
     if (own(me)) {
-        int w = hs_rule_leave_worker(&hs_v, me, now_ns());
+        int w = hs_rule_leave_worker(&hs_v, me, hs_now_ns());
         if (w >= 0)
             hs_count(HS_C_HANDOFFS);
         cs_add(&cs, w);
@@ -462,7 +455,7 @@ static void main_thread_begin(void)
         if (r->tid == hs_t.tid && mine < 0)
             mine = w;
         else
-            cs_add(&cs, hs_rule_leave_worker(&hs_v, w, now_ns()));
+            cs_add(&cs, hs_rule_leave_worker(&hs_v, w, hs_now_ns()));
     }
     cs_unlock(&cs);
     if (mine < 0) {

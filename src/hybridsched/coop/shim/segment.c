@@ -20,21 +20,33 @@ void hs_natural_mask(cpu_set_t *out, int own)
     *out = own && hs_t.has_mask ? hs_t.mask : hs_natural;
 }
 
-static int task_state(int pid, int tid, char *out)
+/* /proc/PID[/task/TID]/NAME (tid 0: the process's) into buf, NUL-terminated: its length,
+   or -1 with errno (ENOENT: no such task) */
+ssize_t hs_task_file(int pid, int tid, const char *name, char *buf, size_t size)
 {
-    char path[64], buf[256];
+    char path[80];
     if (tid > 0)
-        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+        snprintf(path, sizeof path, "/proc/%d/task/%d/%s", pid, tid, name);
     else
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT ? 0 : -1;
-    ssize_t n = hs_real_read(fd, buf, sizeof buf - 1);
+        return -1;
+    ssize_t n = hs_real_read(fd, buf, size - 1);
+    int saved = errno;
     close(fd);
+    errno = saved;
+    if (n >= 0)
+        buf[n] = 0;
+    return n;
+}
+
+static int task_state(int pid, int tid, char *out)
+{
+    char buf[256];
+    ssize_t n = hs_task_file(pid, tid, "stat", buf, sizeof buf);
     if (n <= 0)
-        return n == 0 ? 0 : -1;
-    buf[n] = 0;
+        return n == 0 || errno == ENOENT ? 0 : -1;
     char *p = strrchr(buf, ')');
     if (!p || p[1] != ' ' || !p[2])
         return -1;

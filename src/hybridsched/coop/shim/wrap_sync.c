@@ -157,13 +157,6 @@ HS_EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t c, const s
 
 /* --- futexes through syscall() (libomp, TBB, ...) and through the trap (libgomp) -------- */
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Before a futex wait parks: while no thread waits for a token, nobody wants this thread's
    CPU, so it spins on the word for up to IDLE_SPIN_NS, as the runtime would have without
    the passive wait policy coop sets. At J = 1 a barrier's waits then mostly end without
@@ -216,14 +209,14 @@ static int idle_spin(const int32_t *word, int32_t val)
     if (hs_ld(&hs_v.h->waiting) > 0 || __atomic_load_n(&interrupting_handler, __ATOMIC_RELAXED)
         || !sibling_runs())
         return 0;
-    int64_t until = mono_ns() + IDLE_SPIN_NS;
+    int64_t until = hs_now_ns() + IDLE_SPIN_NS;
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != val)
             return 1;
         CPU_RELAX();
         /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
         if ((i & 31) == 0
-            && (hs_ld(&hs_v.h->waiting) > 0 || mono_ns() >= until || !sibling_runs()))
+            && (hs_ld(&hs_v.h->waiting) > 0 || hs_now_ns() >= until || !sibling_runs()))
             return 0;
     }
 }
