@@ -169,7 +169,8 @@ int main(void) {
     # the main thread starts a thread that only sets a flag, then, with argv[1] "spin",
     # spins (calling nothing) until the flag is set; with "locks", takes and gives back an
     # uncontended mutex for argv[2] ms (clock_gettime is not the shim's) and says whether
-    # the thread had run meanwhile ("ran") or not ("waited"); with "pair", starts a second
+    # the thread had run meanwhile ("ran") or not ("waited"); with "locks_spin", the same,
+    # then spins until the flag is set and says "ok" if the thread had waited; with "pair", starts a second
     # thread first that spins until the flag is set while the main thread takes and gives
     # back the mutex until then; with "deaf", blocks every signal by the raw system call
     # first, spins until the flag is set, then unblocks them; with "many", starts 3 threads
@@ -228,6 +229,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 1000; i++) x = x * 0.5 + 1;
         pthread_mutex_unlock(&m); }
     int ran = flag;
+    if (strcmp(argv[1], "locks_spin") == 0) {
+        while (!flag) { }
+        pthread_join(t, 0); puts(ran ? "ran" : "ok"); return 0; }
     pthread_join(t, 0); puts(ran ? "ran" : "waited"); return 0;
 }
 """,

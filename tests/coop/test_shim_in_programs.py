@@ -292,15 +292,31 @@ def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_pat
     assert counts.revoked >= 1 and counts.nudges <= 3, counts
 
 
-def test_only_the_first_waiting_sibling_wakes_to_look(seg, shim_lib, tmp_path):
+def test_only_the_first_waiting_sibling_wakes_to_look_and_less_often_at_a_computing_holder(
+        seg, shim_lib, tmp_path):
     """Three threads wait while the holder computes (300 ms, calling into the shim): the
-    first of them wakes every 2 ms to look at the holder, the others sleep."""
+    first of them looks at the holder, every 2 ms at first, then, since the holder keeps
+    entering the shim, at twice the period each time up to 16 ms (HS_EARLY_MAX_NS): about 20
+    looks, not 150; the others sleep."""
     exe = build("sibling_waits", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
         p = run_under(job, [exe, "many", "300"])
     assert p.returncode == 0, p.stderr
     switches = sorted(int(x) for x in p.stdout.split())
-    assert switches[-1] >= 20 and switches[1] < 20, switches
+    assert 8 <= switches[-1] <= 60 and switches[1] < 8, switches
+
+
+def test_a_holder_that_computed_and_then_spins_is_still_asked_to_rotate(seg, shim_lib,
+                                                                        tmp_path):
+    """The holder first calls into the shim for 100 ms (its waiting sibling's looks back
+    off to 16 ms), then spins, calling nothing, until the sibling has run: the sibling
+    still asks it to rotate, long before the watchdog's bound (10 s)."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "locks_spin", "100"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr, counts)
+    assert counts.nudges >= 1 and counts.signals == 0, counts
 
 
 def test_a_holder_spinning_for_a_thread_of_its_job_in_another_process_is_asked_too(

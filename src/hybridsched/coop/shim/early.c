@@ -1,7 +1,8 @@
 /* A spin for the job's own threads (HS_EARLY_NS in coop.h): while a thread waits for a token,
    the job's first waiting thread looks at the job's holders every HS_EARLY_NS and asks one
    that has run that long without entering the shim (each worker counts its entries, the
-   segment's `entries`) to rotate, with the rotation signal the watchdog uses. */
+   segment's `entries`) to rotate, with the rotation signal the watchdog uses; at holders
+   that do enter it (a lock loop) it looks less and less often (HS_EARLY_MAX_NS). */
 #include "coop.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,14 +60,17 @@ static void nudge_sibling(int pid, int tid)
 /* The job's first waiting thread looks at up to HS_EARLY_TRACK of the job's holders (see
    HS_EARLY_NS): one that has held its token since the last look, HS_EARLY_NS or more, and run
    for half of that at least (not a holder the system preempted) without entering the
-   shim is asked to rotate, once per holding. Whether to look again in HS_EARLY_NS (the
-   other waiters sleep as before: only the first acts). */
+   shim is asked to rotate, once per holding. Returns when to look again: 0 when there is
+   nothing to look at (the thread is not its job's first waiter, or the job holds no token;
+   the other waiters sleep as before: only the first acts), `*every` doubled (up to
+   HS_EARLY_MAX_NS) when every holder entered the shim since the last look, HS_EARLY_NS
+   otherwise. */
 static const struct hs_early unseen = {-1, 0, 0, -1, 0};
 
-int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now)
+int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)
 {
     struct hs_early seen[HS_EARLY_TRACK];
-    int n = 0;
+    int n = 0, calm = 1;
     if (first_sibling_waiting(me)) {
         for (int ci = 0; ci < hs_v.ncpu && n < HS_EARLY_TRACK; ci++) {
             int h = hs_v.cpus[ci].holder;
@@ -78,23 +82,29 @@ int hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t now)
             struct hs_early *s = &seen[n++];
             *s = (struct hs_early){h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
                                 thread_cpu_ns(r->pid, r->tid), 0};
+            int entered = 0;  /* seen at the last look, in the shim since */
             for (int i = 0; i < HS_EARLY_TRACK; i++) {
                 struct hs_early *was = &e[i];
                 if (was->slot != h || was->since != s->since)
                     continue;
                 s->asked = was->asked;
-                if (!was->asked && was->entries == s->entries && now - s->since >= HS_EARLY_NS
+                entered = was->entries != s->entries;
+                if (!was->asked && !entered && now - s->since >= HS_EARLY_NS
                     && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2) {
                     nudge_sibling(r->pid, r->tid);
                     s->asked = 1;
                 }
                 break;
             }
+            calm = calm && entered;
         }
     }
     for (int i = 0; i < HS_EARLY_TRACK; i++)
         e[i] = i < n ? seen[i] : unseen;
-    return n > 0;
+    if (n == 0)
+        return 0;
+    *every = !calm ? HS_EARLY_NS : 2 * *every < HS_EARLY_MAX_NS ? 2 * *every : HS_EARLY_MAX_NS;
+    return *every;
 }
 
 void hs_early_reset(struct hs_early e[HS_EARLY_TRACK])

@@ -205,6 +205,7 @@ static void wait_token(int me, int queued)
 {
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_now_ns() + poll;
     struct hs_early e[HS_EARLY_TRACK];
+    int64_t every = HS_EARLY_NS;  /* between the early looks (early.c) */
     hs_early_reset(e);
     for (;;) {
         struct hs_worker *r = &hs_v.workers[me];
@@ -236,8 +237,9 @@ static void wait_token(int me, int queued)
             next_reclaim = now + poll;
         }
         int64_t t = next_reclaim - now;
-        if (hs_early_look(me, e, now) && t > HS_EARLY_NS)
-            t = HS_EARLY_NS;
+        int64_t look = hs_early_look(me, e, &every, now);
+        if (look && t > look)
+            t = look;
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
         hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
     }
