@@ -347,6 +347,27 @@ def test_bad_input_under_mpiexec_is_one_line_and_exit_2(mpi, tmp_path):
     assert not os.path.exists(out)
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_ranks_refusing_input_are_quiet_to_their_watchdogs_before_any_leaves(rank):
+    """The launcher kills the other ranks as soon as one leaves. A rank still in the
+    verdict's broadcast (a loaded node) was killed before it could tell its watchdog, which
+    then printed a second line, 'rank 1 ... killed by SIGTERM', under the refusal's: each
+    rank tells its watchdog, then all meet, then they leave."""
+    import types
+
+    from hybridsched.errors import UsageError
+    from hybridsched.mpi.ranks import agree
+
+    said: list[str] = []
+    w = types.SimpleNamespace(
+        rank=rank, bcast=lambda msg: "bad input",
+        barrier=lambda: said.append("barrier"),
+        watchdog=types.SimpleNamespace(finished=lambda: said.append("finished")))
+    with pytest.raises(UsageError if rank == 0 else SystemExit):
+        agree(w, lambda: None)
+    assert said == ["finished", "barrier"]
+
+
 # --- issue 33: a --split technique, the ranks' code ----------------------------------
 
 SPLIT_TECHNIQUES = """

@@ -123,6 +123,13 @@ def agree(w: Solo | World, check: Callable[[], None]) -> None:
             msg = str(exc)
     msg = w.bcast(msg)
     if msg is not None:
+        # The launcher kills the other ranks as soon as the first one leaves: each tells its
+        # watchdog first, and none leaves before all have, or the watchdog of a rank killed
+        # still in the broadcast (a loaded node) added a line naming it to the refusal's.
+        watchdog = getattr(w, "watchdog", None)
+        if watchdog is not None:
+            watchdog.finished()
+        w.barrier()
         if w.rank == 0:
             raise UsageError(msg)
         raise SystemExit(2)

@@ -138,9 +138,14 @@ class RankWatchdog:
         _claim(_marker(self._proxy))
         self._flag[0] = ABORTING
 
-    def __exit__(self, *exc) -> None:
+    def finished(self) -> None:
+        """This rank is done (or leaves on a refusal every rank agreed on): from now on its
+        end, even by the launcher's kill, is not a death to name."""
         if self._flag[0] != ABORTING:
             self._flag[0] = CLEAN
+
+    def __exit__(self, *exc) -> None:
+        self.finished()
         try:
             os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
