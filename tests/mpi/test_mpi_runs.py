@@ -362,10 +362,10 @@ def test_ranks_refusing_input_are_quiet_to_their_watchdogs_before_any_leaves(ran
     w = types.SimpleNamespace(
         rank=rank, bcast=lambda msg: "bad input",
         barrier=lambda: said.append("barrier"),
-        watchdog=types.SimpleNamespace(finished=lambda: said.append("finished")))
+        watchdog=types.SimpleNamespace(refusing=lambda: said.append("refusing")))
     with pytest.raises(UsageError if rank == 0 else SystemExit):
         agree(w, lambda: None)
-    assert said == ["finished", "barrier"]
+    assert said == ["refusing", "barrier"]
 
 
 # --- issue 33: a --split technique, the ranks' code ----------------------------------

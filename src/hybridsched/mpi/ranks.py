@@ -128,7 +128,7 @@ def agree(w: Solo | World, check: Callable[[], None]) -> None:
         # still in the broadcast (a loaded node) added a line naming it to the refusal's.
         watchdog = getattr(w, "watchdog", None)
         if watchdog is not None:
-            watchdog.finished()
+            watchdog.refusing()
         w.barrier()
         if w.rank == 0:
             raise UsageError(msg)

@@ -27,7 +27,7 @@ from ..oslayer.shm import SharedArrays
 # (the job is torn down: nobody is left to look), so it does not outlive the job.
 MARKER_HOLD_S = 2.0
 
-CLEAN, ABORTING = 1, 2
+CLEAN, ABORTING, REFUSING = 1, 2, 3  # the flag: 0 while the rank works
 _PATH_MAX = 4096  # bytes of the lock's path kept for the watchdog (Linux's PATH_MAX)
 
 
@@ -96,7 +96,7 @@ class RankWatchdog:
         if flag == ABORTING:  # the rank named itself; keep the marker up for the others
             self._hold(marker)
             return
-        if flag == CLEAN or not _claim(marker):
+        if flag in (CLEAN, REFUSING) or not _claim(marker):
             return
         how = _how(rank_pid)
         try:
@@ -138,14 +138,16 @@ class RankWatchdog:
         _claim(_marker(self._proxy))
         self._flag[0] = ABORTING
 
-    def finished(self) -> None:
-        """This rank is done (or leaves on a refusal every rank agreed on): from now on its
-        end, even by the launcher's kill, is not a death to name."""
-        if self._flag[0] != ABORTING:
-            self._flag[0] = CLEAN
+    def refusing(self) -> None:
+        """This rank leaves on a refusal of the input every rank agreed on: the launcher may
+        kill it on its way out, which is no death to name (the study lock, if the kill
+        leaves it, is still removed)."""
+        if self._flag[0] == 0:
+            self._flag[0] = REFUSING
 
     def __exit__(self, *exc) -> None:
-        self.finished()
+        if self._flag[0] == 0:
+            self._flag[0] = CLEAN
         try:
             os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
