@@ -185,6 +185,7 @@ HS_HIDDEN void hs_sud_disarm(void);
 HS_HIDDEN int hs_nudge_signal(void);
 HS_HIDDEN int hs_signals_setup(void);
 HS_HIDDEN void hs_nudge_hold(void);    /* ignored across an exec (sud.c says why) */
+HS_HIDDEN void hs_exec_affinity(int before);  /* the program's own mask across an exec */
 HS_HIDDEN void hs_nudge_resume(void);
 HS_HIDDEN int hs_own_signal(int sig);  /* SIGSYS (when armed) or the nudge signal */
 HS_HIDDEN void hs_keep_unblocked(void *set);

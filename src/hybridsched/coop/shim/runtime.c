@@ -199,6 +199,26 @@ static void pin(int me)
     hs_t.cpu = c;
 }
 
+/* Around an exec: the new image starts with the mask the program would have had, not the
+   one CPU its thread is pinned to, since runtimes may size their pools from it before the
+   new image's shim is set up (libgomp's constructor does: `sh -c 'omp_prog'` ran 1 thread);
+   that shim pins it again (`pinned` cleared). A failed exec pins the thread back. */
+void hs_exec_affinity(int before)
+{
+    int me = hs_t.slot;
+    if (me < 0)
+        return;
+    if (before) {
+        cpu_set_t m;
+        hs_natural_mask(&m, 1);
+        hs_real_setaffinity(0, sizeof m, &m);
+        hs_v.workers[me].pinned = -1;
+        hs_t.cpu = -1;
+    } else {
+        pin(me);
+    }
+}
+
 /* --- taking and giving up the token ------------------------------------------------------ */
 
 static void wait_token(int me, int queued)

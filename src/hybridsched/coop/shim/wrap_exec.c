@@ -11,15 +11,19 @@ REAL(int, execvp, (const char *, char *const[]));
 REAL(int, execvpe, (const char *, char *const[], char *const[]));
 REAL(int, fexecve, (int, char *const[], char *const[]));
 
-/* the call, with the nudge held; only a failed exec returns */
+/* the call, with the nudge held and the program's own mask; only a failed exec returns */
 #define HELD(call)                                                                            \
     ({                                                                                        \
-        if (hs_on)                                                                            \
+        if (hs_on) {                                                                          \
             hs_nudge_hold();                                                                  \
+            hs_exec_affinity(1);                                                              \
+        }                                                                                     \
         int r_ = (call);                                                                      \
         int e_ = errno;                                                                       \
-        if (hs_on)                                                                            \
+        if (hs_on) {                                                                          \
+            hs_exec_affinity(0);                                                              \
             hs_nudge_resume();                                                                \
+        }                                                                                     \
         errno = e_;                                                                           \
         r_;                                                                                   \
     })
