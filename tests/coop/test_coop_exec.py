@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
 from shimprogs import build
+from waiting import wait_until
 
 CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
 
@@ -59,7 +61,8 @@ def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, 
 
 def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
     """SIGKILL to coop exec itself: its guardian kills the command's group (it ran on
-    before); the next run on the segment sweeps what the dead job held."""
+    before), then sweeps the segment, its last participant gone (it was left for the next
+    run to sweep)."""
     p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
                           "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
     try:
@@ -74,7 +77,8 @@ def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
         p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=60)  # a bound that only a failure reaches
     assert not alive, f"left running: {alive}"
-    assert coop_exec(seg, "true").returncode == 0  # sweeps the dead run's segment
+    wait_until(lambda: not os.path.exists(seg) and not os.path.exists(seg + ".lock"),
+               "the guardian's sweep of the segment")
 
 
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
@@ -135,5 +139,76 @@ def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_l
             os.waitpid(pid, 0)
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 130
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive
+
+
+def _read_until(fd: int, want: bytes, seen: bytearray, deadline_s: float = 120) -> None:
+    """Read the terminal into ``seen`` until ``want`` is in it (fails past the deadline:
+    a hang is the bug looked for)."""
+    import select
+
+    end = time.monotonic() + deadline_s
+    while want not in seen:
+        left = end - time.monotonic()
+        assert left > 0, f"{want!r} never came: {bytes(seen)[-400:]!r}"
+        if select.select([fd], [], [], left)[0]:
+            seen += os.read(fd, 4096)
+
+
+def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
+    """In an interactive shell, Ctrl-Z stops the command's group; coop exec stops too, so
+    the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
+    command the terminal again, which it then reads; the exit status is still the
+    command's."""
+    import pty
+    import shlex
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ "))
+    seen = bytearray()
+    try:
+        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "echo started; read x; echo got-$x; exit 3"])
+        os.write(fd, cmd.encode() + b"\n")
+        _read_until(fd, b"started\r\n", seen)
+        os.write(fd, b"\x1a")
+        _read_until(fd, b"Stopped", seen)
+        os.write(fd, b"fg\n")
+        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
+        os.write(fd, b"hello\n")
+        _read_until(fd, b"got-hello", seen)
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, b"rc=3", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
+def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
+    """A command whose group someone stopped (SIGSTOP) still gets the SIGTERM passed on to
+    it: it is continued after it (the signal stayed pending, and coop exec waited for
+    ever); exit 143 and nothing left."""
+    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c", "echo ready; sleep 300"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        group = command_group(p.pid)
+        os.killpg(group[0].pid, signal.SIGSTOP)
+        for g in group:
+            while g.status() != psutil.STATUS_STOPPED:
+                time.sleep(0.01)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive

@@ -14,6 +14,7 @@ the segment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -32,6 +33,8 @@ from .sweep import sweep
 
 EXEC_ALTERNATIVE = "run it without `coop exec`"
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# how a terminal stops its foreground group (Ctrl-Z; a background read or write)
+_TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -52,7 +55,9 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         raise ShimUnavailable(why)
     sweep(segment)  # a segment whose participants all died outright
     with contextlib.ExitStack() as stack:
-        guardian = stack.enter_context(Guardian())  # forked while we have no other thread
+        # forked while we have no other thread; should we be killed, it sweeps the segment
+        # once the command is gone (every participant may be dead then)
+        guardian = stack.enter_context(Guardian(after=functools.partial(sweep, segment)))
         with signals_held():
             arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
         shim = stack.enter_context(ShimJob(arbiter))
@@ -136,15 +141,34 @@ class Command:
             for sig in _FORWARDED:
                 old[sig] = signal.signal(sig, self._forward)
         try:
-            rc = self.proc.wait()
+            rc = self._wait_through_stops()
         finally:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
         return rc if rc >= 0 else 128 - rc
 
+    def _wait_through_stops(self) -> int:
+        """The command's return code (Popen's). Stopped by its terminal (Ctrl-Z), it stops
+        us the same way, so that the shell sees its job stopped and gets its prompt back;
+        continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
+        Any other stop (a SIGSTOP someone sent) is theirs to end: we wait on."""
+        pid = self.proc.pid
+        while True:
+            _, status = os.waitpid(pid, os.WUNTRACED)
+            if not os.WIFSTOPPED(status):
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                return self.proc.returncode
+            if self._tty and os.WSTOPSIG(status) in _TERMINAL_STOPS:
+                _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
+                os.kill(os.getpid(), os.WSTOPSIG(status))  # returns once we are continued
+                _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGCONT)
+
     def _forward(self, signum, frame) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signum)
+            os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
         if self._tty:
