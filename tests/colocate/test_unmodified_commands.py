@@ -6,6 +6,7 @@ same); the C ones are compiled into a temporary folder, and skipped without a co
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -176,6 +177,18 @@ def test_a_failed_job_keeps_its_status_and_the_end_of_its_output():
     assert good.verified and good.out_tail == "" and good.makespan_s == good.time_s
 
 
+def test_expect_is_searched_through_all_the_job_printed():
+    """A match printed before 5 MB more output still counts (only the last MiB was
+    searched), anchors hold per line, and a 3 MB line without a newline does not end the
+    search."""
+    big = "yes junk | head -c 5000000"
+    spec = _spec([f"sh -c 'echo MARKER; {big}'", f"sh -c '{big}; echo; echo ok'",
+                  "sh -c 'head -c 3000000 /dev/zero | tr \\\\0 x; echo; echo tail'"],
+                 ["linux"], expect=r"^(MARKER|ok|tail)$", reps=1)
+    recs = run_commands_once(spec, "linux", 0)
+    assert [r.verified for r in recs] == [True, True, True], [r.error for r in recs]
+
+
 def test_expect_decides_whether_a_clean_exit_verifies():
     spec = _spec(["sh -c 'echo hello'"], ["linux"], expect="bye", reps=1)
     (rec,) = run_commands_once(spec, "linux", 0)
@@ -328,6 +341,34 @@ def test_colocate_killed_outright_under_gang_leaves_no_job_stopped(tmp_path):
             proc.kill()
         proc.communicate()
     assert not (tmp_path / "x.h5").exists()  # nothing was published: no job ended
+
+
+def test_colocate_killed_outright_under_coop_leaves_no_job_and_no_segment(tmp_path, shim_lib):
+    """The guardian kills every job's group, then sweeps the arbiter's segment, whose
+    participants are all dead (it stayed for the next coop run to sweep)."""
+    segment = f"/dev/shm/hybridsched-coop.test-{os.getpid()}"
+    env = dict(os.environ, HYBRIDSCHED_NO_LOAD_PROBE="1", HYBRIDSCHED_COOP_SEGMENT=segment)
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", "--cmd", LONG,
+                             "--jobs", "2", "--policy", "coop", "--reps", "1", "-o",
+                             str(tmp_path / "x.h5")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        jobs = _wait_for(lambda: len(_jobs_of(proc.pid, "py_threads.py")) == 2)
+        assert jobs, proc.stderr.read() if proc.poll() is not None else _tree(proc.pid)
+        assert os.path.exists(segment)
+        pids = [p.pid for p in _jobs_of(proc.pid, "py_threads.py")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert _wait_for(lambda: _all_gone(pids), 30), [(p, _state(p)) for p in pids]
+        assert _wait_for(lambda: not os.path.exists(segment)
+                         and not os.path.exists(segment + ".lock"), 60), "segment left"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        for path in (segment, segment + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 @pytest.mark.parametrize("policy", ["linux", "gang", "coop"])

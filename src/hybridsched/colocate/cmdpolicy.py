@@ -21,13 +21,15 @@ while it holds a token.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Callable, cast
 
 from ..coop.arbiter import MAX_JOBS, Arbiter
 from ..coop.refusal import shim_refusal
 from ..coop.shimjob import WAIT_POLICY_ENV, ShimJob
+from ..coop.sweep import sweep
 from .gang import GangScheduler
 from .placement import partition
 
@@ -73,6 +75,11 @@ class Session:
 
     def counters(self, j: int) -> dict:
         return {}
+
+    def after_death(self) -> Callable[[], None] | None:
+        """What the jobs' guardian runs once they are gone, should colocate be killed
+        outright (the policy's shared state to clean; none)."""
+        return None
 
 
 class CommandPolicy:
@@ -178,8 +185,8 @@ class _CoopSession(Session):
 
     def __enter__(self) -> "_CoopSession":
         setup = self.setup
-        arbiter = self.stack.enter_context(Arbiter(setup.cpus, setup.quantum_s,
-                                                   setup.arbiter_path))
+        arbiter = self.arbiter = self.stack.enter_context(
+            Arbiter(setup.cpus, setup.quantum_s, setup.arbiter_path))
         self.shims = [self.stack.enter_context(ShimJob(arbiter, cpus=setup.cpus))
                       for _ in range(setup.jobs)]
         return self
@@ -190,6 +197,10 @@ class _CoopSession(Session):
 
     def counters(self, j: int) -> dict:
         return self.shims[j].counters().as_dict()
+
+    def after_death(self) -> Callable[[], None] | None:
+        # the segment goes if no participant is left (the node's: others may use it)
+        return functools.partial(sweep, self.arbiter.path)
 
 
 class Coop(Env):

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import signal
+from collections.abc import Iterable
 
 from ..oslayer.cmdjobs import CommandJobs, Exit, Launch
 from ..oslayer.cpus import usable_cpus
@@ -42,7 +43,7 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
             # every job on the run's CPUs at most: those the policies share out
             launches.append(Launch(c.argv, c.path, env, mine or (
                 frozenset(cpus) if set(cpus) != os.sched_getaffinity(0) else None)))
-        jobs = stack.enter_context(CommandJobs(launches))
+        jobs = stack.enter_context(CommandJobs(launches, after=session.after_death()))
         jobs.wait_ready()
         with session.supervise(jobs):
             t0 = jobs.open_gate()
@@ -50,14 +51,17 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
         return _records(spec, name, rep, jobs, exits, t0, session)
 
 
-def _verdict(spec: ColocateSpec, ex: Exit, stdout: str) -> str:
-    """Why job ``ex`` does not verify ("" when it does)."""
+def _verdict(spec: ColocateSpec, ex: Exit, stdout: Iterable[str]) -> str:
+    """Why job ``ex`` does not verify ("" when it does); ``stdout``: its lines, all of
+    them, which --expect is searched in one by one."""
     if ex.code < 0:
         return _killed(-ex.code)
     if ex.code:
         return f"exited with status {ex.code}"
-    if spec.expect and re.search(spec.expect, stdout, re.M) is None:
-        return f"its stdout does not match --expect {spec.expect!r}"
+    if spec.expect:
+        pattern = re.compile(spec.expect)
+        if not any(pattern.search(line) for line in stdout):
+            return f"its stdout does not match --expect {spec.expect!r}"
     return ""
 
 
@@ -73,7 +77,7 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
     why, outs = [], []
     for j in range(J):
         out, err = jobs.output(j)
-        why.append(_verdict(spec, exits[j], out))
+        why.append(_verdict(spec, exits[j], jobs.stdout_lines(j)))
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     ok = [t for t in times if t == t]

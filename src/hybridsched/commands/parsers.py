@@ -214,8 +214,8 @@ def add_colocate(sub) -> None:
                     "or one --cmd with --jobs J for J copies); quoted as in a shell, run "
                     "without one (default: none, a built-in --workload)")
     co.add_argument("--expect", metavar="REGEX",
-                    help="--cmd: a job verifies only if its stdout matches REGEX (default: exit "
-                    "status 0 is enough)")
+                    help="--cmd: a job verifies only if a line of its stdout (all of it, line by "
+                    "line) matches REGEX (default: exit status 0 is enough)")
     co.add_argument("--jobs", "-J", type=positive("--jobs"),
                     help="jobs started together (default 2; with --cmd the number of --cmd)")
     co.add_argument("--workers", "-T", type=positive("--workers"),

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -51,6 +51,11 @@ _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
 _GROUP_GONE_S = 5.0
+# Reading a job's stdout for --expect: chunks of _CHUNK bytes (fewer system calls against
+# more memory), lines cut at _LINE_MAX (a pattern may then miss a match across the cut of a
+# line that long, against holding a whole unbroken output in memory).
+_CHUNK = 1 << 16
+_LINE_MAX = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,11 @@ def exit_code(status: int) -> int:
 class CommandJobs:
     """The jobs of one repetition (see the module's docstring); a context manager."""
 
-    def __init__(self, launches: Sequence[Launch]):
+    def __init__(self, launches: Sequence[Launch], after: Callable[[], None] | None = None):
+        """``after``: what the guardian runs once the jobs are gone, should we be killed
+        outright (:class:`Guardian`)."""
         self.launches = list(launches)
+        self._after = after
         self.pids: list[int] = []
         self.pidfds: list[int] = []
         self.exits: dict[int, Exit] = {}
@@ -101,7 +109,7 @@ class CommandJobs:
             if not get_subreaper():
                 prctl(_PR_SET_CHILD_SUBREAPER, 1)
                 stack.callback(prctl, _PR_SET_CHILD_SUBREAPER, 0)
-            self.guardian = stack.enter_context(Guardian())
+            self.guardian = stack.enter_context(Guardian(after=self._after))
             self.shared = stack.enter_context(
                 SharedArrays([("gate", np.int32, 1), ("ready", np.int32, len(self.launches))]))
             stack.callback(self._cleanup)  # before the guardian's goodbye and the unmap
@@ -228,6 +236,24 @@ class CommandJobs:
                              ru.ru_utime + ru.ru_stime, int(ru.ru_nivcsw))
         _reap_group(pid)
         return self.exits[j]
+
+    def stdout_lines(self, j: int) -> Iterator[str]:
+        """Job j's whole stdout, line by line (without the newline), as text; read in
+        chunks, a line longer than _LINE_MAX is cut in pieces of that size."""
+        fd, pos, rest = self._files[j][0].fileno(), 0, b""
+        while True:
+            chunk = os.pread(fd, _CHUNK, pos)
+            if not chunk:
+                break
+            pos += len(chunk)
+            *lines, rest = (rest + chunk).split(b"\n")
+            while len(rest) > _LINE_MAX:
+                lines.append(rest[:_LINE_MAX])
+                rest = rest[_LINE_MAX:]
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+        if rest:
+            yield rest.decode("utf-8", "replace")
 
     def output(self, j: int, limit: int = 1 << 20) -> tuple[str, str]:
         """The last ``limit`` bytes of job j's stdout and stderr, as text."""

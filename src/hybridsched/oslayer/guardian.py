@@ -5,7 +5,8 @@ once we have killed the group ourselves (before its last member is reaped, so th
 never holds a group number that could be reused). If we die without saying goodbye (SIGKILL,
 a crash), the guardian sees its end of the pipe close and, for every group still
 registered, sends SIGKILL and then SIGCONT, so no job is left running on its own, or
-stopped (SIGSTOP) for ever.
+stopped (SIGSTOP) for ever; once those groups are gone it runs the owner's ``after``, if
+it gave one (the coop arbiter's segment is swept so: its participants all died).
 
 The guardian is in a process group of its own and ignores SIGINT, SIGTERM and SIGHUP, so a
 Ctrl-C at the terminal or a signal to our group does not take it down before it has done
@@ -16,19 +17,29 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from typing import Callable
 
 from ..errors import ResourceError
 
 _BYE = b"q"
 _MAX_FD = 1 << 20  # close_range covers the whole table whatever `ulimit -n` says
+# How long the guardian waits for the groups it killed to be gone (reaped by whoever
+# inherited them) before `after` runs anyway: a process in uninterruptible sleep (a dead
+# NFS mount) may take that long to die, and `after` then simply finds it alive.
+_GONE_S = 10.0
 
 
 class Guardian:
     """A context manager owning the guardian process (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: Callable[[], None] | None = None) -> None:
+        """``after``: run in the guardian once the groups of an owner that died without a
+        goodbye are gone (it is the guardian's copy, forked on entry; it must not raise
+        for what it finds, and its failures are dropped)."""
         self.pid = 0
         self._w = -1
+        self._after = after
 
     def __enter__(self) -> "Guardian":
         r, w = os.pipe()  # both O_CLOEXEC: no job inherits an end across exec
@@ -41,7 +52,7 @@ class Guardian:
                 os.close(w)
                 raise ResourceError(f"cannot fork the guardian process: {exc}") from exc
             if pid == 0:
-                _guard(r, w)  # never returns
+                _guard(r, w, self._after)  # never returns
             self.pid, self._w = pid, w
             os.close(r)
         finally:
@@ -86,7 +97,7 @@ class Guardian:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _guard(r: int, w: int) -> None:
+def _guard(r: int, w: int, after: Callable[[], None] | None) -> None:
     """The guardian's whole life (in the forked child)."""
     code = 0
     try:
@@ -117,7 +128,26 @@ def _guard(r: int, w: int) -> None:
                     os.killpg(pgid, sig)
                 except OSError:
                     pass
+        if after is not None:
+            _wait_gone(groups)
+            after()
     except BaseException:  # noqa: BLE001 - nothing to report to; exit without Python's teardown
         code = 1
     finally:
         os._exit(code)
+
+
+def _wait_gone(groups: set[int]) -> None:
+    """Until no process is left in ``groups`` (or _GONE_S)."""
+    end = time.monotonic() + _GONE_S
+    pause = 0.001
+    while groups and time.monotonic() < end:
+        for pgid in list(groups):
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                groups.discard(pgid)
+            except OSError:
+                pass
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
