@@ -544,3 +544,41 @@ def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free
     assert recs[1].verified, (recs[1].error, recs[1].err_tail)
     assert _state(victim[0]) == "gone"
     assert not os.path.exists(segment_path())
+
+
+def test_report_compares_policies_over_the_repetitions_both_verified(tmp_path):
+    """An interrupted study has fewer repetitions of the policies after the Ctrl-C: "vs
+    linux" compares the repetitions both have (it compared means over different sets), and
+    one repetition shows no spread (it showed ± 0.000)."""
+    from hybridsched.results.colocate_cmd import _vs, cmd_table
+
+    out = str(tmp_path / "r.h5")
+    assert main(["colocate", "--cmd", "true", "--jobs", "1", "--policy", "linux,env",
+                 "--reps", "3", "-o", out]) == 0
+    rows = read_colocate(out)
+    rows = rows[~((rows["policy"] == "env") & (rows["rep"] == 2))]  # as if interrupted
+    rows["makespan_s"][(rows["policy"] == "linux") & (rows["rep"] == 2)] = 1e6
+    mk = {(str(r["policy"]), int(r["rep"])): float(r["makespan_s"]) for r in rows}
+    want = (mk["linux", 0] + mk["linux", 1]) / (mk["env", 0] + mk["env", 1])
+    assert _vs(rows, "linux", "env") == pytest.approx(want)
+    one = rows[rows["rep"] == 0]
+    recs = [dict(policy=p, reps=1, failed=0, makespan_s=0.1, makespan_sd=0.0, job_time_s=0.1,
+                 jain=1.0, cpu_s=0.0, nivcsw=0.0, counters="") for p in ("linux", "env")]
+    assert "± —" in cmd_table(recs, one)[2] and "± 0.000" not in "".join(cmd_table(recs, one))
+
+
+def test_a_process_a_job_moved_out_of_its_group_is_killed_too(tmp_path):
+    """`setsid` takes a job's child out of its group, which the cleanup kills: adopted by
+    colocate (the subreaper) once its parent ends, it is killed and reaped with the rest
+    (it ran on under init). The job ends once the child is in its own session."""
+    marker = f"{300 + os.getpid() % 1000}.25"
+    flag = tmp_path / "moved"
+    inner = shlex.quote(f"echo $$ > {flag}.tmp && mv {flag}.tmp {flag} && exec sleep {marker}")
+    job = f"setsid sh -c {inner} & while [ ! -e {flag} ]; do :; done"
+    spec = _spec([f"sh -c {shlex.quote(job)}"], ["linux"], reps=1)
+    (rec,) = run_commands_once(spec, "linux", 0)
+    assert rec.verified, rec.error
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+    for p in left:
+        p.kill()
+    assert not left, "the setsid'd child outlived colocate"

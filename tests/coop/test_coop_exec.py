@@ -212,3 +212,19 @@ def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
         p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive
+
+
+def test_a_process_the_command_moved_out_of_its_group_is_killed_too(seg, shim_lib, tmp_path):
+    """A `setsid` child escapes the group killed at the end; coop exec, the subreaper that
+    adopted it when its parent ended, kills and reaps it too (it ran on under init)."""
+    import shlex
+
+    marker = f"{300 + os.getpid() % 1000}.75"
+    flag = tmp_path / "moved"
+    inner = shlex.quote(f"echo $$ > {flag}.tmp && mv {flag}.tmp {flag} && exec sleep {marker}")
+    p = coop_exec(seg, "--", "sh", "-c", f"setsid sh -c {inner} & while [ ! -e {flag} ]; do :; done")
+    assert p.returncode == 0, p.stderr
+    left = [q for q in psutil.process_iter(["cmdline"]) if q.info["cmdline"] == ["sleep", marker]]
+    for q in left:
+        q.kill()
+    assert not left, "the setsid'd child outlived coop exec"

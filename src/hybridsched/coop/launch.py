@@ -23,7 +23,9 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import ShimUnavailable, UsageError
+from ..oslayer.cmdjobs import reap_escaped
 from ..oslayer.guardian import Guardian
+from ..oslayer.procfs import children
 from ..oslayer.proctree import get_subreaper, prctl
 from ..oslayer.signals import signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
@@ -117,6 +119,7 @@ class Command:
         self._subreaper = False
 
     def __enter__(self) -> "Command":
+        self._before = children(os.getpid())  # ours already: never taken for its orphans
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         tty = _terminal_in_front(os.getpgrp())
@@ -186,6 +189,7 @@ class Command:
                     break
                 except InterruptedError:
                     continue
+            reap_escaped(self._before | {self.guardian.pid})  # and those it setsid'd
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
 
 

@@ -38,6 +38,7 @@ from ..errors import ResourceError
 from . import futex
 from .events import EventLoop, readable
 from .guardian import Guardian
+from .procfs import children
 from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
 from .shm import SharedArrays
 
@@ -56,6 +57,10 @@ _GROUP_GONE_S = 5.0
 # line that long, against holding a whole unbroken output in memory).
 _CHUNK = 1 << 16
 _LINE_MAX = 1 << 20
+# Rounds of killing what jobs left outside their groups (each round's victims may leave
+# their own children to us): more catches deeper trees of setsid'd daemons, a fork bomb is
+# never caught whatever the number
+_ESCAPED_ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class CommandJobs:
 
     def __enter__(self) -> "CommandJobs":
         stack = self._stack
+        self._before = children(os.getpid())  # ours already: never taken for a job's orphans
         try:
             if not get_subreaper():
                 prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -273,11 +279,16 @@ class CommandJobs:
             for j in range(len(self.pids)):
                 if j not in self.exits:
                     self._finish(j)
+            self._reap_escaped()
             for fd in self.pidfds:
                 os.close(fd)
             self.pidfds = []
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+    def _reap_escaped(self) -> None:
+        reap_escaped(self._before | {self.guardian.pid})
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -304,3 +315,26 @@ def _reap_group(pgid: int) -> None:
         if time.monotonic() > deadline:
             return
         time.sleep(0.001)
+
+
+def reap_escaped(mine: set[int]) -> None:
+    """Kill and reap what jobs left outside their groups (a `setsid` child: killing the
+    group missed it, and as the subreaper we adopted it when its parent ended): every child
+    of ours not in ``mine`` (ours before the jobs started, a guardian); again for what those
+    leave us, a few rounds (a tree that keeps forking is a fork bomb)."""
+    for _ in range(_ESCAPED_ROUNDS):
+        escaped = children(os.getpid()) - mine
+        if not escaped:
+            return
+        for pid in escaped:  # our children: their numbers stay ours until reaped
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+        for pid in escaped:
+            with contextlib.suppress(ChildProcessError):
+                while True:
+                    try:
+                        os.waitpid(pid, 0)
+                        break
+                    except InterruptedError:
+                        continue

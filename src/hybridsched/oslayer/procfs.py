@@ -179,6 +179,16 @@ def _children(pid: int, tid: str) -> list[int]:
         return []  # gone, or a kernel without CONFIG_PROC_CHILDREN: the tree stops here
 
 
+def children(pid: int) -> set[int]:
+    """The children of process ``pid``, whichever of its threads started (or, for a
+    subreaper, adopted) them; empty if it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return set()
+    return {c for tid in tids for c in _children(pid, tid)}
+
+
 def all_threads_blocked(pid: int) -> bool | None:
     """Whether every thread of ``pid`` and of every process below it is blocked: sleeping
     (S) or in uninterruptible wait (D) in its /proc/<pid>/task/<tid>/stat; False at the

@@ -52,22 +52,38 @@ def cmd_fields(ok: np.ndarray) -> dict:
 
 def _counters_text(text: str) -> str:
     values = json.loads(text) if text else {}
-    return ", ".join(f"{k.replace('_', ' ')} {v:.3g}" for k, v in values.items()) or "—"
+    return ", ".join(f"{k.replace('_', ' ')} {v:.0f}" if abs(v) >= 100 else
+                     f"{k.replace('_', ' ')} {v:.3g}" for k, v in values.items()) or "—"
+
+
+def _makespans(rows: np.ndarray, policy: str) -> dict[int, float]:
+    """The makespan of each repetition every job of which verified under ``policy``."""
+    p = rows[rows["policy"] == policy]
+    return {int(r): float(p[p["rep"] == r]["makespan_s"][0]) for r in set(p["rep"].tolist())
+            if p[p["rep"] == r]["verified"].all()}
+
+
+def _vs(rows: np.ndarray, base: str, policy: str) -> float:
+    """base's mean makespan over policy's, both over the repetitions verified under both (an
+    interrupted or failed repetition of one leaves the other's out too)."""
+    a, b = _makespans(rows, base), _makespans(rows, policy)
+    both = sorted(a.keys() & b.keys())
+    return float(np.mean([a[r] for r in both]) / np.mean([b[r] for r in both])) if both \
+        else math.nan
 
 
 def cmd_table(recs: list[dict], rows: np.ndarray) -> list[str]:
     """Markdown lines: a row per policy, then the failed jobs, if any."""
-    base = next((r for r in recs if r["policy"] == "linux"), None)
     lines = ["| policy | reps | makespan (s) | vs linux | job time (s) | Jain | CPU s / job | "
              "invol. ctx / job | the policy's counters / job |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in recs:
-        gain = (base["makespan_s"] / r["makespan_s"]) if base and r["reps"] and base["reps"] \
-            else math.nan
+        gain = _vs(rows, "linux", r["policy"])
         extra = f" (+{r['failed']} failed)" if r["failed"] else ""
+        sd = r["makespan_sd"] if r["reps"] > 1 else math.nan  # no spread from one
         lines.append(
             f"| {r['policy']} | {r['reps']}{extra} | {fmt(r['makespan_s'], '.3f')} ± "
-            f"{fmt(r['makespan_sd'], '.3f')} | {fmt(gain, '.2f', 'x')} | "
+            f"{fmt(sd, '.3f')} | {fmt(gain, '.2f', 'x')} | "
             f"{fmt(r['job_time_s'], '.3f')} | {fmt(r['jain'], '.3f')} | {fmt(r['cpu_s'], '.3f')} | "
             f"{fmt(r['nivcsw'], '.0f')} | {_counters_text(r['counters'])} |")
     lines.append("")

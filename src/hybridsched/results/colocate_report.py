@@ -95,13 +95,15 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
     recs = summary(rows, n)
     lines = ["## Co-located jobs (`hybridsched colocate`)", "",
              "Makespan: from the common start to the last job's end, mean ± sd over verified "
-             "repetitions. Interference per worker: involuntary context switches, run-queue wait "
-             "(schedstat), time spinning in the barrier. Ideal: all the jobs' compute spread over "
-             f"the N = {n or '?'} CPUs. Jain: fairness of the jobs' speeds (1 = equal).", ""]
+             "repetitions (the bars of the plots too). The built-in workloads' interference per "
+             "worker: involuntary context switches, run-queue wait (schedstat), time spinning in "
+             f"the barrier. Ideal: all the jobs' compute spread over the N = {n or '?'} CPUs. "
+             "Jain: fairness of the jobs' speeds (1 = equal).", ""]
     if (rows["workload"] == CMD).any():
         lines += ["Unmodified commands (`--cmd`): a job's time runs from the common start "
                         "to its command's exit; CPU seconds and involuntary context switches are "
-                        "wait4's, the descendants it waited for included.", ""]
+                        "wait4's, the descendants it waited for included. vs linux: over the "
+                        "repetitions verified under both policies.", ""]
     for exp in _experiments(rows):
         mine = [r for r in recs if _key(r) == exp]
         lines += [f"### {_title(rows, *exp)}", ""]
@@ -143,8 +145,8 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
         if wl != CMD:
             ax.axhline(mine[0]["ideal_s"], ls="--", color="grey", label="ideal")
             ax.legend()
-        ax.set_ylabel("makespan (s)")
-        ax.set_title(_plot_title(exp, mine), fontsize=9)
+        ax.set_ylabel("makespan (s), mean ± sd")
+        ax.set_title(_plot_title(exp, mine), fontsize=9, wrap=True)
         fig.tight_layout()
         if wl == CMD:
             name = f"colocate_cmd_J{J}_{ident}.png"
@@ -160,7 +162,8 @@ def _plot_title(exp: tuple, mine: list[dict]) -> str:
     if wl == "blas":
         return f"blas: {J} jobs × a pool of {T}"
     if wl == CMD:
-        return f"{J} co-located commands: {mine[0]['commands'][:70]}"
+        cmds = mine[0]["commands"]
+        return f"{J} co-located commands: " + (cmds if len(cmds) <= 90 else cmds[:87] + "...")
     return _title(np.zeros(0, [("workload", "U8")]), *exp)
 
 
