@@ -117,13 +117,8 @@ def test_bad_command_lines_get_one_line_and_status_2(seg, argv, words):
 def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_lib):
     """From a terminal the command's group is the foreground while it runs, so the
     terminal's Ctrl-C goes to it; the terminal is ours again after."""
-    import pty
-
-    pid, fd = pty.fork()
-    if pid == 0:  # a session of its own with the pty as its terminal
-        os.execv(sys.executable, [*CLI[:1], *CLI[1:], "--segment", seg, "--", "sh", "-c",
-                                  "echo ready; sleep 300; echo not interrupted"])
-    try:
+    with _in_a_pty([*CLI, "--segment", seg, "--", "sh", "-c",
+                    "echo ready; sleep 300; echo not interrupted"]) as (pid, fd):
         seen = b""
         while b"ready" not in seen:
             seen += os.read(fd, 1024)
@@ -133,14 +128,27 @@ def test_ctrl_c_at_a_terminal_reaches_the_command_given_the_terminal(seg, shim_l
         assert fields[2] == fields[5] == str(group[0].pid), "the command's group is not the foreground"
         os.write(fd, b"\x03")
         _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 130
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive
+
+
+@contextlib.contextmanager
+def _in_a_pty(argv: list[str], env: dict[str, str] | None = None):
+    """``argv`` in a session of its own with a new pty as its terminal: (its pid, the pty's
+    end); killed and reaped if it is still there at the end."""
+    import pty
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvpe(argv[0], argv, os.environ if env is None else env)
+    try:
+        yield pid, fd
     finally:
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 130
-    gone, alive = psutil.wait_procs(group, timeout=10)
-    assert not alive
 
 
 def _read_until(fd: int, want: bytes, seen: bytearray, deadline_s: float = 120) -> None:
@@ -161,14 +169,10 @@ def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
     the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
     command the terminal again, which it then reads; the exit status is still the
     command's."""
-    import pty
     import shlex
 
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ "))
     seen = bytearray()
-    try:
+    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
         cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
                           "echo started; read x; echo got-$x; exit 3"])
         os.write(fd, cmd.encode() + b"\n")
@@ -183,11 +187,6 @@ def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
         _read_until(fd, b"rc=3", seen)
         os.write(fd, b"exit\n")
         _, status = os.waitpid(pid, 0)
-    finally:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
 
 
