@@ -227,3 +227,31 @@ def test_a_process_the_command_moved_out_of_its_group_is_killed_too(seg, shim_li
     for q in left:
         q.kill()
     assert not left, "the setsid'd child outlived coop exec"
+
+
+def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib):
+    """`kill %%` on a stopped coop exec (SIGTERM, then SIGCONT): it ends with 143 and the
+    shell keeps the terminal. coop exec's exit took the terminal for its own group from
+    whoever had it, the shell among them, which then read an end of input (half the
+    tries)."""
+    import shlex
+
+    seen = bytearray()
+    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+        os.write(fd, b"set -b\n")  # job notices at once, not at the next prompt
+        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "echo started; read x; echo got-$x"])
+        for n in range(3):
+            os.write(fd, cmd.encode() + b"\n")
+            _read_until(fd, b"started\r\n", seen)
+            os.write(fd, b"\x1a")
+            _read_until(fd, b"Stopped", seen)
+            del seen[:]
+            os.write(fd, b"kill %%\n")
+            _read_until(fd, b"Exit 143", seen)
+            del seen[:]
+        os.write(fd, b"echo alive-$((6 * 7))\n")
+        _read_until(fd, b"alive-42", seen)
+        os.write(fd, b"exit 7\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7, bytes(seen)[-400:]

@@ -174,9 +174,9 @@ class Command:
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
-        if self._tty:
-            _hand_terminal(os.getpgrp(), None)
         pgid = self.proc.pid
+        if self._tty:  # back from the command's group only: a shell that has it keeps it
+            _hand_terminal(os.getpgrp(), pgid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         self.guardian.release(pgid)  # before its leader is reaped: the number stays ours
