@@ -582,3 +582,13 @@ def test_a_process_a_job_moved_out_of_its_group_is_killed_too(tmp_path):
     for p in left:
         p.kill()
     assert not left, "the setsid'd child outlived colocate"
+
+
+def test_a_line_too_long_to_search_never_verifies_a_job():
+    """A line over LINE_MAX (4 MiB) is not searched, and the failure says so: cut in
+    pieces, `y` + 5 MB of `x` + `END` matched '^x+END$' (a piece began with x)."""
+    line = "printf y; head -c 5000000 /dev/zero | tr '\\\\0' x; echo END"
+    spec = _spec([f"sh -c {shlex.quote(line)}"], ["linux"], expect=r"^x+END$", reps=1)
+    (rec,) = run_commands_once(spec, "linux", 0)
+    assert rec.exit_status == 0 and not rec.verified
+    assert "1 lines over 4 MiB were not searched" in rec.error, rec.error

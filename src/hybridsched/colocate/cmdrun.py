@@ -16,7 +16,7 @@ import re
 import signal
 from collections.abc import Iterable
 
-from ..oslayer.cmdjobs import CommandJobs, Exit, Launch
+from ..oslayer.cmdjobs import LINE_MAX, CommandJobs, Exit, Launch
 from ..oslayer.cpus import usable_cpus
 from .cmdline import parse_command
 from .cmdpolicy import CMD_POLICIES, Setup
@@ -51,17 +51,23 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
         return _records(spec, name, rep, jobs, exits, t0, session)
 
 
-def _verdict(spec: ColocateSpec, ex: Exit, stdout: Iterable[str]) -> str:
+def _verdict(spec: ColocateSpec, ex: Exit, stdout: Iterable[str | None]) -> str:
     """Why job ``ex`` does not verify ("" when it does); ``stdout``: its lines, all of
-    them, which --expect is searched in one by one."""
+    them, which --expect is searched in one by one (None: a line too long to search)."""
     if ex.code < 0:
         return _killed(-ex.code)
     if ex.code:
         return f"exited with status {ex.code}"
     if spec.expect:
-        pattern = re.compile(spec.expect)
-        if not any(pattern.search(line) for line in stdout):
-            return f"its stdout does not match --expect {spec.expect!r}"
+        pattern, unsearched = re.compile(spec.expect), 0
+        for line in stdout:
+            if line is None:
+                unsearched += 1
+            elif pattern.search(line):
+                return ""
+        why = f"its stdout does not match --expect {spec.expect!r}"
+        return why + (f" ({unsearched} lines over {LINE_MAX >> 20} MiB were not searched)"
+                      if unsearched else "")
     return ""
 
 

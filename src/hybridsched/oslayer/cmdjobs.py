@@ -53,10 +53,11 @@ _MAX_FD = 1 << 20
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
 _GROUP_GONE_S = 5.0
 # Reading a job's stdout for --expect: chunks of _CHUNK bytes (fewer system calls against
-# more memory), lines cut at _LINE_MAX (a pattern may then miss a match across the cut of a
-# line that long, against holding a whole unbroken output in memory).
+# more memory), and lines up to LINE_MAX bytes; a longer one is not searched at all (a
+# match in it is missed, and said so; cut in pieces, it matched where the line did not),
+# against holding a whole unbroken output in memory
 _CHUNK = 1 << 16
-_LINE_MAX = 1 << 20
+LINE_MAX = 4 << 20
 # Rounds of killing what jobs left outside their groups (each round's victims may leave
 # their own children to us): more catches deeper trees of setsid'd daemons, a fork bomb is
 # never caught whatever the number
@@ -243,23 +244,23 @@ class CommandJobs:
         _reap_group(pid)
         return self.exits[j]
 
-    def stdout_lines(self, j: int) -> Iterator[str]:
+    def stdout_lines(self, j: int) -> Iterator[str | None]:
         """Job j's whole stdout, line by line (without the newline), as text; read in
-        chunks, a line longer than _LINE_MAX is cut in pieces of that size."""
-        fd, pos, rest = self._files[j][0].fileno(), 0, b""
+        chunks. A line longer than LINE_MAX is not kept: None stands for it."""
+        fd, pos, rest, overlong = self._files[j][0].fileno(), 0, b"", False
         while True:
             chunk = os.pread(fd, _CHUNK, pos)
             if not chunk:
                 break
             pos += len(chunk)
             *lines, rest = (rest + chunk).split(b"\n")
-            while len(rest) > _LINE_MAX:
-                lines.append(rest[:_LINE_MAX])
-                rest = rest[_LINE_MAX:]
             for line in lines:
-                yield line.decode("utf-8", "replace")
-        if rest:
-            yield rest.decode("utf-8", "replace")
+                yield None if overlong or len(line) > LINE_MAX else line.decode("utf-8", "replace")
+                overlong = False
+            if len(rest) > LINE_MAX:
+                rest, overlong = b"", True
+        if rest or overlong:
+            yield None if overlong else rest.decode("utf-8", "replace")
 
     def output(self, j: int, limit: int = 1 << 20) -> tuple[str, str]:
         """The last ``limit`` bytes of job j's stdout and stderr, as text."""
