@@ -184,16 +184,20 @@ def test_programs_see_the_cpus_they_would_have_had(seg, shim_lib):
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="one CPU: the natural mask and the pinned one agree")
-@pytest.mark.parametrize("how", ["sh", "sh-exec", "python"])
+@pytest.mark.parametrize("how", ["sh", "sh-exec", "python", "posix_spawn"])
 def test_a_program_started_from_within_the_job_sizes_its_team_as_without_the_shim(
         seg, shim_lib, tmp_path, how):
     """libgomp sizes its team from the affinity mask in its constructor, before the new
-    image's shim answers for it: the exec'ing thread, pinned to its token's CPU, hands the
-    new image the mask the program would have had (it ran 1 thread through `sh -c`)."""
+    image's shim answers for it: the exec'ing (or posix_spawn'ing) thread, pinned to its
+    token's CPU, hands the new image the mask the program would have had (it ran 1 thread
+    through `sh -c`)."""
     exe = build("omp_bsp", tmp_path)
     argv = {"sh": ["sh", "-c", f"{exe} 2 10"], "sh-exec": ["sh", "-c", f"exec {exe} 2 10"],
             "python": [sys.executable, "-c",
-                       f"import subprocess; subprocess.run([{exe!r}, '2', '10'], check=True)"]}
+                       f"import subprocess; subprocess.run([{exe!r}, '2', '10'], check=True)"],
+            "posix_spawn": [sys.executable, "-c",  # glibc's exec, inside it (GNU make's way)
+                            f"import os; os.waitpid(os.posix_spawn({exe!r}, [{exe!r}, '2', '10'], "
+                            "os.environ), 0)"]}
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
         p = run_under(job, argv[how])
     assert p.returncode == 0, p.stderr

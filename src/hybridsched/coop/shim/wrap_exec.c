@@ -5,6 +5,8 @@
    internal execve, which cannot be interposed: each is wrapped. */
 #include "wrap.h"
 
+#include <spawn.h>
+
 REAL(int, execve, (const char *, char *const[], char *const[]));
 REAL(int, execv, (const char *, char *const[]));
 REAL(int, execvp, (const char *, char *const[]));
@@ -87,4 +89,34 @@ HS_EXPORT int execle(const char *path, const char *arg, ...)
     char *const *envp = va_arg(ap_, char *const *);
     va_end(ap_);
     return execve(path, (char *const *)argv, envp);
+}
+
+/* posix_spawn execs inside glibc, where the wrappers above never see it: the calling thread
+   takes the program's own mask for the call (the child starts with its caller's), then is
+   pinned back. The child is a new process of the job, registered by its own shim. */
+REAL(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *,
+                        const posix_spawnattr_t *, char *const[], char *const[]));
+REAL(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *,
+                         const posix_spawnattr_t *, char *const[], char *const[]));
+
+#define SPAWNED(call)                                                                         \
+    ({                                                                                        \
+        if (hs_on)                                                                            \
+            hs_exec_affinity(1);                                                              \
+        int r_ = (call);                                                                      \
+        if (hs_on)                                                                            \
+            hs_exec_affinity(0);                                                              \
+        r_;                                                                                   \
+    })
+
+HS_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                          const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return SPAWNED(R(posix_spawn)(pid, path, fa, attr, argv, envp));
+}
+
+HS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+    return SPAWNED(R(posix_spawnp)(pid, file, fa, attr, argv, envp));
 }
