@@ -255,3 +255,22 @@ def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib
         os.write(fd, b"exit 7\n")
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7, bytes(seen)[-400:]
+
+
+def test_a_ctrl_c_while_the_command_starts_leaves_no_command_behind():
+    """A Ctrl-C after the command started but before coop exec's start returned (the
+    guardian not yet told) raised past a `with` that then never ran its exit: the command
+    ran on (seen once in a full run, as `sh` and `sleep` left after exit 130)."""
+    import types
+
+    from hybridsched.coop.launch import Command
+
+    def interrupted(pgid):
+        raise KeyboardInterrupt
+
+    guardian = types.SimpleNamespace(pid=-1, watch=interrupted, release=lambda pgid: None)
+    cmd = Command(["sleep", "301.5"], dict(os.environ), guardian)
+    with pytest.raises(KeyboardInterrupt):
+        cmd.__enter__()
+    assert cmd.proc.returncode is not None, "the command was not reaped"
+    assert not [p for p in psutil.Process().children() if p.pid == cmd.proc.pid]

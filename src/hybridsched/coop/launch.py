@@ -131,10 +131,14 @@ class Command:
                 _hand_terminal(os.getpgrp(), None)
             why = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
-        with contextlib.suppress(OSError):  # also from here: whoever runs first
-            os.setpgid(self.proc.pid, self.proc.pid)
-        self.guardian.watch(self.proc.pid)
         self._tty = tty
+        try:
+            with contextlib.suppress(OSError):  # also from here: whoever runs first
+                os.setpgid(self.proc.pid, self.proc.pid)
+            self.guardian.watch(self.proc.pid)
+        except BaseException:  # a Ctrl-C before we return: no __exit__ would kill the command
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def wait(self) -> int:
