@@ -280,16 +280,12 @@ class CommandJobs:
             for j in range(len(self.pids)):
                 if j not in self.exits:
                     self._finish(j)
-            self._reap_escaped()
+            reap_escaped(self._before | {self.guardian.pid})
             for fd in self.pidfds:
                 os.close(fd)
             self.pidfds = []
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-    def _reap_escaped(self) -> None:
-        reap_escaped(self._before | {self.guardian.pid})
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -333,9 +329,4 @@ def reap_escaped(mine: set[int]) -> None:
                     os.kill(pid, sig)
         for pid in escaped:
             with contextlib.suppress(ChildProcessError):
-                while True:
-                    try:
-                        os.waitpid(pid, 0)
-                        break
-                    except InterruptedError:
-                        continue
+                os.waitpid(pid, 0)  # a signal's EINTR is retried by Python itself (PEP 475)
