@@ -20,6 +20,62 @@ static void *body(void *a) { volatile long x = 0; for (long i = 0; i < 100000; i
 int main(void) { pthread_t t; pthread_create(&t, 0, body, 0); pthread_join(t, 0);
                  puts("joined"); return 0; }
 """,
+    # Who takes an OpenMP lock that is let go while a thread sleeps on it, ROUNDS times:
+    # thread 0 holds it until thread 1 sleeps in omp_set_lock (libgomp marks the lock -1),
+    # lets it go, and watches it for 50 ms while calling into the shim (a computing holder:
+    # nobody asks it to rotate). "stolen" counts the rounds in which thread 1 took it
+    # meanwhile, without the only token, which thread 0 holds.
+    "omp_lock_handover": r"""
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#define ROUNDS 10
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(void) {
+    omp_lock_t l; omp_init_lock(&l);
+    volatile int *word = (volatile int *)&l;
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    volatile int round = -1, done = -1; int stolen = 0;
+    #pragma omp parallel num_threads(2)
+    { int me = omp_get_thread_num();
+      for (int r = 0; r < ROUNDS; r++) {
+          if (me == 1) { while (round != r) usleep(100);
+                         omp_set_lock(&l); omp_unset_lock(&l); done = r; continue; }
+          omp_set_lock(&l); round = r;
+          while (*word != -1) usleep(100);
+          omp_unset_lock(&l);
+          double end = now() + 0.05;
+          while (*word == 0 && now() < end) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+          stolen += *word != 0;
+          while (done != r) usleep(100); } }
+    printf("stolen=%d\n", stolen);
+    return 0;
+}
+""",
+    # THREADS threads, ROUNDS each, of a plain and a nested OpenMP lock taken around a few
+    # iterations: many sleepers at once, so a wake-up lost by the shim's lock wait hangs it
+    "omp_lock_many": r"""
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    int threads = atoi(argv[1]); long rounds = atol(argv[2]), total = 0, nested = 0;
+    omp_lock_t l; omp_nest_lock_t n; omp_init_lock(&l); omp_init_nest_lock(&n);
+    volatile double x = 0;
+    #pragma omp parallel num_threads(threads)
+    for (long r = 0; r < rounds; r++) {
+        omp_set_lock(&l); for (int i = 0; i < 200; i++) x = x * 0.5 + 1; total++; omp_unset_lock(&l);
+        omp_set_nest_lock(&n); omp_set_nest_lock(&n); nested++;
+        omp_unset_nest_lock(&n); omp_unset_nest_lock(&n);
+    }
+    int ok = total == threads * rounds && nested == threads * rounds;
+    puts(ok ? "ok" : "FAILED");
+    return !ok;
+}
+""",
     # argv[1] a file of 4 bytes shared by two processes; "wait": spin (calling nothing)
     # until the other has set it ("deaf": with every signal blocked by the raw system
     # call, past the shim's wrappers); "set": set it

@@ -60,6 +60,7 @@ struct hs_thread {
     int parked;        /* how the last park left the token: HS_PARK_* */
     int cpu;           /* the CPU this thread pinned itself to, -1 none */
     int yields;        /* consecutive sched_yield calls while others wait */
+    unsigned releases; /* unlocks while others wait (hs_release_point) */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
     cpu_set_t mask;
@@ -78,6 +79,7 @@ extern int hs_job;
 HS_HIDDEN void hs_park(void);
 HS_HIDDEN void hs_resume(void);
 HS_HIDDEN void hs_yield_point(void);
+HS_HIDDEN void hs_release_point(void);
 HS_HIDDEN void hs_rotate(void);
 HS_HIDDEN void hs_thread_begin(void);
 HS_HIDDEN void hs_thread_end(void *unused);

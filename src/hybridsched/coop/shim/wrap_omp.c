@@ -2,8 +2,8 @@
    with inline futex calls that only the trap sees, one SIGSYS for the wait and another for
    the wake (~2.4 us each here, measured by benchmarks/bench_shim.py). Interposed at the
    entry point, a lock that is free is taken by omp_test_lock with the token kept, and one
-   that is not is waited for parked, the trap turned off for the call, so its futex calls
-   run natively: a contended lock costs one park instead of two traps.
+   that is not is waited for parked, its futex calls made natively: a contended lock costs
+   one park instead of two traps.
 
    Only for libgomp's locks, which wait in the kernel: LLVM's libomp exports the same names,
    but its queuing locks spin (yielding) while they wait, which must happen holding the
@@ -93,25 +93,61 @@ static int parks_locks(void *real_fn)
     return gomp_locks && passive();
 }
 
-/* set: a lock that is free is taken by `test` with the token kept; one that is held is
-   waited for parked, the trap off for the call (hs_exit arms it again) */
+/* libgomp's mutex, the first int of both lock types (gcc's config/linux/mutex.h): 0 free,
+   1 held, -1 held with sleepers, one of which its unlock wakes. Waits, without taking it,
+   until it is seen free; 0 where the word holds a value of no known state. */
+static int wait_free(int *word)
+{
+    for (;;) {
+        int v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        if (v == 0)
+            return 1;
+        if (v != 1 && v != -1)
+            return 0;
+        if (v == 1 && !__atomic_compare_exchange_n(word, &v, -1, 0, __ATOMIC_RELAXED,
+                                                   __ATOMIC_RELAXED))
+            continue;
+        hs_raw(SYS_futex, (long)word, FUTEX_WAIT_PRIVATE, -1, 0, 0, 0);
+    }
+}
+
+/* set: a lock that is free is taken by `test` with the token kept. One that is held is
+   waited for parked, without being taken: the thread takes it only once it holds a token
+   again. libgomp's own slow path takes it as soon as the kernel wakes the thread, and the
+   thread then waits for a token holding it, which parks the sibling that holds one (the
+   lock-holder preemption SCHED_COOP exists to avoid, made by the shim). A thread that
+   slept takes over its duty to wake the next sleeper: it marks the lock -1, as libgomp's
+   slow path does. */
 static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
 {
     if (!parks_locks((void *)set) || !hs_enter()) {
         set(lock);
         return;
     }
-    if (!test(lock)) {
+    int slept = 0;
+    while (!test(lock)) {
         hs_t.selector = HS_SUD_ALLOW;
         hs_park();
-        set(lock);
+        if (!wait_free((int *)lock)) {
+            set(lock);  /* not the mutex described above: libgomp's own wait, as it is */
+            hs_resume();
+            hs_exit();
+            return;
+        }
         hs_resume();
+        slept = 1;
+    }
+    if (slept) {
+        int held = 1;
+        __atomic_compare_exchange_n((int *)lock, &held, -1, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
     }
     hs_exit();
 }
 
-/* unset only wakes: natively, no park */
-static void unset_lock(void (*unset)(void *), void *lock)
+/* unset only wakes: natively, no park. A plain lock's is a release point (hs_release_point);
+   a nested lock's may leave it held. */
+static void unset_lock(void (*unset)(void *), void *lock, int released)
 {
     if (!hs_enter()) {
         unset(lock);
@@ -119,6 +155,8 @@ static void unset_lock(void (*unset)(void *), void *lock)
     }
     hs_t.selector = HS_SUD_ALLOW;
     unset(lock);
+    if (released)
+        hs_release_point();
     hs_exit();
 }
 
@@ -130,9 +168,9 @@ REAL(int, omp_test_nest_lock, (void *));
 REAL(void, omp_unset_nest_lock, (void *));
 
 HS_EXPORT void omp_set_lock(void *lock) { set_lock(O(omp_set_lock), O(omp_test_lock), lock); }
-HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock); }
+HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock, 1); }
 HS_EXPORT void omp_set_nest_lock(void *lock)
 {
     set_lock(O(omp_set_nest_lock), O(omp_test_nest_lock), lock);
 }
-HS_EXPORT void omp_unset_nest_lock(void *lock) { unset_lock(O(omp_unset_nest_lock), lock); }
+HS_EXPORT void omp_unset_nest_lock(void *lock) { unset_lock(O(omp_unset_nest_lock), lock, 0); }

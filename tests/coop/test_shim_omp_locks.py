@@ -1,0 +1,119 @@
+"""OpenMP's locks under the cooperative shim (wrap_omp.c): a contended lock is waited for
+parked and taken only with a token, no wake-up is lost among many sleepers, an unlock is a
+scheduling point at the quantum's end, and a runtime that spins keeps its waits for the
+trap."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.shimjob import WAIT_POLICY_ENV, ShimJob
+from shimprogs import build
+from hybridsched.oslayer.cpus import usable_cpus
+
+CPUS = usable_cpus()
+ONE = CPUS[:1]  # one token: every wait for it is contended
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "unmodified")
+
+
+def run_under(job: ShimJob, argv, **env) -> subprocess.CompletedProcess:
+    """``argv`` run as the job's command, under a passive wait policy and ``env``."""
+    environ = dict(os.environ, **WAIT_POLICY_ENV, **env)
+    environ.update(job.env(environ))
+    return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)
+
+
+def _lock_traps(policy: dict, seg: str, argv_of) -> dict:
+    """{"contend": (traps, calls), "alone": ...} of one run each on one token, the wait
+    policy's variables ``policy`` set."""
+    out = {}
+    for how in ("contend", "alone"):
+        with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+            env = {k: v for k, v in os.environ.items() if k not in WAIT_POLICY_ENV}
+            env.update(policy)
+            env.update(job.env(env))
+            p = subprocess.run(argv_of(how), env=env, capture_output=True, text=True, timeout=120)
+            counts = job.counters()
+        assert p.returncode == 0 and p.stdout == "ok\n", (how, p.stdout, p.stderr)
+        out[how] = (counts.traps, counts.calls)
+    return out
+
+
+@pytest.mark.parametrize("loaded", ["linked", "dlopened privately"])
+def test_a_contended_openmp_lock_waits_parked_without_a_trap(seg, shim_lib, tmp_path, loaded):
+    """omp_set_lock is interposed (wrap_omp.c): under a passive wait policy a lock that is
+    held is waited for parked, its futex wait and the unlock's wake run natively — the
+    contended run traps (almost) no more than the one that never asks for the lock, where
+    each wait and each wake trapped before (~2.4 µs a trap). The runtime's own function is found also when libgomp
+    came privately with a dlopen'ed library (RTLD_LOCAL: not in the global scope)."""
+    if loaded == "linked":
+        exe = build("omp_lock_wait", tmp_path)
+        argv_of = lambda how: [exe, how]  # noqa: E731
+    else:
+        lib = build("omp_lock_wait", tmp_path, "-shared", "-fPIC", "-DAS_LIBRARY")
+        exe = build("dlopen_run", tmp_path, "-ldl")
+        argv_of = lambda how: [exe, lib, how]  # noqa: E731
+    got = _lock_traps(WAIT_POLICY_ENV, seg, argv_of)
+    # 10 contended waits: 20 more traps before (a wait and a wake each); the end of the
+    # parallel region, whose order of arrival differs, may trap once or twice more
+    assert got["contend"][0] - got["alone"][0] <= 2, got
+    assert got["contend"][1] - got["alone"][1] >= 5, got  # the waits gave the token up
+
+
+def test_a_spinning_openmp_runtime_keeps_its_lock_waits_for_the_trap(seg, shim_lib, tmp_path):
+    """Without a passive policy libgomp spins before it waits, which must happen holding
+    the token: omp_set_lock then goes straight through and the trap catches the wait. (A
+    spin of one round, so that every wait outlasts it whatever the machine's load.)"""
+    exe = build("omp_lock_wait", tmp_path)
+    got = _lock_traps({"GOMP_SPINCOUNT": "1"}, seg, lambda how: [exe, how])
+    assert got["contend"][0] - got["alone"][0] >= 5, got  # the waits after the spin
+
+
+def test_a_woken_waiter_takes_the_lock_only_with_a_token(seg, shim_lib, tmp_path):
+    """libgomp's own wait takes the lock as soon as the kernel wakes the thread, which then
+    waits for a token holding it: its sibling, which holds one, finds the lock taken and
+    parks too (lock-holder preemption, made by the shim). The shim waits for the lock to
+    be let go without taking it, and takes it once it holds a token: on one token, held
+    by the thread that let it go, the lock stays free for as long as that thread runs."""
+    exe = build("omp_lock_handover", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=1.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe])
+    assert p.returncode == 0 and p.stdout == "stolen=0\n", (p.stdout, p.stderr)
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two tokens, so that holders contend")
+@pytest.mark.parametrize("threads", [3, 6])
+def test_no_wake_up_is_lost_among_many_sleepers(seg, shim_lib, tmp_path, threads):
+    """A thread that slept on a lock takes it marked as having sleepers (-1), as libgomp's
+    own wait does, so that its unlock wakes the next: without that, a sleeper whose wake
+    went to a thread that then took the lock unmarked sleeps until some later contention,
+    and at the end for ever."""
+    exe = build("omp_lock_many", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(threads), "3000"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
+    assert counts.calls > 0, counts  # some waits did park
+
+
+def test_a_lock_loop_takes_turns_at_its_unlocks_each_quantum(seg, shim_lib, tmp_path):
+    """A lock loop's holder never blocks (its lock is never held by a thread without a
+    token) but unlocks all the time: at an unlock past its quantum it hands its token on,
+    as at sched_yield, so its threads take turns each quantum instead of at the watchdog's
+    bound (two quanta, by a signal), and end together."""
+    exe = os.path.join(tmp_path, "omp_lock")
+    p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"), "-o", exe],
+                       capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
+    with Arbiter(cpus=ONE, path=seg, quantum_s=0.02) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "80000", "2000", "200"], OMP_NUM_THREADS="2")
+        counts = job.counters()
+    assert p.returncode == 0 and "threads=2" in p.stdout, (p.stdout, p.stderr)
+    # ~0.3 s of work in 20 ms quanta; a rotation by the watchdog's signal is the exception
+    # (a holder the system kept off its CPU past the bound)
+    assert counts.handoffs >= 2 * (counts.signals + counts.nudges) + 4, counts
