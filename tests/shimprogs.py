@@ -20,39 +20,109 @@ static void *body(void *a) { volatile long x = 0; for (long i = 0; i < 100000; i
 int main(void) { pthread_t t; pthread_create(&t, 0, body, 0); pthread_join(t, 0);
                  puts("joined"); return 0; }
 """,
-    # Who takes an OpenMP lock that is let go while a thread sleeps on it, ROUNDS times:
-    # thread 0 holds it until thread 1 sleeps in omp_set_lock (libgomp marks the lock -1),
-    # lets it go, and watches it for 50 ms while calling into the shim (a computing holder:
-    # nobody asks it to rotate). "stolen" counts the rounds in which thread 1 took it
-    # meanwhile, without the only token, which thread 0 holds.
+    # Who takes a lock that is let go while a thread sleeps on it, ROUNDS times: thread 0
+    # holds it until thread 1 sleeps on it (the lock is marked as having sleepers: -1 for
+    # an OpenMP lock, argv[1] "omp"; 2 for a glibc mutex, "mutex"), lets it go, and watches
+    # it for 50 ms while calling into the shim (a read lock's: a computing holder, which
+    # nobody asks to rotate and which gives no turn). "stolen" counts the rounds in which
+    # thread 1 took it meanwhile, without the only token, which thread 0 holds.
     "omp_lock_handover": r"""
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #define ROUNDS 10
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
                           return t.tv_sec + t.tv_nsec * 1e-9; }
-int main(void) {
-    omp_lock_t l; omp_init_lock(&l);
-    volatile int *word = (volatile int *)&l;
-    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static omp_lock_t l;
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static int omp;
+static void take(void) { if (omp) omp_set_lock(&l); else pthread_mutex_lock(&m); }
+static void give(void) { if (omp) omp_unset_lock(&l); else pthread_mutex_unlock(&m); }
+int main(int argc, char **argv) {
+    omp = strcmp(argv[1], "omp") == 0; omp_init_lock(&l);
+    volatile int *word = omp ? (volatile int *)&l : &m.__data.__lock;
+    int sleepers = omp ? -1 : 2;
+    pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
     volatile int round = -1, done = -1; int stolen = 0;
     #pragma omp parallel num_threads(2)
     { int me = omp_get_thread_num();
       for (int r = 0; r < ROUNDS; r++) {
           if (me == 1) { while (round != r) usleep(100);
-                         omp_set_lock(&l); omp_unset_lock(&l); done = r; continue; }
-          omp_set_lock(&l); round = r;
-          while (*word != -1) usleep(100);
-          omp_unset_lock(&l);
+                         take(); give(); done = r; continue; }
+          take(); round = r;
+          while (*word != sleepers) usleep(100);
+          give();
           double end = now() + 0.05;
-          while (*word == 0 && now() < end) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+          while (*word == 0 && now() < end) { pthread_rwlock_rdlock(&rw); pthread_rwlock_unlock(&rw); }
           stolen += *word != 0;
           while (done != r) usleep(100); } }
     printf("stolen=%d\n", stolen);
     return 0;
+}
+""",
+    # glibc's mutexes of argv[1]'s kind ("normal", "recursive", "errorcheck", "adaptive",
+    # "pshared") under many sleepers: THREADS threads (argv[2]) take it ROUNDS times each
+    # (argv[3]; the recursive one twice), then half of them produce ROUNDS items each into
+    # a one-slot box guarded by it and two condition variables, the other half take them
+    # (with a timed wait, far off); an error-checking one locked again by its owner answers
+    # EDEADLK. A wake-up lost hangs it; "ok" when every count adds up.
+    "mutex_many": r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+static pthread_mutex_t m;
+static pthread_cond_t full = PTHREAD_COND_INITIALIZER, empty = PTHREAD_COND_INITIALIZER;
+static long rounds, total, box, taken, sum, recursive;
+static int threads;
+static void *body(void *a) {
+    long me = (long)a; volatile double x = 0;
+    for (long r = 0; r < rounds; r++) {
+        pthread_mutex_lock(&m); if (recursive) pthread_mutex_lock(&m);
+        for (int i = 0; i < 100; i++) x = x * 0.5 + 1;
+        total++;
+        if (recursive) pthread_mutex_unlock(&m);
+        pthread_mutex_unlock(&m); }
+    long items = rounds * (threads / 2);
+    if (me % 2 == 0) {
+        for (long r = 1; r <= rounds; r++) {
+            pthread_mutex_lock(&m);
+            while (box) pthread_cond_wait(&empty, &m);
+            box = r; pthread_cond_signal(&full); pthread_mutex_unlock(&m); }
+    } else {
+        struct timespec far; clock_gettime(CLOCK_REALTIME, &far); far.tv_sec += 3600;
+        for (;;) {
+            pthread_mutex_lock(&m);
+            while (!box && taken < items) pthread_cond_timedwait(&full, &m, &far);
+            if (taken == items) { pthread_cond_broadcast(&full); pthread_mutex_unlock(&m); break; }
+            sum += box; box = 0; taken++;
+            pthread_cond_signal(&empty); pthread_mutex_unlock(&m); } }
+    return a;
+}
+int main(int argc, char **argv) {
+    pthread_mutexattr_t at; pthread_mutexattr_init(&at);
+    const char *kind = argv[1];
+    if (!strcmp(kind, "recursive")) { pthread_mutexattr_settype(&at, PTHREAD_MUTEX_RECURSIVE); recursive = 1; }
+    if (!strcmp(kind, "errorcheck")) pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
+    if (!strcmp(kind, "adaptive")) pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ADAPTIVE_NP);
+    if (!strcmp(kind, "pshared")) pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    pthread_mutex_init(&m, &at);
+    threads = atoi(argv[2]); rounds = atol(argv[3]);
+    pthread_t t[64];
+    for (long i = 0; i < threads; i++) pthread_create(&t[i], 0, body, (void *)i);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], 0);
+    long items = rounds * (threads / 2);
+    int ok = total == threads * rounds && taken == items && sum == (threads / 2) * rounds * (rounds + 1) / 2;
+    if (!strcmp(kind, "errorcheck")) {
+        pthread_mutex_lock(&m); ok = ok && pthread_mutex_lock(&m) == EDEADLK; pthread_mutex_unlock(&m); }
+    puts(ok ? "ok" : "FAILED");
+    return !ok;
 }
 """,
     # THREADS threads, ROUNDS each, of a plain and a nested OpenMP lock taken around a few
@@ -224,14 +294,15 @@ int main(void) {
 """,
     # the main thread starts a thread that only sets a flag, then, with argv[1] "spin",
     # spins (calling nothing) until the flag is set; with "locks", takes and gives back an
-    # uncontended mutex for argv[2] ms (clock_gettime is not the shim's) and says whether
-    # the thread had run meanwhile ("ran") or not ("waited"); with "locks_spin", the same,
+    # uncontended rwlock (its lock enters the shim, its unlock does not) for argv[2] ms
+    # (clock_gettime is not the shim's) and says whether the thread had run meanwhile ("ran") or not ("waited"); "mutex": the same with a
+    # mutex, whose unlock is a scheduling point; with "locks_spin", the same as "locks",
     # then spins until the flag is set and says "ok" if the thread had waited; with "pair", starts a second
     # thread first that spins until the flag is set while the main thread takes and gives
-    # back the mutex until then; with "deaf", blocks every signal by the raw system call
+    # back the rwlock until then; with "deaf", blocks every signal by the raw system call
     # first, spins until the flag is set, then unblocks them; with "many", starts 3 threads
     # that print their voluntary context switches once they run, while the main thread
-    # takes and gives back the mutex for argv[2] ms
+    # takes and gives back the rwlock for argv[2] ms
     "sibling_waits": r"""
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -244,6 +315,7 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 static volatile int flag;
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
 static void *setter(void *a) { flag = 1; return a; }
 static void *spinner(void *a) { while (!flag) { } return a; }
 static long switches[3];
@@ -255,9 +327,8 @@ int main(int argc, char **argv) {
     pthread_t t, u, v[3];
     if (strcmp(argv[1], "many") == 0) {
         for (long i = 0; i < 3; i++) pthread_create(&v[i], 0, counter, (void *)i);
-        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
         double end = now_ms() + atof(argv[2]);
-        while (now_ms() < end) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+        while (now_ms() < end) { pthread_rwlock_rdlock(&rw); pthread_rwlock_unlock(&rw); }
         for (int i = 0; i < 3; i++) pthread_join(v[i], 0);
         printf("%ld %ld %ld\n", switches[0], switches[1], switches[2]); return 0; }
     if (strcmp(argv[1], "deaf") == 0) {
@@ -271,19 +342,19 @@ int main(int argc, char **argv) {
         pthread_create(&u, 0, spinner, 0);
     pthread_create(&t, 0, setter, 0);
     if (strcmp(argv[1], "pair") == 0) {
-        pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-        while (!flag) { pthread_mutex_lock(&m); pthread_mutex_unlock(&m); }
+        while (!flag) { pthread_rwlock_rdlock(&rw); pthread_rwlock_unlock(&rw); }
         pthread_join(t, 0); pthread_join(u, 0); puts("ok"); return 0; }
     if (strcmp(argv[1], "spin") == 0) {
         while (!flag) { }
         pthread_join(t, 0); puts("ok"); return 0; }
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    int mutex = strcmp(argv[1], "mutex") == 0;
     double end = now_ms() + atof(argv[2]);
     volatile double x = 0;
     while (now_ms() < end) {
-        pthread_mutex_lock(&m);
+        if (mutex) pthread_mutex_lock(&m); else pthread_rwlock_rdlock(&rw);
         for (int i = 0; i < 1000; i++) x = x * 0.5 + 1;
-        pthread_mutex_unlock(&m); }
+        if (mutex) pthread_mutex_unlock(&m); else pthread_rwlock_unlock(&rw); }
     int ran = flag;
     if (strcmp(argv[1], "locks_spin") == 0) {
         while (!flag) { }

@@ -290,7 +290,7 @@ def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg,
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two holders")
 def test_the_spinning_one_of_two_holders_is_asked_to_rotate(seg, shim_lib, tmp_path):
-    """Two tokens held by two threads of the job, one calling into the shim (a mutex), one
+    """Two tokens held by two threads of the job, one calling into the shim (a read lock), one
     spinning, while a third waits: the waiter looks at both and asks the spinner."""
     exe = build("sibling_waits", tmp_path)
     with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
@@ -375,7 +375,7 @@ def test_the_watchdog_looks_past_a_slot_granted_while_it_looked():
 
 def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_waits(
         seg, shim_lib, tmp_path):
-    """A holder that enters the shim's wrappers (here an uncontended mutex, 300 times a
+    """A holder that enters the shim's wrappers (here an uncontended read lock, 300 times a
     millisecond) is computing, not spinning: its waiting sibling does not ask it to rotate,
     and runs only once the holder blocks (in pthread_join), or at the watchdog's bound (two
     quanta, longer than the loop). Rotating it every 2 ms cost co-located lock loops ~1 %."""
@@ -384,6 +384,18 @@ def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_wai
         p = run_under(job, [exe, "locks", "150"])
         counts = job.counters()
     assert p.returncode == 0 and p.stdout == "waited\n", (p.stdout, p.stderr, counts)
+    assert counts.nudges == 0 and counts.signals == 0, counts
+
+
+def test_a_holder_gives_its_waiting_sibling_a_turn_at_a_mutex_unlock(seg, shim_lib, tmp_path):
+    """The same holder with a mutex: an unlock is a scheduling point (hs_release_point), so
+    after 5 ms of holding (TURN_NS) it lets its waiting sibling run, unasked: the quantum
+    (5 s) and the watchdog's bound are far off, and no look asks it."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "mutex", "150"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ran\n", (p.stdout, p.stderr, counts)
     assert counts.nudges == 0 and counts.signals == 0, counts
 
 

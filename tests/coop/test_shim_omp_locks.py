@@ -73,15 +73,16 @@ def test_a_spinning_openmp_runtime_keeps_its_lock_waits_for_the_trap(seg, shim_l
     assert got["contend"][0] - got["alone"][0] >= 5, got  # the waits after the spin
 
 
-def test_a_woken_waiter_takes_the_lock_only_with_a_token(seg, shim_lib, tmp_path):
-    """libgomp's own wait takes the lock as soon as the kernel wakes the thread, which then
+@pytest.mark.parametrize("lock", ["omp", "mutex"])
+def test_a_woken_waiter_takes_the_lock_only_with_a_token(seg, shim_lib, tmp_path, lock):
+    """libgomp's own wait (glibc's too) takes the lock as soon as the kernel wakes the thread, which then
     waits for a token holding it: its sibling, which holds one, finds the lock taken and
     parks too (lock-holder preemption, made by the shim). The shim waits for the lock to
     be let go without taking it, and takes it once it holds a token: on one token, held
     by the thread that let it go, the lock stays free for as long as that thread runs."""
     exe = build("omp_lock_handover", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=1.0) as a, ShimJob(a) as job:
-        p = run_under(job, [exe])
+        p = run_under(job, [exe, lock])
     assert p.returncode == 0 and p.stdout == "stolen=0\n", (p.stdout, p.stderr)
 
 
@@ -117,3 +118,18 @@ def test_a_lock_loop_takes_turns_at_its_unlocks_each_quantum(seg, shim_lib, tmp_
     # ~0.3 s of work in 20 ms quanta; a rotation by the watchdog's signal is the exception
     # (a holder the system kept off its CPU past the bound)
     assert counts.handoffs >= 2 * (counts.signals + counts.nudges) + 4, counts
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two tokens, so that holders contend")
+@pytest.mark.parametrize("kind", ["normal", "recursive", "errorcheck", "adaptive", "pshared"])
+def test_glibc_mutexes_and_condition_variables_lose_no_wake_up(seg, shim_lib, tmp_path, kind):
+    """glibc's plain mutexes are waited for the same way (their sleepers' mark is 2), and a
+    condition variable's wait, which takes its mutex back as soon as the thread is woken,
+    lets it go and takes it back with a token: six threads on two tokens, a lock loop and
+    then producers and consumers of a one-slot box, end with every count right."""
+    exe = build("mutex_many", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, kind, "6", "2000"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
+    assert counts.calls > 0, counts

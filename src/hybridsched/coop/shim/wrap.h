@@ -29,6 +29,21 @@
 #define SYS_futex_waitv 449
 #endif
 
+/* A lock word of the common futex protocol: 0 free, 1 held, `sleepers` held with threads
+   asleep on it (on `op`, FUTEX_WAIT or FUTEX_WAIT_PRIVATE), one of which the unlock wakes:
+   libgomp's locks (-1), glibc's plain mutexes (2). */
+struct hs_lockword {
+    int *word;
+    int sleepers;
+    int op;
+};
+
+/* Inside the shim, after `attempt` (which never blocks; nonzero once it has the lock) found
+   the lock held: waits for it parked, without taking it, and takes it (by `attempt`) only
+   holding a token again. 0 where the word held a value of no known state: the caller then
+   waits as libc does, parked. (wrap_locks.c) */
+HS_HIDDEN int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), void *arg);
+
 static inline void *sym(const char *name)
 {
     void *p = NULL;

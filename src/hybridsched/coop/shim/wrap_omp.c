@@ -94,53 +94,34 @@ static int parks_locks(void *real_fn)
 }
 
 /* libgomp's mutex, the first int of both lock types (gcc's config/linux/mutex.h): 0 free,
-   1 held, -1 held with sleepers, one of which its unlock wakes. Waits, without taking it,
-   until it is seen free; 0 where the word holds a value of no known state. */
-static int wait_free(int *word)
+   1 held, -1 held with sleepers */
+struct lock_try {
+    int (*test)(void *);
+    void *lock;
+};
+
+static int lock_attempt(void *arg)
 {
-    for (;;) {
-        int v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-        if (v == 0)
-            return 1;
-        if (v != 1 && v != -1)
-            return 0;
-        if (v == 1 && !__atomic_compare_exchange_n(word, &v, -1, 0, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED))
-            continue;
-        hs_raw(SYS_futex, (long)word, FUTEX_WAIT_PRIVATE, -1, 0, 0, 0);
-    }
+    struct lock_try *t = arg;
+    return t->test(t->lock) != 0;
 }
 
 /* set: a lock that is free is taken by `test` with the token kept. One that is held is
-   waited for parked, without being taken: the thread takes it only once it holds a token
-   again. libgomp's own slow path takes it as soon as the kernel wakes the thread, and the
-   thread then waits for a token holding it, which parks the sibling that holds one (the
-   lock-holder preemption SCHED_COOP exists to avoid, made by the shim). A thread that
-   slept takes over its duty to wake the next sleeper: it marks the lock -1, as libgomp's
-   slow path does. */
+   waited for parked and taken only holding a token again (hs_take_with_token): libgomp's
+   own wait takes it as soon as the thread is woken, token or not. */
 static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
 {
     if (!parks_locks((void *)set) || !hs_enter()) {
         set(lock);
         return;
     }
-    int slept = 0;
-    while (!test(lock)) {
-        hs_t.selector = HS_SUD_ALLOW;
+    struct lock_try t = {test, lock};
+    struct hs_lockword w = {(int *)lock, -1, FUTEX_WAIT_PRIVATE};
+    if (!lock_attempt(&t) && !hs_take_with_token(w, lock_attempt, &t)) {
+        hs_t.selector = HS_SUD_ALLOW;  /* libgomp's own wait, its futex calls untrapped */
         hs_park();
-        if (!wait_free((int *)lock)) {
-            set(lock);  /* not the mutex described above: libgomp's own wait, as it is */
-            hs_resume();
-            hs_exit();
-            return;
-        }
+        set(lock);
         hs_resume();
-        slept = 1;
-    }
-    if (slept) {
-        int held = 1;
-        __atomic_compare_exchange_n((int *)lock, &held, -1, 0, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
     }
     hs_exit();
 }

@@ -1,5 +1,5 @@
-/* The interposed libc functions, part 1: locks, condition variables, barriers,
-   semaphores, joins, and futex waits through syscall() and through the trap. Each call
+/* The interposed libc functions, part 1: rwlocks, barriers, semaphores, joins (mutexes and
+   condition variables: wrap_locks.c), and futex waits through syscall() and through the trap. Each call
    that can block gives the calling thread's token up before it blocks and takes one again
    after (hs_park / hs_resume); a call that would not block (a free mutex, a posted
    semaphore, an ended thread) is tried first and costs no token. Calls from threads the
@@ -41,27 +41,6 @@ void hs_resolve(void)
 
 /* --- locks, condition variables, barriers, semaphores, joins ---------------------------- */
 
-REAL(int, pthread_mutex_trylock, (pthread_mutex_t *));
-REAL(int, pthread_mutex_timedlock, (pthread_mutex_t *, const struct timespec *));
-REAL(int, pthread_mutex_clocklock, (pthread_mutex_t *, clockid_t, const struct timespec *));
-
-HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
-{
-    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY, R(pthread_mutex_lock)(m));
-}
-
-HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
-{
-    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
-                        R(pthread_mutex_timedlock)(m, t));
-}
-
-HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
-{
-    ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
-                        R(pthread_mutex_clocklock)(m, c, t));
-}
-
 #define RWLOCK(kind)                                                                          \
     REAL(int, pthread_rwlock_try##kind##lock, (pthread_rwlock_t *));                         \
     REAL(int, pthread_rwlock_##kind##lock, (pthread_rwlock_t *));                            \
@@ -86,26 +65,7 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const str
 RWLOCK(rd)
 RWLOCK(wr)
 
-REAL(int, pthread_cond_wait, (pthread_cond_t *, pthread_mutex_t *));
-REAL(int, pthread_cond_timedwait, (pthread_cond_t *, pthread_mutex_t *, const struct timespec *));
-REAL(int, pthread_cond_clockwait, (pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *));
 REAL(int, pthread_barrier_wait, (pthread_barrier_t *));
-
-HS_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
-{
-    ENTER_PARKED(int, R(pthread_cond_wait)(c, m));
-}
-
-HS_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
-{
-    ENTER_PARKED(int, R(pthread_cond_timedwait)(c, m, t));
-}
-
-HS_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t k,
-                                     const struct timespec *t)
-{
-    ENTER_PARKED(int, R(pthread_cond_clockwait)(c, m, k, t));
-}
 
 HS_EXPORT int pthread_barrier_wait(pthread_barrier_t *b)
 {
