@@ -63,6 +63,21 @@ int main(int argc, char **argv) {
     return 0;
 }
 """,
+    # a library whose constructor locks and unlocks a mutex: linked by "ctor_main", it is
+    # initialised before the shim, whose constructor has not run yet
+    "ctor_lib": r"""
+#include <pthread.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static int ran;
+__attribute__((constructor)) static void early(void) { pthread_mutex_lock(&m); ran = 1;
+                                                       pthread_mutex_unlock(&m); }
+int ctor_ran(void) { return ran; }
+""",
+    "ctor_main": r"""
+#include <stdio.h>
+int ctor_ran(void);
+int main(void) { puts(ctor_ran() ? "ok" : "FAILED"); return 0; }
+""",
     # glibc's mutexes of argv[1]'s kind ("normal", "recursive", "errorcheck", "adaptive",
     # "pshared") under many sleepers: THREADS threads (argv[2]) take it ROUNDS times each
     # (argv[3]; the recursive one twice), then half of them produce ROUNDS items each into

@@ -11,6 +11,7 @@ import pytest
 
 from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.shimjob import WAIT_POLICY_ENV, ShimJob
+import shimprogs
 from shimprogs import build
 from hybridsched.oslayer.cpus import usable_cpus
 
@@ -133,3 +134,21 @@ def test_glibc_mutexes_and_condition_variables_lose_no_wake_up(seg, shim_lib, tm
         counts = job.counters()
     assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
     assert counts.calls > 0, counts
+
+
+def test_a_library_constructor_may_lock_before_the_shims_has_run(seg, shim_lib, tmp_path):
+    """A library the program links is initialised before the preloaded shim: a mutex its
+    constructor locks and unlocks reaches the shim's wrappers before the shim has looked up
+    libc's functions, which they then find for themselves (the unlock's wrapper called a
+    null pointer: SIGSEGV)."""
+    lib = build("ctor_lib", tmp_path, "-shared", "-fPIC")
+    main_src = os.path.join(tmp_path, "ctor_main.c")
+    with open(main_src, "w") as fh:
+        fh.write(shimprogs.SOURCES["ctor_main"])
+    exe = os.path.join(tmp_path, "ctor_main")
+    os.symlink(lib, os.path.join(tmp_path, "libctor.so"))
+    subprocess.run(["cc", main_src, "-o", exe, f"-L{tmp_path}", "-lctor",
+                    f"-Wl,-rpath,{tmp_path}"], check=True, capture_output=True)
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe])
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.returncode, p.stdout, p.stderr)

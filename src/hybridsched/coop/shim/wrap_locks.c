@@ -51,6 +51,10 @@ int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), void *arg)
     return 1;
 }
 
+/* resolved here on first use, not by hs_resolve: another library's constructor may lock a
+   mutex before the shim's own has run */
+REAL(int, pthread_mutex_lock, (pthread_mutex_t *));
+REAL(int, pthread_mutex_unlock, (pthread_mutex_t *));
 REAL(int, pthread_mutex_trylock, (pthread_mutex_t *));
 REAL(int, pthread_mutex_timedlock, (pthread_mutex_t *, const struct timespec *));
 REAL(int, pthread_mutex_clocklock, (pthread_mutex_t *, clockid_t, const struct timespec *));
@@ -99,13 +103,13 @@ static int mutex_taken(pthread_mutex_t *m, int *rc)
 HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
     if (!hs_enter())
-        return hs_real_mutex_lock(m);
+        return R(pthread_mutex_lock)(m);
     struct mutex_try t = {m, 0};
     if (mutex_attempt(&t) || mutex_taken(m, &t.rc)) {
         hs_exit();
         return t.rc;
     }
-    PARKED(int, hs_real_mutex_lock(m));
+    PARKED(int, R(pthread_mutex_lock)(m));
 }
 
 HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
@@ -122,7 +126,7 @@ HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const str
 
 HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
-    int r = hs_real_mutex_unlock(m);
+    int r = R(pthread_mutex_unlock)(m);
     if (r == 0 && hs_enter()) {
         hs_release_point();
         hs_exit();
@@ -142,12 +146,12 @@ static int cond_waited(int r, pthread_mutex_t *m)
 {
     int e = errno, rc;
     struct hs_lockword w;
-    if (plain_mutex(m, &w) && hs_real_mutex_unlock(m) == 0) {
+    if (plain_mutex(m, &w) && R(pthread_mutex_unlock)(m) == 0) {
         hs_resume();
         struct mutex_try t = {m, 0};
         if (!mutex_attempt(&t) && !mutex_taken(m, &rc)) {
             hs_park();
-            hs_real_mutex_lock(m);
+            R(pthread_mutex_lock)(m);
             hs_resume();
         }
     } else {
