@@ -196,6 +196,21 @@ def test_expect_decides_whether_a_clean_exit_verifies():
     assert "hello" in rec.out_tail
 
 
+@pytest.mark.parametrize("policy, hung", [("linux", "sleep 60"), ("gang", "sleep 60"),
+                                          ("linux", "sh -c 'kill -STOP $$'")])
+def test_a_job_past_its_timeout_is_killed_and_the_others_finish(policy, hung):
+    """A job that does not end (asleep, or stopped by itself, which nothing would ever
+    continue: gang would, at its next slice) is killed, its whole group, at --timeout after
+    the start and recorded as failed, saying so; the other job verifies as usual."""
+    spec = _spec([hung, "sh -c 'echo fine'"], [policy], reps=1, timeout_s=0.5)
+    start = time.monotonic()
+    stuck, good = run_commands_once(spec, policy, 0)
+    assert time.monotonic() - start < 30  # the hung job alone would take 60 s, or for ever
+    assert not stuck.verified and stuck.exit_status == -9, (stuck.exit_status, stuck.error)
+    assert stuck.error == "ran past --timeout 0.5 s and was killed"
+    assert good.verified and good.makespan_s == good.time_s
+
+
 def test_gang_switches_early_away_from_a_blocked_job():
     """Two sleeping jobs under a 10 s quantum: a job whose threads all sleep gives up the
     node at once, so both sleep at the same time."""
@@ -477,7 +492,11 @@ def _not_started(monkeypatch):
     (["--cmd", "true", "--policy", "linux,fifo"], "unknown policy"),
     (["--cmd", "true", "--expect", "("], "not a regular expression"),
     (["--cmd", "true", "--quantum-ms", "0"], "--quantum-ms"),
+    (["--cmd", "true", "--timeout", "0"], "--timeout"),
+    (["--cmd", "true", "--timeout", "soon"], "--timeout"),
+    (["--cmd", "true", "--timeout", "1e9"], "--timeout"),
     (["--expect", "ok"], "for --cmd only"),
+    (["--timeout", "5"], "for --cmd only"),
     (["--policy", "gang"], "for unmodified commands"),
 ])
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, words, tmp_path, capsys,

@@ -47,7 +47,7 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
         jobs.wait_ready()
         with session.supervise(jobs):
             t0 = jobs.open_gate()
-            exits = jobs.wait(session.ended)
+            exits = jobs.wait(session.ended, t0 + spec.timeout_s if spec.timeout_s else None)
         return _records(spec, name, rep, jobs, exits, t0, session)
 
 
@@ -83,7 +83,8 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
     why, outs = [], []
     for j in range(J):
         out, err = jobs.output(j)
-        why.append(_verdict(spec, exits[j], jobs.stdout_lines(j)))
+        why.append(f"ran past --timeout {spec.timeout_s:g} s and was killed"
+                   if j in jobs.timed_out else _verdict(spec, exits[j], jobs.stdout_lines(j)))
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     ok = [t for t in times if t == t]

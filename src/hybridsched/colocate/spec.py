@@ -46,6 +46,10 @@ POLICIES = {p.name: p for p in (
 )}
 
 
+# The longest --timeout accepted: a week, past any run one would leave unattended
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
 @dataclass
 class ColocateSpec:
     workload: str = "bsp"
@@ -63,6 +67,7 @@ class ColocateSpec:
     width: int = 256
     commands: list[str] = field(default_factory=list)  # cmd: one per job, as given
     expect: str = ""                 # cmd: a regex a job's stdout must match to verify
+    timeout_s: float = 0.0           # cmd: a job still running this long is killed (0: never)
 
     def validate(self, n: int) -> None:
         if self.commands:
@@ -113,7 +118,7 @@ class ColocateSpec:
 
     def _validate_commands(self) -> None:
         """--cmd: the commands (all found before anything starts), J, the policies (each
-        able to run these commands), --expect."""
+        able to run these commands), --timeout, --expect."""
         self.workload = CMD
         J = len(self.commands)
         if J > 1 and self.jobs not in (0, J):
@@ -137,6 +142,9 @@ class ColocateSpec:
         check_quantum(self.quantum_s)
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
+        if not 0 <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise UsageError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} s, "
+                             f"got {self.timeout_s:g}")
         try:
             re.compile(self.expect)
         except re.error as exc:

@@ -91,6 +91,12 @@ def _ranged(convert, within, bad: str, outside: str):
     return parse
 
 
+def seconds(what: str):
+    """A duration in seconds, above 0 and finite."""
+    return _ranged(float, lambda v: 0 < v < float("inf"), what + ": not a number of seconds: {text!r}",
+                   what + " must be above 0, got {text}")
+
+
 def nonnegative_int(what: str):
     # a uint64 for the generator, int64 in HDF5
     return _ranged(int, lambda v: 0 <= v < _INT_LIMIT, what + " must be an integer, got {text!r}",

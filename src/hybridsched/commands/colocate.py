@@ -30,9 +30,12 @@ def _spec(args) -> ColocateSpec:
                              "as they are)")
         return ColocateSpec("cmd", args.jobs or 0, 0, args.policy or list(CMD_DEFAULT_POLICIES),
                             quantum_s=args.quantum_ms / 1e3, reps=args.reps,
-                            commands=list(args.cmd), expect=args.expect or "")
+                            commands=list(args.cmd), expect=args.expect or "",
+                            timeout_s=args.timeout or 0.0)
     if args.expect is not None:
         raise UsageError("--expect: for --cmd only (the built-in workloads verify themselves)")
+    if args.timeout is not None:
+        raise UsageError("--timeout: for --cmd only")
     workload = args.workload or "bsp"
     for kind, options in (("run", ("scheduler", "height", "width")), ("blas", ("matrix",))):
         given = [f"--{o}" for o in options if getattr(args, o) is not None]

@@ -8,7 +8,7 @@ import argparse
 from typing import Callable
 
 from .args import (chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, param_item,
-                   positive, split_name)
+                   positive, seconds, split_name)
 
 EXAMPLES = """examples:
   hybridsched check                          is this machine quiet enough to time on?
@@ -216,6 +216,9 @@ def add_colocate(sub) -> None:
     co.add_argument("--expect", metavar="REGEX",
                     help="--cmd: a job verifies only if a line of its stdout (all of it, line by "
                     "line) matches REGEX (default: exit status 0 is enough)")
+    co.add_argument("--timeout", type=seconds("--timeout"), metavar="SECONDS",
+                    help="--cmd: a job still running SECONDS after the start is killed, its "
+                    "whole group, and counted as failed (default: none)")
     co.add_argument("--jobs", "-J", type=positive("--jobs"),
                     help="jobs started together (default 2; with --cmd the number of --cmd)")
     co.add_argument("--workers", "-T", type=positive("--workers"),

@@ -103,6 +103,7 @@ class CommandJobs:
         self.pids: list[int] = []
         self.pidfds: list[int] = []
         self.exits: dict[int, Exit] = {}
+        self.timed_out: set[int] = set()   # jobs killed at wait's deadline
         self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
         self._stack = contextlib.ExitStack()
         self._parent = os.getpid()
@@ -210,14 +211,27 @@ class CommandJobs:
         futex.wake(futex.address(self.shared.gate, 0), 1 << 30)
         return t0
 
-    def wait(self, on_end: Callable[[int], None] = lambda j: None) -> dict[int, Exit]:
+    def wait(self, on_end: Callable[[int], None] = lambda j: None,
+             deadline: float | None = None) -> dict[int, Exit]:
         """Until every job has ended. ``on_end(j)`` runs as soon as job j's command has
-        exited, before its group is killed and it is reaped (a supervisor's last look)."""
+        exited, before its group is killed and it is reaped (a supervisor's last look).
+        At ``deadline`` (perf_counter time) the groups of the jobs still running are killed
+        and the jobs noted in :attr:`timed_out`."""
         events = EventLoop()
         for j, fd in enumerate(self.pidfds):
             if j not in self.exits:
                 events.add(fd, partial(self._ended, events, on_end, j))
-        events.run(events)  # each handler removes its pidfd
+        while len(events):  # each handler removes its pidfd
+            left = None if deadline is None else max(0.0, deadline - perf_counter())
+            if left == 0.0:
+                deadline = None
+                for j in range(len(self.pids)):
+                    if j not in self.exits and not readable(self.pidfds[j]):  # not just ended
+                        self.timed_out.add(j)
+                        for sig in (signal.SIGKILL, signal.SIGCONT):  # a stopped job too
+                            _killpg(self.pids[j], sig)
+                continue
+            events.once(left)
         return self.exits
 
     def _ended(self, events: EventLoop, on_end: Callable[[int], None], j: int, fd: int) -> None:
