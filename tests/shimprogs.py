@@ -78,8 +78,72 @@ int ctor_ran(void) { return ran; }
 int ctor_ran(void);
 int main(void) { puts(ctor_ran() ? "ok" : "FAILED"); return 0; }
 """,
-    # glibc's mutexes of argv[1]'s kind ("normal", "recursive", "errorcheck", "adaptive",
-    # "pshared") under many sleepers: THREADS threads (argv[2]) take it ROUNDS times each
+    # A condition variable's waiter, woken while the signaller keeps the only token: glibc
+    # takes the mutex back for it at once. The signaller watches the mutex for 50 ms while
+    # calling into the shim (a read lock's: no rotation) and says whether it was still held
+    # at the end ("held_at_end=1": by the waiter, without a token). argv[1]: the mutex's
+    # type for pthread_mutexattr_settype, or -1 for the default attribute.
+    "cond_handover": r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static pthread_mutex_t m;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static volatile int flag, waiting, got;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + t.tv_nsec * 1e-9; }
+static void *waiter(void *a) { pthread_mutex_lock(&m); waiting = 1;
+                               while (!flag) pthread_cond_wait(&c, &m);
+                               got = 1; pthread_mutex_unlock(&m); return a; }
+int main(int argc, char **argv) {
+    pthread_mutexattr_t at; pthread_mutexattr_init(&at);
+    if (atoi(argv[1]) >= 0) pthread_mutexattr_settype(&at, atoi(argv[1]));
+    pthread_mutex_init(&m, &at);
+    pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+    pthread_t t; pthread_create(&t, 0, waiter, 0);
+    for (;;) { pthread_mutex_lock(&m); int w = waiting; pthread_mutex_unlock(&m);
+               if (w) break; usleep(100); }
+    pthread_mutex_lock(&m); flag = 1; pthread_cond_signal(&c); pthread_mutex_unlock(&m);
+    double end = now() + 0.05;
+    while (now() < end) { pthread_rwlock_rdlock(&rw); pthread_rwlock_unlock(&rw); }
+    int held = __atomic_load_n(&m.__data.__lock, __ATOMIC_RELAXED) != 0;
+    pthread_join(t, 0);
+    printf("held_at_end=%d got=%d\n", held, got); return 0;
+}
+""",
+    # THREADS threads (argv[1]), ROUNDS each (argv[2]): a mutex taken and given back inside
+    # a spinlock held around ~1 ms of work. An unlock that rotated the token there would
+    # leave the thread given it spinning for the spinlock ("ok" when the count adds up).
+    "spin_outer": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_spinlock_t s;
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static volatile double sink;
+static long count, rounds;
+static void *body(void *a) {
+    for (long r = 0; r < rounds; r++) {
+        pthread_spin_lock(&s);
+        pthread_mutex_lock(&m); for (int k = 0; k < 300000; k++) sink += k; count++;
+        pthread_mutex_unlock(&m);
+        pthread_spin_unlock(&s); }
+    return a;
+}
+int main(int argc, char **argv) {
+    int n = atoi(argv[1]); rounds = atol(argv[2]); pthread_spin_init(&s, 0);
+    pthread_t t[16];
+    for (long i = 0; i < n; i++) pthread_create(&t[i], 0, body, 0);
+    for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+    puts(count == n * rounds ? "ok" : "FAILED"); return 0;
+}
+""",
+    # glibc's mutexes of argv[1]'s kind ("normal": the default attribute, "settype-normal":
+    # the same type given to pthread_mutexattr_settype, "recursive", "errorcheck",
+    # "adaptive", "pshared") under many sleepers: THREADS threads (argv[2]) take it ROUNDS times each
     # (argv[3]; the recursive one twice), then half of them produce ROUNDS items each into
     # a one-slot box guarded by it and two condition variables, the other half take them
     # (with a timed wait, far off); an error-checking one locked again by its owner answers
@@ -124,6 +188,7 @@ int main(int argc, char **argv) {
     pthread_mutexattr_t at; pthread_mutexattr_init(&at);
     const char *kind = argv[1];
     if (!strcmp(kind, "recursive")) { pthread_mutexattr_settype(&at, PTHREAD_MUTEX_RECURSIVE); recursive = 1; }
+    if (!strcmp(kind, "settype-normal")) pthread_mutexattr_settype(&at, PTHREAD_MUTEX_NORMAL);
     if (!strcmp(kind, "errorcheck")) pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ERRORCHECK);
     if (!strcmp(kind, "adaptive")) pthread_mutexattr_settype(&at, PTHREAD_MUTEX_ADAPTIVE_NP);
     if (!strcmp(kind, "pshared")) pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);

@@ -122,7 +122,8 @@ def test_a_lock_loop_takes_turns_at_its_unlocks_each_quantum(seg, shim_lib, tmp_
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two tokens, so that holders contend")
-@pytest.mark.parametrize("kind", ["normal", "recursive", "errorcheck", "adaptive", "pshared"])
+@pytest.mark.parametrize("kind", ["normal", "settype-normal", "recursive", "errorcheck",
+                                  "adaptive", "pshared"])
 def test_glibc_mutexes_and_condition_variables_lose_no_wake_up(seg, shim_lib, tmp_path, kind):
     """glibc's plain mutexes are waited for the same way (their sleepers' mark is 2), and a
     condition variable's wait, which takes its mutex back as soon as the thread is woken,
@@ -152,3 +153,30 @@ def test_a_library_constructor_may_lock_before_the_shims_has_run(seg, shim_lib, 
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
         p = run_under(job, [exe])
     assert p.returncode == 0 and p.stdout == "ok\n", (p.returncode, p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("kind", [-1, 0, 1, 2])  # default, NORMAL, RECURSIVE, ERRORCHECK
+def test_a_condition_variables_waiter_holds_no_mutex_while_it_waits_for_a_token(
+        seg, shim_lib, tmp_path, kind):
+    """glibc takes the mutex back for a woken waiter at once; the shim lets it go until the
+    waiter holds a token, for every plain type. A NORMAL type given to
+    pthread_mutexattr_settype carries glibc's no-elision flag, and an error-checking mutex
+    is the waiter's own at that point: both were left held, 50 ms and more, by a thread
+    without a token."""
+    exe = build("cond_handover", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(kind)])
+    assert p.returncode == 0 and p.stdout == "held_at_end=0 got=1\n", (p.stdout, p.stderr)
+
+
+def test_no_rotation_at_an_unlock_inside_a_spinlock(seg, shim_lib, tmp_path):
+    """A mutex given back inside a pthread spinlock: that unlock leaves the thread holding a
+    lock, so it is no scheduling point. When it was one (after 5 ms of holding), the thread
+    given the token spun for the spinlock until the rotated thread's early look asked it
+    to rotate back: nudges, and waits of hundreds of ms."""
+    exe = build("spin_outer", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "3", "30"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
+    assert counts.nudges == 0 and counts.signals == 0, counts

@@ -61,6 +61,7 @@ struct hs_thread {
     int cpu;           /* the CPU this thread pinned itself to, -1 none */
     int yields;        /* consecutive sched_yield calls while others wait */
     unsigned releases; /* unlocks while others wait (hs_release_point) */
+    int held;          /* locks seen taken and not yet given back (hs_took, hs_gave) */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
     cpu_set_t mask;
@@ -165,6 +166,23 @@ static inline int hs_enter(void)
 }
 
 HS_HIDDEN void hs_pending_rotation(void);
+
+/* The locks a thread holds, as far as the lock functions the shim wraps saw them taken
+   (mutexes, rwlocks, spinlocks, OpenMP locks; not a program's own atomics): an unlock is
+   a scheduling point (hs_release_point) only where it leaves none, since a thread that
+   rotated holding one would keep it from the thread given its token, which may spin for
+   it. `r` is the lock call's result, 0 when taken. */
+static inline int hs_took(int r)
+{
+    hs_t.held += r == 0;
+    return r;
+}
+
+static inline void hs_gave(int r)
+{
+    if (r == 0 && hs_t.held > 0)
+        hs_t.held--;
+}
 
 static inline void hs_exit(void)
 {

@@ -398,40 +398,22 @@ void hs_yield_point(void)
     }
 }
 
-/* How long a thread holds its token before, at an unlock, it lets a waiting thread of its own
-   job have a turn (keeping the job's quantum): the threads of a job that never blocks then
-   progress within about this of each other, so those of a static loop end together instead
-   of the last running alone while a CPU idles (~1 % of a 1.4 s lock loop at 20 ms turns).
-   Shorter evens them out more, at a hand-off (~7 us) and the sibling's wake each. */
-#define TURN_NS 5000000LL
-
-/* whether a thread of the caller's job other than `me` waits for a token */
-static int sibling_waits(int me)
-{
-    for (int w = 0; w < hs_v.h->hi; w++) {
-        struct hs_worker *r = &hs_v.workers[w];
-        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING)
-            return 1;
-    }
-    return 0;
-}
-
 /* An unlock: a scheduling point where the thread gives up what others may wait for, so a
    rotation there makes no one wait on a holder without a token. A holder that never blocks
    but unlocks (a lock loop, whose waits the token makes rare) takes the boundary rule there
    once its quantum is over, as at sched_yield, instead of keeping its token until the
-   watchdog's bound; before that, after TURN_NS, it gives a waiting sibling its turn. */
+   watchdog's bound. Only where the thread is left holding no lock the shim saw taken
+   (hs_took): one it rotated holding would be spun for by the thread given its token. A
+   lock the shim cannot see (a program's own atomics) can still be held here: the thread
+   given the token then spins for it until the early look asks it back (2 ms), once a
+   quantum at most. (A turn for the job's own waiting threads every 5 ms as well cost such
+   a program 8x, and gained the lock loops nothing measurable.) */
 void hs_release_point(void)
 {
     int me = hs_t.slot;
-    if (hs_ld(&hs_v.h->waiting) <= 0 || ++hs_t.releases % RELEASES_PER_LOOK)
+    if (hs_t.held > 0 || hs_ld(&hs_v.h->waiting) <= 0 || ++hs_t.releases % RELEASES_PER_LOOK)
         return;
-    struct hs_worker *r = &hs_v.workers[me];
-    if (hs_ld(&r->state) != HS_RUNNING)
-        return;
-    int64_t now = hs_now_ns();
-    if (hs_rule_expired(&hs_v, me, now)
-        || (now - r->acquired_ns >= TURN_NS && sibling_waits(me)))
+    if (hs_ld(&hs_v.workers[me].state) == HS_RUNNING && hs_rule_expired(&hs_v, me, hs_now_ns()))
         hs_rotate();
 }
 

@@ -59,19 +59,25 @@ REAL(int, pthread_mutex_trylock, (pthread_mutex_t *));
 REAL(int, pthread_mutex_timedlock, (pthread_mutex_t *, const struct timespec *));
 REAL(int, pthread_mutex_clocklock, (pthread_mutex_t *, clockid_t, const struct timespec *));
 
-/* glibc's internal flag of a process-shared mutex in __kind (nptl's pthreadP.h) */
+/* glibc's internal flags in __kind (nptl's pthreadP.h): a process-shared mutex, and one
+   never elided (pthread_mutexattr_settype sets it with any type it is given) */
 #define GLIBC_MUTEX_PSHARED 128
+#define GLIBC_MUTEX_NO_ELISION 512
+
+static int plain_kind(int kind)
+{
+    return !(kind & ~(PTHREAD_MUTEX_ADAPTIVE_NP | GLIBC_MUTEX_PSHARED | GLIBC_MUTEX_NO_ELISION));
+}
 
 /* The mutexes of glibc's four plain kinds (normal, recursive, error-checking, adaptive),
    private or process-shared: their __lock is 0 free, 1 held, 2 held with sleepers (nptl's
-   lowlevellock). Robust, priority-inheriting or -protecting and elided ones: 0. */
+   lowlevellock). Robust, priority-inheriting or -protecting and elided ones, and a lock
+   by its owner: 0. */
 static int plain_mutex(pthread_mutex_t *m, struct hs_lockword *w)
 {
     int kind = m->__data.__kind;
-    if (kind & ~(PTHREAD_MUTEX_ADAPTIVE_NP | GLIBC_MUTEX_PSHARED))
-        return 0;
-    if ((kind & 3) == PTHREAD_MUTEX_ERRORCHECK_NP && m->__data.__owner == hs_t.tid)
-        return 0;  /* libc's lock answers EDEADLK */
+    if (!plain_kind(kind) || m->__data.__owner == hs_t.tid)
+        return 0;  /* the owner's own lock: libc's answer (EDEADLK, or the wait it hangs in) */
     *w = (struct hs_lockword){&m->__data.__lock, 2,
                               kind & GLIBC_MUTEX_PSHARED ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE};
     return 1;
@@ -100,7 +106,7 @@ static int mutex_taken(pthread_mutex_t *m, int *rc)
     return 1;
 }
 
-HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+static int mutex_lock(pthread_mutex_t *m)
 {
     if (!hs_enter())
         return R(pthread_mutex_lock)(m);
@@ -112,21 +118,36 @@ HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
     PARKED(int, R(pthread_mutex_lock)(m));
 }
 
-HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+static int mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
 {
     ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
                         R(pthread_mutex_timedlock)(m, t));
 }
 
-HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+static int mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
 {
     ENTER_TRY_THEN_PARK(int, R(pthread_mutex_trylock)(m), p_ != EBUSY,
                         R(pthread_mutex_clocklock)(m, c, t));
 }
 
+HS_EXPORT int pthread_mutex_lock(pthread_mutex_t *m) { return hs_took(mutex_lock(m)); }
+HS_EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
+{
+    return hs_took(R(pthread_mutex_trylock)(m));
+}
+HS_EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
+{
+    return hs_took(mutex_timedlock(m, t));
+}
+HS_EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t c, const struct timespec *t)
+{
+    return hs_took(mutex_clocklock(m, c, t));
+}
+
 HS_EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
     int r = R(pthread_mutex_unlock)(m);
+    hs_gave(r);
     if (r == 0 && hs_enter()) {
         hs_release_point();
         hs_exit();
@@ -139,14 +160,14 @@ REAL(int, pthread_cond_timedwait, (pthread_cond_t *, pthread_mutex_t *, const st
 REAL(int, pthread_cond_clockwait, (pthread_cond_t *, pthread_mutex_t *, clockid_t, const struct timespec *));
 
 /* After a condition variable's wait, which glibc ends by taking the mutex back as soon as
-   the thread is woken: a plain mutex is let go and taken back with a token (a longer wait
+   the thread is woken: a plain mutex (of any plain kind: the thread owns it here, which
+   plain_mutex would refuse) is let go and taken back with a token (a longer wait
    to the caller, who tests its predicate again under the mutex anyway); another kind is
    kept, and the token waited for holding it, as before. */
 static int cond_waited(int r, pthread_mutex_t *m)
 {
     int e = errno, rc;
-    struct hs_lockword w;
-    if (plain_mutex(m, &w) && R(pthread_mutex_unlock)(m) == 0) {
+    if (plain_kind(m->__data.__kind) && R(pthread_mutex_unlock)(m) == 0) {
         hs_resume();
         struct mutex_try t = {m, 0};
         if (!mutex_attempt(&t) && !mutex_taken(m, &rc)) {
@@ -184,4 +205,71 @@ HS_EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, cloc
                                      const struct timespec *t)
 {
     COND_WAIT(R(pthread_cond_clockwait)(c, m, k, t));
+}
+
+/* Read-write locks: a busy one parks; spinlocks: waited for by spinning, which must
+   happen holding the token. Both only counted (hs_took, hs_gave), so that an unlock while
+   one is held is no scheduling point; their own unlocks are none either. */
+#define RWLOCK(kind)                                                                          \
+    REAL(int, pthread_rwlock_try##kind##lock, (pthread_rwlock_t *));                         \
+    REAL(int, pthread_rwlock_##kind##lock, (pthread_rwlock_t *));                            \
+    REAL(int, pthread_rwlock_timed##kind##lock, (pthread_rwlock_t *, const struct timespec *)); \
+    REAL(int, pthread_rwlock_clock##kind##lock, (pthread_rwlock_t *, clockid_t, const struct timespec *)); \
+    static int kind##lock(pthread_rwlock_t *l)                                                \
+    {                                                                                         \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_##kind##lock)(l));                               \
+    }                                                                                         \
+    static int timed##kind##lock(pthread_rwlock_t *l, const struct timespec *t)               \
+    {                                                                                         \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_timed##kind##lock)(l, t));                       \
+    }                                                                                         \
+    static int clock##kind##lock(pthread_rwlock_t *l, clockid_t c, const struct timespec *t)  \
+    {                                                                                         \
+        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
+                            R(pthread_rwlock_clock##kind##lock)(l, c, t));                    \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_##kind##lock(pthread_rwlock_t *l)                           \
+    {                                                                                         \
+        return hs_took(kind##lock(l));                                                        \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_try##kind##lock(pthread_rwlock_t *l)                        \
+    {                                                                                         \
+        return hs_took(R(pthread_rwlock_try##kind##lock)(l));                                 \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_timed##kind##lock(pthread_rwlock_t *l, const struct timespec *t) \
+    {                                                                                         \
+        return hs_took(timed##kind##lock(l, t));                                              \
+    }                                                                                         \
+    HS_EXPORT int pthread_rwlock_clock##kind##lock(pthread_rwlock_t *l, clockid_t c,          \
+                                                   const struct timespec *t)                  \
+    {                                                                                         \
+        return hs_took(clock##kind##lock(l, c, t));                                           \
+    }
+RWLOCK(rd)
+RWLOCK(wr)
+
+REAL(int, pthread_rwlock_unlock, (pthread_rwlock_t *));
+REAL(int, pthread_spin_lock, (pthread_spinlock_t *));
+REAL(int, pthread_spin_trylock, (pthread_spinlock_t *));
+REAL(int, pthread_spin_unlock, (pthread_spinlock_t *));
+
+HS_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *l)
+{
+    int r = R(pthread_rwlock_unlock)(l);
+    hs_gave(r);
+    return r;
+}
+
+HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *s) { return hs_took(R(pthread_spin_lock)(s)); }
+HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *s)
+{
+    return hs_took(R(pthread_spin_trylock)(s));
+}
+HS_EXPORT int pthread_spin_unlock(pthread_spinlock_t *s)
+{
+    int r = R(pthread_spin_unlock)(s);
+    hs_gave(r);
+    return r;
 }

@@ -111,6 +111,7 @@ static int lock_attempt(void *arg)
    own wait takes it as soon as the thread is woken, token or not. */
 static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
 {
+    hs_took(0);
     if (!parks_locks((void *)set) || !hs_enter()) {
         set(lock);
         return;
@@ -130,6 +131,7 @@ static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
    a nested lock's may leave it held. */
 static void unset_lock(void (*unset)(void *), void *lock, int released)
 {
+    hs_gave(0);
     if (!hs_enter()) {
         unset(lock);
         return;
@@ -150,6 +152,18 @@ REAL(void, omp_unset_nest_lock, (void *));
 
 HS_EXPORT void omp_set_lock(void *lock) { set_lock(O(omp_set_lock), O(omp_test_lock), lock); }
 HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock, 1); }
+HS_EXPORT int omp_test_lock(void *lock)
+{
+    int got = O(omp_test_lock)(lock);
+    hs_took(!got);
+    return got;
+}
+HS_EXPORT int omp_test_nest_lock(void *lock)
+{
+    int depth = O(omp_test_nest_lock)(lock);
+    hs_took(!depth);
+    return depth;
+}
 HS_EXPORT void omp_set_nest_lock(void *lock)
 {
     set_lock(O(omp_set_nest_lock), O(omp_test_nest_lock), lock);

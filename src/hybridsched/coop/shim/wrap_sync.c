@@ -1,5 +1,5 @@
-/* The interposed libc functions, part 1: rwlocks, barriers, semaphores, joins (mutexes and
-   condition variables: wrap_locks.c), and futex waits through syscall() and through the trap. Each call
+/* The interposed libc functions, part 1: barriers, semaphores, joins (locks and condition
+   variables: wrap_locks.c), and futex waits through syscall() and through the trap. Each call
    that can block gives the calling thread's token up before it blocks and takes one again
    after (hs_park / hs_resume); a call that would not block (a free mutex, a posted
    semaphore, an ended thread) is tried first and costs no token. Calls from threads the
@@ -41,29 +41,6 @@ void hs_resolve(void)
 
 /* --- locks, condition variables, barriers, semaphores, joins ---------------------------- */
 
-#define RWLOCK(kind)                                                                          \
-    REAL(int, pthread_rwlock_try##kind##lock, (pthread_rwlock_t *));                         \
-    REAL(int, pthread_rwlock_##kind##lock, (pthread_rwlock_t *));                            \
-    REAL(int, pthread_rwlock_timed##kind##lock, (pthread_rwlock_t *, const struct timespec *)); \
-    REAL(int, pthread_rwlock_clock##kind##lock, (pthread_rwlock_t *, clockid_t, const struct timespec *)); \
-    HS_EXPORT int pthread_rwlock_##kind##lock(pthread_rwlock_t *l)                           \
-    {                                                                                         \
-        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
-                            R(pthread_rwlock_##kind##lock)(l));                               \
-    }                                                                                         \
-    HS_EXPORT int pthread_rwlock_timed##kind##lock(pthread_rwlock_t *l, const struct timespec *t) \
-    {                                                                                         \
-        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
-                            R(pthread_rwlock_timed##kind##lock)(l, t));                       \
-    }                                                                                         \
-    HS_EXPORT int pthread_rwlock_clock##kind##lock(pthread_rwlock_t *l, clockid_t c,          \
-                                                   const struct timespec *t)                  \
-    {                                                                                         \
-        ENTER_TRY_THEN_PARK(int, R(pthread_rwlock_try##kind##lock)(l), p_ != EBUSY,           \
-                            R(pthread_rwlock_clock##kind##lock)(l, c, t));                    \
-    }
-RWLOCK(rd)
-RWLOCK(wr)
 
 REAL(int, pthread_barrier_wait, (pthread_barrier_t *));
 
