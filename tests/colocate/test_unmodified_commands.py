@@ -197,11 +197,14 @@ def test_expect_decides_whether_a_clean_exit_verifies():
 
 
 @pytest.mark.parametrize("policy, hung", [("linux", "sleep 60"), ("gang", "sleep 60"),
+                                          ("coop", "sleep 60"),
                                           ("linux", "sh -c 'kill -STOP $$'")])
-def test_a_job_past_its_timeout_is_killed_and_the_others_finish(policy, hung):
+def test_a_job_past_its_timeout_is_killed_and_the_others_finish(policy, hung, request):
     """A job that does not end (asleep, or stopped by itself, which nothing would ever
     continue: gang would, at its next slice) is killed, its whole group, at --timeout after
     the start and recorded as failed, saying so; the other job verifies as usual."""
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
     spec = _spec([hung, "sh -c 'echo fine'"], [policy], reps=1, timeout_s=0.5)
     start = time.monotonic()
     stuck, good = run_commands_once(spec, policy, 0)
