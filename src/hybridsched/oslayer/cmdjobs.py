@@ -228,8 +228,7 @@ class CommandJobs:
                 for j in range(len(self.pids)):
                     if j not in self.exits and not readable(self.pidfds[j]):  # not just ended
                         self.timed_out.add(j)
-                        for sig in (signal.SIGKILL, signal.SIGCONT):  # a stopped job too
-                            _killpg(self.pids[j], sig)
+                        _kill_group(self.pids[j])
                 continue
             events.once(left)
         return self.exits
@@ -244,8 +243,7 @@ class CommandJobs:
         """Job j's command has exited (a zombie: its group number is still ours): kill what
         is left of its group, reap it with its rusage, then the rest of the group."""
         pid = self.pids[j]
-        for sig in (signal.SIGKILL, signal.SIGCONT):
-            _killpg(pid, sig)
+        _kill_group(pid)
         self.guardian.release(pid)
         while True:
             try:
@@ -302,11 +300,13 @@ class CommandJobs:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill_group(pgid: int) -> None:
+    """SIGKILL to the group, then SIGCONT: a stopped member dies only once continued."""
+    for sig in (signal.SIGKILL, signal.SIGCONT):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _reap_group(pgid: int) -> None:

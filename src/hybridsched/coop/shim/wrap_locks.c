@@ -106,16 +106,27 @@ static int mutex_taken(pthread_mutex_t *m, int *rc)
     return 1;
 }
 
+/* inside the shim: a free mutex taken with the token kept, a held plain one only with a
+   token again, another kind by libc's own wait, parked */
+static int lock_inside(pthread_mutex_t *m)
+{
+    struct mutex_try t = {m, 0};
+    if (mutex_attempt(&t) || mutex_taken(m, &t.rc))
+        return t.rc;
+    hs_park();
+    t.rc = R(pthread_mutex_lock)(m);
+    hs_resume();
+    return t.rc;
+}
+
 static int mutex_lock(pthread_mutex_t *m)
 {
     if (!hs_enter())
         return R(pthread_mutex_lock)(m);
-    struct mutex_try t = {m, 0};
-    if (mutex_attempt(&t) || mutex_taken(m, &t.rc)) {
-        hs_exit();
-        return t.rc;
-    }
-    PARKED(int, R(pthread_mutex_lock)(m));
+    int e = errno, r = lock_inside(m);
+    hs_exit();
+    errno = e;
+    return r;
 }
 
 static int mutex_timedlock(pthread_mutex_t *m, const struct timespec *t)
@@ -166,15 +177,10 @@ REAL(int, pthread_cond_clockwait, (pthread_cond_t *, pthread_mutex_t *, clockid_
    kept, and the token waited for holding it, as before. */
 static int cond_waited(int r, pthread_mutex_t *m)
 {
-    int e = errno, rc;
+    int e = errno;
     if (plain_kind(m->__data.__kind) && R(pthread_mutex_unlock)(m) == 0) {
         hs_resume();
-        struct mutex_try t = {m, 0};
-        if (!mutex_attempt(&t) && !mutex_taken(m, &rc)) {
-            hs_park();
-            R(pthread_mutex_lock)(m);
-            hs_resume();
-        }
+        lock_inside(m);
     } else {
         hs_resume();
     }

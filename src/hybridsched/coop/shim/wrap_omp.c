@@ -127,9 +127,9 @@ static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
     hs_exit();
 }
 
-/* unset only wakes: natively, no park. A plain lock's is a release point (hs_release_point);
-   a nested lock's may leave it held. */
-static void unset_lock(void (*unset)(void *), void *lock, int released)
+/* unset only wakes: natively, no park; a release point (hs_release_point), which the held
+   count keeps from acting where a nested lock stays held */
+static void unset_lock(void (*unset)(void *), void *lock)
 {
     hs_gave(0);
     if (!hs_enter()) {
@@ -138,8 +138,7 @@ static void unset_lock(void (*unset)(void *), void *lock, int released)
     }
     hs_t.selector = HS_SUD_ALLOW;
     unset(lock);
-    if (released)
-        hs_release_point();
+    hs_release_point();
     hs_exit();
 }
 
@@ -151,7 +150,7 @@ REAL(int, omp_test_nest_lock, (void *));
 REAL(void, omp_unset_nest_lock, (void *));
 
 HS_EXPORT void omp_set_lock(void *lock) { set_lock(O(omp_set_lock), O(omp_test_lock), lock); }
-HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock, 1); }
+HS_EXPORT void omp_unset_lock(void *lock) { unset_lock(O(omp_unset_lock), lock); }
 HS_EXPORT int omp_test_lock(void *lock)
 {
     int got = O(omp_test_lock)(lock);
@@ -168,4 +167,4 @@ HS_EXPORT void omp_set_nest_lock(void *lock)
 {
     set_lock(O(omp_set_nest_lock), O(omp_test_nest_lock), lock);
 }
-HS_EXPORT void omp_unset_nest_lock(void *lock) { unset_lock(O(omp_unset_nest_lock), lock, 0); }
+HS_EXPORT void omp_unset_nest_lock(void *lock) { unset_lock(O(omp_unset_nest_lock), lock); }
