@@ -257,6 +257,38 @@ def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib
     assert os.waitstatus_to_exitcode(status) == 7, bytes(seen)[-400:]
 
 
+_AFTER_A_PASSED_ON_SIGNAL = """
+import os, signal, sys, types
+from hybridsched.coop.launch import Command
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the command, ignoring it too, outlives it
+guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None)
+flag = sys.argv[1]
+script = f"while [ ! -e {flag} ]; do sleep 0.01; done; kill -TTIN $$; exit 5"
+with Command(["sh", "-c", script], dict(os.environ), guardian) as cmd:
+    cmd._forward(signal.SIGTERM, None)  # what our handler does with a SIGTERM
+    open(flag, "w").close()
+    print("status", cmd.wait(), flush=True)
+"""
+
+
+def test_the_first_stop_after_a_passed_on_signal_is_not_copied(tmp_path):
+    """At a terminal, a command that stops (here its own SIGTTIN, as a background read of
+    the terminal does) right after coop exec passed a signal on to it is continued to take
+    that signal, not copied: `kill %%` of a stopped coop exec hung so in CI, when another
+    thread of ours took the SIGTERM and its handler ran after the command was continued.
+    Copied here, the stop stops the script and the shell prints its prompt."""
+    import shlex
+
+    seen = bytearray()
+    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+        cmd = shlex.join([sys.executable, "-c", _AFTER_A_PASSED_ON_SIGNAL, str(tmp_path / "go")])
+        os.write(fd, cmd.encode() + b"; echo rc=$?\n")
+        _read_until(fd, b"rc=0", seen, deadline_s=60)
+        assert b"status 5" in seen
+        os.write(fd, b"exit\n")
+        os.waitpid(pid, 0)
+
+
 def test_a_ctrl_c_while_the_command_starts_leaves_no_command_behind():
     """A Ctrl-C after the command started but before coop exec's start returned (the
     guardian not yet told) raised past a `with` that then never ran its exit: the command

@@ -442,3 +442,24 @@ def test_a_futex_wait_on_memory_it_cannot_read_fails_as_without_the_shim(seg, sh
         p = run_under(job, [exe])
     assert native.returncode == 0 and native.stdout == "-1 Bad address\n", native
     assert p.returncode == 0 and p.stdout == native.stdout, (p.returncode, p.stdout, p.stderr)
+
+
+def test_the_watchdog_thread_leaves_sigint_and_sigterm_to_the_main_thread(seg, shim_lib):
+    """The watchdog blocks the signals our commands handle in Python: one it took would
+    interrupt nothing in the main thread, whose handler ran only once its waitpid returned
+    for another reason (`kill %%` of a stopped `coop exec` hung so)."""
+    import signal
+
+    from waiting import wait_until
+
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        dog = job._watchdog
+        assert dog is not None
+        wait_until(lambda: dog.native_id is not None, what="the watchdog thread")
+
+        def blocked() -> int:
+            with open(f"/proc/self/task/{dog.native_id}/status") as fh:
+                return int(next(ln for ln in fh if ln.startswith("SigBlk:")).split()[1], 16)
+
+        want = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+        wait_until(lambda: blocked() & want == want, what="SIGINT and SIGTERM blocked")

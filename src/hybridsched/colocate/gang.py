@@ -20,6 +20,7 @@ from time import perf_counter
 
 from ..errors import HybridschedError
 from ..oslayer.procfs import all_threads_blocked
+from ..oslayer.signals import leave_signals_to_main_thread
 
 # How often the running job's threads are read for an early switch: each look reads a
 # /proc stat per thread (tens of µs of our CPU, taken from the jobs), so a short period
@@ -96,6 +97,7 @@ class GangScheduler:
     # --- the switching thread ---------------------------------------------------------
 
     def _run(self) -> None:
+        leave_signals_to_main_thread()
         try:
             while not self._stop:
                 with self._lock:

@@ -117,6 +117,7 @@ class Command:
         self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
+        self._ending = False  # a signal was passed on to the command since its last stop
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
@@ -155,24 +156,40 @@ class Command:
         return rc if rc >= 0 else 128 - rc
 
     def _wait_through_stops(self) -> int:
-        """The command's return code (Popen's). Stopped by its terminal (Ctrl-Z), it stops
-        us the same way, so that the shell sees its job stopped and gets its prompt back;
-        continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
-        Any other stop (a SIGSTOP someone sent) is theirs to end: we wait on."""
+        """The command's return code (Popen's), its stops dealt with by :meth:`_stopped`."""
         pid = self.proc.pid
         while True:
             _, status = os.waitpid(pid, os.WUNTRACED)
             if not os.WIFSTOPPED(status):
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 return self.proc.returncode
-            if self._tty and os.WSTOPSIG(status) in _TERMINAL_STOPS:
-                _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
-                os.kill(os.getpid(), os.WSTOPSIG(status))  # returns once we are continued
-                _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGCONT)
+            self._stopped(pid, os.WSTOPSIG(status))
+
+    def _stopped(self, pid: int, sig: int) -> None:
+        """The command stopped with ``sig``. Stopped by its terminal (Ctrl-Z), it stops us
+        the same way, so that the shell sees its job stopped and gets its prompt back;
+        continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
+        Any other stop (a SIGSTOP someone sent) is theirs to end: we wait on.
+
+        The first stop after we passed on a signal is not copied: the command is continued
+        to take that signal. `kill %1` of the stopped job sends us SIGTERM, then SIGCONT;
+        when another of our threads took the SIGTERM, our handler could run only after we
+        had continued the command, whose read of the terminal from the background stopped
+        it again, and us with it, for ever. (Entering this function runs the handlers of
+        signals that came meanwhile.)"""
+        if self._ending:
+            self._ending = False  # a command that outlives the signal is copied again
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
+        elif self._tty and sig in _TERMINAL_STOPS:
+            _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
+            os.kill(os.getpid(), sig)  # returns once we are continued
+            _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
 
     def _forward(self, signum, frame) -> None:
+        self._ending = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signum)
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so

@@ -24,7 +24,7 @@ from typing import Mapping
 
 from ..errors import ResourceError, ShimUnavailable, UsageError
 from ..oslayer.procfs import thread_state
-from ..oslayer.signals import signals_held
+from ..oslayer.signals import leave_signals_to_main_thread, signals_held
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, RUNNING
 from .paths import SEGMENT_ENV
@@ -183,6 +183,7 @@ class _Watchdog(threading.Thread):
             self.join()
 
     def run(self) -> None:
+        leave_signals_to_main_thread()
         st = self.shim.arbiter.tables
         quantum = int(st.header["quantum_ns"][0])
         while not self._halt.wait(quantum / 1e9):

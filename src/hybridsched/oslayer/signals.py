@@ -36,6 +36,19 @@ def signals_held() -> Iterator[None]:
                 os.kill(os.getpid(), got[0])
 
 
+# The signals our commands handle in Python (stop, pass on to a command's group). The
+# kernel hands a process-directed signal to any thread that does not block it; taken by a
+# helper thread, it interrupts nothing in the main thread, whose handler then runs only
+# once its blocking call (a waitpid) returns for some other reason -- too late to act first.
+HANDLED_IN_MAIN = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def leave_signals_to_main_thread() -> None:
+    """Called first in a helper thread: it blocks :data:`HANDLED_IN_MAIN`, so that they
+    reach the main thread and interrupt what it waits in."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_IN_MAIN)
+
+
 def loading(fn):
     """Decorate a function that loads or compiles numba code: Ctrl-C and SIGTERM wait for
     its end. numba reads its on-disk cache through ctypes callbacks of llvmlite, where an
