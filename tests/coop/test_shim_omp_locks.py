@@ -122,6 +122,32 @@ def test_a_lock_loop_takes_turns_at_its_unlocks_each_quantum(seg, shim_lib, tmp_
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two tokens, so that holders contend")
+@pytest.mark.parametrize("lock", ["omp", "mutex"])
+def test_a_lock_held_by_a_running_sibling_is_spun_for_not_parked(seg, shim_lib, tmp_path, lock):
+    """Two threads on two tokens contend for a lock held half the time: a wait for it
+    spins while the sibling (its holder, never rotated while it holds a lock) runs, and
+    takes it with no park, no system call. Parked at once, as before, nearly every one of
+    the 20 000 contended waits cost a futex sleep and a wake-up (11 600-17 000 parks): the
+    loop alone ran 1.6x slower than with libgomp's own spin."""
+    if lock == "omp":
+        exe = os.path.join(tmp_path, "omp_lock")
+        p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"),
+                            "-o", exe], capture_output=True, text=True)
+        if p.returncode:
+            pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
+        argv, want = [exe, "20000", "300", "300"], "ok"
+    else:
+        argv, want = [build("mutex_loop", tmp_path), "10000"], "ok"
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, argv, OMP_NUM_THREADS="2")
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout.split()[-1] == want, (p.stdout, p.stderr)
+    # a wait whose holder the system preempted (a loaded machine) outlasts the spin and
+    # parks: a few per time slice, far fewer than one per round
+    assert counts.calls < 2000, counts
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two tokens, so that holders contend")
 @pytest.mark.parametrize("kind", ["normal", "settype-normal", "recursive", "errorcheck",
                                   "adaptive", "pshared"])
 def test_glibc_mutexes_and_condition_variables_lose_no_wake_up(seg, shim_lib, tmp_path, kind):

@@ -104,30 +104,6 @@ HS_EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t c, const s
    10-30 µs nothing measurable. A timed wait's own timeout starts after the spin (at most
    this much later). */
 #define IDLE_SPIN_NS 20000
-#if defined(__x86_64__) || defined(__i386__)
-#define CPU_RELAX() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
-#endif
-
-/* whether another thread of this job runs holding a token: the one likely to change the
-   word. Without one, the thread that will change it is asleep, or waits for a CPU — maybe
-   this very one, where Linux would not preempt a spinner for it within the spin (two
-   threads ping-ponging on one token took 48 µs a round trip instead of 7), and at J = 2
-   a spin while another job's thread held the other token only delayed whoever was woken. */
-static int sibling_runs(void)
-{
-    int me = hs_t.slot;
-    for (int ci = 0; ci < hs_v.ncpu; ci++) {
-        int h = hs_v.cpus[ci].holder;
-        if (h >= 0 && h != me && hs_v.workers[h].job == hs_job
-            && hs_ld(&hs_v.workers[h].state) == HS_RUNNING)
-            return 1;
-    }
-    return 0;
-}
 
 /* The program has a signal handler that interrupts a futex wait (one installed without
    SA_RESTART): the wait must then end with EINTR when the signal comes while it waits,
@@ -144,7 +120,7 @@ void hs_note_handler(int sig, const void *handler, unsigned long flags)
 static int idle_spin(const int32_t *word, int32_t val)
 {
     if (hs_ld(&hs_v.h->waiting) > 0 || __atomic_load_n(&interrupting_handler, __ATOMIC_RELAXED)
-        || !sibling_runs())
+        || !hs_sibling_runs())
         return 0;
     int64_t until = hs_now_ns() + IDLE_SPIN_NS;
     for (unsigned i = 1;; i++) {
@@ -153,7 +129,7 @@ static int idle_spin(const int32_t *word, int32_t val)
         CPU_RELAX();
         /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
         if ((i & 31) == 0
-            && (hs_ld(&hs_v.h->waiting) > 0 || hs_now_ns() >= until || !sibling_runs()))
+            && (hs_ld(&hs_v.h->waiting) > 0 || hs_now_ns() >= until || !hs_sibling_runs()))
             return 0;
     }
 }
