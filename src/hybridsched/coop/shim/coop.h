@@ -156,9 +156,15 @@ static inline void hs_entered(void)
 
 /* Whether the calling thread is managed and outside the shim: then it is inside from now
    (depth 1) until hs_exit. A wrapper that gets 0 calls the real function straight away. */
+/* whether hs_enter would enter */
+static inline int hs_may_enter(void)
+{
+    return hs_on && hs_t.slot >= 0 && !hs_t.depth;
+}
+
 static inline int hs_enter(void)
 {
-    if (!hs_on || hs_t.slot < 0 || hs_t.depth)
+    if (!hs_may_enter())
         return 0;
     hs_t.depth = 1;
     hs_entered();

@@ -132,12 +132,17 @@ static void set_lock(void (*set)(void *), int (*test)(void *), void *lock)
 static void unset_lock(void (*unset)(void *), void *lock)
 {
     hs_gave(0);
-    if (!hs_enter()) {
+    if (!hs_may_enter()) {
         unset(lock);
         return;
     }
+    hs_t.depth = 1;  /* inside (a rotation signal waits for hs_exit), the entry counted after
+                        the unlock: the count is a write to the thread's record, which a
+                        sibling spinning for this lock may have read, and a cache miss
+                        inside the critical section lengthens a hot lock's serial path */
     hs_t.selector = HS_SUD_ALLOW;
     unset(lock);
+    hs_entered();
     hs_release_point();
     hs_exit();
 }
