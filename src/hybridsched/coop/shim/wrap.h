@@ -39,8 +39,8 @@ struct hs_lockword {
 };
 
 /* Inside the shim, after `attempt` (which never blocks; nonzero once it has the lock) found
-   the lock held: spins on it for a few µs while a sibling runs (its likely holder), then
-   waits for it parked, without taking it, and takes it (by `attempt`) only holding a token
+   the lock held: spins on it for a few µs while a sibling runs (its likely holder) and
+   nobody waits for a token, then waits for it parked, without taking it, and takes it (by `attempt`) only holding a token
    again. 0 where the word held a value of no known state: the caller then
    waits as libc does, parked. (wrap_locks.c) */
 HS_HIDDEN int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), void *arg);

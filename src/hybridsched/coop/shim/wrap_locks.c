@@ -44,20 +44,27 @@ int hs_sibling_runs(void)
     return 0;
 }
 
-/* Before a held lock's wait parks: while a sibling runs holding a token (most likely the
-   lock's holder, which the shim never rotates while it holds a lock it saw taken), the
-   lock is spun on for up to LOCK_SPIN_NS, keeping the token, and taken as soon as it is
-   seen free. A park costs a token hand-off (7 µs measured, bench_shim) and a wake-up by the
-   unlock; spinning for at most about that much costs at most twice the better of the two,
-   and a critical section of a few µs is then waited out with no system call at all. Under
-   the passive wait policy coop sets, an OpenMP lock loop alone with half its work inside
-   the lock ran 1.6x slower than with libgomp's own spin (J = 1); longer spins would also
-   keep a waiting job's thread off the CPU for that long. */
+/* Before a held lock's wait parks: while nobody waits for a token and a sibling runs
+   holding one (most likely the lock's holder, which the shim never rotates while it holds
+   a lock it saw taken), the lock is spun on for up to LOCK_SPIN_NS, keeping the token, and
+   taken as soon as it is seen free. A park costs a token hand-off (7 µs measured,
+   bench_shim) and a wake-up by the unlock; spinning for at most about that much costs at
+   most twice the better of the two, and a critical section of a few µs is then waited out
+   with no system call at all. Under the passive wait policy coop sets, an OpenMP lock loop
+   alone with half its work inside the lock ran 1.6-2x slower than with libgomp's own spin
+   (J = 1). While a thread waits for a token there is no spin: the park hands this token to
+   it, and a job whose threads hold all the tokens while they queue for one lock would
+   keep another job's thread off the CPU until the quantum's end. */
 #define LOCK_SPIN_NS 10000
+
+static int spin_wanted(void)
+{
+    return hs_ld(&hs_v.h->waiting) <= 0 && hs_sibling_runs();
+}
 
 static int spun_and_took(struct hs_lockword w, int (*attempt)(void *), void *arg)
 {
-    if (!hs_sibling_runs())
+    if (!spin_wanted())
         return 0;
     int64_t until = hs_now_ns() + LOCK_SPIN_NS;
     for (unsigned i = 1;; i++) {
@@ -65,7 +72,7 @@ static int spun_and_took(struct hs_lockword w, int (*attempt)(void *), void *arg
             return 1;  /* the word read first: no write to the holder's cache line meanwhile */
         CPU_RELAX();
         /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
-        if ((i & 31) == 0 && (hs_now_ns() >= until || !hs_sibling_runs()))
+        if ((i & 31) == 0 && (hs_now_ns() >= until || !spin_wanted()))
             return 0;
     }
 }
