@@ -47,14 +47,14 @@ int hs_sibling_runs(void)
 /* Before a held lock's wait parks: while nobody waits for a token and a sibling runs
    holding one (most likely the lock's holder, which the shim never rotates while it holds
    a lock it saw taken), the lock is spun on for up to LOCK_SPIN_NS, keeping the token, and
-   taken as soon as it is seen free. A park costs a token hand-off (7 µs measured,
-   bench_shim) and a wake-up by the unlock; spinning for at most about that much costs at
-   most twice the better of the two, and a critical section of a few µs is then waited out
-   with no system call at all. Under the passive wait policy coop sets, an OpenMP lock loop
-   alone with half its work inside the lock ran 1.6-2x slower than with libgomp's own spin
-   (J = 1). While a thread waits for a token there is no spin: the park hands this token to
-   it, and a job whose threads hold all the tokens while they queue for one lock would
-   keep another job's thread off the CPU until the quantum's end. */
+   taken as soon as it is seen free. A park costs a token hand-off (3-7 µs measured by
+   bench_shim here) and a wake-up by the unlock; spinning for at most about that much costs
+   at most about twice the better of the two, and a critical section of a few µs is then
+   waited out with no system call at all. Under the passive wait policy coop sets, an
+   OpenMP lock loop alone with half its work inside the lock ran 1.6-2x slower than with
+   libgomp's own spin (J = 1). While a thread waits for a token there is no spin: the park
+   hands this token to it, and a job whose threads hold all the tokens while they queue
+   for one lock would keep another job's thread off the CPU until the quantum's end. */
 #define LOCK_SPIN_NS 10000
 
 static int spin_wanted(void)
