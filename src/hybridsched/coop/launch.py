@@ -117,7 +117,8 @@ class Command:
         self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
-        self._ending = False  # a signal was passed on to the command since its last stop
+        self._ending = False   # a signal was passed on since we last stopped ourselves
+        self._resumed = False  # we continued the command after our own copied stop
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
@@ -171,19 +172,23 @@ class Command:
         continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
         Any other stop (a SIGSTOP someone sent) is theirs to end: we wait on.
 
-        The first stop after we passed on a signal is not copied: the command is continued
-        to take that signal. `kill %1` of the stopped job sends us SIGTERM, then SIGCONT;
-        when another of our threads took the SIGTERM, our handler could run only after we
-        had continued the command, whose read of the terminal from the background stopped
-        it again, and us with it, for ever. (Entering this function runs the handlers of
-        signals that came meanwhile.)"""
-        if self._ending:
-            self._ending = False  # a command that outlives the signal is copied again
+        One stop is not copied: the first after we continued the command from a copied
+        stop, where a signal was passed on since we stopped. `kill %1` of the stopped job
+        sends us SIGTERM, then SIGCONT; when another of our threads took the SIGTERM, our
+        handler could run only after we had continued the command, whose read of the
+        terminal from the background stopped it again, and us with it, for ever. That
+        stop is continued instead, for the command to take the signal. (Entering this
+        function runs the handlers of signals that came meanwhile.)"""
+        raced = self._resumed and self._ending
+        self._resumed = False
+        if raced:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
         elif self._tty and sig in _TERMINAL_STOPS:
             _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
+            self._ending = False
             os.kill(os.getpid(), sig)  # returns once we are continued
+            self._resumed = True
             _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
