@@ -27,14 +27,14 @@ from ..oslayer.cmdjobs import reap_escaped
 from ..oslayer.guardian import Guardian
 from ..oslayer.procfs import children
 from ..oslayer.proctree import get_subreaper, prctl
-from ..oslayer.signals import signals_held
+from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .refusal import shim_refusal
 from .shimjob import WAIT_POLICY_ENV, ShimCounters, ShimJob
 from .sweep import sweep
 
 EXEC_ALTERNATIVE = "run it without `coop exec`"
-_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_FORWARDED = HANDLED_IN_MAIN  # passed on to the command's group
 # how a terminal stops its foreground group (Ctrl-Z; a background read or write)
 _TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _PR_SET_CHILD_SUBREAPER = 36

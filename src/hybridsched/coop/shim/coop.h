@@ -154,14 +154,14 @@ static inline void hs_entered(void)
                      __ATOMIC_RELAXED);
 }
 
-/* Whether the calling thread is managed and outside the shim: then it is inside from now
-   (depth 1) until hs_exit. A wrapper that gets 0 calls the real function straight away. */
-/* whether hs_enter would enter */
+/* whether the calling thread is managed and outside the shim */
 static inline int hs_may_enter(void)
 {
     return hs_on && hs_t.slot >= 0 && !hs_t.depth;
 }
 
+/* Whether the calling thread is managed and outside the shim: then it is inside from now
+   (depth 1) until hs_exit. A wrapper that gets 0 calls the real function straight away. */
 static inline int hs_enter(void)
 {
     if (!hs_may_enter())

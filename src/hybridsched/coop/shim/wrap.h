@@ -39,21 +39,14 @@ struct hs_lockword {
 };
 
 /* Inside the shim, after `attempt` (which never blocks; nonzero once it has the lock) found
-   the lock held: spins on it for a few µs while a sibling runs (its likely holder) and
-   nobody waits for a token, then waits for it parked, without taking it, and takes it (by `attempt`) only holding a token
-   again. 0 where the word held a value of no known state: the caller then
-   waits as libc does, parked. (wrap_locks.c) */
+   the lock held: spins on it for a few µs (hs_spin), then waits for it parked, without
+   taking it, and takes it (by `attempt`) only holding a token again. 0 where the word held
+   a value of no known state: the caller then waits as libc does, parked. (wrap_locks.c) */
 HS_HIDDEN int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), void *arg);
-/* whether another thread of this job runs holding a token (wrap_locks.c) */
-HS_HIDDEN int hs_sibling_runs(void);
-
-#if defined(__x86_64__) || defined(__i386__)
-#define CPU_RELAX() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
-#else
-#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
-#endif
+/* A spin, holding the token, while nobody waits for a token and another thread of this
+   job runs holding one (the one likely to change what is waited for), for up to `ns`:
+   1 as soon as `done(arg)`, 0 when it gave up (or never began). (wrap_locks.c) */
+HS_HIDDEN int hs_spin(int (*done)(void *), void *arg, int64_t ns);
 
 static inline void *sym(const char *name)
 {

@@ -32,7 +32,7 @@ static int wait_unheld(struct hs_lockword w)
    spin (two threads ping-ponging on one token took 48 µs a round trip instead of 7), and
    at J = 2 a spin while another job's thread held the other token only delayed whoever
    was woken. */
-int hs_sibling_runs(void)
+static int sibling_runs(void)
 {
     int me = hs_t.slot;
     for (int ci = 0; ci < hs_v.ncpu; ci++) {
@@ -44,10 +44,40 @@ int hs_sibling_runs(void)
     return 0;
 }
 
+/* whether a spin may go on: nobody wants this thread's CPU (no thread waits for a token)
+   and a sibling runs */
+static int spin_wanted(void)
+{
+    return hs_ld(&hs_v.h->waiting) <= 0 && sibling_runs();
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
+#endif
+
+int hs_spin(int (*done)(void *), void *arg, int64_t ns)
+{
+    if (!spin_wanted())
+        return 0;
+    int64_t until = hs_now_ns() + ns;
+    for (unsigned i = 1;; i++) {
+        if (done(arg))
+            return 1;
+        CPU_RELAX();
+        /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
+        if ((i & 31) == 0 && (hs_now_ns() >= until || !spin_wanted()))
+            return 0;
+    }
+}
+
 /* Before a held lock's wait parks: while nobody waits for a token and a sibling runs
    holding one (most likely the lock's holder, which the shim never rotates while it holds
-   a lock it saw taken), the lock is spun on for up to LOCK_SPIN_NS, keeping the token, and
-   taken as soon as it is seen free. A park costs a token hand-off (3-7 µs measured by
+   a lock it saw taken), the lock is spun on (hs_spin) for up to LOCK_SPIN_NS, keeping the
+   token, and taken as soon as it is seen free. A park costs a token hand-off (3-7 µs measured by
    bench_shim here) and a wake-up by the unlock; spinning for at most about that much costs
    at most about twice the better of the two, and a critical section of a few µs is then
    waited out with no system call at all. Under the passive wait policy coop sets, an
@@ -57,30 +87,23 @@ int hs_sibling_runs(void)
    for one lock would keep another job's thread off the CPU until the quantum's end. */
 #define LOCK_SPIN_NS 10000
 
-static int spin_wanted(void)
-{
-    return hs_ld(&hs_v.h->waiting) <= 0 && hs_sibling_runs();
-}
+struct lock_spin {
+    struct hs_lockword w;
+    int (*attempt)(void *);
+    void *arg;
+};
 
-static int spun_and_took(struct hs_lockword w, int (*attempt)(void *), void *arg)
+static int lock_taken(void *arg)
 {
-    if (!spin_wanted())
-        return 0;
-    int64_t until = hs_now_ns() + LOCK_SPIN_NS;
-    for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(w.word, __ATOMIC_RELAXED) == 0 && attempt(arg))
-            return 1;  /* the word read first: no write to the holder's cache line meanwhile */
-        CPU_RELAX();
-        /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
-        if ((i & 31) == 0 && (hs_now_ns() >= until || !spin_wanted()))
-            return 0;
-    }
+    struct lock_spin *l = arg;  /* the word read first: no write to the holder's line meanwhile */
+    return __atomic_load_n(l->w.word, __ATOMIC_RELAXED) == 0 && l->attempt(l->arg);
 }
 
 int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), void *arg)
 {
     int e = errno, slept = 0;
-    if (spun_and_took(w, attempt, arg)) {
+    struct lock_spin l = {w, attempt, arg};
+    if (hs_spin(lock_taken, &l, LOCK_SPIN_NS)) {
         errno = e;
         return 1;
     }

@@ -117,21 +117,22 @@ void hs_note_handler(int sig, const void *handler, unsigned long flags)
         __atomic_store_n(&interrupting_handler, 1, __ATOMIC_RELAXED);
 }
 
+struct futex_word {
+    const int32_t *word;
+    int32_t val;
+};
+
+static int word_changed(void *arg)
+{
+    struct futex_word *f = arg;
+    return __atomic_load_n(f->word, __ATOMIC_ACQUIRE) != f->val;
+}
+
 static int idle_spin(const int32_t *word, int32_t val)
 {
-    if (hs_ld(&hs_v.h->waiting) > 0 || __atomic_load_n(&interrupting_handler, __ATOMIC_RELAXED)
-        || !hs_sibling_runs())
-        return 0;
-    int64_t until = hs_now_ns() + IDLE_SPIN_NS;
-    for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != val)
-            return 1;
-        CPU_RELAX();
-        /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
-        if ((i & 31) == 0
-            && (hs_ld(&hs_v.h->waiting) > 0 || hs_now_ns() >= until || !hs_sibling_runs()))
-            return 0;
-    }
+    struct futex_word f = {word, val};
+    return !__atomic_load_n(&interrupting_handler, __ATOMIC_RELAXED)
+           && hs_spin(word_changed, &f, IDLE_SPIN_NS);
 }
 
 long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
