@@ -119,41 +119,64 @@ class Command:
         self._subreaper = False
         self._ending = False   # a signal was passed on since we last stopped ourselves
         self._resumed = False  # we continued the command after our own copied stop
+        self._early: list[int] = []  # signals that came before the command's group existed
+        self._grouped = False  # its group exists (setpgid done, by it or by us)
+        self._handlers: dict[int, object] = {}  # those we replaced with _forward
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         tty = _terminal_in_front(os.getpgrp())
+        self._catch_forwarded()  # from before the start: the command may catch them at once
         try:
             self.proc = _in_own_group(self.argv, self.env, tty)
         except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
             if tty:  # the child may have taken the terminal before its exec failed
                 _hand_terminal(os.getpgrp(), None)
+            self._release_forwarded()
             why = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
+        except BaseException:
+            self._release_forwarded()
+            raise
         self._tty = tty
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
+            self._grouped = True
+            for sig in self._early:
+                self._pass_on(sig)
             self.guardian.watch(self.proc.pid)
         except BaseException:  # a Ctrl-C before we return: no __exit__ would kill the command
             self.__exit__(None, None, None)
             raise
         return self
 
-    def wait(self) -> int:
-        """The command's exit status, signals sent to us passed on to its group meanwhile."""
-        old = {}
+    def _catch_forwarded(self) -> None:
+        """Our handler for the signals passed on to the command (the main thread alone may
+        set handlers; elsewhere the caller's stay). One we ignore (`nohup`, a background
+        job's SIGINT) stays ignored, for the command to inherit."""
         if threading.current_thread() is threading.main_thread():
             for sig in _FORWARDED:
-                old[sig] = signal.signal(sig, self._forward)
-        try:
-            rc = self._wait_through_stops()
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._handlers[sig] = signal.signal(sig, self._forward)
+
+    def _release_forwarded(self) -> None:
+        """The caller's handlers back; a signal that came before the command started and
+        was never passed on goes to them, as if we had never caught it."""
+        handlers, self._handlers = self._handlers, {}
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        early, self._early = self._early, []
+        if not hasattr(self, "proc"):
+            for sig in early:
+                signal.raise_signal(sig)
+
+    def wait(self) -> int:
+        """The command's exit status, signals sent to us passed on to its group meanwhile."""
+        rc = self._wait_through_stops()
         return rc if rc >= 0 else 128 - rc
 
     def _wait_through_stops(self) -> int:
@@ -194,12 +217,19 @@ class Command:
                 os.killpg(pid, signal.SIGCONT)
 
     def _forward(self, signum, frame) -> None:
+        if not self._grouped:  # passed on once its group exists
+            self._early.append(signum)
+        else:
+            self._pass_on(signum)
+
+    def _pass_on(self, signum: int) -> None:
         self._ending = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signum)
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
+        self._release_forwarded()  # before the reap: a group number never reused under us
         pgid = self.proc.pid
         if self._tty:  # back from the command's group only: a shell that has it keeps it
             _hand_terminal(os.getpgrp(), pgid)
