@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hybridsched import kernels
+from hybridsched.backends import threads
 from hybridsched.study.runner import timed_run
 from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.workloads.slab import Slab
@@ -104,7 +105,7 @@ def test_ctrl_c_stops_and_joins_every_worker(monkeypatch, scheduler, late):
     # paper's per-chunk adaptive may hand out nearly everything in its first six)
     at = 1 if not late else 3 if scheduler in ("guided", "adaptive", "adaptive-frame") else 60
     calls = []
-    interrupted = threading.Event()
+    interrupted, sent, stopped = threading.Event(), threading.Event(), threading.Event()
 
     def on_sigint(signum, frame):
         interrupted.set()
@@ -113,13 +114,27 @@ def test_ctrl_c_stops_and_joins_every_worker(monkeypatch, scheduler, late):
     def slow(t, first, count):
         calls.append(count)
         if len(calls) == at:  # Ctrl-C arrives in the main thread mid-run
+            sent.set()
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        elif len(calls) < at <= 3:
+            # each of the 3 workers in its first chunk when it comes: a worker done with
+            # one of the few big chunks first took all that was left (adaptive, loaded)
+            sent.wait(10)
         if len(calls) >= at:
-            # hold the work until the main thread has taken the interrupt, however loaded
-            # the machine is, so that there is work left for the stop to save
-            interrupted.wait(10)
+            # hold the work until the team has stopped the dispenser, however loaded the
+            # machine is, so that there is work left for the stop to save
+            stopped.wait(10)
         t[first:first + count].sort(axis=-1)
 
+    real_exit = threads.ThreadTeam.__exit__
+
+    def exit_seen(team, exc_type, *rest):
+        if exc_type is not None:
+            team.dispenser.stop()  # what the real exit does first (it may be done twice)
+            stopped.set()
+        return real_exit(team, exc_type, *rest)
+
+    monkeypatch.setattr(threads.ThreadTeam, "__exit__", exit_seen)
     monkeypatch.setitem(kernels.KERNELS, "slow", (slow, "test kernel"))
     cfg = config(scheduler, Shape("int", 2000, 1, 4, 3, chunk=1), kernel="slow")
     old = signal.signal(signal.SIGINT, on_sigint)
