@@ -158,7 +158,9 @@ def _name(p: psutil.Process) -> str:
 @contextlib.contextmanager
 def _in_a_pty(argv: list[str], env: dict[str, str] | None = None):
     """``argv`` in a session of its own with a new pty as its terminal: (its pid, the pty's
-    end); killed and reaped if it is still there at the end."""
+    end). At the end the session's commands are killed and its coop execs continued, to
+    end as their commands did (a failed test's hung command and its coop exec once
+    outlived the shell, orphaned); the shell is killed and reaped."""
     import pty
 
     pid, fd = pty.fork()
@@ -167,6 +169,14 @@ def _in_a_pty(argv: list[str], env: dict[str, str] | None = None):
     try:
         yield pid, fd
     finally:
+        for q in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if q.pid != pid and os.getsid(q.pid) == pid:
+                    # coop exec and its guardian, which sweeps the segment, end by themselves
+                    if q.exe() == psutil.Process().exe():
+                        q.resume()
+                    else:
+                        q.kill()
         with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
