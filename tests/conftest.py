@@ -80,11 +80,12 @@ def mpi(request):
 
 @pytest.fixture
 def seg(tmp_path):
-    """A private path for a coop arbiter's segment; neither it nor its lock file may be
-    left behind."""
+    """A private path for a coop arbiter's segment; neither it, nor its lock file, nor an
+    unfinished copy of it may be left behind."""
     path = str(tmp_path / "coop-seg")
     yield path
-    assert not os.path.exists(path) and not os.path.exists(path + ".lock"), "segment left behind"
+    left = sorted(n for n in os.listdir(tmp_path) if n.startswith("coop-seg"))
+    assert not left, f"segment left behind: {left}"
 
 
 @pytest.fixture(scope="session")

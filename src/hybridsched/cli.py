@@ -75,9 +75,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _handlers() -> dict:
     """SIGTERM raises Terminated and Ctrl-C KeyboardInterrupt, each remembered until the
     command takes it (oslayer.signals: an exception Python drops is raised again); a
-    SIGINT ignored by the shell (a background job) stays ignored. Returns the old ones."""
-    old = {signal.SIGTERM: signal.signal(signal.SIGTERM,
-                                         raising(lambda signum: Terminated(128 + signum)))}
+    signal we were started ignoring (a background job's SIGINT, a SIGTERM ignored on
+    purpose) stays ignored, also by what we run. Returns the old ones."""
+    old = {}
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
+        old[signal.SIGTERM] = signal.signal(signal.SIGTERM,
+                                            raising(lambda signum: Terminated(128 + signum)))
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         old[signal.SIGINT] = signal.signal(signal.SIGINT,
                                            raising(lambda signum: KeyboardInterrupt()))

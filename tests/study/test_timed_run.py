@@ -160,6 +160,24 @@ def test_the_sweep_removes_a_segment_whose_participants_all_died(seg, monkeypatc
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 
+def test_the_sweep_removes_what_a_creator_killed_while_making_the_segment_left(seg):
+    """A creator SIGKILLed inside Arbiter._create leaves its lock file and its unfinished
+    ``.new.<pid>`` copy but no segment: coop exec's guardian, sweeping after it, once left
+    both (a SIGHUP there killed coop exec, seen by a hostile review)."""
+    code = ("import os, signal\nfrom hybridsched.coop import arbiter\n"
+            "def killed(self):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "arbiter.Arbiter._initialise = killed\n"
+            f"arbiter.Arbiter(path={seg!r}).__enter__()\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == -9
+    folder, base = os.path.split(seg)
+    left = sorted(n for n in os.listdir(folder) if n.startswith(base))
+    assert not os.path.exists(seg) and len(left) == 2, left  # the lock and the copy
+    from hybridsched.coop import sweep
+
+    sweep.sweep(seg)
+    assert not [n for n in os.listdir(folder) if n.startswith(base)]
+
+
 # --- the command line ---------------------------------------------------------------------------
 
 def test_version_and_help_load_no_kernel_code():

@@ -33,7 +33,7 @@ from ..oslayer import futex, native
 from ..oslayer.procfs import pid_alive, thread_alive
 from ..oslayer.shm import unmap
 from . import handoff, warm
-from .paths import segment_path
+from .paths import UNFINISHED, segment_path
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, now_ns
 
@@ -56,7 +56,6 @@ def check_quantum(quantum_s: float) -> None:
 # Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
 # (k up to 4096) for ~300 KiB of shared memory.
 MAX_JOBS = 64
-_UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
 MAX_WORKERS = 4096
 
 
@@ -302,7 +301,7 @@ class Arbiter:
         """Make the segment whole under a name of its own, then put it at ``path`` (over a
         reset one with ``replace``): a creator killed on the way leaves no half-made
         segment there, only its ``.new.<pid>`` file, which the next attach removes."""
-        tmp = f"{self.path}{_UNFINISHED}{os.getpid()}"
+        tmp = f"{self.path}{UNFINISHED}{os.getpid()}"
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # not ours (the sweep removes only our regular files)
@@ -339,9 +338,9 @@ class Arbiter:
         """Remove the ``.new.<pid>`` files of creators that died making the segment (under
         the flock, so none of them is still at work), ours only. Our own pid's name first,
         without listing the folder (one we may write but not list)."""
-        self._remove_unfinished(f"{self.path}{_UNFINISHED}{os.getpid()}")
+        self._remove_unfinished(f"{self.path}{UNFINISHED}{os.getpid()}")
         folder, base = os.path.split(self.path)
-        prefix = base + _UNFINISHED
+        prefix = base + UNFINISHED
         try:
             names = os.listdir(folder or ".")
         except OSError:

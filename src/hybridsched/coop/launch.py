@@ -60,14 +60,17 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         # forked while we have no other thread; should we be killed, it sweeps the segment
         # once the command is gone (every participant may be dead then)
         guardian = stack.enter_context(Guardian(after=functools.partial(sweep, segment)))
-        with signals_held():
-            arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
+        # from here to the last file removed, a signal for the command never interrupts us:
+        # kept until the command runs, dropped once it has ended (a burst of SIGTERMs in
+        # the teardown left the segment behind, and our exit status was no longer its)
+        forwarded = stack.enter_context(Forwarded())
+        arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
         shim = stack.enter_context(ShimJob(arbiter))
         env = dict(os.environ)
         if not keep_env:
             env.update(WAIT_POLICY_ENV)
         env.update(shim.env(env))
-        status = stack.enter_context(Command(argv, env, guardian)).wait()
+        status = stack.enter_context(Command(argv, env, guardian, forwarded)).wait()
     return ExecResult(status, shim.final or ShimCounters())
 
 
@@ -107,72 +110,103 @@ def _terminal_in_front(owner: int | None) -> bool:
         return False
 
 
+class Forwarded:
+    """Our handler for the signals passed on to a command (:data:`_FORWARDED`), a context
+    manager: until a command takes them (:meth:`to`) they are kept, then passed to it, and
+    once it is done (``to(None)``) dropped; the caller's handlers come back at the exit,
+    where the kept signals of a command that never started go to them, as if we had never
+    caught them. One we ignore (`nohup`, a background job's SIGINT) stays ignored, for the
+    command to inherit. Only the main thread may set handlers: elsewhere it does nothing."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, object] = {}  # the caller's, where ours replaced them
+        self._kept: list[int] = []
+        self._target = None   # the command's pass-on, while it runs
+        self._taken = False   # a command took them: nothing kept goes back to the caller
+
+    def __enter__(self) -> "Forwarded":
+        if threading.current_thread() is threading.main_thread():
+            for sig in _FORWARDED:
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._handlers[sig] = signal.signal(sig, self._caught)
+        return self
+
+    def _caught(self, signum, frame) -> None:
+        if self._target is not None:
+            self._target(signum)
+        elif not self._taken:
+            self._kept.append(signum)
+
+    def to(self, target) -> None:
+        """Pass the signals on with ``target(signum)`` from now, those kept first; None:
+        drop them from now."""
+        if target is not None:
+            self._taken = True
+            kept, self._kept = self._kept, []
+            for sig in kept:
+                target(sig)
+        self._target = target
+
+    def __exit__(self, *exc) -> None:
+        handlers, self._handlers = self._handlers, {}
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        kept, self._kept = self._kept, []
+        for sig in kept if not self._taken else ():
+            signal.raise_signal(sig)
+
+
 class Command:
     """The command's processes, a context manager: started in a group of their own, with
     us as the subreaper of whatever they leave orphaned and ``guardian`` watching the
-    group should we die; on exit every process left in the group is killed and reaped."""
+    group should we die; on exit every process left in the group is killed and reaped.
+    Signals sent to us meanwhile reach the group through ``forwarded`` (by default one of
+    its own, from before the start to the end of the exit)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], guardian: Guardian):
+    def __init__(self, argv: list[str], env: dict[str, str], guardian: Guardian,
+                 forwarded: Forwarded | None = None):
         self.argv, self.env, self.guardian = argv, env, guardian
+        self._own = forwarded is None
+        self.forwarded = Forwarded() if forwarded is None else forwarded
         self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
         self._ending = False   # a signal was passed on since we last stopped ourselves
         self._resumed = False  # we continued the command after our own copied stop
-        self._early: list[int] = []  # signals that came before the command's group existed
-        self._grouped = False  # its group exists (setpgid done, by it or by us)
-        self._handlers: dict[int, object] = {}  # those we replaced with _forward
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         tty = _terminal_in_front(os.getpgrp())
-        self._catch_forwarded()  # from before the start: the command may catch them at once
+        if self._own:  # from before the start: the command may catch them at once
+            self.forwarded.__enter__()
         try:
             self.proc = _in_own_group(self.argv, self.env, tty)
         except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
             if tty:  # the child may have taken the terminal before its exec failed
                 _hand_terminal(os.getpgrp(), None)
-            self._release_forwarded()
+            self._release_own()
             why = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
         except BaseException:
-            self._release_forwarded()
+            self._release_own()
             raise
         self._tty = tty
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
-            self._grouped = True
-            for sig in self._early:
-                self._pass_on(sig)
+            self.forwarded.to(self._pass_on)  # its group exists: those kept, then the rest
             self.guardian.watch(self.proc.pid)
         except BaseException:  # a Ctrl-C before we return: no __exit__ would kill the command
             self.__exit__(None, None, None)
             raise
         return self
 
-    def _catch_forwarded(self) -> None:
-        """Our handler for the signals passed on to the command (the main thread alone may
-        set handlers; elsewhere the caller's stay). One we ignore (`nohup`, a background
-        job's SIGINT) stays ignored, for the command to inherit."""
-        if threading.current_thread() is threading.main_thread():
-            for sig in _FORWARDED:
-                if signal.getsignal(sig) != signal.SIG_IGN:
-                    self._handlers[sig] = signal.signal(sig, self._forward)
-
-    def _release_forwarded(self) -> None:
-        """The caller's handlers back; a signal that came before the command started and
-        was never passed on goes to them, as if we had never caught it."""
-        handlers, self._handlers = self._handlers, {}
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
-        early, self._early = self._early, []
-        if not hasattr(self, "proc"):
-            for sig in early:
-                signal.raise_signal(sig)
+    def _release_own(self) -> None:
+        if self._own:
+            self.forwarded.__exit__(None, None, None)
 
     def wait(self) -> int:
         """The command's exit status, signals sent to us passed on to its group meanwhile."""
@@ -216,12 +250,6 @@ class Command:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
 
-    def _forward(self, signum, frame) -> None:
-        if not self._grouped:  # passed on once its group exists
-            self._early.append(signum)
-        else:
-            self._pass_on(signum)
-
     def _pass_on(self, signum: int) -> None:
         self._ending = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -229,7 +257,7 @@ class Command:
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
-        self._release_forwarded()  # before the reap: a group number never reused under us
+        self.forwarded.to(None)  # before the reap: a group number never reused under us
         pgid = self.proc.pid
         if self._tty:  # back from the command's group only: a shell that has it keeps it
             _hand_terminal(os.getpgrp(), pgid)
@@ -247,6 +275,7 @@ class Command:
                     continue
             reap_escaped(self._before | {self.guardian.pid})  # and those it setsid'd
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+        self._release_own()
 
 
 def _hand_terminal(pgid: int, owner: int | None) -> bool:

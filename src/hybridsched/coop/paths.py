@@ -10,6 +10,7 @@ from ..errors import UsageError
 # test suite) that must not meet the node's other cooperating jobs names a segment of its
 # own here; a name outside /dev/shm is refused (the segment is memory, not a file on disk).
 SEGMENT_ENV = "HYBRIDSCHED_COOP_SEGMENT"
+UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
 
 
 def segment_path(uid: int | None = None) -> str:

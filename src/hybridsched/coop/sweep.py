@@ -4,16 +4,18 @@ from __future__ import annotations
 import os
 
 from ..errors import ResourceError, UsageError
-from .paths import segment_path
+from .paths import UNFINISHED, segment_path
 
 
 def sweep(path: str | None = None) -> None:
     """Remove this user's segment when every participant died without leaving (a
     SIGKILLed run, a killed MPI job): attaching reclaims the dead and the last one to
-    leave removes the segment. A segment still in use, or one that cannot be attached, is
-    left alone, silently. Costs nothing (no arbiter code loaded) when there is none."""
+    leave removes the segment. Also what a creator killed while it made the segment left:
+    its lock file and its unfinished ``.new.<pid>`` file (the attach removes those of dead
+    creators). A segment still in use, or one that cannot be attached, is left alone,
+    silently. Costs nothing (no arbiter code loaded) when there is none."""
     path = path or segment_path()
-    if not os.path.exists(path):
+    if not (os.path.exists(path) or _creation_left(path)):
         return
     from .arbiter import Arbiter
 
@@ -22,3 +24,14 @@ def sweep(path: str | None = None) -> None:
             pass
     except (UsageError, ResourceError, OSError):
         pass
+
+
+def _creation_left(path: str) -> bool:
+    """Whether a segment's lock file, or an unfinished copy of it, is there without it."""
+    if os.path.exists(path + ".lock"):
+        return True
+    folder, base = os.path.split(path)
+    try:
+        return any(n.startswith(base + UNFINISHED) for n in os.listdir(folder or "."))
+    except OSError:
+        return False
