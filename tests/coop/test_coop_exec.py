@@ -81,6 +81,35 @@ def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
                "the guardian's sweep of the segment")
 
 
+def test_coop_exec_killed_before_it_told_its_guardian_leaves_no_command_behind(seg, shim_lib):
+    """Killed between the command's start and the guardian told of its group: the child
+    tells it before it execs. (The test above once failed so, from a background job: the
+    command had printed `ready`, coop exec had not yet told the guardian, and sh and sleep
+    ran on after the SIGKILL.)"""
+    mark = "304.25"  # a sleep of this length is the command's
+    code = ("import os, signal\nfrom hybridsched.oslayer.guardian import Guardian\n"
+            "Guardian.watch = lambda self, pgid: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "from hybridsched.coop.launch import exec_command\n"
+            f"exec_command(['sh', '-c', 'sleep {mark}; echo done'], segment={seg!r})\n")
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for q in psutil.process_iter(["cmdline"]):
+            if mark in " ".join(q.info["cmdline"] or []) and q.pid != os.getpid():
+                found.append(q)
+        return found
+
+    try:
+        p = subprocess.run([sys.executable, "-c", code], timeout=120)
+        assert p.returncode == -signal.SIGKILL
+        wait_until(lambda: not os.path.exists(seg), "the guardian's sweep of the segment",
+                   timeout=60)
+        assert not [q for q in ours() if _status(q) not in ("", psutil.STATUS_ZOMBIE)]
+    finally:
+        for q in ours():
+            q.kill()
+
+
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
     exe = build("omp_bsp", tmp_path)
     ps = [subprocess.Popen([*CLI, "--segment", seg, "--counters", exe, "400", "200"],
@@ -292,7 +321,8 @@ def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib
 _AFTER_A_PASSED_ON_SIGNAL = """
 import os, signal, sys, types
 from hybridsched.coop.launch import Command
-guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None)
+guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None,
+                                 child_watch=lambda: None)
 # the command ignores the SIGTERM passed on, and outlives it
 with Command(["sh", "-c", "trap '' TERM; kill -TTIN $$; kill -TTIN $$; exit 5"],
              dict(os.environ), guardian) as cmd:
@@ -409,7 +439,8 @@ def test_a_ctrl_c_while_the_command_starts_leaves_no_command_behind():
     def interrupted(pgid):
         raise KeyboardInterrupt
 
-    guardian = types.SimpleNamespace(pid=-1, watch=interrupted, release=lambda pgid: None)
+    guardian = types.SimpleNamespace(pid=-1, watch=interrupted, release=lambda pgid: None,
+                                     child_watch=lambda: None)
     cmd = Command(["sleep", "301.5"], dict(os.environ), guardian)
     with pytest.raises(KeyboardInterrupt):
         cmd.__enter__()
@@ -425,7 +456,8 @@ def signalled_first(*args, **kw):  # our handler runs before the command exists
     os.kill(os.getpid(), signal.SIGTERM)
     return start(*args, **kw)
 launch._in_own_group = signalled_first
-guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None)
+guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None,
+                                 child_watch=lambda: None)
 with launch.Command(["sleep", "302.5"], dict(os.environ), guardian) as cmd:
     print("status", cmd.wait(), flush=True)
 """

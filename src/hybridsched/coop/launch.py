@@ -18,8 +18,8 @@ import functools
 import os
 import signal
 import subprocess
-import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ShimUnavailable, UsageError
@@ -74,23 +74,26 @@ def exec_command(argv: list[str], *, segment: str | None = None,
     return ExecResult(status, shim.final or ShimCounters())
 
 
-def _in_own_group(argv: list[str], env: dict[str, str], tty: bool) -> subprocess.Popen:
-    """``argv`` started in a process group of its own (the child joins it before exec);
-    ``tty``: the child also makes that group the terminal's foreground before it execs,
-    so the command never runs in the background of our terminal (its first read of it
-    would stop it with SIGTTIN, and what it printed first came before it had it)."""
-    if tty:
-        return subprocess.Popen(argv, env=env, preexec_fn=_own_group_in_front)
-    if sys.version_info >= (3, 11):
-        return subprocess.Popen(argv, env=env, process_group=0)
-    # Python 3.10 has no process_group (a TypeError there); the same setpgid(0, 0) in the child
-    return subprocess.Popen(argv, env=env, preexec_fn=os.setpgrp)
+def _in_own_group(argv: list[str], env: dict[str, str], tty: bool,
+                  watched: Callable[[], None]) -> subprocess.Popen:
+    """``argv`` started in a process group of its own, which the child makes and has
+    ``watched`` (our guardian told) before it execs: we may die before Popen returns, the
+    command already running (it once printed its first line, we were SIGKILLed, and it ran
+    on). ``tty``: the child also makes that group the terminal's foreground before it
+    execs, so the command never runs in the background of our terminal (its first read of
+    it would stop it with SIGTTIN, and what it printed first came before it had it)."""
+    return subprocess.Popen(argv, env=env,
+                            preexec_fn=functools.partial(_child_start, tty, watched))
 
 
-def _own_group_in_front() -> None:
-    """In the child, before exec: a group of its own, the terminal's foreground (system
-    calls only, as a child forked from a threaded process may make)."""
+def _child_start(tty: bool, watched: Callable[[], None]) -> None:
+    """In the child, before exec (system calls only, as a child forked from a threaded
+    process may make): a group of its own, watched, and with ``tty`` the terminal's
+    foreground."""
     os.setpgid(0, 0)
+    watched()
+    if not tty:
+        return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})  # a background group may not
     try:
         os.tcsetpgrp(0, os.getpgrp())
@@ -182,7 +185,7 @@ class Command:
         if self._own:  # from before the start: the command may catch them at once
             self.forwarded.__enter__()
         try:
-            self.proc = _in_own_group(self.argv, self.env, tty)
+            self.proc = _in_own_group(self.argv, self.env, tty, self.guardian.child_watch)
         except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
             if tty:  # the child may have taken the terminal before its exec failed

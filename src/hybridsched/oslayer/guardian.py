@@ -67,6 +67,12 @@ class Guardian:
         """Have group ``pgid`` killed and continued should we die before :meth:`release`."""
         self._say(b"+%d" % pgid)
 
+    def child_watch(self) -> None:
+        """In a child we forked, before it execs, once it made its own group (a system call
+        only): have that group watched from now. Told by the child, the guardian knows the
+        group before anything runs in it, where we could die before :meth:`watch`."""
+        self._say(b"+%d" % os.getpid())
+
     def release(self, pgid: int) -> None:
         """We have dealt with group ``pgid`` ourselves (it is killed; not yet reaped)."""
         self._say(b"-%d" % pgid)
