@@ -82,13 +82,13 @@ def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
 
 
 def test_coop_exec_killed_before_it_told_its_guardian_leaves_no_command_behind(seg, shim_lib):
-    """Killed between the command's start and the guardian told of its group: the child
-    tells it before it execs. (The test above once failed so, from a background job: the
-    command had printed `ready`, coop exec had not yet told the guardian, and sh and sleep
-    ran on after the SIGKILL.)"""
+    """Killed as soon as the command has started (Popen returned): the guardian knows its
+    group, the child having told it before it execed. (The test above once failed so, from
+    a background job: the command had printed `ready`, coop exec had not yet told the
+    guardian, and sh and sleep ran on after the SIGKILL.)"""
     mark = "304.25"  # a sleep of this length is the command's
-    code = ("import os, signal\nfrom hybridsched.oslayer.guardian import Guardian\n"
-            "Guardian.watch = lambda self, pgid: os.kill(os.getpid(), signal.SIGKILL)\n"
+    code = ("import os, signal\nfrom hybridsched.coop import launch\n"
+            "launch.Forwarded.to = lambda self, target: os.kill(os.getpid(), signal.SIGKILL)\n"
             "from hybridsched.coop.launch import exec_command\n"
             f"exec_command(['sh', '-c', 'sleep {mark}; echo done'], segment={seg!r})\n")
 
@@ -320,12 +320,11 @@ def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib
 
 _AFTER_A_PASSED_ON_SIGNAL = """
 import os, signal, sys, types
-from hybridsched.coop.launch import Command
-guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None,
-                                 child_watch=lambda: None)
+from hybridsched.coop.launch import Command, Forwarded
+guardian = types.SimpleNamespace(pid=-1, release=lambda pgid: None, child_watch=lambda: None)
 # the command ignores the SIGTERM passed on, and outlives it
-with Command(["sh", "-c", "trap '' TERM; kill -TTIN $$; kill -TTIN $$; exit 5"],
-             dict(os.environ), guardian) as cmd:
+argv = ["sh", "-c", "trap '' TERM; kill -TTIN $$; kill -TTIN $$; exit 5"]
+with Forwarded() as fwd, Command(argv, dict(os.environ), guardian, fwd) as cmd:
     print("status", cmd.wait(), flush=True)
 """
 
@@ -429,19 +428,20 @@ def test_a_sigstop_after_a_signal_the_command_outlived_is_left_alone(seg, shim_l
 
 
 def test_a_ctrl_c_while_the_command_starts_leaves_no_command_behind():
-    """A Ctrl-C after the command started but before coop exec's start returned (the
-    guardian not yet told) raised past a `with` that then never ran its exit: the command
-    ran on (seen once in a full run, as `sh` and `sleep` left after exit 130)."""
+    """A Ctrl-C after the command started but before coop exec's start returned raised
+    past a `with` that then never ran its exit: the command ran on (seen once in a full
+    run, as `sh` and `sleep` left after exit 130)."""
     import types
 
     from hybridsched.coop.launch import Command
 
-    def interrupted(pgid):
-        raise KeyboardInterrupt
+    class Interrupted:  # the Ctrl-C lands as the start hands the signals to the command
+        def to(self, target):
+            if target is not None:
+                raise KeyboardInterrupt
 
-    guardian = types.SimpleNamespace(pid=-1, watch=interrupted, release=lambda pgid: None,
-                                     child_watch=lambda: None)
-    cmd = Command(["sleep", "301.5"], dict(os.environ), guardian)
+    guardian = types.SimpleNamespace(pid=-1, release=lambda pgid: None, child_watch=lambda: None)
+    cmd = Command(["sleep", "301.5"], dict(os.environ), guardian, Interrupted())
     with pytest.raises(KeyboardInterrupt):
         cmd.__enter__()
     assert cmd.proc.returncode is not None, "the command was not reaped"
@@ -456,9 +456,9 @@ def signalled_first(*args, **kw):  # our handler runs before the command exists
     os.kill(os.getpid(), signal.SIGTERM)
     return start(*args, **kw)
 launch._in_own_group = signalled_first
-guardian = types.SimpleNamespace(pid=-1, watch=lambda pgid: None, release=lambda pgid: None,
-                                 child_watch=lambda: None)
-with launch.Command(["sleep", "302.5"], dict(os.environ), guardian) as cmd:
+guardian = types.SimpleNamespace(pid=-1, release=lambda pgid: None, child_watch=lambda: None)
+with launch.Forwarded() as fwd, launch.Command(["sleep", "302.5"], dict(os.environ), guardian,
+                                              fwd) as cmd:
     print("status", cmd.wait(), flush=True)
 """
 

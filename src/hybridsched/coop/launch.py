@@ -155,22 +155,21 @@ class Forwarded:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
         kept, self._kept = self._kept, []
-        for sig in kept if not self._taken else ():
-            signal.raise_signal(sig)
+        if not self._taken:
+            for sig in kept:
+                signal.raise_signal(sig)
 
 
 class Command:
     """The command's processes, a context manager: started in a group of their own, with
     us as the subreaper of whatever they leave orphaned and ``guardian`` watching the
-    group should we die; on exit every process left in the group is killed and reaped.
-    Signals sent to us meanwhile reach the group through ``forwarded`` (by default one of
-    its own, from before the start to the end of the exit)."""
+    group should we die (the child tells it, before it execs); on exit every process left
+    in the group is killed and reaped. Signals sent to us meanwhile reach the group through
+    ``forwarded``, entered by the caller before the start."""
 
     def __init__(self, argv: list[str], env: dict[str, str], guardian: Guardian,
-                 forwarded: Forwarded | None = None):
-        self.argv, self.env, self.guardian = argv, env, guardian
-        self._own = forwarded is None
-        self.forwarded = Forwarded() if forwarded is None else forwarded
+                 forwarded: Forwarded):
+        self.argv, self.env, self.guardian, self.forwarded = argv, env, guardian, forwarded
         self.proc: subprocess.Popen  # started by __enter__
         self._tty = False
         self._subreaper = False
@@ -182,34 +181,23 @@ class Command:
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         tty = _terminal_in_front(os.getpgrp())
-        if self._own:  # from before the start: the command may catch them at once
-            self.forwarded.__enter__()
         try:
             self.proc = _in_own_group(self.argv, self.env, tty, self.guardian.child_watch)
         except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
             if tty:  # the child may have taken the terminal before its exec failed
                 _hand_terminal(os.getpgrp(), None)
-            self._release_own()
             why = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
-        except BaseException:
-            self._release_own()
-            raise
         self._tty = tty
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
             self.forwarded.to(self._pass_on)  # its group exists: those kept, then the rest
-            self.guardian.watch(self.proc.pid)
         except BaseException:  # a Ctrl-C before we return: no __exit__ would kill the command
             self.__exit__(None, None, None)
             raise
         return self
-
-    def _release_own(self) -> None:
-        if self._own:
-            self.forwarded.__exit__(None, None, None)
 
     def wait(self) -> int:
         """The command's exit status, signals sent to us passed on to its group meanwhile."""
@@ -278,7 +266,6 @@ class Command:
                     continue
             reap_escaped(self._before | {self.guardian.pid})  # and those it setsid'd
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
-        self._release_own()
 
 
 def _hand_terminal(pgid: int, owner: int | None) -> bool:
