@@ -1,12 +1,37 @@
-try:
-    from .cli import entry
-except KeyboardInterrupt:
-    # Ctrl-C while the command's modules load, before main() takes signals over: under
-    # `python -m` CPython would print the traceback and exit 1; ours is one line and 130
-    import os
-    import sys
+"""``python -m hybridsched`` and the ``hybridsched`` command (``entry``): the command line's
+modules load with Ctrl-C and SIGTERM held back, so one that comes early ends the command
+with one line and 130 (SIGTERM: as its default action does) instead of a traceback from
+the middle of an import (numpy turns one into an ImportError that names its C extensions).
 
-    print("hybridsched: interrupted", file=sys.stderr, flush=True)
-    os._exit(130)
+Only ``_signal`` and ``os`` here, both loaded with the interpreter: the ``signal`` module
+imports ``enum`` (7 ms), a window in which a Ctrl-C would still print a traceback."""
+import os
+import sys
 
-entry()
+import _signal  # type: ignore[import-not-found]  # no stub: signal.py re-exports it
+
+
+def entry() -> None:
+    held: list[int] = []
+    old = {}
+    for sig in (_signal.SIGINT, _signal.SIGTERM):
+        handler = _signal.getsignal(sig)
+        if handler in (_signal.default_int_handler, _signal.SIG_DFL):  # not SIG_IGN (`&`)
+            old[sig] = _signal.signal(sig, lambda signum, frame: held.append(signum))
+    try:
+        from .cli import entry as run
+    except KeyboardInterrupt:  # raised, not signalled: as a held Ctrl-C
+        held.insert(0, _signal.SIGINT)
+    finally:
+        for sig, handler in old.items():
+            _signal.signal(sig, handler)
+    if held and held[0] == _signal.SIGINT:
+        print("hybridsched: interrupted", file=sys.stderr, flush=True)
+        os._exit(130)
+    if held:
+        os.kill(os.getpid(), held[0])  # SIGTERM's default action: the process ends by it
+    run()
+
+
+if __name__ == "__main__":
+    entry()

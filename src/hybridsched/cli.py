@@ -19,7 +19,7 @@ from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
 from .errors import HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
-from .oslayer.signals import honour_pending, raising, taken
+from .oslayer.signals import honour_pending, raising, signals_held, taken
 from .version import __version__
 
 PROG = "hybridsched"
@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         if command is None:
             raise UsageError(f"{PROG}: a command is required ({', '.join(SUBCOMMANDS)}); "
                              "see --help")
-        code = importlib.import_module(f"{__package__}.commands.{command}").main(args)
+        with signals_held():  # an import cut by KeyboardInterrupt may say ImportError
+            module = importlib.import_module(f"{__package__}.commands.{command}")
+        code = module.main(args)
         honour_pending()  # a signal whose exception was lost on the way: never exit as done
         return code
     except UsageError as exc:

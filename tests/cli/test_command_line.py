@@ -321,6 +321,44 @@ def test_a_signal_whose_exception_python_drops_is_raised_again():
     signals.honour_pending()  # taken: nothing is raised any more
 
 
+# An import hook that, when `module` is looked for, signals the process and then runs
+# Python code, where a handler that raises would raise; like numpy, it turns a
+# KeyboardInterrupt met there into an ImportError (seen: "PyCapsule_Import could not import
+# module datetime" after a Ctrl-C 65 ms into `hybridsched list`).
+_SIGNAL_HOOK = """import os, signal, sys
+class Signal:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            try:
+                os.kill(os.getpid(), signal.{sig})
+                sum(range(1000))
+            except KeyboardInterrupt:
+                raise ImportError("cut by a KeyboardInterrupt")
+sys.meta_path.insert(0, Signal())
+"""
+
+
+@pytest.mark.parametrize("start", [
+    "import runpy; runpy.run_module('hybridsched', run_name='__main__', alter_sys=True)",
+    "import sys; from hybridsched.__main__ import entry; sys.exit(entry())"],
+    ids=["python -m", "console script"])
+@pytest.mark.parametrize("module", ["hybridsched.cli", "hybridsched.commands.fit"])
+def test_a_signal_while_the_modules_load_ends_the_command_cleanly(tmp_path, start, module):
+    """Ctrl-C or SIGTERM while the command's modules load, whether it runs as `python -m`
+    or as the installed `hybridsched` script: Ctrl-C is one line and 130; SIGTERM the
+    default's silent end before main() took it over, one line and 143 after; never a
+    traceback or an ImportError."""
+    term = ((-signal.SIGTERM, "") if module == "hybridsched.cli"
+            else (143, "hybridsched: terminated\n"))
+    for sig, want in (("SIGINT", (130, "hybridsched: interrupted\n")), ("SIGTERM", term)):
+        code = _SIGNAL_HOOK.format(module=module, sig=sig) + start + "\n"
+        p = subprocess.run([sys.executable, "-c", code, "fit", "x.h5"], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+        assert (p.returncode, p.stderr) == want, (sig, p.returncode, p.stderr)
+    assert not list(tmp_path.iterdir())
+
+
 def test_ctrl_c_while_the_modules_load_is_one_line_and_130(tmp_path):
     """`python -m hybridsched` interrupted while hybridsched.cli loads (before main() takes
     the signals over): one line and status 130, where CPython printed the traceback and

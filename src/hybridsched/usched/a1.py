@@ -282,6 +282,9 @@ class A1(UserModeBase):
             self._idle = 0
             self._cv.notify_all()
 
+    def _ready_lengths(self) -> str:
+        return f"{len(self._ready)}, scheduler threads asleep: {self._idle}"
+
     def _check_idle(self) -> None:
         with self._lock:
             dead = (self._idle == len(self.cpus) and not self._ready and self._live > 0

@@ -362,5 +362,8 @@ class A2(UserModeBase):
         if dead:
             self._deadlock()
 
+    def _ready_lengths(self) -> str:
+        return f"{[len(q) for q in self._ready]}, scheduler threads asleep: {self._n_idle}"
+
     def _fold_counts(self) -> None:
         self.counts.wakeups += sum(t.wakes for t in self._tasks)

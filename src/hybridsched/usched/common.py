@@ -2,6 +2,7 @@
 finishing of a run (live count, first error, deadlock) and the join on every exit path."""
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -118,7 +119,26 @@ class UserModeBase:
 
     def _deadlock(self) -> None:
         self._fail(Deadlock(f"{self.name}: deadlock: {self._live} user threads wait on "
-                            "primitives nobody can signal any more"))
+                            f"primitives nobody can signal any more ({self._unfinished()})"))
+
+    def _unfinished(self) -> str:
+        """The unfinished user threads by name, those never started apart: a thread that
+        never started waits on nothing, so naming it tells a scheduler bug from the
+        program's own deadlock."""
+        waiting: list[str] = []
+        never: list[str] = []
+        for task in self._tasks:
+            state = inspect.getgeneratorstate(task.gen)
+            if state != inspect.GEN_CLOSED:
+                (never if state == inspect.GEN_CREATED else waiting).append(task.name)
+        shown = ", ".join(waiting[:8]) + (", ..." if len(waiting) > 8 else "")
+        return (f"waiting: {shown or 'none'}"
+                + (f"; never started: {', '.join(never[:8])}" if never else "")
+                + f"; ready: {self._ready_lengths()}")
+
+    def _ready_lengths(self) -> str:
+        """The ready queues' lengths as the subclass keeps them (in the deadlock line)."""
+        return "?"
 
     def run(self) -> None:
         """Give back the spawner's token and wait (interruptibly) until every user thread
