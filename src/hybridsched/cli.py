@@ -102,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     old, old_hook = _handlers(), sys.unraisablehook
     sys.unraisablehook = _unraisable(old_hook)
     try:
-        args = _parse(argv)
-        command = getattr(args, "command", None)
-        if command is None:
-            raise UsageError(f"{PROG}: a command is required ({', '.join(SUBCOMMANDS)}); "
-                             "see --help")
-        with signals_held():  # an import cut by KeyboardInterrupt may say ImportError
+        # Held while modules load (the parsers of run, colocate and plan import numpy and
+        # numba, then the command's module): an import cut by a signal's exception may
+        # end as an ImportError instead (numpy's names its C extensions)
+        with signals_held():
+            args = _parse(argv)
+            command = getattr(args, "command", None)
+            if command is None:
+                raise UsageError(f"{PROG}: a command is required "
+                                 f"({', '.join(SUBCOMMANDS)}); see --help")
             module = importlib.import_module(f"{__package__}.commands.{command}")
         code = module.main(args)
         honour_pending()  # a signal whose exception was lost on the way: never exit as done

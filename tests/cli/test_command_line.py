@@ -321,6 +321,28 @@ def test_a_signal_whose_exception_python_drops_is_raised_again():
     signals.honour_pending()  # taken: nothing is raised any more
 
 
+def test_an_ignored_sigint_held_does_not_hide_a_sigterm():
+    """signals_held leaves an ignored signal ignored: held, a background job's ignored
+    SIGINT came first, and only the first held signal is replayed, so a SIGTERM after it
+    was dropped and the command ran on (found by a review: `coop exec` ran its command to
+    the end and exited 0)."""
+    from hybridsched.errors import Terminated
+    from hybridsched.oslayer import signals
+
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, signals.raising(lambda s: Terminated(128 + s)))
+    try:
+        with pytest.raises(Terminated):
+            with signals.signals_held():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signals.taken()
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
 # An import hook that, when `module` is looked for, signals the process and then runs
 # Python code, where a handler that raises would raise; like numpy, it turns a
 # KeyboardInterrupt met there into an ImportError (seen: "PyCapsule_Import could not import
@@ -343,17 +365,21 @@ sys.meta_path.insert(0, Signal())
     "import runpy; runpy.run_module('hybridsched', run_name='__main__', alter_sys=True)",
     "import sys; from hybridsched.__main__ import entry; sys.exit(entry())"],
     ids=["python -m", "console script"])
-@pytest.mark.parametrize("module", ["hybridsched.cli", "hybridsched.commands.fit"])
-def test_a_signal_while_the_modules_load_ends_the_command_cleanly(tmp_path, start, module):
+@pytest.mark.parametrize("module,args", [
+    ("hybridsched.cli", ["fit", "x.h5"]), ("hybridsched.commands.fit", ["fit", "x.h5"]),
+    ("numpy", ["colocate", "--help"])],  # colocate's parser imports numpy
+    ids=["cli", "the command's module", "a parser's import"])
+def test_a_signal_while_the_modules_load_ends_the_command_cleanly(tmp_path, start, module,
+                                                                  args):
     """Ctrl-C or SIGTERM while the command's modules load, whether it runs as `python -m`
     or as the installed `hybridsched` script: Ctrl-C is one line and 130; SIGTERM the
     default's silent end before main() took it over, one line and 143 after; never a
-    traceback or an ImportError."""
+    traceback or an ImportError (a parser's numpy import gave one, found by a review)."""
     term = ((-signal.SIGTERM, "") if module == "hybridsched.cli"
             else (143, "hybridsched: terminated\n"))
     for sig, want in (("SIGINT", (130, "hybridsched: interrupted\n")), ("SIGTERM", term)):
         code = _SIGNAL_HOOK.format(module=module, sig=sig) + start + "\n"
-        p = subprocess.run([sys.executable, "-c", code, "fit", "x.h5"], capture_output=True,
+        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
                            text=True, timeout=120, cwd=tmp_path)
         assert (p.returncode, p.stderr) == want, (sig, p.returncode, p.stderr)
     assert not list(tmp_path.iterdir())

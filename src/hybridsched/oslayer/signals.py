@@ -23,7 +23,10 @@ def signals_held() -> Iterator[None]:
     old: dict[int, Any] = {}  # signal -> the handler it had
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+            # an ignored one stays ignored: held, it would come first and hide the other
+            # (a background job's SIGINT, then a SIGTERM that was then never replayed)
+            if signal.getsignal(sig) != signal.SIG_IGN:
+                old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
         yield
     finally:
         for signum, handler in old.items():
