@@ -28,6 +28,17 @@ def run_under(job: ShimJob, argv, **env) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=120)
 
 
+def _omp_lock(folder) -> str:
+    """examples/unmodified/omp_lock.c compiled into ``folder`` (the test skipped where
+    the compiler cannot make it)."""
+    exe = os.path.join(folder, "omp_lock")
+    p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"), "-o", exe],
+                       capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
+    return exe
+
+
 def _lock_traps(policy: dict, seg: str, argv_of) -> dict:
     """{"contend": (traps, calls), "alone": ...} of one run each on one token, the wait
     policy's variables ``policy`` set."""
@@ -107,11 +118,7 @@ def test_a_lock_loop_takes_turns_at_its_unlocks_each_quantum(seg, shim_lib, tmp_
     token) but unlocks all the time: at an unlock past its quantum it hands its token on,
     as at sched_yield, so its threads take turns each quantum instead of at the watchdog's
     bound (two quanta, by a signal), and end together."""
-    exe = os.path.join(tmp_path, "omp_lock")
-    p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"), "-o", exe],
-                       capture_output=True, text=True)
-    if p.returncode:
-        pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
+    exe = _omp_lock(tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=0.02) as a, ShimJob(a) as job:
         p = run_under(job, [exe, "80000", "2000", "200"], OMP_NUM_THREADS="2")
         counts = job.counters()
@@ -131,11 +138,7 @@ def test_a_waiter_woken_without_a_token_waits_for_one_not_for_the_lock_again(seg
     2-thread jobs at J = 2, where the same happens, ran 7 % slower than under env)."""
     import resource
 
-    exe = os.path.join(tmp_path, "omp_lock")
-    p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"), "-o", exe],
-                       capture_output=True, text=True)
-    if p.returncode:
-        pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
+    exe = _omp_lock(tmp_path)
     rounds = 20000
     with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=0.02) as a, ShimJob(a) as job:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw
@@ -157,13 +160,8 @@ def test_a_lock_held_by_a_running_sibling_is_spun_for_not_parked(seg, shim_lib, 
     lock is usually taken again before a parked waiter is awake: the waiter spins again
     after each wake-up (it parked again at once: ~16 000 parks of 20 000 rounds, 0.87x)."""
     if lock.startswith("omp"):
-        exe = os.path.join(tmp_path, "omp_lock")
-        p = subprocess.run(["cc", "-O2", "-fopenmp", os.path.join(EXAMPLES, "omp_lock.c"),
-                            "-o", exe], capture_output=True, text=True)
-        if p.returncode:
-            pytest.skip(f"cc could not build omp_lock: {p.stderr.strip()[:200]}")
         inside = "3000" if "held" in lock else "300"
-        argv, want = [exe, "20000", "300", inside], "ok"
+        argv, want = [_omp_lock(tmp_path), "20000", "300", inside], "ok"
     else:
         argv, want = [build("mutex_loop", tmp_path), "10000"], "ok"
     with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:

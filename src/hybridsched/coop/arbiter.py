@@ -33,7 +33,7 @@ from ..oslayer import futex, native
 from ..oslayer.procfs import pid_alive, thread_alive
 from ..oslayer.shm import unmap
 from . import handoff, warm
-from .paths import UNFINISHED, segment_path
+from .paths import UNFINISHED, segment_path, unfinished
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, now_ns
 
@@ -339,22 +339,13 @@ class Arbiter:
         the flock, so none of them is still at work), ours only. Our own pid's name first,
         without listing the folder (one we may write but not list)."""
         self._remove_unfinished(f"{self.path}{UNFINISHED}{os.getpid()}")
-        folder, base = os.path.split(self.path)
-        prefix = base + UNFINISHED
-        try:
-            names = os.listdir(folder or ".")
-        except OSError:
-            return
-        for name in names:
-            pid = name[len(prefix):]
-            if not name.startswith(prefix) or not pid.isdigit():
-                continue
+        for name, pid in unfinished(self.path):
             try:
-                if pid_alive(int(pid)):
+                if pid_alive(pid):
                     continue
             except (OverflowError, ValueError):  # no process has that number
                 pass
-            self._remove_unfinished(os.path.join(folder, name))
+            self._remove_unfinished(name)
 
     @staticmethod
     def _remove_unfinished(path: str) -> None:

@@ -13,6 +13,19 @@ SEGMENT_ENV = "HYBRIDSCHED_COOP_SEGMENT"
 UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
 
 
+def unfinished(path: str) -> list[tuple[str, int]]:
+    """The unfinished copies of segment ``path`` in its folder, each with its creator's
+    pid; none where the folder cannot be listed."""
+    folder, base = os.path.split(path)
+    prefix = base + UNFINISHED
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    return [(os.path.join(folder, n), int(n[len(prefix):])) for n in names
+            if n.startswith(prefix) and n[len(prefix):].isdigit()]
+
+
 def segment_path(uid: int | None = None) -> str:
     """The arbiter segment of this user (of ``uid``: the node's, ignoring the variable)."""
     own = os.environ.get(SEGMENT_ENV) if uid is None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ResourceError, UsageError
-from .paths import UNFINISHED, segment_path
+from .paths import segment_path, unfinished
 
 
 def sweep(path: str | None = None) -> None:
@@ -15,7 +15,7 @@ def sweep(path: str | None = None) -> None:
     creators). A segment still in use, or one that cannot be attached, is left alone,
     silently. Costs nothing (no arbiter code loaded) when there is none."""
     path = path or segment_path()
-    if not (os.path.exists(path) or _creation_left(path)):
+    if not (os.path.exists(path) or os.path.exists(path + ".lock") or unfinished(path)):
         return
     from .arbiter import Arbiter
 
@@ -25,13 +25,3 @@ def sweep(path: str | None = None) -> None:
     except (UsageError, ResourceError, OSError):
         pass
 
-
-def _creation_left(path: str) -> bool:
-    """Whether a segment's lock file, or an unfinished copy of it, is there without it."""
-    if os.path.exists(path + ".lock"):
-        return True
-    folder, base = os.path.split(path)
-    try:
-        return any(n.startswith(base + UNFINISHED) for n in os.listdir(folder or "."))
-    except OSError:
-        return False

@@ -282,7 +282,7 @@ class A1(UserModeBase):
             self._idle = 0
             self._cv.notify_all()
 
-    def _ready_lengths(self) -> str:
+    def _queues(self) -> str:
         return f"{len(self._ready)}, scheduler threads asleep: {self._idle}"
 
     def _check_idle(self) -> None:

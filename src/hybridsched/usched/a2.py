@@ -362,7 +362,7 @@ class A2(UserModeBase):
         if dead:
             self._deadlock()
 
-    def _ready_lengths(self) -> str:
+    def _queues(self) -> str:
         return f"{[len(q) for q in self._ready]}, scheduler threads asleep: {self._n_idle}"
 
     def _fold_counts(self) -> None:

@@ -134,10 +134,11 @@ class UserModeBase:
         shown = ", ".join(waiting[:8]) + (", ..." if len(waiting) > 8 else "")
         return (f"waiting: {shown or 'none'}"
                 + (f"; never started: {', '.join(never[:8])}" if never else "")
-                + f"; ready: {self._ready_lengths()}")
+                + f"; ready: {self._queues()}")
 
-    def _ready_lengths(self) -> str:
-        """The ready queues' lengths as the subclass keeps them (in the deadlock line)."""
+    def _queues(self) -> str:
+        """The ready queues' lengths and the sleeping scheduler threads (in the deadlock
+        line)."""
         return "?"
 
     def run(self) -> None:

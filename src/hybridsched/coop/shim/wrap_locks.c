@@ -17,8 +17,8 @@
    within a few hundred ns of letting it go, so a woken thread that went back to sleep
    while it found the lock held again was woken by the very next unlock, and the next: a
    futex wake by the holder and a wake-up of this tokenless thread, which preempts a
-   token holder, every round (two jobs at 90 % of their time in the lock: 9 000
-   involuntary switches a job a run instead of 1 800, 7 % slower than env). Woken, it
+   token holder, every round (two jobs at 90 % of their time in the lock: ~9 000
+   involuntary switches a job a run, ~230 since, and 7 % slower than env). Woken, it
    waits for a token instead, and only then tries the lock again: the holder's unlocks
    are no system calls meanwhile. */
 static int wait_unheld(struct hs_lockword w)
