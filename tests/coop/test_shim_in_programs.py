@@ -277,7 +277,7 @@ def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,
                                                                            tmp_path):
     """OpenBLAS's caller spins, calling nothing, until its own workers have run; they wait
-    for the token it holds. The waiting sibling asks it to rotate after 0.5 ms (HS_EARLY_NS),
+    for the token it holds. The waiting sibling asks it to rotate after 2 ms (HS_EARLY_NS),
     long before the watchdog's bound (here 10 s): the run ends with the sibling's signal,
     none of the watchdog's."""
     exe = build("sibling_waits", tmp_path)
@@ -316,9 +316,9 @@ def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_pat
 def test_only_the_first_waiting_sibling_wakes_to_look_and_less_often_at_a_computing_holder(
         seg, shim_lib, tmp_path):
     """Three threads wait while the holder computes (300 ms, calling into the shim): the
-    first of them looks at the holder, every 0.5 ms at first, then, since the holder keeps
-    entering the shim, at twice the period each time up to 16 ms (HS_EARLY_MAX_NS): about 25
-    looks, not 600; the others sleep."""
+    first of them looks at the holder, every 2 ms at first, then, since the holder keeps
+    entering the shim, at twice the period each time up to 16 ms (HS_EARLY_MAX_NS): about 20
+    looks, not 150; the others sleep."""
     exe = build("sibling_waits", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
         p = run_under(job, [exe, "many", "300"])

@@ -98,11 +98,8 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    calling nothing, until its workers have run), while one that calls into the shim (a
    lock loop) is computing and keeps its token until it blocks or the watchdog's bound.
    Shorter catches a spin sooner but wakes the waiter more often, each time a few µs of a
-   CPU that a holder wants (the look's period doubles while the holders keep entering the
-   shim: HS_EARLY_MAX_NS). 0.5 ms instead of 2 ms: numpy (OpenBLAS) at J = 2 env/coop 0.74
-   ± 0.14 instead of 0.62 ± 0.13 over 15 repetitions, the barrier, lock, numba and Python
-   thread loops alike within their spread (2026-12-06). */
-#define HS_EARLY_NS 500000LL
+   CPU that a holder wants. */
+#define HS_EARLY_NS 2000000LL
 /* The longest a waiter goes between looks at holders that entered the shim since its last
    look (computing, not spinning): it doubles its period from HS_EARLY_NS up to this. Longer
    saves more wake-ups (at a fixed 2 ms, co-located lock loops ran 1.0 % ± 0.8 slower) but

@@ -405,7 +405,7 @@ void hs_yield_point(void)
    watchdog's bound. Only where the thread is left holding no lock the shim saw taken
    (hs_took): one it rotated holding would be spun for by the thread given its token. A
    lock the shim cannot see (a program's own atomics) can still be held here: the thread
-   given the token then spins for it until the early look asks it back (0.5 ms), once a
+   given the token then spins for it until the early look asks it back (2 ms), once a
    quantum at most. (A turn for the job's own waiting threads every 5 ms as well cost such
    a program 8x, and gained the lock loops nothing measurable.) */
 void hs_release_point(void)
