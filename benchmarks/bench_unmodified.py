@@ -82,6 +82,14 @@ WORKLOADS = {
     # inside): a job is nearly serial, so a waiter finds the lock held again right after
     # every unlock (where a waiter that went back to sleep each time cost coop 7 %)
     "omp_lock_held": (f"{{omp_lock}} {12_500 * N} 300 3000", r"\bok$"),
+    # The same three loops with a pthread spinlock in place of the OpenMP lock: its waiters
+    # spin whatever the environment says, so a holder preempted by another job's thread
+    # keeps its job's waiters burning CPU (lock-holder preemption, which env cannot remove
+    # and SCHED_COOP exists to); an OpenMP lock's waiters sleep under env, and a CPU stays
+    # busy with the other job meanwhile.
+    "omp_spinlock": (f"{{omp_lock}} {20_000 * N} 2000 200 spin", r"\bok$"),
+    "omp_spinlock_hot": (f"{{omp_lock}} {25_000 * N} 1000 1000 spin", r"\bok$"),
+    "omp_spinlock_held": (f"{{omp_lock}} {12_500 * N} 300 3000 spin", r"\bok$"),
     # 120 products of 384 x 384 (~2-5 ms each on 2 CPUs): enough that numpy's import
     # (~0.25 s, one thread) does not make up most of a job
     "numpy_matmul": (f"{PY} {EX / 'numpy_matmul.py'} 120 384", r"\bok$"),
@@ -98,6 +106,9 @@ QUICK = {  # --quick: a smoke run of the benchmark itself
     "omp_lock_long": f"{{omp_lock}} {40_000 * N} 2000 200",
     "omp_lock_hot": f"{{omp_lock}} {5000 * N} 1000 1000",
     "omp_lock_held": f"{{omp_lock}} {2500 * N} 300 3000",
+    "omp_spinlock": f"{{omp_lock}} {4000 * N} 2000 200 spin",
+    "omp_spinlock_hot": f"{{omp_lock}} {5000 * N} 1000 1000 spin",
+    "omp_spinlock_held": f"{{omp_lock}} {2500 * N} 300 3000 spin",
     "numpy_matmul": f"{PY} {EX / 'numpy_matmul.py'} 10 384",
     "numba_parallel": f"{PY} {EX / 'numba_parallel.py'} 50 {4000 * N}",
     "py_threads": f"{PY} {EX / 'py_threads.py'} 200 {128 * N}",
@@ -215,12 +226,14 @@ def targets(results: dict) -> list[str]:
         check("J = 2 OpenMP barrier jobs, linux/coop >= 2.4", bar["linux/coop"], 2.4)
         check("J = 2 OpenMP barrier jobs, linux/gang >= 2", bar["linux/gang"], 2)
         check("J = 2 OpenMP barrier jobs, env/coop >= 0.90", bar["env/coop"], 0.90)
-    for wl in ("omp_lock", "omp_lock_long", "omp_lock_hot", "omp_lock_held"):
+    for wl in ("omp_lock", "omp_lock_long", "omp_lock_hot", "omp_lock_held",
+               "omp_spinlock", "omp_spinlock_hot", "omp_spinlock_held"):
         lock = results.get(wl, {}).get(2)
         if not lock:
             continue
-        check(f"J = 2 lock-contended jobs ({wl}), env/coop > 1 with a CI that excludes 1",
-              lock["env/coop"], 1.0 + 1e-9, whole_ci=True)
+        kind = "a spinlock" if "spin" in wl else "an OpenMP lock"
+        check(f"J = 2 lock-contended jobs ({wl}, {kind}), env/coop > 1 with a CI that "
+              f"excludes 1", lock["env/coop"], 1.0 + 1e-9, whole_ci=True)
         e = lock["env"]
         best = min(("env", "partition"), key=lambda p: lock[p]["mean"])
         vs = paired(lock, best, "coop")

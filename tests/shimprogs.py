@@ -115,8 +115,10 @@ int main(int argc, char **argv) {
 }
 """,
     # THREADS threads (argv[1]), ROUNDS each (argv[2]): a mutex taken and given back inside
-    # a spinlock held around ~1 ms of work. An unlock that rotated the token there would
-    # leave the thread given it spinning for the spinlock ("ok" when the count adds up).
+    # a spinlock held around ITERS (argv[3], 300 000 by default: ~0.5 ms) of work. The
+    # spinlock is taken by trylock and every failed try counted (busy): on one token a try
+    # fails only where the holder was rotated holding it, and the thread given the token
+    # spins for it ("ok" when the count adds up).
     "spin_outer": r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -124,21 +126,60 @@ int main(int argc, char **argv) {
 static pthread_spinlock_t s;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static volatile double sink;
-static long count, rounds;
+static long count, rounds, iters, busy;
 static void *body(void *a) {
     for (long r = 0; r < rounds; r++) {
-        pthread_spin_lock(&s);
-        pthread_mutex_lock(&m); for (int k = 0; k < 300000; k++) sink += k; count++;
+        while (pthread_spin_trylock(&s) != 0) __atomic_add_fetch(&busy, 1, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&m); for (long k = 0; k < iters; k++) sink += k; count++;
         pthread_mutex_unlock(&m);
         pthread_spin_unlock(&s); }
     return a;
 }
 int main(int argc, char **argv) {
-    int n = atoi(argv[1]); rounds = atol(argv[2]); pthread_spin_init(&s, 0);
+    int n = atoi(argv[1]); rounds = atol(argv[2]); iters = argc > 3 ? atol(argv[3]) : 300000;
+    pthread_spin_init(&s, 0);
     pthread_t t[16];
     for (long i = 0; i < n; i++) pthread_create(&t[i], 0, body, 0);
     for (int i = 0; i < n; i++) pthread_join(t[i], 0);
-    puts(count == n * rounds ? "ok" : "FAILED"); return 0;
+    printf("%s busy=%ld\n", count == n * rounds ? "ok" : "FAILED", busy); return 0;
+}
+""",    # A spinlock held for ITERS (argv[1]) of work by a second thread while the main thread
+    # waits for it in pthread_spin_lock: "spinning" once it is about to, then the time
+    # (CLOCK_MONOTONIC) the holder gave it back.
+    "spin_hold": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static pthread_spinlock_t s;
+static volatile int held;
+static volatile double sink;
+static long iters;
+static double released;
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+static void *holder(void *a) {
+    pthread_spin_lock(&s); held = 1;
+    for (long k = 0; k < iters; k++) sink += k;
+    released = now(); pthread_spin_unlock(&s); return a;
+}
+int main(int argc, char **argv) {
+    iters = atol(argv[1]); pthread_spin_init(&s, 0);
+    pthread_t t; pthread_create(&t, 0, holder, 0);
+    while (!held) ;
+    printf("spinning\n"); fflush(stdout);
+    pthread_spin_lock(&s); pthread_spin_unlock(&s);
+    pthread_join(t, 0);
+    printf("released %.6f\n", released); return 0;
+}
+""",
+    # the time (CLOCK_MONOTONIC) its main function began: under the shim, once it held a token
+    "stamp": r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    printf("started %.6f\n", t.tv_sec + t.tv_nsec * 1e-9); return 0;
 }
 """,
     # glibc's mutexes of argv[1]'s kind ("normal": the default attribute, "settype-normal":

@@ -1,16 +1,21 @@
 /* A lock-contended OpenMP loop: ROUNDS rounds shared out among the team's threads, each a
- * little work of its own and then an update of a shared total under one omp_lock_t
- * (libgomp's futex-based mutex). Thread count: OpenMP's default; the work does not depend
- * on it. A preempted lock holder stalls every thread that wants the lock.
+ * little work of its own and then an update of a shared total under one lock: an
+ * omp_lock_t (libgomp's futex-based mutex, whose waits OMP_WAIT_POLICY and GOMP_SPINCOUNT
+ * govern), or with KIND `spin` a pthread spinlock (whose waiters spin whatever the
+ * environment says, as codes that guard short updates with one do). Thread count:
+ * OpenMP's default; the work does not depend on it. A preempted lock holder stalls every
+ * thread that wants the lock; a spinning waiter burns its CPU meanwhile.
  *
  *   gcc -O2 -fopenmp omp_lock.c -o omp_lock
- *   ./omp_lock ROUNDS ITERS_OUTSIDE ITERS_INSIDE
+ *   ./omp_lock ROUNDS ITERS_OUTSIDE ITERS_INSIDE [omp|spin]
  *
  * It checks itself: the shared total is exactly what every round added; it prints "ok"
  * and exits 0 only then. */
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static double work(long iters, double x)
 {
@@ -21,8 +26,9 @@ static double work(long iters, double x)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s ROUNDS ITERS_OUTSIDE ITERS_INSIDE\n", argv[0]);
+    int spin = argc == 5 && strcmp(argv[4], "spin") == 0;
+    if ((argc != 4 && argc != 5) || (argc == 5 && !spin && strcmp(argv[4], "omp") != 0)) {
+        fprintf(stderr, "usage: %s ROUNDS ITERS_OUTSIDE ITERS_INSIDE [omp|spin]\n", argv[0]);
         return 2;
     }
     long rounds = atol(argv[1]), outside = atol(argv[2]), inside = atol(argv[3]);
@@ -31,7 +37,9 @@ int main(int argc, char **argv)
         return 2;
     }
     omp_lock_t lock;
+    pthread_spinlock_t spinlock;
     omp_init_lock(&lock);
+    pthread_spin_init(&spinlock, PTHREAD_PROCESS_PRIVATE);
     long total = 0;     /* guarded by lock */
     double sink = 0.0;  /* guarded by lock: keeps the work from being optimised away */
     double own = 0.0;   /* the work outside the lock, kept for the same reason */
@@ -44,17 +52,24 @@ int main(int argc, char **argv)
 #pragma omp for schedule(static)
         for (long r = 0; r < rounds; r++) {
             x = work(outside, x);
-            omp_set_lock(&lock);
+            if (spin)
+                pthread_spin_lock(&spinlock);
+            else
+                omp_set_lock(&lock);
             sink = work(inside, sink);
             total += 1;
-            omp_unset_lock(&lock);
+            if (spin)
+                pthread_spin_unlock(&spinlock);
+            else
+                omp_unset_lock(&lock);
         }
 #pragma omp atomic update
         own += x;
     }
     omp_destroy_lock(&lock);
+    pthread_spin_destroy(&spinlock);
     int ok = total == rounds;
-    printf("omp_lock threads=%d rounds=%ld total=%ld sink=%.3f own=%.3f %s\n", threads,
+    printf("omp_lock %s threads=%d rounds=%ld total=%ld sink=%.3f own=%.3f %s\n", spin ? "spin" : "omp", threads,
            rounds, total, sink, own, ok ? "ok" : "FAILED");
     return !ok;
 }

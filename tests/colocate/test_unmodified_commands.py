@@ -69,6 +69,7 @@ def _workload(name: str, omp: dict | None, cache: str = "") -> str:
     return {
         "omp_barrier": lambda: f"{omp['omp_barrier']} 60 20000",
         "omp_lock": lambda: f"{omp['omp_lock']} 3000 200 50",
+        "omp_spinlock": lambda: f"{omp['omp_lock']} 3000 200 50 spin",
         "numpy_matmul": lambda: f"{PY} {EX / 'numpy_matmul.py'} 6 128",
         "numba_parallel": lambda: f"env NUMBA_CACHE_DIR={cache} {PY} {EX / 'numba_parallel.py'} 20 2000",
         "py_threads": lambda: f"{PY} {EX / 'py_threads.py'} 20 64",
@@ -82,7 +83,7 @@ def _spec(commands, policies, **kw) -> ColocateSpec:
     return spec
 
 
-WORKLOADS = ["omp_barrier", "omp_lock", "numpy_matmul", "numba_parallel", "py_threads",
+WORKLOADS = ["omp_barrier", "omp_lock", "omp_spinlock", "numpy_matmul", "numba_parallel", "py_threads",
              "pipeline"]
 
 

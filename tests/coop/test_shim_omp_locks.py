@@ -221,14 +221,64 @@ def test_a_condition_variables_waiter_holds_no_mutex_while_it_waits_for_a_token(
     assert p.returncode == 0 and p.stdout == "held_at_end=0 got=1\n", (p.stdout, p.stderr)
 
 
-def test_no_rotation_at_an_unlock_inside_a_spinlock(seg, shim_lib, tmp_path):
-    """A mutex given back inside a pthread spinlock: that unlock leaves the thread holding a
-    lock, so it is no scheduling point. When it was one (after 5 ms of holding), the thread
-    given the token spun for the spinlock until the rotated thread's early look asked it
-    to rotate back: nudges, and waits of hundreds of ms."""
+@pytest.mark.parametrize("iters", [300_000, 3_000_000])  # ~0.5 ms, ~5 ms in the lock
+def test_no_rotation_inside_a_spinlock(seg, shim_lib, tmp_path, iters):
+    """A thread rotated holding a pthread spinlock leaves the thread given its token
+    spinning for it (on one token a failed trylock means exactly that). A mutex given back
+    inside the spinlock leaves the thread holding a lock: no scheduling point (when it was
+    one, after 5 ms of holding, waits of hundreds of ms). And a sibling's early look,
+    which asks a holder that has not entered the shim for HS_EARLY_NS to rotate, is
+    answered only as the spinlock is given back (answered at once, it rotated the holder
+    inside it: at 0.5 ms, 8 runs in 10 under load)."""
     exe = build("spin_outer", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
-        p = run_under(job, [exe, "3", "30"])
+        p = run_under(job, [exe, "3", "30" if iters < 1_000_000 else "20", str(iters)])
         counts = job.counters()
-    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
-    assert counts.nudges == 0 and counts.signals == 0, counts
+    assert p.returncode == 0 and p.stdout == "ok busy=0\n", (p.stdout, p.stderr, counts)
+    assert counts.signals == 0, counts  # the watchdog's bound was never reached
+
+@pytest.mark.parametrize("tokens,threads", [(1, 3), (2, None)])
+def test_an_openmp_loop_on_a_pthread_spinlock_ends_with_its_count_right(
+        seg, shim_lib, tmp_path, tokens, threads):
+    """pthread_spin_lock's wait is the shim's (a scheduling point while a thread waits for
+    a token): every round is counted, on one token and three threads as on two tokens and
+    OpenMP's default team. (A wait that looked for glibc's x86_64 spinlock to read 0, its
+    held value there, spun for ever.)"""
+    if len(CPUS) < tokens:
+        pytest.skip(f"needs {tokens} CPUs")
+    exe = _omp_lock(tmp_path)
+    env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+    with Arbiter(cpus=CPUS[:tokens], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "20000", "200", "200", "spin"], **env)
+    assert p.returncode == 0 and p.stdout.endswith(" ok\n"), (p.stdout, p.stderr)
+
+
+def test_a_spinlock_waiter_gives_its_token_to_another_jobs_thread(seg, shim_lib, tmp_path):
+    """Job A holds both tokens: one thread computes ~0.5 s holding a spinlock, the other
+    waits for it in pthread_spin_lock. Job B, started then, gets the waiter's token at once
+    and runs before the spinlock is given back; when the wait kept its token, B waited for
+    A's holder (the watchdog's bound, 10 s at this quantum, was never reached)."""
+    if len(CPUS) < 2:
+        pytest.skip("needs 2 CPUs")
+    hold, stamp = build("spin_hold", tmp_path), build("stamp", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as ja, \
+            ShimJob(a) as jb:
+        env_a = dict(os.environ, **WAIT_POLICY_ENV)
+        env_a.update(ja.env(env_a))
+        with subprocess.Popen([hold, "200000000"], env=env_a, stdout=subprocess.PIPE,
+                              text=True) as pa:
+            try:
+                first = pa.stdout.readline()
+                pb = run_under(jb, [stamp]) if first == "spinning\n" else None
+                rest = pa.stdout.read()
+                pa.wait(timeout=60)
+            finally:
+                if pa.poll() is None:
+                    pa.kill()
+        counts = ja.counters()
+    assert pb is not None, first
+    assert pa.returncode == 0 and pb.returncode == 0, (pa.returncode, pb.stderr)
+    started = float(pb.stdout.split()[1])
+    released = float(rest.split()[1])
+    assert started < released, (started, released, counts)
+    assert counts.signals == 0, counts

@@ -43,7 +43,7 @@ NUDGE_SIGNAL = signal.SIGRTMAX - 7
 # one quantum more than the arbiter's own rotation leaves a holder that does block time to.
 BOUND_QUANTA = 2
 # (A holder that spins for its own job's waiting threads, calling nothing, is asked to
-# rotate sooner, after 2 ms, by those threads themselves: shim/early.c, HS_EARLY_NS.)
+# rotate sooner, after 0.5 ms, by those threads themselves: shim/early.c, HS_EARLY_NS.)
 # The runtimes' wait policies set to block instead of spinning: colocate's `env` policy,
 # and what `coop exec` sets unless told to keep the environment (a spin holds a token).
 WAIT_POLICY_ENV = {

@@ -62,12 +62,25 @@ struct hs_thread {
     int yields;        /* consecutive sched_yield calls while others wait */
     unsigned releases; /* unlocks while others wait (hs_release_point) */
     int held;          /* locks seen taken and not yet given back (hs_took, hs_gave) */
+    int spinning;      /* of them, pthread spinlocks */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
-    int pending;       /* a rotation signal came while inside the shim: rotate on leaving */
+    int pending;       /* a rotation asked for and not yet made: HS_PEND_* */
     cpu_set_t mask;
     volatile char selector; /* Syscall User Dispatch: HS_SUD_ALLOW or HS_SUD_BLOCK */
     char armed;        /* Syscall User Dispatch is on for this thread */
 };
+/* The watchdog's request (its bound is past): rotated as the thread leaves the shim. A
+   sibling's early look (early.c): the same, but not while the thread holds a pthread
+   spinlock, only once it has given the last back: a thread given the token would spin for
+   it, calling nothing, until its own early look (8 runs in 10 of a spinlock loop at
+   HS_EARLY_NS = 0.5 ms). Not for every lock: a mutex's waiter parks at once when its
+   holder has no token, and OpenBLAS's caller spins for its workers holding a mutex (its
+   level-3 lock), so deferring past mutexes kept that spin going until the watchdog's bound
+   (numpy at J = 2 under coop 4.1x slower). A spinlock kept past the bound is the
+   watchdog's to act on. */
+#define HS_PEND_NONE 0
+#define HS_PEND_NOW 1
+#define HS_PEND_UNHELD 2
 #define HS_PARK_NONE 0
 #define HS_PARK_LAZY 1
 #define HS_PARK_RELEASED 2
@@ -98,12 +111,12 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    calling nothing, until its workers have run), while one that calls into the shim (a
    lock loop) is computing and keeps its token until it blocks or the watchdog's bound.
    Shorter catches a spin sooner but wakes the waiter more often, each time a few µs of a
-   CPU that a holder wants. 0.5 ms made numpy (OpenBLAS) at J = 2 faster under coop
-   (env/coop 0.74 ± 0.14 instead of 0.62 ± 0.13 over 15 repetitions) but reached holders
-   that compute ~0.5 ms between calls into the shim: the nudge rotated one inside a
-   pthread spinlock (test_no_rotation_at_an_unlock_inside_a_spinlock failed 8 times in
-   10 under three busy loops, 0 in 10 at 2 ms; 2026-12-06). */
-#define HS_EARLY_NS 2000000LL
+   CPU that a holder wants, and reaches more holders that merely compute between calls;
+   one holding a spinlock is rotated only as it gives it back (HS_PEND_UNHELD).
+   0.5 ms against 2 ms: numpy (OpenBLAS) at J = 2 under coop env/coop 0.74 ± 0.14 instead
+   of 0.62 ± 0.13 over 15 repetitions (2026-12-06, before that deferral, which a
+   rotation inside a pthread spinlock then showed was needed). */
+#define HS_EARLY_NS 500000LL
 /* The longest a waiter goes between looks at holders that entered the shim since its last
    look (computing, not spinning): it doubles its period from HS_EARLY_NS up to this. Longer
    saves more wake-ups (at a fixed 2 ms, co-located lock loops ran 1.0 % ± 0.8 slower) but
@@ -188,6 +201,14 @@ static inline int hs_took(int r)
     return r;
 }
 
+/* whether a rotation asked for is due here: the watchdog's always, a sibling's where the
+   thread holds no spinlock */
+static inline int hs_rotation_due(void)
+{
+    return __builtin_expect(hs_t.pending, 0)
+           && (hs_t.pending == HS_PEND_NOW || hs_t.spinning == 0);
+}
+
 static inline void hs_gave(int r)
 {
     if (r == 0 && hs_t.held > 0)
@@ -196,7 +217,7 @@ static inline void hs_gave(int r)
 
 static inline void hs_exit(void)
 {
-    if (__builtin_expect(hs_t.pending, 0))
+    if (hs_rotation_due())
         hs_pending_rotation();
     hs_t.depth = 0;
     if (hs_t.armed && hs_t.selector != 1)

@@ -378,7 +378,7 @@ void hs_rotate(void)
 /* a rotation signal that came while the thread was inside the shim, answered as it leaves */
 void hs_pending_rotation(void)
 {
-    hs_t.pending = 0;
+    hs_t.pending = HS_PEND_NONE;
     if (hs_t.slot >= 0) {
         hs_count(HS_C_NUDGES);
         hs_rotate();
@@ -405,7 +405,7 @@ void hs_yield_point(void)
    watchdog's bound. Only where the thread is left holding no lock the shim saw taken
    (hs_took): one it rotated holding would be spun for by the thread given its token. A
    lock the shim cannot see (a program's own atomics) can still be held here: the thread
-   given the token then spins for it until the early look asks it back (2 ms), once a
+   given the token then spins for it until the early look asks it back (0.5 ms), once a
    quantum at most. (A turn for the job's own waiting threads every 5 ms as well cost such
    a program 8x, and gained the lock loops nothing measurable.) */
 void hs_release_point(void)
@@ -428,7 +428,7 @@ static void reset_thread(void)
     hs_t.yields = 0;
     hs_t.releases = 0;
     hs_t.has_mask = 0;
-    hs_t.pending = 0;
+    hs_t.pending = HS_PEND_NONE;
     hs_t.armed = 0;
     hs_t.selector = HS_SUD_ALLOW;
 }

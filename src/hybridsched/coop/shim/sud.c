@@ -174,8 +174,10 @@ static void on_nudge(int sig, siginfo_t *si, void *ctx)
         return;
     }
     int saved = errno;
-    if (hs_t.slot >= 0 && hs_t.depth > 0) {
-        hs_t.pending = 1;  /* inside the shim: rotated as it leaves (hs_exit) */
+    int asked = si->si_code == SI_TKILL ? HS_PEND_NOW : HS_PEND_UNHELD;  /* SI_QUEUE: a sibling */
+    if (hs_t.slot >= 0 && (hs_t.depth > 0 || (asked == HS_PEND_UNHELD && hs_t.spinning))) {
+        if (hs_t.pending != HS_PEND_NOW)
+            hs_t.pending = asked;  /* rotated as it leaves the shim, or its spinlocks */
     } else if (hs_t.slot >= 0) {
         char was = hs_t.selector;
         hs_t.selector = HS_SUD_ALLOW;

@@ -358,14 +358,80 @@ HS_EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *l)
     return r;
 }
 
-HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *s) { return hs_took(R(pthread_spin_lock)(s)); }
+static int spin_took(int r)
+{
+    hs_t.spinning += r == 0;
+    return hs_took(r);
+}
+
+/* a spinlock and its word as last seen held: tried again only once the word has changed
+   (read first, as in lock_taken: no write to the holder's line meanwhile). Which value
+   means free is glibc's own (0 in its generic code, 1 in its x86_64 assembly, where a
+   waiter's failed attempt changes the word too and costs one more try), so only a change
+   is looked for; and every 64th look tries anyway, since the word read before a failed
+   try may have been free, and be free again (taken and given back between two looks). */
+struct spin_seen {
+    pthread_spinlock_t *s;
+    int word;
+    unsigned looks;
+};
+
+static int spinlock_taken(void *arg)
+{
+    struct spin_seen *p = arg;
+    int w = __atomic_load_n((volatile int *)p->s, __ATOMIC_RELAXED);
+    if (w == p->word && (++p->looks & 63))
+        return 0;
+    if (R(pthread_spin_trylock)(p->s) == 0)
+        return 1;
+    p->word = w;
+    return 0;
+}
+
+/* A held spinlock is spun for holding the token, as libc would (there is nothing to sleep
+   on). But while a thread waits for a token, the wait is a scheduling point (as a mutex's
+   is a park, hs_take_with_token): the token goes to a waiting thread (the holder first, if
+   it is one of them) and the spin goes on with a token again. Without it, two jobs whose
+   threads wait for their own spinlocks held 90 % of the time kept a CPU each spinning
+   while the other job's threads waited for a token, until the watchdog's bound. */
+static int spin_lock_waited(pthread_spinlock_t *s)
+{
+    struct spin_seen p = {s, __atomic_load_n((volatile int *)s, __ATOMIC_RELAXED), 0};
+    if (R(pthread_spin_trylock)(s) == 0)
+        return 0;
+    if (!hs_enter())
+        return R(pthread_spin_lock)(s);
+    int me = hs_t.slot;
+    while (!hs_spin(spinlock_taken, &p, LOCK_SPIN_NS)) {
+        if (hs_ld(&hs_v.h->waiting) > 0 && hs_ld(&hs_v.workers[me].state) == HS_RUNNING) {
+            hs_rotate();
+            continue;
+        }
+        for (int i = 0; i < 32; i++) {
+            if (spinlock_taken(&p))
+                goto taken;
+            CPU_RELAX();
+        }
+    }
+taken:
+    hs_exit();
+    return 0;
+}
+
+HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *s) { return spin_took(spin_lock_waited(s)); }
 HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *s)
 {
-    return hs_took(R(pthread_spin_trylock)(s));
+    return spin_took(R(pthread_spin_trylock)(s));
 }
+/* no scheduling point of its own, but where a sibling's request to rotate, deferred while
+   the thread held a spinlock, is answered once it holds none (HS_PEND_UNHELD) */
 HS_EXPORT int pthread_spin_unlock(pthread_spinlock_t *s)
 {
     int r = R(pthread_spin_unlock)(s);
     hs_gave(r);
+    if (r == 0 && hs_t.spinning > 0)
+        hs_t.spinning--;
+    if (hs_rotation_due() && hs_enter())
+        hs_exit();
     return r;
 }
