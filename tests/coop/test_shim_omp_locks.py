@@ -282,3 +282,20 @@ def test_a_spinlock_waiter_gives_its_token_to_another_jobs_thread(seg, shim_lib,
     released = float(rest.split()[1])
     assert started < released, (started, released, counts)
     assert counts.signals == 0, counts
+
+
+def test_many_spinlock_waiters_take_it_once_it_is_given_back(seg, shim_lib, tmp_path):
+    """Sixteen threads wait in pthread_spin_lock while a seventeenth holds the spinlock for
+    50 ms, on two tokens: each waiter's turns (it hands its token on while threads wait
+    for one) come between spins that try the lock, so the waiters all get it soon after
+    the release. (When a waiter turned before each try, they passed the tokens among
+    themselves without ever trying it: 22 million hand-offs, and no end while threads
+    waited.)"""
+    if len(CPUS) < 2:
+        pytest.skip("needs 2 CPUs")
+    exe = build("spin_crowd", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "50", "16"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr, counts)
+    assert counts.handoffs < 200_000, counts

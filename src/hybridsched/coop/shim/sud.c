@@ -179,6 +179,7 @@ static void on_nudge(int sig, siginfo_t *si, void *ctx)
         if (hs_t.pending != HS_PEND_NOW)
             hs_t.pending = asked;  /* rotated as it leaves the shim, or its spinlocks */
     } else if (hs_t.slot >= 0) {
+        hs_t.pending = HS_PEND_NONE;  /* answered now, a deferred request with it */
         char was = hs_t.selector;
         hs_t.selector = HS_SUD_ALLOW;
         hs_t.depth = 1;

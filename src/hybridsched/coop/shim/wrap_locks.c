@@ -388,37 +388,50 @@ static int spinlock_taken(void *arg)
     return 0;
 }
 
+/* up to `ns` of spinning for the spinlock, keeping the token (as libc would); whether taken */
+static int spinlock_spun(struct spin_seen *p, int64_t ns)
+{
+    int64_t until = hs_now_ns() + ns;
+    for (unsigned i = 1;; i++) {
+        if (spinlock_taken(p))
+            return 1;
+        CPU_RELAX();
+        if ((i & 31) == 0 && hs_now_ns() >= until)
+            return 0;
+    }
+}
+
 /* A held spinlock is spun for holding the token, as libc would (there is nothing to sleep
-   on). But while a thread waits for a token, the wait is a scheduling point (as a mutex's
-   is a park, hs_take_with_token): the token goes to a waiting thread (the holder first, if
-   it is one of them) and the spin goes on with a token again. Without it, two jobs whose
-   threads wait for their own spinlocks held 90 % of the time kept a CPU each spinning
-   while the other job's threads waited for a token, until the watchdog's bound. */
+   on), LOCK_SPIN_NS at a time; between two such spins, while a thread waits for a token,
+   the wait is a scheduling point: the token goes to a waiting thread (the holder first, if
+   it is one of them), and the spin goes on, the spinlock tried first, once a token comes
+   back. Without the turns, two jobs whose threads wait for their own spinlocks held 90 %
+   of the time kept a CPU each spinning while the other job's threads waited for a token,
+   until the watchdog's bound. Turning at once, before each spin, made many waiters pass
+   the tokens among themselves without ever trying the lock (16 waiters: a livelock, 22
+   million hand-offs); a spin between turns bounds them to one per LOCK_SPIN_NS a waiter.
+   The spinlock is counted as held before the shim is left (hs_exit), so that a rotation
+   asked for meanwhile waits for its unlock. */
 static int spin_lock_waited(pthread_spinlock_t *s)
 {
     struct spin_seen p = {s, __atomic_load_n((volatile int *)s, __ATOMIC_RELAXED), 0};
     if (R(pthread_spin_trylock)(s) == 0)
-        return 0;
+        return spin_took(0);
     if (!hs_enter())
-        return R(pthread_spin_lock)(s);
+        return spin_took(R(pthread_spin_lock)(s));
     int me = hs_t.slot;
-    while (!hs_spin(spinlock_taken, &p, LOCK_SPIN_NS)) {
+    while (!spinlock_spun(&p, LOCK_SPIN_NS)) {
         if (hs_ld(&hs_v.h->waiting) > 0 && hs_ld(&hs_v.workers[me].state) == HS_RUNNING) {
             hs_rotate();
-            continue;
-        }
-        for (int i = 0; i < 32; i++) {
-            if (spinlock_taken(&p))
-                goto taken;
-            CPU_RELAX();
+            p.looks = 63;  /* the next look tries, whatever the word */
         }
     }
-taken:
+    spin_took(0);
     hs_exit();
     return 0;
 }
 
-HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *s) { return spin_took(spin_lock_waited(s)); }
+HS_EXPORT int pthread_spin_lock(pthread_spinlock_t *s) { return spin_lock_waited(s); }
 HS_EXPORT int pthread_spin_trylock(pthread_spinlock_t *s)
 {
     return spin_took(R(pthread_spin_trylock)(s));
