@@ -27,6 +27,7 @@ from hybridsched.colocate.cmdrun import run_commands_once
 from hybridsched.colocate.output import read_colocate
 from hybridsched.colocate.placement import partition
 from hybridsched.colocate.spec import ColocateSpec
+from hybridsched.oslayer.cmdjobs import TIMEOUT_GRACE_S
 from hybridsched.oslayer import cmdjobs
 from hybridsched.oslayer.cpus import n_cpus, usable_cpus
 from repo import FIXTURES, ROOT
@@ -200,19 +201,40 @@ def test_expect_decides_whether_a_clean_exit_verifies():
 @pytest.mark.parametrize("policy, hung", [("linux", "sleep 60"), ("gang", "sleep 60"),
                                           ("coop", "sleep 60"),
                                           ("linux", "sh -c 'kill -STOP $$'")])
-def test_a_job_past_its_timeout_is_killed_and_the_others_finish(policy, hung, request):
+def test_a_job_past_its_timeout_is_terminated_and_the_others_finish(policy, hung, request):
     """A job that does not end (asleep, or stopped by itself, which nothing would ever
-    continue: gang would, at its next slice) is killed, its whole group, at --timeout after
-    the start and recorded as failed, saying so; the other job verifies as usual."""
+    continue: gang would, at its next slice) gets SIGTERM, its whole group (continued if
+    stopped), at --timeout after the start and is recorded as failed, saying so; the other
+    job verifies as usual."""
     if policy == "coop":
         request.getfixturevalue("shim_lib")
     spec = _spec([hung, "sh -c 'echo fine'"], [policy], reps=1, timeout_s=0.5)
     start = time.monotonic()
     stuck, good = run_commands_once(spec, policy, 0)
     assert time.monotonic() - start < 30  # the hung job alone would take 60 s, or for ever
-    assert not stuck.verified and stuck.exit_status == -9, (stuck.exit_status, stuck.error)
-    assert stuck.error == "ran past --timeout 0.5 s and was killed"
+    assert not stuck.verified and stuck.exit_status == -15, (stuck.exit_status, stuck.error)
+    assert stuck.error == "ran past --timeout 0.5 s and was ended by SIGTERM"
     assert good.verified and good.makespan_s == good.time_s
+
+
+def test_a_job_past_its_timeout_may_clean_up_and_one_that_will_not_end_is_killed(tmp_path):
+    """The SIGTERM at --timeout reaches the command's own handler (as from timeout(1)),
+    which may clean up and exit; a command that ignores it is killed TIMEOUT_GRACE_S
+    later, its group with it, and its row says so. (Until 2026-12-06 a job past its
+    timeout got SIGKILL at once: no clean-up.)"""
+    note = tmp_path / "cleaned"
+    tidy = f"sh -c 'trap \"echo cleaned > {note}; exit 3\" TERM; sleep 60 & wait'"
+    stubborn = "sh -c 'trap \"\" TERM; sleep 60'"
+    spec = _spec([tidy, stubborn], ["linux"], reps=1, timeout_s=0.5)
+    start = time.monotonic()
+    clean, stuck = run_commands_once(spec, "linux", 0)
+    assert time.monotonic() - start < 30
+    assert note.read_text() == "cleaned\n"
+    assert clean.exit_status == 3 and clean.error == (
+        "ran past --timeout 0.5 s and was ended by SIGTERM"), (clean.exit_status, clean.error)
+    assert stuck.exit_status == -9 and stuck.error == (
+        f"ran past --timeout 0.5 s and was killed, still running {TIMEOUT_GRACE_S:g} s "
+        "after SIGTERM"), (stuck.exit_status, stuck.error)
 
 
 def test_gang_switches_early_away_from_a_blocked_job():

@@ -16,7 +16,7 @@ import re
 import signal
 from collections.abc import Iterable
 
-from ..oslayer.cmdjobs import LINE_MAX, CommandJobs, Exit, Launch
+from ..oslayer.cmdjobs import LINE_MAX, TIMEOUT_GRACE_S, CommandJobs, Exit, Launch
 from ..oslayer.cpus import usable_cpus
 from .cmdline import parse_command
 from .cmdpolicy import CMD_POLICIES, Setup
@@ -71,6 +71,12 @@ def _verdict(spec: ColocateSpec, ex: Exit, stdout: Iterable[str | None]) -> str:
     return ""
 
 
+def _timed_out(spec: ColocateSpec, killed: bool) -> str:
+    how = (f"killed, still running {TIMEOUT_GRACE_S:g} s after SIGTERM" if killed
+           else "ended by SIGTERM")
+    return f"ran past --timeout {spec.timeout_s:g} s and was {how}"
+
+
 def _killed(sig: int) -> str:
     try:
         return f"was killed by signal {sig} ({signal.Signals(sig).name})"
@@ -83,8 +89,8 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
     why, outs = [], []
     for j in range(J):
         out, err = jobs.output(j)
-        why.append(f"ran past --timeout {spec.timeout_s:g} s and was killed"
-                   if j in jobs.timed_out else _verdict(spec, exits[j], jobs.stdout_lines(j)))
+        why.append(_timed_out(spec, j in jobs.killed) if j in jobs.timed_out
+                   else _verdict(spec, exits[j], jobs.stdout_lines(j)))
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     ok = [t for t in times if t == t]

@@ -217,8 +217,9 @@ def add_colocate(sub) -> None:
                     help="--cmd: a job verifies only if a line of its stdout (all of it, line by "
                     "line) matches REGEX (default: exit status 0 is enough)")
     co.add_argument("--timeout", type=seconds("--timeout"), metavar="SECONDS",
-                    help="--cmd: a job still running SECONDS after the start is killed, its "
-                    "whole group, and counted as failed (default: none)")
+                    help="--cmd: a job still running SECONDS after the start gets SIGTERM, its "
+                    "whole group, then SIGKILL 2 s later if still running, and counts as "
+                    "failed (default: none)")
     co.add_argument("--jobs", "-J", type=positive("--jobs"),
                     help="jobs started together (default 2; with --cmd the number of --cmd)")
     co.add_argument("--workers", "-T", type=positive("--workers"),

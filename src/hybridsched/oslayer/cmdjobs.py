@@ -52,6 +52,10 @@ _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
 _GROUP_GONE_S = 5.0
+# Between the SIGTERM at a job's deadline and the SIGKILL for a job still running: long
+# enough for a command's own clean-up on a TERM (temporary files, a child's exit), short
+# enough that a command that ignores it holds the node only this much past --timeout.
+TIMEOUT_GRACE_S = 2.0  # (the --timeout help in commands/parsers.py says 2 s)
 # Reading a job's stdout for --expect: chunks of _CHUNK bytes (fewer system calls against
 # more memory), and lines up to LINE_MAX bytes; a longer one is not searched at all (a
 # match in it is missed, and said so; cut in pieces, it matched where the line did not),
@@ -103,7 +107,8 @@ class CommandJobs:
         self.pids: list[int] = []
         self.pidfds: list[int] = []
         self.exits: dict[int, Exit] = {}
-        self.timed_out: set[int] = set()   # jobs killed at wait's deadline
+        self.timed_out: set[int] = set()   # jobs sent SIGTERM at wait's deadline
+        self.killed: set[int] = set()      # of them, those still running after the grace
         self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
         self._stack = contextlib.ExitStack()
         self._parent = os.getpid()
@@ -215,23 +220,34 @@ class CommandJobs:
              deadline: float | None = None) -> dict[int, Exit]:
         """Until every job has ended. ``on_end(j)`` runs as soon as job j's command has
         exited, before its group is killed and it is reaped (a supervisor's last look).
-        At ``deadline`` (perf_counter time) the groups of the jobs still running are killed
-        and the jobs noted in :attr:`timed_out`."""
+        At ``deadline`` (perf_counter time) the groups of the jobs still running get
+        SIGTERM (and SIGCONT, for a stopped one), as from timeout(1), and the jobs are noted
+        in :attr:`timed_out`; TIMEOUT_GRACE_S later those still running are killed
+        (:attr:`killed`)."""
         events = EventLoop()
         for j, fd in enumerate(self.pidfds):
             if j not in self.exits:
                 events.add(fd, partial(self._ended, events, on_end, j))
+        grace: float | None = None
         while len(events):  # each handler removes its pidfd
-            left = None if deadline is None else max(0.0, deadline - perf_counter())
-            if left == 0.0:
-                deadline = None
-                for j in range(len(self.pids)):
-                    if j not in self.exits and not readable(self.pidfds[j]):  # not just ended
-                        self.timed_out.add(j)
-                        _kill_group(self.pids[j])
-                continue
-            events.once(left)
+            now = perf_counter()
+            if deadline is not None and now >= deadline:
+                deadline, grace = None, now + TIMEOUT_GRACE_S
+                self.timed_out |= self._signal_running(signal.SIGTERM)
+            elif grace is not None and now >= grace:
+                grace = None
+                self.killed |= self._signal_running(signal.SIGKILL) & self.timed_out
+            due = [t for t in (deadline, grace) if t is not None]
+            events.once(max(0.0, min(due) - now) if due else None)
         return self.exits
+
+    def _signal_running(self, sig: int) -> set[int]:
+        """``sig`` (then SIGCONT) to the group of every job still running; those jobs."""
+        running = {j for j in range(len(self.pids))
+                   if j not in self.exits and not readable(self.pidfds[j])}  # not just ended
+        for j in running:
+            _kill_group(self.pids[j], sig)
+        return running
 
     def _ended(self, events: EventLoop, on_end: Callable[[int], None], j: int, fd: int) -> None:
         events.discard(fd)
@@ -300,9 +316,10 @@ class CommandJobs:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGKILL to the group, then SIGCONT: a stopped member dies only once continued."""
-    for sig in (signal.SIGKILL, signal.SIGCONT):
+def _kill_group(pgid: int, first: int = signal.SIGKILL) -> None:
+    """``first`` (SIGKILL) to the group, then SIGCONT: a stopped member dies, or handles
+    the signal, only once continued."""
+    for sig in (first, signal.SIGCONT):
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
