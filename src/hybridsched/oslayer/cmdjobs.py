@@ -236,7 +236,7 @@ class CommandJobs:
                 self.timed_out |= self._signal_running(signal.SIGTERM)
             elif grace is not None and now >= grace:
                 grace = None
-                self.killed |= self._signal_running(signal.SIGKILL) & self.timed_out
+                self.killed |= self._signal_running(signal.SIGKILL)  # running since the deadline
             due = [t for t in (deadline, grace) if t is not None]
             events.once(max(0.0, min(due) - now) if due else None)
         return self.exits

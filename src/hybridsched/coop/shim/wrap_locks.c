@@ -70,9 +70,10 @@ static int spin_wanted(void)
 #define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
 #endif
 
-int hs_spin(int (*done)(void *), void *arg, int64_t ns)
+/* up to `ns` of spinning until done(arg), while go_on() holds (always where it is NULL) */
+static int spin_for(int (*done)(void *), void *arg, int64_t ns, int (*go_on)(void))
 {
-    if (!spin_wanted())
+    if (go_on && !go_on())
         return 0;
     int64_t until = hs_now_ns() + ns;
     for (unsigned i = 1;; i++) {
@@ -80,9 +81,14 @@ int hs_spin(int (*done)(void *), void *arg, int64_t ns)
             return 1;
         CPU_RELAX();
         /* the clock and the tables every 32 pauses (~1-4 µs): cheap, and prompt enough */
-        if ((i & 31) == 0 && (hs_now_ns() >= until || !spin_wanted()))
+        if ((i & 31) == 0 && (hs_now_ns() >= until || (go_on && !go_on())))
             return 0;
     }
+}
+
+int hs_spin(int (*done)(void *), void *arg, int64_t ns)
+{
+    return spin_for(done, arg, ns, spin_wanted);
 }
 
 /* Before a held lock's wait parks: while nobody waits for a token and a sibling runs
@@ -388,19 +394,6 @@ static int spinlock_taken(void *arg)
     return 0;
 }
 
-/* up to `ns` of spinning for the spinlock, keeping the token (as libc would); whether taken */
-static int spinlock_spun(struct spin_seen *p, int64_t ns)
-{
-    int64_t until = hs_now_ns() + ns;
-    for (unsigned i = 1;; i++) {
-        if (spinlock_taken(p))
-            return 1;
-        CPU_RELAX();
-        if ((i & 31) == 0 && hs_now_ns() >= until)
-            return 0;
-    }
-}
-
 /* A held spinlock is spun for holding the token, as libc would (there is nothing to sleep
    on), LOCK_SPIN_NS at a time; between two such spins, while a thread waits for a token,
    the wait is a scheduling point: the token goes to a waiting thread (the holder first, if
@@ -420,7 +413,7 @@ static int spin_lock_waited(pthread_spinlock_t *s)
     if (!hs_enter())
         return spin_took(R(pthread_spin_lock)(s));
     int me = hs_t.slot;
-    while (!spinlock_spun(&p, LOCK_SPIN_NS)) {
+    while (!spin_for(spinlock_taken, &p, LOCK_SPIN_NS, NULL)) {  /* whoever waits, as libc */
         if (hs_ld(&hs_v.h->waiting) > 0 && hs_ld(&hs_v.workers[me].state) == HS_RUNNING) {
             hs_rotate();
             p.looks = 63;  /* the next look tries, whatever the word */
