@@ -191,6 +191,16 @@ def test_expect_is_searched_through_all_the_job_printed():
     assert [r.verified for r in recs] == [True, True, True], [r.error for r in recs]
 
 
+def test_an_expect_per_command_is_searched_in_its_own_jobs_output():
+    """Two --expect with two --cmd: each job is held to its own (the second pattern would
+    not match the first job's output, nor the first the second's)."""
+    spec = _spec(["sh -c 'echo alpha'", "sh -c 'echo beta'", "sh -c 'echo alpha'"], ["linux"],
+                 expect=["^alpha$", "^beta$", "^beta$"], reps=1)
+    recs = run_commands_once(spec, "linux", 0)
+    assert [r.verified for r in recs] == [True, True, False], [r.error for r in recs]
+    assert "'^beta$'" in recs[2].error
+
+
 def test_expect_decides_whether_a_clean_exit_verifies():
     spec = _spec(["sh -c 'echo hello'"], ["linux"], expect="bye", reps=1)
     (rec,) = run_commands_once(spec, "linux", 0)
@@ -517,6 +527,10 @@ def _not_started(monkeypatch):
     (["--cmd", "true", "--cmd", "false", "--jobs", "3"], "number of --cmd"),
     (["--cmd", "true", "--policy", "linux,fifo"], "unknown policy"),
     (["--cmd", "true", "--expect", "("], "not a regular expression"),
+    (["--cmd", "true", "--cmd", "true", "--expect", "a", "--expect", "("], "not a regular"),
+    (["--cmd", "true", "--cmd", "true", "--cmd", "true", "--expect", "a", "--expect", "b"],
+     "once per --cmd"),
+    (["--cmd", "true", "--jobs", "2", "--expect", "a", "--expect", "b"], "once per --cmd"),
     (["--cmd", "true", "--quantum-ms", "0"], "--quantum-ms"),
     (["--cmd", "true", "--timeout", "0"], "--timeout"),
     (["--cmd", "true", "--timeout", "soon"], "--timeout"),

@@ -51,21 +51,22 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
         return _records(spec, name, rep, jobs, exits, t0, session)
 
 
-def _verdict(spec: ColocateSpec, ex: Exit, stdout: Iterable[str | None]) -> str:
+def _verdict(spec: ColocateSpec, job: int, ex: Exit, stdout: Iterable[str | None]) -> str:
     """Why job ``ex`` does not verify ("" when it does); ``stdout``: its lines, all of
     them, which --expect is searched in one by one (None: a line too long to search)."""
     if ex.code < 0:
         return _killed(-ex.code)
     if ex.code:
         return f"exited with status {ex.code}"
-    if spec.expect:
-        pattern, unsearched = re.compile(spec.expect), 0
+    expect = spec.expect_for(job)
+    if expect:
+        pattern, unsearched = re.compile(expect), 0
         for line in stdout:
             if line is None:
                 unsearched += 1
             elif pattern.search(line):
                 return ""
-        why = f"its stdout does not match --expect {spec.expect!r}"
+        why = f"its stdout does not match --expect {expect!r}"
         return why + (f" ({unsearched} lines over {LINE_MAX >> 20} MiB were not searched)"
                       if unsearched else "")
     return ""
@@ -90,7 +91,7 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
     for j in range(J):
         out, err = jobs.output(j)
         why.append(_timed_out(spec, j in jobs.killed) if j in jobs.timed_out
-                   else _verdict(spec, exits[j], jobs.stdout_lines(j)))
+                   else _verdict(spec, j, exits[j], jobs.stdout_lines(j)))
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     ok = [t for t in times if t == t]

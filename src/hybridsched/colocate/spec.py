@@ -66,7 +66,9 @@ class ColocateSpec:
     height: int = 256
     width: int = 256
     commands: list[str] = field(default_factory=list)  # cmd: one per job, as given
-    expect: str = ""                 # cmd: a regex a job's stdout must match to verify
+    # cmd: a regex a job's stdout must match to verify: one for every job, or one per job
+    # (a list, as many as the commands); stored as given, so one string keeps the id
+    expect: str | list[str] = ""
     timeout_s: float = 0.0           # cmd: a job still running this long is killed (0: never)
 
     def validate(self, n: int) -> None:
@@ -124,6 +126,9 @@ class ColocateSpec:
         if J > 1 and self.jobs not in (0, J):
             raise UsageError(f"--jobs {self.jobs} with {J} --cmd: J is the number of --cmd "
                              "(--jobs copies a single --cmd)")
+        if isinstance(self.expect, list) and len(self.expect) != J:
+            raise UsageError(f"--expect given {len(self.expect)} times with {J} --cmd: give it "
+                             "once for every job or once per --cmd, in their order")
         if J == 1 and self.jobs > 1:
             self.commands = self.commands * self.jobs
         self.jobs = len(self.commands)
@@ -145,10 +150,15 @@ class ColocateSpec:
         if not 0 <= self.timeout_s <= MAX_TIMEOUT_S:
             raise UsageError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} s, "
                              f"got {self.timeout_s:g}")
-        try:
-            re.compile(self.expect)
-        except re.error as exc:
-            raise UsageError(f"--expect {self.expect!r}: not a regular expression ({exc})") from None
+        for pattern in self.expect if isinstance(self.expect, list) else [self.expect]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise UsageError(f"--expect {pattern!r}: not a regular expression ({exc})") from None
+
+    def expect_for(self, job: int) -> str:
+        """The --expect of job ``job`` ("" for none)."""
+        return self.expect[job] if isinstance(self.expect, list) else self.expect
 
     def experiment_id(self) -> str:
         """Names one experiment of commands in the table (its rows pooled by the report):

@@ -21,6 +21,13 @@ _BUILTIN = ("workload", "workers", "barrier", "step_us", "steps", "matrix", "sch
             "height", "width")
 
 
+def _expect(given: list[str] | None) -> str | list[str]:
+    """--expect as the spec takes it: one pattern for every job, or one per --cmd."""
+    if not given:
+        return ""
+    return given[0] if len(given) == 1 else list(given)
+
+
 def _spec(args) -> ColocateSpec:
     """The experiment the options ask for; options that do not belong to it refused."""
     if args.cmd is not None:
@@ -30,7 +37,7 @@ def _spec(args) -> ColocateSpec:
                              "as they are)")
         return ColocateSpec("cmd", args.jobs or 0, 0, args.policy or list(CMD_DEFAULT_POLICIES),
                             quantum_s=args.quantum_ms / 1e3, reps=args.reps,
-                            commands=list(args.cmd), expect=args.expect or "",
+                            commands=list(args.cmd), expect=_expect(args.expect),
                             timeout_s=args.timeout or 0.0)
     if args.expect is not None:
         raise UsageError("--expect: for --cmd only (the built-in workloads verify themselves)")

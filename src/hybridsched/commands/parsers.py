@@ -203,6 +203,7 @@ def add_ge(sub) -> None:
 
 def add_colocate(sub) -> None:
     from ..colocate.spec import BARRIERS, CMD_DEFAULT_POLICIES, CMD_POLICIES, POLICIES, WORKLOADS as KINDS
+    from ..oslayer.cmdjobs import TIMEOUT_GRACE_S
 
     co = sub.add_parser("colocate", help=HELP["colocate"])
     co.add_argument("--workload", choices=list(KINDS),
@@ -213,13 +214,14 @@ def add_colocate(sub) -> None:
                     help="instead of a --workload: an unmodified command, one job (repeatable; "
                     "or one --cmd with --jobs J for J copies); quoted as in a shell, run "
                     "without one (default: none, a built-in --workload)")
-    co.add_argument("--expect", metavar="REGEX",
+    co.add_argument("--expect", action="append", metavar="REGEX",
                     help="--cmd: a job verifies only if a line of its stdout (all of it, line by "
-                    "line) matches REGEX (default: exit status 0 is enough)")
+                    "line) matches REGEX; once for every job, or once per --cmd in their order "
+                    "(default: exit status 0 is enough)")
     co.add_argument("--timeout", type=seconds("--timeout"), metavar="SECONDS",
                     help="--cmd: a job still running SECONDS after the start gets SIGTERM, its "
-                    "whole group, then SIGKILL 2 s later if still running, and counts as "
-                    "failed (default: none)")
+                    f"whole group, then SIGKILL {TIMEOUT_GRACE_S:g} s later if still running, "
+                    "and counts as failed (default: none)")
     co.add_argument("--jobs", "-J", type=positive("--jobs"),
                     help="jobs started together (default 2; with --cmd the number of --cmd)")
     co.add_argument("--workers", "-T", type=positive("--workers"),

@@ -55,7 +55,7 @@ _GROUP_GONE_S = 5.0
 # Between the SIGTERM at a job's deadline and the SIGKILL for a job still running: long
 # enough for a command's own clean-up on a TERM (temporary files, a child's exit), short
 # enough that a command that ignores it holds the node only this much past --timeout.
-TIMEOUT_GRACE_S = 2.0  # (the --timeout help in commands/parsers.py says 2 s)
+TIMEOUT_GRACE_S = 2.0
 # Reading a job's stdout for --expect: chunks of _CHUNK bytes (fewer system calls against
 # more memory), and lines up to LINE_MAX bytes; a longer one is not searched at all (a
 # match in it is missed, and said so; cut in pieces, it matched where the line did not),
