@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,6 +48,28 @@ def test_a_thread_that_exits_holding_its_token_gives_it_back(seg, shim_lib, tmp_
         counts = job.counters()
     assert p.returncode == 0 and p.stdout == "joined\n", p.stderr
     assert counts.threads == 2 and reclaimed >= 1
+
+
+@pytest.mark.skipif(len(CPUS) < 2, reason="two tokens needed")
+def test_a_gone_threads_token_comes_back_while_the_others_rotate(seg, shim_lib, tmp_path):
+    """Two tokens, one kept by a thread gone by the raw exit call, while two spinning threads
+    pass the other back and forth, every wait shorter than the reclaim's period. The period
+    is the node's, not each wait's, so the gone thread's slot is reclaimed while they run
+    (with e81dccb's shim: never, the two sharing one token for the process's life)."""
+    exe = build("thread_exit_busy", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg) as a, ShimJob(a) as job:
+        p = subprocess.Popen([exe], env=environ(job), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while int(a.state.header["reclaimed"][0]) < 1 and time.monotonic() < deadline \
+                    and p.poll() is None:
+                time.sleep(0.01)
+            reclaimed = int(a.state.header["reclaimed"][0])
+        finally:
+            out, err = p.communicate(timeout=60)  # closes stdin: the program ends
+    assert p.returncode == 0 and out == "done\n", (out, err)
+    assert reclaimed >= 1
 
 
 def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import ResourceError, ShimUnavailable, UsageError
-from ..oslayer.procfs import thread_state
+from ..oslayer.procfs import pid_alive, thread_alive, thread_state
 from ..oslayer.signals import leave_signals_to_main_thread, signals_held
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, RUNNING
@@ -215,6 +215,11 @@ class _Watchdog(threading.Thread):
         """Signal a running holder, or revoke the token of a sleeping one or of one that
         let a signal go unanswered; whether it signalled."""
         state = thread_state(pid, tid)
+        if state in ("", "Z", "X"):  # gone holding it (the raw exit call): its slot reclaimed
+            with self.shim.arbiter.locked() as st:
+                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
+            self.shim.arbiter.post(woken)
+            return False
         if state == "R" and not signalled:
             sent = _tgkill(pid, tid, NUDGE_SIGNAL)
             self.signals += sent

@@ -227,7 +227,10 @@ void hs_exec_affinity(int before)
 
 static void wait_token(int me, int queued)
 {
-    int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_now_ns() + poll;
+    /* the node's schedule of scans, not this wait's: waits cut short by grants (threads
+       passing the tokens left among themselves) never lasted a period, and a thread gone
+       by the raw exit call kept its token for the process's life */
+    int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_v.h->reclaim_ns + poll;
     struct hs_early e[HS_EARLY_TRACK];
     int64_t every = HS_EARLY_NS;  /* between the early looks (early.c) */
     hs_early_reset(e);
