@@ -176,7 +176,9 @@ def test_a_failed_job_keeps_its_status_and_the_end_of_its_output():
     assert not bad.verified and bad.exit_status == 3 and "status 3" in bad.error
     assert "said-this" in bad.out_tail and "complained" in bad.err_tail
     assert bad.time_s != bad.time_s  # no time for an unverified job
-    assert good.verified and good.out_tail == "" and good.makespan_s == good.time_s
+    assert good.verified and good.out_tail == "" and good.time_s > 0
+    # nor a makespan for its repetition (it would leave the failed job out)
+    assert bad.makespan_s != bad.makespan_s and good.makespan_s != good.makespan_s
 
 
 def test_expect_is_searched_through_all_the_job_printed():
@@ -224,7 +226,7 @@ def test_a_job_past_its_timeout_is_terminated_and_the_others_finish(policy, hung
     assert time.monotonic() - start < 30  # the hung job alone would take 60 s, or for ever
     assert not stuck.verified and stuck.exit_status == -15, (stuck.exit_status, stuck.error)
     assert stuck.error == "ran past --timeout 0.5 s and was ended by SIGTERM"
-    assert good.verified and good.makespan_s == good.time_s
+    assert good.verified and good.makespan_s != good.makespan_s
 
 
 def test_a_job_past_its_timeout_may_clean_up_and_one_that_will_not_end_is_killed(tmp_path):
@@ -444,6 +446,21 @@ def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path, re
     assert proc.returncode == code, err
     assert err.strip().splitlines()[-1].startswith("hybridsched: ")
     assert _all_gone(pids), [(p, _state(p)) for p in pids]
+
+
+def test_what_a_job_printed_reaches_the_terminal_escaped(tmp_path, capsys):
+    """A failed job's stderr (a terminal title, a colour, a bell) is shown escaped on the
+    FAILED line and in the report, never written raw to the reader's terminal."""
+    out = str(tmp_path / "e.h5")
+    cmd = "sh -c 'printf \"\\033]0;pwned\\007\\033[31mred\" >&2; exit 1'"
+    assert main(["colocate", "--cmd", cmd, "--policy", "linux", "--reps", "1", "-o", out]) == 1
+    assert main(["report", "--no-plots", out]) == 0
+    captured = capsys.readouterr()
+    for text in (captured.err, captured.out):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;pwned\\x07\\x1b[31mred" in captured.err
+    assert "- failed: linux rep 0 job 0 exited with status 1; its stderr ends: " \
+        "`\\x1b]0;pwned\\x07\\x1b[31mred`" in captured.out
 
 
 def test_cli_stores_the_commands_and_reports_them(tmp_path, capsys):

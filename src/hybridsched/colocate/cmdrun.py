@@ -94,8 +94,9 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
                    else _verdict(spec, j, exits[j], jobs.stdout_lines(j)))
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
-    ok = [t for t in times if t == t]
-    makespan = max(ok) if ok else math.nan
+    # the repetition's makespan only where every job verified: one that ended on a failure
+    # (before or after the others) leaves no makespan worth a number
+    makespan = max(times) if not any(why) else math.nan
     nan = math.nan
     recs = []
     for j in range(J):

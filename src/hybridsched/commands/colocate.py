@@ -10,7 +10,7 @@ from ..coop.sweep import sweep as sweep_coop
 from ..errors import UsageError
 from ..oslayer.cpus import n_cpus
 from ..results.colocate_report import markdown
-from ..results.data import fmt
+from ..results.data import fmt, shown
 from ..store import check_output
 from ..study.output import this_machine
 from .common import PROG, out_name
@@ -70,7 +70,7 @@ def main(args) -> int:
             failed += not rec.verified
             print(f"{rec.policy} rep {rec.rep} job {rec.job}: {fmt(rec.time_s, '.3f', ' s')} "
                   f"(makespan {fmt(rec.makespan_s, '.3f', ' s')})"
-                  f"{'' if rec.verified else ' FAILED ' + rec.error}"
+                  f"{'' if rec.verified else ' FAILED ' + shown(rec.error)}"
                   f"{_last_words(rec.err_tail)}", file=sys.stderr)
         records = run_colocate(spec, on_record)
     print(markdown(read_colocate(out), n)[0])
@@ -82,4 +82,4 @@ def main(args) -> int:
 def _last_words(tail: str) -> str:
     """A failed command's last line on stderr, to go with its FAILED line."""
     lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-    return f"; its stderr ends: {lines[-1][:200]}" if lines else ""
+    return f"; its stderr ends: {shown(lines[-1][:200])}" if lines else ""

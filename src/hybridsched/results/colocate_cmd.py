@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .data import fmt
+from .data import fmt, shown
 
 CMD = "cmd"
 _FAILED_SHOWN = 5  # failed jobs listed under a table (all of them are in the study file)
@@ -18,7 +18,7 @@ def _commands(rows: np.ndarray) -> list[str]:
     """The experiment's commands, job by job."""
     by_job: dict[int, str] = {}
     for r in rows:
-        by_job.setdefault(int(r["job"]), str(r["command"]))
+        by_job.setdefault(int(r["job"]), shown(str(r["command"])))
     return [by_job[j] for j in sorted(by_job)]
 
 
@@ -91,7 +91,8 @@ def cmd_table(recs: list[dict], rows: np.ndarray) -> list[str]:
     for r in bad[:_FAILED_SHOWN]:
         tail = [ln for ln in str(r["err_tail"]).strip().splitlines() if ln.strip()]
         lines.append(f"- failed: {r['policy']} rep {int(r['rep'])} job {int(r['job'])} "
-                     f"{r['error']}" + (f"; its stderr ends: `{tail[-1][:160]}`" if tail else ""))
+                     f"{shown(str(r['error']))}"
+                     + (f"; its stderr ends: `{shown(tail[-1][:160])}`" if tail else ""))
     if len(bad) > _FAILED_SHOWN:
         lines.append(f"- ... and {len(bad) - _FAILED_SHOWN} more failed jobs (`out_tail`, "
                      "`err_tail` in /colocate)")

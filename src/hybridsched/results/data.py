@@ -316,6 +316,14 @@ def disturbed_mark(r: Row) -> str:
     return f" {DISTURBED_MARK}" if r.disturbed else ""
 
 
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: what it cannot print (escape sequences, bells,
+    bytes that were not UTF-8) written as escapes; a study from someone else's commands
+    must not retitle or recolour the reader's terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode()
+                   for c in text)
+
+
 def fmt(x: float, spec: str, unit: str = "") -> str:
     """``x`` formatted, with its unit; a dash, and no unit, where there is no value."""
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec) + unit
