@@ -566,19 +566,35 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, words, tmp_path, 
     assert not out.exists()
 
 
-@pytest.mark.parametrize("kind", ["directory", "not executable", "no #! line"])
-def test_what_cannot_be_executed_is_refused(kind, tmp_path, capsys, monkeypatch):
+WHAT_CANNOT_RUN = {  # kind: (the file's bytes or None for a directory, its mode, the words)
+    "directory": (None, 0o755, "is a directory"),
+    "not executable": (b"#!/bin/sh\necho hi\n", 0o644, "not executable"),
+    "no #! line": (b"echo hi\n", 0o755, "#!"),
+    "a missing interpreter": (b"#!/no/such/interpreter -x\necho hi\n", 0o755,
+                              "#! interpreter /no/such/interpreter is not an executable"),
+    "an empty #! line": (b"#!\necho hi\n", 0o755, "names no interpreter"),
+    "an ELF header cut short": (b"\x7fELF\x02\x01\x01", 0o755, "cut short"),
+}
+
+
+@pytest.mark.parametrize("policy", ["linux", "coop"])
+@pytest.mark.parametrize("kind", list(WHAT_CANNOT_RUN))
+def test_what_cannot_be_executed_is_refused(kind, policy, tmp_path, capsys, monkeypatch):
+    """Whatever the policy (coop's own checks come after these): one line, exit 2,
+    nothing started, where execve would fail and the job would only show status 127."""
     _not_started(monkeypatch)
+    body, mode, words = WHAT_CANNOT_RUN[kind]
     target = tmp_path / "thing"
-    if kind == "directory":
+    if body is None:
         target.mkdir()
     else:
-        target.write_text("echo hi\n")
-        target.chmod(0o755 if kind == "no #! line" else 0o644)
-    assert main(["colocate", "--cmd", str(target), "-o", str(tmp_path / "x.h5")]) == 2
+        target.write_bytes(body)
+        target.chmod(mode)
+    out = tmp_path / "x.h5"
+    assert main(["colocate", "--cmd", str(target), "--policy", policy, "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and {"directory": "is a directory", "not executable":
-                                     "not executable", "no #! line": "#!"}[kind] in err, err
+    assert err.count("\n") == 1 and words in err, err
+    assert not out.exists()
 
 
 def test_a_static_program_under_coop_is_refused_in_one_line_and_starts_nothing(

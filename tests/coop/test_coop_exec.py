@@ -136,7 +136,8 @@ def test_a_static_program_is_refused_in_one_line_and_nothing_starts(seg, shim_li
                                          (["--quantum-ms", "0", "true"], "--quantum-ms"),
                                          (["--quantum-ms", "inf", "true"], "at most 10000"),
                                          (["--quantum-ms", "1e300", "true"], "at most 10000"),
-                                         (["--quantum-ms", "nan", "true"], "--quantum-ms")])
+                                         (["--quantum-ms", "nan", "true"], "--quantum-ms"),
+                                         (["--segment", "", "true"], "an empty path")])
 def test_bad_command_lines_get_one_line_and_status_2(seg, argv, words):
     p = coop_exec(seg, *argv)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and words in p.stderr, p.stderr

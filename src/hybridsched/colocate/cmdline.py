@@ -46,19 +46,35 @@ def parse_command(text: str, path_env: str | None = None) -> Command:
         if found is None:
             raise UsageError(f"{shown}: {exe}: command not found (not an executable on PATH)")
         path = os.path.abspath(found)
-    if not _executable_format(path):
-        raise UsageError(f"{shown}: {exe}: neither a binary nor a script with a #! line "
-                         "(name its interpreter first)")
+    why = _not_executable(path)
+    if why:
+        raise UsageError(f"{shown}: {exe}: {why}")
     return Command(text, argv, path)
 
 
-def _executable_format(path: str) -> bool:
-    """Whether execve can run ``path``: an ELF binary or a #! script (what a shell would run
-    through sh instead, execve refuses with ENOEXEC). True when it cannot be read (an
-    execute-only binary)."""
+def _not_executable(path: str) -> str:
+    """Why execve cannot run ``path`` ("" when it can, as far as its first bytes tell): an
+    ELF header cut short, or a #! script whose interpreter is missing (execve's ENOEXEC
+    and ENOENT, which would show only as a job failing with status 127); neither a binary
+    nor a #! script is refused too (a shell would run it through sh; execve does not).
+    Nothing to say when it cannot be read (an execute-only binary)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(4)
+            head = fh.read(_HEAD)
     except OSError:
-        return True
-    return head.startswith(b"#!") or head == b"\x7fELF"
+        return ""
+    if head.startswith(b"\x7fELF"):
+        return "" if len(head) >= _ELF_HEADER else "an ELF file cut short (not a complete program)"
+    if not head.startswith(b"#!"):
+        return "neither a binary nor a script with a #! line (name its interpreter first)"
+    words = head[2:].split(b"\n", 1)[0].split()
+    if not words:
+        return "its #! line names no interpreter"
+    interp = os.fsdecode(words[0])
+    if not os.path.isfile(interp) or not os.access(interp, os.X_OK):
+        return f"its #! interpreter {interp} is not an executable file"
+    return ""
+
+
+_ELF_HEADER = 64   # bytes of a 64-bit ELF header; fewer cannot be executed
+_HEAD = 256        # the kernel reads a #! line up to this many bytes (BINPRM_BUF_SIZE)

@@ -16,6 +16,8 @@ def main(args) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError(f"{PROG} coop exec: a command is required ({PROG} coop exec [--] CMD ...)")
+    if args.segment is not None and not args.segment.strip():
+        raise UsageError(f"{PROG} coop exec: --segment: an empty path (leave it out for the node's)")
     check_quantum(args.quantum_ms / 1e3)
     result = exec_command(argv, segment=args.segment, quantum_s=args.quantum_ms / 1e3,
                           keep_env=args.keep_env)

@@ -39,7 +39,9 @@ def sud_available() -> bool:
 def _elf_loader(path: str, head: bytes) -> tuple[str | None, str | None]:
     """(the program's loader (PT_INTERP) or None when static, a reason it cannot take the
     shim or None)."""
-    if len(head) < 64 or head[4] != 2 or head[5] != 1:
+    if len(head) < 64:
+        return None, f"{path} is an ELF file cut short, not a complete program"
+    if head[4] != 2 or head[5] != 1:
         return None, f"{path} is not a 64-bit little-endian program"
     machine, = struct.unpack_from("<H", head, 18)
     if machine != _EM_X86_64:
