@@ -94,6 +94,41 @@ def test_waiters_back_off_yet_a_killed_holder_is_reclaimed(seg):
     assert n_calls < 0.6 * periods, n_calls
 
 
+@pytest.mark.skipif(len(CPUS) < 2, reason="two tokens needed")
+def test_a_killed_holder_is_reclaimed_while_the_others_rotate(seg):
+    """Two tokens, one kept by a process then killed; two threads pass the other back and
+    forth at their quantum's boundaries, so no wait of theirs lasts a reclaim period. The
+    period is the node's, not each wait's: the dead holder is still found (it was not,
+    the two sharing one token for as long as they ran)."""
+    with Arbiter(path=seg, cpus=CPUS[:2], quantum_s=0.002) as a:
+        j = a.join_job()
+        pid = fork_token_holder(a, j)
+        stop, turns = threading.Event(), [0, 0]
+
+        def body(i):
+            me = a.worker(j)
+            me.acquire()
+            while not stop.is_set():
+                sum(range(2000))
+                turns[i] += 1
+                me.boundary()
+            me.leave()
+        ts = [threading.Thread(target=body, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        try:
+            wait_until(lambda: min(turns) > 0, "both threads running")
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            wait_until(lambda: int(a.state.header["reclaimed"][0]) >= 1,
+                       "the killed holder's token reclaimed")
+        finally:
+            stop.set()
+            for t in ts:
+                t.join(DEADLINE_S)
+        a.leave_job(j)
+
+
 def test_a_handle_that_left_cannot_take_back_its_reused_slot(seg):
     """(hostile review) After leave() the slot may go to a new worker: the old handle's
     acquire raises, and its second leave frees nothing of the new owner's."""

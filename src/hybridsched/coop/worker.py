@@ -212,9 +212,12 @@ class Worker:
                 now_state = int(self._state[self.slot])
                 raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "
                                     f"now {STATE_NAMES.get(now_state, now_state)})")
+            # the node's period, not this wait's: waits cut short by grants (workers passing
+            # the tokens left among themselves) never last one, and a dead holder's token
+            # stayed with it; a look at the header, the lock only when the period is over
+            scanned = a.reclaim_due()
             if result == handoff.TIMED_OUT:  # the scanner keeps the period, others back off
-                self.poll_ns = (_RECLAIM_POLL_NS if a.reclaim_due()
-                                else min(2 * self.poll_ns, _IDLE_POLL_NS))
+                self.poll_ns = _RECLAIM_POLL_NS if scanned else min(2 * self.poll_ns, _IDLE_POLL_NS)
             result = handoff.wait_token(a.regions, self.slot, self.poll_ns)
         if waited:
             self.switches += 1
