@@ -215,23 +215,21 @@ class _Watchdog(threading.Thread):
         """Signal a running holder, or revoke the token of a sleeping one or of one that
         let a signal go unanswered; whether it signalled."""
         state = thread_state(pid, tid)
-        if state in ("", "Z", "X"):  # gone holding it (the raw exit call): its slot reclaimed
-            with self.shim.arbiter.locked() as st:
-                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
-            self.shim.arbiter.post(woken)
-            return False
         if state == "R" and not signalled:
             sent = _tgkill(pid, tid, NUDGE_SIGNAL)
             self.signals += sent
             return sent
-        if state in ("R", "S", "D"):
-            arbiter = self.shim.arbiter
-            woken: list[int] = []
+        arbiter = self.shim.arbiter
+        woken: list[int] = []
+        if state in ("", "Z", "X"):  # gone holding it (the raw exit call): its slot reclaimed
+            with arbiter.locked() as st:
+                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
+        elif state in ("R", "S", "D"):
             with arbiter.locked() as st:
                 w = st.workers[slot]
                 if (w["used"] and w["job"] == self.shim.job and w["state"] == RUNNING
                         and w["acquired_ns"] == since):
                     woken = st.revoke_holder(slot, now_ns())
                     st.jobs["revoked"][self.shim.job] += 1
-            arbiter.post(woken)
+        arbiter.post(woken)
         return False
