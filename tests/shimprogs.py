@@ -40,6 +40,29 @@ int main(void) { pthread_t t, b[2]; char c;
                  for (int i = 0; i < 2; i++) pthread_join(b[i], 0);
                  puts("done"); return 0; }
 """,
+    # Two threads taking TURNS turns each by sched_yield (as a runtime's spin-with-yield
+    # waits for its partner): prints the yields the waiting side made per turn.
+    "yield_turns": r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#define TURNS 2000
+static volatile int turn;
+static long yields[2];
+static void *body(void *a) {
+    int me = (int)(long)a;
+    for (int i = 0; i < TURNS; i++) {
+        while (turn != me)
+            yields[me]++, sched_yield();
+        turn = 1 - me;
+    }
+    return a;
+}
+int main(void) { pthread_t t[2];
+                 for (long i = 0; i < 2; i++) pthread_create(&t[i], 0, body, (void *)i);
+                 for (int i = 0; i < 2; i++) pthread_join(t[i], 0);
+                 printf("%.1f\n", (yields[0] + yields[1]) / (2.0 * TURNS)); return 0; }
+""",
     # Who takes a lock that is let go while a thread sleeps on it, ROUNDS times: thread 0
     # holds it until thread 1 sleeps on it (the lock is marked as having sleepers: -1 for
     # an OpenMP lock, argv[1] "omp"; 2 for a glibc mutex, "mutex"), lets it go, and watches

@@ -72,6 +72,17 @@ def test_a_gone_threads_token_comes_back_while_the_others_rotate(seg, shim_lib, 
     assert reclaimed >= 1
 
 
+def test_a_yield_hands_the_token_to_a_thread_of_the_job_that_waits(seg, shim_lib, tmp_path):
+    """Two threads taking turns by sched_yield on one token: the yielder's partner waits for
+    the token, and gets it at the first yield (it was the 64th: 14x plain Linux with two
+    such jobs). Counted, not timed: the yields a turn took."""
+    exe = build("yield_turns", tmp_path)
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [exe])
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout) < 4, p.stdout
+
+
 def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):
     """sh forks seq and wc, which exec: each process joins the command's job (the exec'd
     image keeps its slot), the pipe's ends pass the one token between them, and every

@@ -43,6 +43,16 @@ static int first_sibling_waiting(int me)
     return 1;
 }
 
+int hs_sibling_waiting(int me)
+{
+    for (int w = 0; w < hs_v.h->hi; w++) {
+        struct hs_worker *r = &hs_v.workers[w];
+        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING)
+            return 1;
+    }
+    return 0;
+}
+
 /* the rotation signal, queued to thread `tid` of process `pid` with the job's key as the
    cookie (hs_nudge_is_ours) */
 static void nudge_sibling(int pid, int tid)

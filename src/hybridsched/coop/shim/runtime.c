@@ -31,9 +31,12 @@ static pthread_key_t hs_exit_key;
    so a dead holder stalls the node as briefly whoever waits for its token. */
 #define RECLAIM_POLL_NS 200000000LL
 #define IDLE_POLL_NS 500000000LL
-/* sched_yield calls in a row while others wait before a yield hands the token on: a
-   runtime that yields in its spin (libomp when oversubscribed) gives its token up within
-   tens of microseconds, while a lone yield (a lock's back-off) costs no hand-off. */
+/* sched_yield calls in a row while other jobs' threads wait before a yield hands the token
+   on: a runtime that yields in its spin (libomp when oversubscribed) gives its token up
+   within tens of microseconds, while a lone yield (a lock's back-off) costs the job no
+   hand-off to another job. A thread of its own job waiting for a token gets it at the
+   first yield: it is likely what the yielder waits for (two threads taking turns by
+   sched_yield, two jobs at once, took 64 yields a turn: 14x plain Linux, hostile review). */
 #define YIELDS_TO_ROTATE 64
 /* The unlocks while others wait between two looks at the clock in hs_release_point: a look
    is ~20 ns, an unlock of a lock loop's round a few, so the quantum is overrun by at most
@@ -395,7 +398,8 @@ void hs_yield_point(void)
         hs_t.yields = 0;
         return;
     }
-    if (hs_rule_expired(&hs_v, me, hs_now_ns()) || ++hs_t.yields >= YIELDS_TO_ROTATE) {
+    if (hs_rule_expired(&hs_v, me, hs_now_ns()) || ++hs_t.yields >= YIELDS_TO_ROTATE
+        || hs_sibling_waiting(me)) {
         hs_t.yields = 0;
         hs_rotate();
     }
