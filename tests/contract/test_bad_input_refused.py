@@ -348,7 +348,7 @@ def test_a_root_attribute_that_is_not_utf8_is_refused(small, tmp_path, capsys):
     (["colocate", "--workload", "bsp", "--matrix", "64"], "--workload blas only"),
     (["colocate", "--workload", "run", "--matrix", "64"], "--workload blas only"),
     (["colocate", "--workload", "run", "-s", "paper"], "name one"),
-    (["colocate", "--policy", "coop", "--jobs", "64"], "at most 63 jobs"),
+    (["colocate", "--policy", "coop", "--jobs", "65"], "from 1 to 64"),
 ])
 def test_colocate_refuses_what_it_cannot_run(argv, says, tmp_path, capsys):
     out = str(tmp_path / "c.h5")

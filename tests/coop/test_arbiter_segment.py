@@ -465,3 +465,15 @@ def test_a_kernel_that_raises_under_coop_gives_its_token_back(tmp_path):
                         "--out", str(tmp_path / "f.h5")],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode != 0 and "kernel failed on frame 5" in p.stderr, p.stderr[-2000:]
+
+
+def test_the_job_table_holds_a_large_nodes_commands(seg):
+    """Each `coop exec` holds two rows (its command's job and its own attachment): 256 of
+    them at once fit, a row each for the commands and the attachments of a large node's
+    MPI ranks (64 rows let 32 run: hostile review)."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        with a.locked() as st:
+            rows = [st.join_job(os.getpid(), key) for key in range(1, 2 * 256)]  # + a's seat
+            for j in rows:
+                st.leave_job(j)
+    assert len(set(rows)) == 2 * 256 - 1

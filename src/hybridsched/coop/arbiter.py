@@ -53,9 +53,12 @@ def check_quantum(quantum_s: float) -> None:
     if not 0 < quantum_s <= MAX_QUANTUM_S:
         raise UsageError(f"--quantum-ms must be above 0 and at most {MAX_QUANTUM_S * 1e3:g}, "
                          f"got {quantum_s * 1e3:g}")
-# Table sizes of a new segment: 64 jobs and 4096 workers per node cover every study we run
-# (k up to 4096) for ~300 KiB of shared memory.
-MAX_JOBS = 64
+# Table sizes of a new segment: 4096 workers per node cover every study we run (k up to
+# 4096). 1024 jobs: each `coop exec` holds two rows (its command's job and its own
+# attachment), so 512 commands at once on a node, one per CPU of the largest with room to
+# spare (64 rows let 32 run, fewer than a node's MPI ranks: hostile review); the table
+# costs 128 KiB of the segment's ~400 KiB and is read whole only by the reclaim scan.
+MAX_JOBS = 1024
 MAX_WORKERS = 4096
 
 
