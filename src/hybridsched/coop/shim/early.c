@@ -29,28 +29,28 @@ static int64_t thread_cpu_ns(int pid, int tid)
     return strtoll(buf, NULL, 10);  /* the first field: time on a CPU, ns */
 }
 
-/* whether `me` is the first of its job's threads to wait for a token (the one that looks
-   after the early rotations) */
-static int first_sibling_waiting(int me)
+/* whether a thread of this job other than `me` waits for a token, queued before `seq` */
+static int sibling_waiting_before(int me, int64_t seq)
 {
-    int64_t seq = hs_v.workers[me].seq;
     for (int w = 0; w < hs_v.h->hi; w++) {
         struct hs_worker *r = &hs_v.workers[w];
         if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING
             && r->seq < seq)
-            return 0;
+            return 1;
     }
-    return 1;
+    return 0;
+}
+
+/* whether `me` is the first of its job's threads to wait for a token (the one that looks
+   after the early rotations) */
+static int first_sibling_waiting(int me)
+{
+    return !sibling_waiting_before(me, hs_v.workers[me].seq);
 }
 
 int hs_sibling_waiting(int me)
 {
-    for (int w = 0; w < hs_v.h->hi; w++) {
-        struct hs_worker *r = &hs_v.workers[w];
-        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING)
-            return 1;
-    }
-    return 0;
+    return sibling_waiting_before(me, INT64_MAX);
 }
 
 /* the rotation signal, queued to thread `tid` of process `pid` with the job's key as the
