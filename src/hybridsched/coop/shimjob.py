@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import ResourceError, ShimUnavailable, UsageError
-from ..oslayer.procfs import pid_alive, thread_alive, thread_state
+from ..oslayer.procfs import thread_state
 from ..oslayer.signals import leave_signals_to_main_thread, signals_held
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, RUNNING
@@ -219,17 +219,14 @@ class _Watchdog(threading.Thread):
             sent = _tgkill(pid, tid, NUDGE_SIGNAL)
             self.signals += sent
             return sent
-        arbiter = self.shim.arbiter
-        woken: list[int] = []
-        if state in ("", "Z", "X"):  # gone holding it (the raw exit call): its slot reclaimed
-            with arbiter.locked() as st:
-                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
-        elif state in ("R", "S", "D"):
+        if state in ("R", "S", "D"):  # a gone holder is the waiters' reclaim scan's
+            arbiter = self.shim.arbiter
+            woken: list[int] = []
             with arbiter.locked() as st:
                 w = st.workers[slot]
                 if (w["used"] and w["job"] == self.shim.job and w["state"] == RUNNING
                         and w["acquired_ns"] == since):
                     woken = st.revoke_holder(slot, now_ns())
                     st.jobs["revoked"][self.shim.job] += 1
-        arbiter.post(woken)
+            arbiter.post(woken)
         return False
