@@ -350,15 +350,18 @@ def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_pat
 def test_only_the_first_waiting_sibling_wakes_to_look_and_less_often_at_a_computing_holder(
         seg, shim_lib, tmp_path):
     """Three threads wait while the holder computes (300 ms, calling into the shim): the
-    first of them looks at the holder, every 2 ms at first, then, since the holder keeps
-    entering the shim, at twice the period each time up to 16 ms (HS_EARLY_MAX_NS): about 20
-    looks, not 150; the others sleep."""
+    first of them looks at the holder, every 0.5 ms at first (HS_EARLY_NS), then, since the
+    holder keeps entering the shim, at twice the period each time up to 16 ms
+    (HS_EARLY_MAX_NS): about 24 looks on a quiet machine, not 600; the others sleep. A
+    holder the system preempts enters nothing between two looks, and the period starts
+    again: 22-42 under two busy loops and 71 once in a loaded CI run (measured), hence
+    the bound, still a quarter of no back-off at all."""
     exe = build("sibling_waits", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
         p = run_under(job, [exe, "many", "300"])
     assert p.returncode == 0, p.stderr
     switches = sorted(int(x) for x in p.stdout.split())
-    assert 8 <= switches[-1] <= 60 and switches[1] < 8, switches
+    assert 8 <= switches[-1] <= 150 and switches[1] < 8, switches
 
 
 def test_a_holder_that_computed_and_then_spins_is_still_asked_to_rotate(seg, shim_lib,
