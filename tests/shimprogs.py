@@ -557,6 +557,43 @@ int main(int argc, char **argv) {
     pthread_join(t, 0); puts(ran ? "ran" : "waited"); return 0;
 }
 """,
+    # OpenBLAS's pattern: a pool thread sleeps on a condition variable between jobs, which
+    # the main thread posts after some work of its own and then waits for by spinning on a
+    # flag (calling nothing). ROUNDS jobs (argv[1]); the pool thread counts the returns of
+    # its wait that found no job (spurious wake-ups). "ok" when every job ran.
+    "cond_pool": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static int job, done_count, rounds;
+static long spurious;
+static volatile double sink;
+static void work(int n) { double x = 0; for (int i = 0; i < n; i++) x = x * 0.9999999 + 1.0;
+                          sink = x; }
+static void *pool(void *a) {
+    for (int r = 0; r < rounds; r++) {
+        pthread_mutex_lock(&m);
+        while (!job) { pthread_cond_wait(&wake, &m); if (!job) spurious++; }
+        job = 0; pthread_mutex_unlock(&m);
+        work(5000);
+        __atomic_store_n(&done_count, r + 1, __ATOMIC_RELEASE);
+    }
+    return a;
+}
+int main(int argc, char **argv) {
+    rounds = atoi(argv[1]);
+    pthread_t t; pthread_create(&t, 0, pool, 0);
+    for (int r = 0; r < rounds; r++) {
+        work(10000);
+        pthread_mutex_lock(&m); job = 1; pthread_cond_signal(&wake); pthread_mutex_unlock(&m);
+        while (__atomic_load_n(&done_count, __ATOMIC_ACQUIRE) != r + 1) { }
+    }
+    pthread_join(t, 0);
+    printf("ok spurious=%ld\n", spurious); return 0;
+}
+""",
     # dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")
     # Two threads, ROUNDS rounds each: some work, then as much again under one mutex
     # (argv[1]); prints "ok" when the shared total is right.

@@ -221,6 +221,35 @@ def test_a_condition_variables_waiter_holds_no_mutex_while_it_waits_for_a_token(
     assert p.returncode == 0 and p.stdout == "held_at_end=0 got=1\n", (p.stdout, p.stderr)
 
 
+def test_a_pool_threads_wait_spins_while_nobody_wants_its_cpu(seg, shim_lib, tmp_path):
+    """A condition variable's wait while the signaller runs and no thread waits for a
+    token spins (returns as spurious wake-ups) instead of sleeping, so the thread catches
+    its next job without a futex wake-up: OpenBLAS's pool, alone on the node. Without the
+    spin every round's wait parks (calls = rounds)."""
+    if len(CPUS) < 2:
+        pytest.skip("needs 2 CPUs")
+    exe = build("cond_pool", tmp_path)
+    rounds = 400
+    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(rounds)])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout.startswith("ok "), (p.stdout, p.stderr)
+    assert int(p.stdout.split("spurious=")[1]) > 0, p.stdout
+    assert counts.calls < rounds // 2, counts  # most waits never parked
+
+
+def test_a_pool_threads_wait_sleeps_when_its_signaller_cannot_run(seg, shim_lib, tmp_path):
+    """On one token the signaller waits for the token the pool thread holds: its wait
+    sleeps at once, no spurious wake-up, each round's wait parked."""
+    exe = build("cond_pool", tmp_path)
+    rounds = 100
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, str(rounds)])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok spurious=0\n", (p.stdout, p.stderr)
+    assert counts.calls >= rounds - 1, counts  # the first job may come before the first wait
+
+
 @pytest.mark.parametrize("iters", [300_000, 3_000_000])  # ~0.5 ms, ~5 ms in the lock
 def test_no_rotation_inside_a_spinlock(seg, shim_lib, tmp_path, iters):
     """A thread rotated holding a pthread spinlock leaves the thread given its token

@@ -63,6 +63,8 @@ struct hs_thread {
     unsigned releases; /* unlocks while others wait (hs_release_point) */
     int held;          /* locks seen taken and not yet given back (hs_took, hs_gave) */
     int spinning;      /* of them, pthread spinlocks */
+    const void *idle_cond;  /* the condition variable of a wait spun instead (wrap_locks.c) */
+    int64_t idle_from, idle_last;  /* when that spin began, and its last slice ended */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation asked for and not yet made: HS_PEND_* */
     cpu_set_t mask;

@@ -434,6 +434,7 @@ static void reset_thread(void)
     hs_t.parked = HS_PARK_NONE;
     hs_t.yields = 0;
     hs_t.releases = 0;
+    hs_t.idle_cond = NULL;
     hs_t.has_mask = 0;
     hs_t.pending = HS_PEND_NONE;
     hs_t.armed = 0;
