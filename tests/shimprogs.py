@@ -558,9 +558,10 @@ int main(int argc, char **argv) {
 }
 """,
     # OpenBLAS's pattern: a pool thread sleeps on a condition variable between jobs, which
-    # the main thread posts after some work of its own and then waits for by spinning on a
-    # flag (calling nothing). ROUNDS jobs (argv[1]); the pool thread counts the returns of
-    # its wait that found no job (spurious wake-ups). "ok" when every job ran.
+    # the main thread posts after some work of its own (an eighth of a job's) and then
+    # waits for by spinning on a flag (calling nothing). ROUNDS jobs (argv[1]); the pool thread counts the returns of
+    # its wait that found no job (spurious wake-ups). "ok" when every job ran. With a
+    # second argument, a third thread sleeps on another condition variable meanwhile.
     "cond_pool": r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -577,21 +578,71 @@ static void *pool(void *a) {
         pthread_mutex_lock(&m);
         while (!job) { pthread_cond_wait(&wake, &m); if (!job) spurious++; }
         job = 0; pthread_mutex_unlock(&m);
-        work(5000);
+        work(40000);
         __atomic_store_n(&done_count, r + 1, __ATOMIC_RELEASE);
     }
     return a;
 }
+static pthread_cond_t never = PTHREAD_COND_INITIALIZER;
+static int over;
+static void *idle(void *a) { pthread_mutex_lock(&m); while (!over) pthread_cond_wait(&never, &m);
+                             pthread_mutex_unlock(&m); return a; }
 int main(int argc, char **argv) {
     rounds = atoi(argv[1]);
-    pthread_t t; pthread_create(&t, 0, pool, 0);
+    pthread_t t, extra; pthread_create(&t, 0, pool, 0);
+    if (argc > 2) pthread_create(&extra, 0, idle, 0);
     for (int r = 0; r < rounds; r++) {
-        work(10000);
+        work(5000);
         pthread_mutex_lock(&m); job = 1; pthread_cond_signal(&wake); pthread_mutex_unlock(&m);
         while (__atomic_load_n(&done_count, __ATOMIC_ACQUIRE) != r + 1) { }
     }
     pthread_join(t, 0);
+    if (argc > 2) { pthread_mutex_lock(&m); over = 1; pthread_cond_signal(&never);
+                    pthread_mutex_unlock(&m); pthread_join(extra, 0); }
     printf("ok spurious=%ld\n", spurious); return 0;
+}
+""",
+    # A waiter on a condition variable while the main thread computes (and so runs) for
+    # 0.3 s before it signals; the waiter works ~25 µs after each return of its wait.
+    # argv[1] "gap": it counts them ("returns=N"); "cancel": the main thread cancels it
+    # after 50 ms and, still computing, waits up to 5 s for its cleanup handler, which
+    # checks that it holds the mutex ("ok" or "FAILED").
+    "cond_waiter": r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static int ready, cleaned, held;
+static long returns;
+static volatile double sink;
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + t.tv_nsec * 1e-9; }
+static void busy(double s) { double end = now() + s, x = 0; while (now() < end) x += 1.0; sink = x; }
+static void cleanup(void *a) { held = pthread_mutex_trylock(&m) != 0; pthread_mutex_unlock(&m);
+                               __atomic_store_n(&cleaned, 1, __ATOMIC_RELEASE); (void)a; }
+static void *waiter(void *a) {
+    pthread_cleanup_push(cleanup, 0);
+    pthread_mutex_lock(&m);
+    while (!ready) { pthread_cond_wait(&c, &m); returns++; busy(25e-6); }
+    pthread_mutex_unlock(&m);
+    pthread_cleanup_pop(0);
+    return a;
+}
+int main(int argc, char **argv) {
+    pthread_t t; pthread_create(&t, 0, waiter, 0);
+    if (strcmp(argv[1], "gap") == 0) {
+        busy(0.3);
+        pthread_mutex_lock(&m); ready = 1; pthread_cond_signal(&c); pthread_mutex_unlock(&m);
+        pthread_join(t, 0); printf("returns=%ld\n", returns); return 0;
+    }
+    busy(0.05);
+    pthread_cancel(t);
+    double end = now() + 5;
+    while (!__atomic_load_n(&cleaned, __ATOMIC_ACQUIRE) && now() < end) { }
+    int ok = __atomic_load_n(&cleaned, __ATOMIC_ACQUIRE) && held;
+    pthread_join(t, 0); puts(ok ? "ok" : "FAILED"); return !ok;
 }
 """,
     # dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")

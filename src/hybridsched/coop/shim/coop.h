@@ -63,8 +63,9 @@ struct hs_thread {
     unsigned releases; /* unlocks while others wait (hs_release_point) */
     int held;          /* locks seen taken and not yet given back (hs_took, hs_gave) */
     int spinning;      /* of them, pthread spinlocks */
-    const void *idle_cond;  /* the condition variable of a wait spun instead (wrap_locks.c) */
-    int64_t idle_from, idle_last;  /* when that spin began, and its last slice ended */
+    int64_t spin_left; /* condition-variable waits: the spin still allowed (wrap_locks.c) */
+    int64_t spin_at;   /* when spin_left was last brought up to date, 0 never */
+    const void *unsignalled; /* the variable whose last wait spun and saw no signal */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation asked for and not yet made: HS_PEND_* */
     cpu_set_t mask;
@@ -91,8 +92,10 @@ extern __thread struct hs_thread hs_t __attribute__((tls_model("initial-exec")))
 extern int hs_on;            /* the shim manages this process */
 extern struct hs_view hs_v;
 extern int hs_job;
+extern int hs_threads_here;  /* this process's managed threads */
 
 HS_HIDDEN void hs_park(void);
+HS_HIDDEN int hs_park_lazy(void);
 HS_HIDDEN void hs_resume(void);
 HS_HIDDEN void hs_yield_point(void);
 HS_HIDDEN void hs_release_point(void);

@@ -339,6 +339,17 @@ void hs_park(void)
     hs_t.parked = HS_PARK_RELEASED;
 }
 
+/* the lazy park alone, not counted as a call: 1 when the token is kept lazily (nobody
+   waits), 0 with the thread left as it was, running */
+int hs_park_lazy(void)
+{
+    int me = hs_t.slot;
+    if (!mine_unlocked(me) || !hs_rule_lazy_park(&hs_v, me))
+        return 0;
+    hs_t.parked = HS_PARK_LAZY;
+    return 1;
+}
+
 void hs_resume(void)
 {
     int me = hs_t.slot;
@@ -434,15 +445,20 @@ static void reset_thread(void)
     hs_t.parked = HS_PARK_NONE;
     hs_t.yields = 0;
     hs_t.releases = 0;
-    hs_t.idle_cond = NULL;
+    hs_t.spin_at = 0;
+    hs_t.unsignalled = NULL;
     hs_t.has_mask = 0;
     hs_t.pending = HS_PEND_NONE;
     hs_t.armed = 0;
     hs_t.selector = HS_SUD_ALLOW;
 }
 
+/* the process's managed threads now (a fork's child starts again from its one thread) */
+int hs_threads_here;
+
 static void start(int slot)
 {
+    __atomic_fetch_add(&hs_threads_here, 1, __ATOMIC_RELAXED);
     hs_t.slot = slot;
     pthread_setspecific(hs_exit_key, (void *)1);  /* hs_thread_end at the thread's exit */
     hs_sud_arm();
@@ -489,6 +505,7 @@ void hs_thread_end(void *unused)
     }
     cs_unlock(&cs);
     hs_t.slot = -1;
+    __atomic_fetch_sub(&hs_threads_here, 1, __ATOMIC_RELAXED);
     hs_t.depth--;
 }
 
@@ -527,6 +544,7 @@ static void atfork_child(void)
     if (!hs_on)
         return;
     hs_pid = getpid();
+    hs_threads_here = 0;
     hs_thread_begin();  /* a new thread: the parent's slot stays the parent's */
 }
 

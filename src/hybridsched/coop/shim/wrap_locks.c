@@ -294,50 +294,107 @@ static int cond_waited(int r, pthread_mutex_t *m)
     } while (0)
 
 /* An untimed condition variable's wait while nobody waits for a token and a sibling runs
-   (the thread likely to signal) is spun instead, keeping the token, in slices of
-   COND_SLICE_NS, each ended by a spurious wake-up (which POSIX allows, and which a caller
-   testing its predicate in a loop, as it must, takes in its stride) so that the caller
-   tests its predicate again; after COND_SPIN_NS of such slices, or once a thread waits for
-   a token, the wait sleeps. A sleeping wait costs a futex wake-up when it is signalled
-   (tens of µs for an idle vCPU here), and OpenBLAS's pool threads sleep after every call
-   under the wait policy coop sets: one numpy job alone (J = 1) ran at 0.94-0.95 of linux
-   without the spin, 0.98 with 100 µs of it and 0.99 with 200 µs; at J = 2 the same jobs'
-   makespan fell from 0.99 s to 0.87-0.90 s (2026-12-06, 8 repetitions). Longer bridges
-   longer idle gaps of a job with the node to itself, but burns more of a CPU nobody asked
-   for before the wait sleeps. Timed waits (CPython's GIL among them) are left as they are:
-   their deadline would have to be kept through the slices. */
-#define COND_SPIN_NS 200000
-/* the latency added to a signal seen by a spinning waiter, against the mutex taken and
-   given back once per slice (a signaller finding it held sleeps on it) */
-#define COND_SLICE_NS 2000
-/* slices closer than this belong to one wait (the caller only tested its predicate) */
-#define COND_GAP_NS 20000
+   (the thread likely to signal) first spins, the mutex let go, until the variable is
+   signalled: pthread_cond_signal and pthread_cond_broadcast count their calls per
+   variable (by address, in a table where two variables may share a count: a false
+   wake-up, which POSIX allows). A wait that sleeps costs a futex wake-up when it is
+   signalled (tens of µs for an idle vCPU here), and OpenBLAS's pool threads sleep after
+   every call under the wait policy coop sets: one numpy job alone (J = 1) ran at
+   0.94-0.95 of linux without the spin. The token is kept lazily meanwhile: a thread that
+   comes to wait for one takes it and ends the spin, and siblings do not count a spinning
+   thread as one that runs (idle pool threads counting each other kept both CPUs spinning:
+   a 2-worker pool ran 6x slower). A process with more threads than the node has CPUs
+   never spins: a spinner still holds a CPU, and a thread the kernel has woken but that has
+   not yet asked for a token (it needs a CPU to) is not seen waiting (a pool of two
+   workers and its caller ran 1.3-1.6x slower). A spin that ends without a signal returns as a spurious
+   wake-up, since a signal sent without the mutex between the spin's end and a sleep
+   would be lost, and the caller's next wait on the variable sleeps. Timed waits (CPython's
+   GIL among them) are left as they are: their deadline would have to be kept through the
+   spin. */
+#define COND_GENS 1024  /* counts of signals; more: fewer false wake-ups, more memory */
+static uint32_t cond_gen[COND_GENS];
 
-static int never(void *unused)
+static uint32_t *signals_of(const pthread_cond_t *c)
 {
-    (void)unused;
-    return 0;
+    uintptr_t x = (uintptr_t)c;
+    return &cond_gen[((x >> 4) ^ (x >> 14)) % COND_GENS];
+}
+
+REAL(int, pthread_cond_signal, (pthread_cond_t *));
+REAL(int, pthread_cond_broadcast, (pthread_cond_t *));
+
+HS_EXPORT int pthread_cond_signal(pthread_cond_t *c)
+{
+    __atomic_fetch_add(signals_of(c), 1, __ATOMIC_SEQ_CST);
+    return R(pthread_cond_signal)(c);
+}
+
+HS_EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
+{
+    __atomic_fetch_add(signals_of(c), 1, __ATOMIC_SEQ_CST);
+    return R(pthread_cond_broadcast)(c);
+}
+
+/* A thread's spin allowance: up to COND_SPIN_NS at once, earned back at 1/COND_SPIN_SHARE
+   of the time it does not spin, so that a waiter signalled rarely burns at most that share
+   of a CPU. Longer bridges longer idle gaps of a job alone on the node (numpy J = 1: 0.98
+   of linux at 100 µs, 0.99 at 200 µs); a larger share burns more of a CPU nobody asked
+   for. */
+#define COND_SPIN_NS 200000
+#define COND_SPIN_SHARE 4
+
+struct cond_spin {
+    const uint32_t *signals;
+    uint32_t seen;
+};
+
+static int spin_over(void *arg)
+{
+    const struct cond_spin *s = arg;
+    return __atomic_load_n(s->signals, __ATOMIC_ACQUIRE) != s->seen
+           || hs_ld(&hs_v.workers[hs_t.slot].state) != HS_LAZY || !sibling_runs();
+}
+
+/* the spin allowance now: earned back since the last look, up to the whole */
+static int64_t spin_allowed(int64_t now)
+{
+    if (hs_t.spin_at == 0)
+        hs_t.spin_left = COND_SPIN_NS;
+    else
+        hs_t.spin_left += (now - hs_t.spin_at) / COND_SPIN_SHARE;
+    if (hs_t.spin_left > COND_SPIN_NS)
+        hs_t.spin_left = COND_SPIN_NS;
+    hs_t.spin_at = now;
+    return hs_t.spin_left;
 }
 
 static int cond_spun(pthread_cond_t *c, pthread_mutex_t *m)
 {
     int kind = m->__data.__kind;
-    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP || !spin_wanted()) {
-        hs_t.idle_cond = NULL;
+    if (hs_t.unsignalled == c) {  /* the last spin on it saw no signal: this wait sleeps */
+        hs_t.unsignalled = NULL;
         return 0;
     }
-    int64_t now = hs_now_ns();
-    if (hs_t.idle_cond != c || now - hs_t.idle_last > COND_GAP_NS) {
-        hs_t.idle_cond = c;
-        hs_t.idle_from = now;
-    }
-    if (now - hs_t.idle_from >= COND_SPIN_NS || R(pthread_mutex_unlock)(m) != 0) {
-        hs_t.idle_cond = NULL;
+    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP
+        || hs_ld(&hs_threads_here) > hs_v.ncpu || !spin_wanted())
+        return 0;
+    int64_t now = hs_now_ns(), allowed = spin_allowed(now);
+    struct cond_spin s = {signals_of(c), 0};
+    s.seen = __atomic_load_n(s.signals, __ATOMIC_ACQUIRE);  /* under the mutex */
+    if (allowed <= 0 || !hs_park_lazy())
+        return 0;
+    if (R(pthread_mutex_unlock)(m) != 0) {
+        hs_resume();
         return 0;
     }
-    spin_for(never, NULL, COND_SLICE_NS, spin_wanted);
+    spin_for(spin_over, &s, allowed, NULL);
+    hs_resume();
     lock_inside(m);
-    hs_t.idle_last = hs_now_ns();
+    if (__atomic_load_n(s.signals, __ATOMIC_ACQUIRE) == s.seen)
+        hs_t.unsignalled = c;
+    int64_t end = hs_now_ns();
+    hs_t.spin_left -= end - now;
+    hs_t.spin_at = end;
     return 1;
 }
 
@@ -347,6 +404,7 @@ HS_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
         return R(pthread_cond_wait)(c, m);
     if (cond_spun(c, m)) {
         hs_exit();
+        pthread_testcancel();  /* the wait is a cancellation point: acted on with the mutex held */
         return 0;
     }
     hs_park();
