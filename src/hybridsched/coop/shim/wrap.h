@@ -47,6 +47,11 @@ HS_HIDDEN int hs_take_with_token(struct hs_lockword w, int (*attempt)(void *), v
    job runs holding one (the one likely to change what is waited for), for up to `ns`:
    1 as soon as `done(arg)`, 0 when it gave up (or never began). (wrap_locks.c) */
 HS_HIDDEN int hs_spin(int (*done)(void *), void *arg, int64_t ns);
+/* The same spin whoever waits for a token, as libc spins for a spinlock (wrap_locks.c). */
+HS_HIDDEN int hs_spin_regardless(int (*done)(void *), void *arg, int64_t ns);
+/* how long a spin for a lock lasts before the waiter looks again: its trade-off is
+   explained in wrap_locks.c, before hs_take_with_token */
+#define LOCK_SPIN_NS 10000
 
 static inline void *sym(const char *name)
 {
