@@ -559,9 +559,10 @@ int main(int argc, char **argv) {
 """,
     # OpenBLAS's pattern: a pool thread sleeps on a condition variable between jobs, which
     # the main thread posts after some work of its own (an eighth of a job's) and then
-    # waits for by spinning on a flag (calling nothing). ROUNDS jobs (argv[1]); the pool thread counts the returns of
-    # its wait that found no job (spurious wake-ups). "ok" when every job ran. With a
-    # second argument, a third thread sleeps on another condition variable meanwhile.
+    # waits for by spinning on a flag (calling nothing). ROUNDS jobs (argv[1]); the pool
+    # thread counts the returns of its wait that found no job (spurious wake-ups). "ok"
+    # when every job ran. With a second argument, a third thread sleeps on another
+    # condition variable meanwhile.
     "cond_pool": r"""
 #include <pthread.h>
 #include <stdio.h>
