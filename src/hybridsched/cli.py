@@ -19,7 +19,7 @@ from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
 from .errors import HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
-from .oslayer.signals import honour_pending, raising, signals_held, taken
+from .oslayer.signals import honour_pending, pending, raising, signals_held, taken
 from .version import __version__
 
 PROG = "hybridsched"
@@ -96,6 +96,20 @@ def _unraisable(hook):
     return quiet
 
 
+def _signalled(argv: list[str]) -> int | None:
+    """The status of a SIGINT or SIGTERM whose exception another one replaced on the way
+    out (raised in threading's `with lock:` as a thread started, CPython's __exit__
+    released a lock it never took: RuntimeError; or an error of ours raised while
+    unwinding), reported in one line; None when no signal came."""
+    signum = pending()
+    if signum is None:
+        return None
+    taken()
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    print(f"{PROG}: {word}{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hybridsched`` and ``python -m hybridsched``."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -121,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             print(msg if msg.startswith(f"{PROG}:") else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        code = _signalled(argv)
+        if code is None:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            code = 1
+        return code
     except KeyboardInterrupt:
         taken()
         print(f"{PROG}: interrupted{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
@@ -134,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except BrokenPipeError:
         return 141
+    except Exception:
+        code = _signalled(argv)
+        if code is None:
+            raise
+        return code
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)

@@ -321,6 +321,32 @@ def test_a_signal_whose_exception_python_drops_is_raised_again():
     signals.honour_pending()  # taken: nothing is raised any more
 
 
+def test_a_signal_whose_exception_broke_the_unwinding_still_ends_the_command_by_it(
+        monkeypatch, capsys):
+    """A SIGTERM whose Terminated was replaced on the way out (raised in threading's `with
+    lock:` as a thread started, CPython's __exit__ released a lock it never took and raised
+    RuntimeError: a traceback and status 1, once in a CI run) is still the SIGTERM: 143 and
+    one line."""
+    from hybridsched.errors import Terminated
+
+    def command(args):
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except Terminated:
+            raise RuntimeError("release unlocked lock") from None
+        return 0
+
+    class Importer:
+        @staticmethod
+        def import_module(name):
+            return type("Command", (), {"main": staticmethod(command)})
+
+    monkeypatch.setattr(cli, "importlib", Importer)
+    rc = cli.main(["report", "nothing.h5"])
+    assert rc == 143
+    assert capsys.readouterr().err == "hybridsched: terminated\n"
+
+
 def test_an_ignored_sigint_held_does_not_hide_a_sigterm():
     """signals_held leaves an ignored signal ignored: held, a background job's ignored
     SIGINT came first, and only the first held signal is replayed, so a SIGTERM after it
