@@ -561,8 +561,8 @@ int main(int argc, char **argv) {
     # the main thread posts after some work of its own (an eighth of a job's) and then
     # waits for by spinning on a flag (calling nothing). ROUNDS jobs (argv[1]); the pool
     # thread counts the returns of its wait that found no job (spurious wake-ups). "ok"
-    # when every job ran. With a second argument, a third thread sleeps on another
-    # condition variable meanwhile.
+    # when every job ran. argv[2] "extra": a third thread sleeps on another condition
+    # variable meanwhile; "pshared": the mutex and the variable are process-shared.
     "cond_pool": r"""
 #include <pthread.h>
 #include <stdio.h>
@@ -592,7 +592,12 @@ static void *idle(void *a) { __atomic_store_n(&idling, 1, __ATOMIC_RELEASE);
 int main(int argc, char **argv) {
     rounds = atoi(argv[1]);
     pthread_t t, extra;
-    if (argc > 2) {  /* running (so counted by the shim) before the pool thread starts */
+    if (argc > 2 && argv[2][0] == 'p') {  /* "pshared": both process-shared */
+        pthread_mutexattr_t ma; pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED); pthread_mutex_init(&m, &ma);
+        pthread_condattr_t ca; pthread_condattr_init(&ca);
+        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED); pthread_cond_init(&wake, &ca);
+    } else if (argc > 2) {  /* running (so counted by the shim) before the pool thread starts */
         pthread_create(&extra, 0, idle, 0);
         while (!__atomic_load_n(&idling, __ATOMIC_ACQUIRE)) { }
     }
@@ -603,7 +608,7 @@ int main(int argc, char **argv) {
         while (__atomic_load_n(&done_count, __ATOMIC_ACQUIRE) != r + 1) { }
     }
     pthread_join(t, 0);
-    if (argc > 2) { pthread_mutex_lock(&m); over = 1; pthread_cond_signal(&never);
+    if (argc > 2 && argv[2][0] != 'p') { pthread_mutex_lock(&m); over = 1; pthread_cond_signal(&never);
                     pthread_mutex_unlock(&m); pthread_join(extra, 0); }
     printf("ok spurious=%ld\n", spurious); return 0;
 }

@@ -92,7 +92,6 @@ extern __thread struct hs_thread hs_t __attribute__((tls_model("initial-exec")))
 extern int hs_on;            /* the shim manages this process */
 extern struct hs_view hs_v;
 extern int hs_job;
-extern int hs_threads_here;  /* this process's managed threads */
 
 HS_HIDDEN void hs_park(void);
 HS_HIDDEN int hs_park_lazy(void);

@@ -453,12 +453,8 @@ static void reset_thread(void)
     hs_t.selector = HS_SUD_ALLOW;
 }
 
-/* the process's managed threads now (a fork's child starts again from its one thread) */
-int hs_threads_here;
-
 static void start(int slot)
 {
-    __atomic_fetch_add(&hs_threads_here, 1, __ATOMIC_RELAXED);
     hs_t.slot = slot;
     pthread_setspecific(hs_exit_key, (void *)1);  /* hs_thread_end at the thread's exit */
     hs_sud_arm();
@@ -505,7 +501,6 @@ void hs_thread_end(void *unused)
     }
     cs_unlock(&cs);
     hs_t.slot = -1;
-    __atomic_fetch_sub(&hs_threads_here, 1, __ATOMIC_RELAXED);
     hs_t.depth--;
 }
 
@@ -544,7 +539,6 @@ static void atfork_child(void)
     if (!hs_on)
         return;
     hs_pid = getpid();
-    hs_threads_here = 0;
     hs_thread_begin();  /* a new thread: the parent's slot stays the parent's */
 }
 

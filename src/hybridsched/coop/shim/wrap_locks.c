@@ -308,10 +308,12 @@ static int cond_waited(int r, pthread_mutex_t *m)
    0.94-0.95 of linux without the spin. The token is kept lazily meanwhile: a thread that
    comes to wait for one takes it and ends the spin, and siblings do not count a spinning
    thread as one that runs (idle pool threads counting each other kept both CPUs spinning:
-   a 2-worker pool ran 6x slower). A process with more threads than the node has CPUs
-   never spins: a spinner still holds a CPU, and a thread the kernel has woken but that has
-   not yet asked for a token (it needs a CPU to) is not seen waiting (a pool of two
-   workers and its caller ran 1.3-1.6x slower). A spin that ends without a signal returns as a spurious
+   a 2-worker pool ran 6x slower). A job with more threads than the node has CPUs, in
+   all its processes, never spins: a spinner still holds a CPU, and a thread the kernel
+   has woken but that has not yet asked for a token (it needs a CPU to) is not seen
+   waiting (a pool of two workers and its caller ran 1.3-1.6x slower; counted per process,
+   two such processes of one job 1.24x). Nor does a process-shared variable or mutex: a
+   signal from another process is counted there. A spin that ends without a signal returns as a spurious
    wake-up, since a signal sent without the mutex between the spin's end and a sleep
    would be lost, and the caller's next wait on the variable sleeps. Timed waits (CPython's
    GIL among them) are left as they are: their deadline would have to be kept through the
@@ -373,6 +375,19 @@ static int64_t spin_allowed(int64_t now)
     return hs_t.spin_left;
 }
 
+/* whether the job has more threads than the node has CPUs, in all its processes */
+static int job_oversubscribed(void)
+{
+    int n = 0, hi = hs_ld(&hs_v.h->hi);
+    for (int w = 0; w < hi; w++)
+        if (hs_ld(&hs_v.workers[w].used) == 1 && hs_v.workers[w].job == hs_job && ++n > hs_v.ncpu)
+            return 1;
+    return 0;
+}
+
+/* glibc's process-shared flag in a condition variable's __wrefs (nptl's pthreadP.h) */
+#define GLIBC_COND_PSHARED 1
+
 static int cond_spun(pthread_cond_t *c, pthread_mutex_t *m)
 {
     int kind = m->__data.__kind;
@@ -380,8 +395,10 @@ static int cond_spun(pthread_cond_t *c, pthread_mutex_t *m)
         hs_t.unsignalled = NULL;
         return 0;
     }
-    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP
-        || hs_ld(&hs_threads_here) > hs_v.ncpu || !spin_wanted())
+    /* a process-shared variable may be signalled from a process whose counts are its own */
+    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP || (kind & GLIBC_MUTEX_PSHARED)
+        || (__atomic_load_n(&c->__data.__wrefs, __ATOMIC_RELAXED) & GLIBC_COND_PSHARED)
+        || !spin_wanted() || job_oversubscribed())
         return 0;
     int64_t now = hs_now_ns(), allowed = spin_allowed(now);
     struct cond_spin s = {signals_of(c), 0};
