@@ -102,8 +102,11 @@ def _signalled(argv: list[str]) -> int | None:
     released a lock it never took: RuntimeError; or an error of ours raised while
     unwinding), reported in one line; None when no signal came."""
     signum = pending()
-    if signum is None:
-        return None
+    return None if signum is None else _ended_by(argv, signum)
+
+
+def _ended_by(argv: list[str], signum: int) -> int:
+    """The command ends by SIGINT or SIGTERM: the signal taken, one line, its status."""
     taken()
     word = "interrupted" if signum == signal.SIGINT else "terminated"
     print(f"{PROG}: {word}{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
@@ -141,13 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             code = 1
         return code
     except KeyboardInterrupt:
-        taken()
-        print(f"{PROG}: interrupted{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
-        return 130
+        return _ended_by(argv, signal.SIGINT)
     except SystemExit as exc:
         if exc.code == 128 + signal.SIGTERM:
-            taken()
-            print(f"{PROG}: terminated{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
+            _ended_by(argv, signal.SIGTERM)
         raise
     except BrokenPipeError:
         return 141

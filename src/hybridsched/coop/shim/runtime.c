@@ -323,6 +323,15 @@ static int mine_unlocked(int me)
     return r->used == 1 && r->tid == hs_t.tid && r->pid == hs_pid;
 }
 
+/* the token kept lazily (nobody waits): 1, else 0 with the thread left running */
+static int park_lazily(int me)
+{
+    if (!hs_rule_lazy_park(&hs_v, me))
+        return 0;
+    hs_t.parked = HS_PARK_LAZY;
+    return 1;
+}
+
 void hs_park(void)
 {
     int me = hs_t.slot;
@@ -331,23 +340,17 @@ void hs_park(void)
         lost();
         return;
     }
-    if (hs_rule_lazy_park(&hs_v, me)) {
-        hs_t.parked = HS_PARK_LAZY;
+    if (park_lazily(me))
         return;
-    }
     release(me);
     hs_t.parked = HS_PARK_RELEASED;
 }
 
-/* the lazy park alone, not counted as a call: 1 when the token is kept lazily (nobody
-   waits), 0 with the thread left as it was, running */
+/* the lazy park alone, not counted as a call */
 int hs_park_lazy(void)
 {
     int me = hs_t.slot;
-    if (!mine_unlocked(me) || !hs_rule_lazy_park(&hs_v, me))
-        return 0;
-    hs_t.parked = HS_PARK_LAZY;
-    return 1;
+    return mine_unlocked(me) && park_lazily(me);
 }
 
 void hs_resume(void)

@@ -313,9 +313,10 @@ static int cond_waited(int r, pthread_mutex_t *m)
    has woken but that has not yet asked for a token (it needs a CPU to) is not seen
    waiting (a pool of two workers and its caller ran 1.3-1.6x slower; counted per process,
    two such processes of one job 1.24x). Nor does a process-shared variable or mutex: a
-   signal from another process is counted there. A spin that ends without a signal returns as a spurious
-   wake-up, since a signal sent without the mutex between the spin's end and a sleep
-   would be lost, and the caller's next wait on the variable sleeps. Timed waits (CPython's
+   signal from another process is counted there. A spin that ends without a signal
+   returns as a spurious wake-up, since a signal sent without the mutex between the
+   spin's end and a sleep would be lost, and the caller's next wait on the variable
+   sleeps. Timed waits (CPython's
    GIL among them) are left as they are: their deadline would have to be kept through the
    spin. */
 #define COND_GENS 1024  /* counts of signals; more: fewer false wake-ups, more memory */
@@ -396,13 +397,14 @@ static int cond_spun(pthread_cond_t *c, pthread_mutex_t *m)
         return 0;
     }
     /* a process-shared variable may be signalled from a process whose counts are its own */
-    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP || (kind & GLIBC_MUTEX_PSHARED)
+    if (!plain_kind(kind) || (kind & 3) == PTHREAD_MUTEX_RECURSIVE_NP
+        || (kind & GLIBC_MUTEX_PSHARED)
         || (__atomic_load_n(&c->__data.__wrefs, __ATOMIC_RELAXED) & GLIBC_COND_PSHARED)
         || !spin_wanted() || job_oversubscribed())
         return 0;
     int64_t now = hs_now_ns(), allowed = spin_allowed(now);
-    struct cond_spin s = {signals_of(c), 0};
-    s.seen = __atomic_load_n(s.signals, __ATOMIC_ACQUIRE);  /* under the mutex */
+    const uint32_t *signals = signals_of(c);
+    struct cond_spin s = {signals, __atomic_load_n(signals, __ATOMIC_ACQUIRE)};  /* under the mutex */
     if (allowed <= 0 || !hs_park_lazy())
         return 0;
     if (R(pthread_mutex_unlock)(m) != 0) {
