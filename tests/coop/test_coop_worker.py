@@ -8,13 +8,15 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from coopcheck import fork_token_holder
 from waiting import DEADLINE_S, wait_until
 from hybridsched.coop.arbiter import Arbiter
-from hybridsched.coop.layout import WAITING
+from hybridsched.coop.layout import RUNNING, WAITING
 from hybridsched.oslayer.cpus import usable_cpus
+from hybridsched.oslayer.procfs import thread_state
 
 CPUS = usable_cpus()
 
@@ -182,3 +184,63 @@ def test_closing_the_arbiter_first_detaches_its_workers(seg):
             os.unlink(p)
     assert got == {"mapped": False, "boundary": got.get("boundary", ""), "restored": True}
     assert "after its arbiter closed" in got["boundary"]
+
+
+def _stopped(pid: int) -> bool:
+    return thread_state(pid, pid) in ("T", "t")
+
+
+def test_a_stopped_holders_token_goes_to_a_waiter_and_it_queues_once_continued(seg):
+    """A worker stopped holding the only token (Ctrl-Z, SIGSTOP, a debugger) would keep
+    it until continued, and every other job on the node would wait as long: the waiters'
+    reclaim takes it. Continued, the worker queues at its next scheduling point instead of
+    running without a token."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j, k = a.join_job(), a.join_job()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # holds the token, at a boundary now and then, until killed
+            try:
+                me = a.worker(j)
+                me.acquire()
+                os.write(w, b"x")
+                while True:
+                    sum(range(1000))
+                    me.boundary()
+            finally:
+                os._exit(0)
+        os.close(w)
+        waiter = a.worker(k)
+        got, done = threading.Event(), threading.Event()
+
+        def wait_for_token():
+            waiter.acquire()  # would wait until the holder is continued
+            got.set()
+            done.wait(DEADLINE_S)
+            waiter.leave()
+        t = threading.Thread(target=wait_for_token)
+        try:
+            assert os.read(r, 1) == b"x"
+            os.kill(pid, signal.SIGSTOP)
+            wait_until(lambda: _stopped(pid), "the holder stopped")
+            t.start()
+            wait_until(got.is_set, "the waiter given the stopped holder's token")
+            revoked = int(a.state.jobs["revoked"][j])
+            slot = int(np.flatnonzero((a.state.workers["used"] == 1)
+                                      & (a.state.workers["job"] == j))[0])
+            os.kill(pid, signal.SIGCONT)
+            wait_until(lambda: a.state.workers["state"][slot] == WAITING,
+                       "the continued holder queued for a token")
+            done.set()
+            wait_until(lambda: a.state.workers["state"][slot] == RUNNING,
+                       "the continued holder running on the token again")
+        finally:
+            done.set()
+            os.close(r)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            if t.is_alive() or got.is_set():
+                t.join(DEADLINE_S)
+        a.settle()
+        a.leave_job(j), a.leave_job(k)
+    assert revoked == 1

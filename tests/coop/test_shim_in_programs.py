@@ -4,10 +4,13 @@ forks and execs, a spin that never blocks, a holder asleep where the shim cannot
 job SIGKILLed mid-run, the affinity its programs see; and the shim's build and refusals."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import pytest
 
@@ -16,7 +19,9 @@ from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.shimjob import NUDGE_SIGNAL, WAIT_POLICY_ENV, ShimJob
 from hybridsched.errors import ShimUnavailable, UsageError
 from hybridsched.oslayer.cpus import usable_cpus
+from hybridsched.oslayer.procfs import thread_state
 from shimprogs import build
+from waiting import wait_until
 
 CPUS = usable_cpus()
 ONE = CPUS[:1]  # one token: every wait for it is contended
@@ -30,6 +35,20 @@ def environ(job: ShimJob, passive: bool = True) -> dict:
 
 def run_under(job: ShimJob, argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=environ(job), capture_output=True, text=True, timeout=120, **kw)
+
+
+@contextlib.contextmanager
+def spinning(exe: str, flag, mode: str, job: ShimJob) -> Iterator[subprocess.Popen]:
+    """spin_flag started under ``job`` (``mode`` wait or deaf), once it spins holding its
+    token; killed and reaped on the way out."""
+    pw = subprocess.Popen([exe, str(flag), mode], env=environ(job), stdout=subprocess.PIPE,
+                          text=True)
+    try:
+        assert pw.stdout.readline() == "spinning\n"
+        yield pw
+    finally:
+        pw.kill()
+        pw.wait()
 
 
 def job_slots(a: Arbiter, job: ShimJob) -> int:
@@ -146,15 +165,9 @@ def test_a_holder_that_never_blocks_is_asked_to_rotate(seg, shim_lib, tmp_path, 
     flag.write_bytes(b"\0" * 4)
     with Arbiter(cpus=ONE, path=seg, quantum_s=0.005) as a, ShimJob(a) as spinner, \
             ShimJob(a) as setter:
-        pw = subprocess.Popen([exe, str(flag), mode], env=environ(spinner),
-                              stdout=subprocess.PIPE, text=True)
-        try:
-            assert pw.stdout.readline() == "spinning\n"
+        with spinning(exe, flag, mode, spinner) as pw:
             ps = run_under(setter, [exe, str(flag), "set"])
             out = pw.communicate(timeout=120)[0]
-        finally:
-            pw.kill()
-            pw.wait()
         counts = spinner.counters()
     assert ps.returncode == 0 and pw.returncode == 0 and out == "released\n"
     assert counts.signals >= 1
@@ -184,6 +197,31 @@ def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib
         counts = reader.counters()
     assert pw.returncode == 0 and pr.returncode == 0 and out == "got x\n"
     assert counts.revoked >= 1
+
+
+def test_a_stopped_holders_token_goes_to_the_other_job_and_it_queues_once_continued(
+        seg, shim_lib, tmp_path):
+    """One job spins (calling nothing) on the only token and is stopped (Ctrl-Z, SIGSTOP,
+    a debugger): it would keep the token until continued, the other job waiting as long
+    (the watchdog acts on a running or sleeping holder only; its quantum here is too long
+    to act at all). The other job's waiting thread takes the token by the reclaim, and
+    queues the rotation request, which the stopped thread takes once continued: it queues
+    for the token instead of running without one until its next call."""
+    exe = build("spin_flag", tmp_path)
+    flag = tmp_path / "flag"
+    flag.write_bytes(b"\0" * 4)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=10) as a, ShimJob(a) as spinner, \
+            ShimJob(a) as setter:
+        with spinning(exe, flag, "wait", spinner) as pw:
+            os.kill(pw.pid, signal.SIGSTOP)
+            wait_until(lambda: thread_state(pw.pid, pw.pid) == "T", "the spinner stopped")
+            ps = run_under(setter, [exe, str(flag), "set"])
+            revoked = spinner.counters().revoked
+            os.kill(pw.pid, signal.SIGCONT)
+            out = pw.communicate(timeout=120)[0]
+        counts = spinner.counters()
+    assert ps.returncode == 0 and pw.returncode == 0 and out == "released\n"
+    assert revoked == 1 and counts.signals == 0 and counts.nudges == 1, counts
 
 
 def test_a_job_killed_mid_run_leaves_the_others_running_and_nothing_behind(seg, shim_lib, tmp_path):

@@ -35,10 +35,12 @@ class CRules:
         fn(self.view, w, ctypes.c_int64(now), out)
         return tuple(out)
 
-    def reclaim(self, now, dead):
-        pairs = (ctypes.c_int32 * (2 * max(1, len(dead))))(*[x for p in dead for x in p])
+    def reclaim(self, now, dead, stopped):
+        def pairs(listed):
+            return (ctypes.c_int32 * (2 * max(1, len(listed))))(*[x for p in listed for x in p])
         woken = (ctypes.c_int32 * 64)()
-        n = self.lib.hs_x_reclaim(self.view, ctypes.c_int64(now), pairs, len(dead), woken, 64)
+        n = self.lib.hs_x_reclaim(self.view, ctypes.c_int64(now), pairs(dead), len(dead),
+                                  pairs(stopped), len(stopped), woken, 64)
         return list(woken[:n])
 
 
@@ -106,17 +108,19 @@ def apply(py: State, c: CRules, op: tuple, now: int, lib) -> tuple:
     if kind == "find":
         return py.find_job(args[0]), lib.hs_x_find_job(c.view, ctypes.c_int64(args[0]))
     if kind == "reclaim":
-        dead = set(args[0])
+        dead, stopped = set(args[0]), set(args[1])
         got = py.reclaim(lambda pid: (pid, 0) not in dead, now,
-                         lambda pid, tid: (pid, tid) not in dead)
-        return got, c.reclaim(now, sorted(dead))
+                         lambda pid, tid: (pid, tid) not in dead,
+                         lambda pid, tid: (pid, tid) in stopped)
+        return got, c.reclaim(now, sorted(dead), sorted(stopped))
     raise AssertionError(kind)
 
 
 def next_op(rnd: random.Random, py: State, joined: list) -> tuple:
     """An operation a run makes, chosen by the state so far: joins while the tables are
     young, then token traffic (what a holder does to the holders, what a waiter or a
-    blocked worker does to the others), reclaims of dead processes and threads, and now
+    blocked worker does to the others), reclaims of dead processes and threads and of the
+    tokens of stopped ones, and now
     and then an operation on a slot in the wrong state (refused alike by both)."""
     used = [int(w) for w in np.flatnonzero(py.workers["used"] == 1)]
     if not used or (len(joined) < 8 and rnd.random() < 0.2):
@@ -127,14 +131,17 @@ def next_op(rnd: random.Random, py: State, joined: list) -> tuple:
         return ("join", job, pid, tid, rnd.choice((0, 1)))
     by = {s: [w for w in used if py.workers["state"][w] == s] for s in range(5)}
     r = rnd.random()
-    if r < 0.04:
-        dead = rnd.sample(joined, min(len(joined), rnd.randrange(1, 3)))
+    if r < 0.06:
+        dead = rnd.sample(joined, min(len(joined), rnd.randrange(0, 3)))
         if rnd.random() < 0.1:  # a launcher gone too: its job goes once it has no worker
             dead.append((rnd.choice(PIDS), 0))
-        return ("reclaim", [(p, t if rnd.random() < 0.5 else 0) for p, t in dead])
-    if r < 0.07:
+        # stopped (Ctrl-Z, a debugger): processes or threads, holders or not
+        stopped = rnd.sample(joined, min(len(joined), rnd.randrange(0, 3)))
+        return ("reclaim", [(p, t if rnd.random() < 0.5 else 0) for p, t in dead],
+                [(p, t if rnd.random() < 0.5 else 0) for p, t in stopped])
+    if r < 0.09:
         return ("find", rnd.choice((7000, 7001, 7002, 7003, 0, -1)))
-    if r < 0.12:
+    if r < 0.14:
         return (rnd.choice(("acquire", "release", "boundary", "park", "resume", "expired", "try",
                             "leave")), rnd.randrange(12))
     if by[1] and r < 0.55:  # a holder: blocks (lazily or not), hits a boundary, leaves

@@ -30,10 +30,11 @@ import numpy as np
 
 from ..errors import ResourceError, UsageError
 from ..oslayer import futex, native
-from ..oslayer.procfs import pid_alive, thread_alive
+from ..oslayer.procfs import pid_alive
 from ..oslayer.shm import unmap
 from . import handoff, warm
 from .paths import UNFINISHED, segment_path, unfinished
+from .reclaim import reclaim
 from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .worker import RECLAIM_POLL_S, Worker, now_ns
 
@@ -186,7 +187,7 @@ class Arbiter:
         try:
             native.lock_into(st.lock, held)
             if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
-                woken = st.reclaim(pid_alive, now_ns(), thread_alive)
+                woken = reclaim(st, now_ns())
                 st.lock[native.DIED_AT] = 0
             yield st
         finally:
@@ -254,7 +255,7 @@ class Arbiter:
             raise UsageError(f"{self.path}: coop segment version {int(h['version'])}, this "
                              f"hybridsched speaks {VERSION}")
         with self.locked() as st:
-            st.reclaim(pid_alive, now_ns(), thread_alive)  # never trust a segment blindly
+            reclaim(st, now_ns())  # never trust a segment blindly
             busy, problems = st.participants(), st.check_invariants()
         if busy and problems:
             raise UsageError(f"{self.path}: coop segment inconsistent while in use "
@@ -380,7 +381,7 @@ class Arbiter:
             held = np.zeros(1, np.int8)
             try:
                 native.lock_into(s.lock, held)
-                s.reclaim(pid_alive, now_ns(), thread_alive)
+                reclaim(s, now_ns())
                 busy = s.participants()
             finally:
                 native.unlock_from(s.lock, held)
@@ -422,7 +423,7 @@ class Arbiter:
             if self._seat >= 0 and int(st.jobs["pid"][self._seat]) == os.getpid():
                 st.jobs["used"][self._seat] = 0
             self._seat = -1
-            st.reclaim(pid_alive, now_ns(), thread_alive)
+            reclaim(st, now_ns())
             return st.participants() == 0 and not st.workers["used"].any()
 
     def __exit__(self, *exc) -> None:
@@ -440,7 +441,7 @@ class Arbiter:
 
     def leave_job(self, job: int) -> None:
         with self.locked() as st:
-            st.reclaim(pid_alive, now_ns(), thread_alive)
+            reclaim(st, now_ns())
             try:
                 st.leave_job(job)
             except ArbiterError:
@@ -471,7 +472,7 @@ class Arbiter:
             if now - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
                 return False
             h["reclaim_ns"][0] = now
-            woken = st.reclaim(pid_alive, now, thread_alive)
+            woken = reclaim(st, now)
         self.post(woken)
         return True
 
@@ -482,7 +483,7 @@ class Arbiter:
         deadline = time.monotonic() + timeout_s
         while True:
             with self.locked() as st:
-                st.reclaim(pid_alive, now_ns(), thread_alive)
+                reclaim(st, now_ns())
                 if not st.workers["used"].any() or time.monotonic() >= deadline:
                     return
             time.sleep(0.02)

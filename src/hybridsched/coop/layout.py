@@ -4,6 +4,7 @@ state reads it, and the cooperative shim's C header is generated from it
 (:func:`c_header`, at the shim's build), so the C rules read the same bytes."""
 from __future__ import annotations
 
+import signal
 from typing import Mapping
 
 import numpy as np
@@ -30,6 +31,12 @@ MAGIC = b"HSCOOP01"
 # by that thread only, wrapping; only its changes mean anything): a holder whose count
 # stands still while its own job's threads wait is spinning for them (shim/early.c)
 VERSION = 5
+
+# The rotation request to a shim thread (sud.c's hs_nudge_signal): from its job's watchdog
+# (SI_TKILL), or queued with its job's key as the cookie (a sibling's early look; a
+# reclaim that took a stopped thread's token). A real-time signal far from SIGRTMIN, from
+# which programs number their own.
+NUDGE_SIGNAL = signal.SIGRTMAX - 7
 
 HEADER_DTYPE = np.dtype([
     ("magic", "S8"), ("version", "i4"), ("ncpu", "i4"), ("max_jobs", "i4"),

@@ -14,19 +14,17 @@ cooperation, and are counted.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
-import signal
 import threading
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import ResourceError, ShimUnavailable, UsageError
 from ..oslayer.procfs import thread_state
-from ..oslayer.signals import leave_signals_to_main_thread, signals_held
+from ..oslayer.signals import leave_signals_to_main_thread, signals_held, tgkill
 from .arbiter import Arbiter
-from .layout import JOB_COUNTERS, RUNNING
+from .layout import JOB_COUNTERS, NUDGE_SIGNAL, RUNNING
 from .paths import SEGMENT_ENV
 from .shimbuild import shim_library
 from .state import ArbiterError
@@ -35,9 +33,6 @@ from .worker import now_ns
 # the variables the shim reads in every process of the command (the segment's is the one
 # that names the arbiter for hybridsched's own commands too)
 JOB_ENV, CPUS_ENV = "HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_CPUS"
-# The watchdog's rotation request (sud.c's hs_nudge_signal): a real-time signal far from
-# SIGRTMIN, from which programs number their own.
-NUDGE_SIGNAL = signal.SIGRTMAX - 7
 # How long a holder may keep its token, in quanta, while others wait, before the watchdog
 # acts: a holder reaches no scheduling point of its own only when it never blocks, and
 # one quantum more than the arbiter's own rotation leaves a holder that does block time to.
@@ -54,16 +49,6 @@ WAIT_POLICY_ENV = {
     # 2^28 by default (about 70 ms of a CPU after every call, measured here)
     "OPENBLAS_THREAD_TIMEOUT": "4",
 }
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_SYS_TGKILL = 234  # x86_64, where the shim runs
-
-
-def _tgkill(pid: int, tid: int, sig: int) -> bool:
-    fn = getattr(_libc, "tgkill", None)
-    r = fn(pid, tid, sig) if fn is not None else _libc.syscall(_SYS_TGKILL, pid, tid, sig)
-    return r == 0
-
 
 @dataclass(frozen=True)
 class ShimCounters:
@@ -216,10 +201,10 @@ class _Watchdog(threading.Thread):
         let a signal go unanswered; whether it signalled."""
         state = thread_state(pid, tid)
         if state == "R" and not signalled:
-            sent = _tgkill(pid, tid, NUDGE_SIGNAL)
+            sent = tgkill(pid, tid, NUDGE_SIGNAL)
             self.signals += sent
             return sent
-        if state in ("R", "S", "D"):  # a gone holder is the waiters' reclaim scan's
+        if state in ("R", "S", "D"):  # a gone or stopped holder is the waiters' reclaim scan's
             arbiter = self.shim.arbiter
             woken: list[int] = []
             with arbiter.locked() as st:

@@ -193,19 +193,26 @@ class State:
         return bool(rules.lazy_resume(self.workers, w, self.ws))
 
     def reclaim(self, alive: Callable[[int], bool], now: int,
-                thread_alive: Callable[[int, int], bool] | None = None) -> list[int]:
+                thread_alive: Callable[[int, int], bool] | None = None,
+                stopped: Callable[[int, int], bool] | None = None) -> list[int]:
         """Free the slots (and pass on the tokens) of workers whose process is gone — or,
         for a ``thread`` slot, whose thread is gone (``thread_alive(pid, tid)``; without
         it a thread lives as long as its process) — and the job slots whose creator is
-        gone with no worker left."""
+        gone with no worker left. Take the token of a holder that is stopped
+        (``stopped(pid, tid)``, tid 0 for a process slot: Ctrl-Z, SIGSTOP, a debugger),
+        which would keep it until continued: it queues again at its next call."""
         woken: list[int] = []
         for w in map(int, np.flatnonzero(self.workers["used"] == 1)):
             row = self.workers[w]
-            pid = int(row["pid"])
-            if not alive(pid) or (row["thread"] and thread_alive is not None
-                                  and not thread_alive(pid, int(row["tid"]))):
+            pid, tid = int(row["pid"]), int(row["tid"]) if row["thread"] else 0
+            if not alive(pid) or (tid and thread_alive is not None
+                                  and not thread_alive(pid, tid)):
                 woken += self.leave_worker(w, now)
                 self.header["reclaimed"][0] += 1
+            elif (stopped is not None and row["cpu"] >= 0 and row["state"] == RUNNING
+                  and stopped(pid, tid)):
+                woken += self.revoke_holder(w, now)
+                self.jobs["revoked"][int(row["job"])] += 1
         for j in map(int, np.flatnonzero(self.jobs["used"] == 1)):
             has = (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any()
             if not has and not alive(int(self.jobs["pid"][j])):

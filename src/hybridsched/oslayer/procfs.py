@@ -248,6 +248,12 @@ def thread_state(pid: int, tid: int) -> str:
         return "?"
 
 
+def thread_stopped(pid: int, tid: int = 0) -> bool:
+    """Whether thread ``tid`` of process ``pid`` (tid 0: the process) is stopped by a
+    signal (T) or by its tracer (t)."""
+    return thread_state(pid, tid or pid) in ("T", "t")
+
+
 def thread_alive(pid: int, tid: int) -> bool:
     """Whether thread ``tid`` of process ``pid`` runs, by pid_alive's rule (a zombie or a
     dying thread is gone; where /proc cannot tell, it is alive). A tid names another

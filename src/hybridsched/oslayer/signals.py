@@ -3,6 +3,7 @@ being published, an attachment and its release being registered), and handlers w
 signal is never lost on its way up."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import signal
@@ -98,3 +99,31 @@ def pending() -> int | None:
 def taken() -> None:
     """The command received the signal's exception: nothing is pending any more."""
     _pending.clear()
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+# x86_64's numbers (where the cooperative shim runs): glibc before 2.30 has no tgkill, and
+# none has a wrapper for rt_tgsigqueueinfo
+_SYS_TGKILL, _SYS_RT_TGSIGQUEUEINFO = 234, 297
+_SI_QUEUE = -1
+
+
+class _SigInfo(ctypes.Structure):
+    """siginfo_t's head as sigqueue(3) fills it (x86_64): the rest of its 128 bytes zero."""
+    _fields_ = [("signo", ctypes.c_int), ("errno", ctypes.c_int), ("code", ctypes.c_int),
+                ("_pad0", ctypes.c_int), ("pid", ctypes.c_int), ("uid", ctypes.c_uint),
+                ("value", ctypes.c_int64), ("_rest", ctypes.c_char * 96)]
+
+
+def tgkill(pid: int, tid: int, sig: int) -> bool:
+    """Send ``sig`` to thread ``tid`` of process ``pid`` (SI_TKILL); whether it was sent."""
+    fn = getattr(_libc, "tgkill", None)
+    r = fn(pid, tid, sig) if fn is not None else _libc.syscall(_SYS_TGKILL, pid, tid, sig)
+    return r == 0
+
+
+def queue_to_thread(pid: int, tid: int, sig: int, value: int) -> bool:
+    """Queue ``sig`` to thread ``tid`` of process ``pid`` with ``value`` as its cookie
+    (SI_QUEUE, as sigqueue(3) to one thread); whether it was queued."""
+    info = _SigInfo(signo=sig, code=_SI_QUEUE, pid=os.getpid(), uid=os.getuid(), value=value)
+    return _libc.syscall(_SYS_RT_TGSIGQUEUEINFO, pid, tid, sig, ctypes.byref(info)) == 0

@@ -27,8 +27,10 @@ struct hs_view {
     size_t size;
 };
 
-/* the liveness a reclaim asks about: tid 0 for the process, else that thread of it */
+/* the liveness a reclaim asks about: tid 0 for the process, else that thread of it; 0
+   gone, HS_STOPPED stopped (a job control stop or a tracer's), any other value alive */
 typedef int (*hs_alive_fn)(void *ctx, int32_t pid, int32_t tid);
+#define HS_STOPPED 2
 
 /* rules.c: coop/rules.py and coop/state.py's membership, on the same bytes */
 HS_HIDDEN size_t hs_view_init(struct hs_view *v, void *base, int ncpu, int njobs, int nworkers);
@@ -40,6 +42,7 @@ HS_HIDDEN int hs_rule_lazy_resume(struct hs_view *v, int w);
 HS_HIDDEN int hs_rule_expired(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2]);
 HS_HIDDEN int hs_rule_leave_worker(struct hs_view *v, int w, int64_t now);
+HS_HIDDEN int hs_rule_revoke_holder(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN int hs_find_job(struct hs_view *v, int64_t key);
 HS_HIDDEN int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thread);
 HS_HIDDEN int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx,
@@ -147,6 +150,7 @@ HS_HIDDEN void hs_early_reset(struct hs_early e[HS_EARLY_TRACK]);
 HS_HIDDEN int hs_sibling_waiting(int me);
 HS_HIDDEN int hs_self_pid(void);
 HS_HIDDEN int64_t hs_job_key(void);
+HS_HIDDEN void hs_nudge(int pid, int tid, int64_t key);  /* early.c */
 HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
 /* segment.c */
 HS_HIDDEN size_t hs_map_segment(const char *path);

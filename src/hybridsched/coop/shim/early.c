@@ -53,9 +53,9 @@ int hs_sibling_waiting(int me)
     return sibling_waiting_before(me, INT64_MAX);
 }
 
-/* the rotation signal, queued to thread `tid` of process `pid` with the job's key as the
+/* the rotation signal, queued to thread `tid` of process `pid` with its job's key as the
    cookie (hs_nudge_is_ours) */
-static void nudge_sibling(int pid, int tid)
+void hs_nudge(int pid, int tid, int64_t key)
 {
     siginfo_t si;
     memset(&si, 0, sizeof si);
@@ -63,7 +63,7 @@ static void nudge_sibling(int pid, int tid)
     si.si_code = SI_QUEUE;
     si.si_pid = hs_self_pid();
     si.si_uid = getuid();
-    si.si_value.sival_ptr = (void *)(intptr_t)hs_job_key();
+    si.si_value.sival_ptr = (void *)(intptr_t)key;
     hs_raw(SYS_rt_tgsigqueueinfo, pid, tid, si.si_signo, (long)&si, 0, 0);
 }
 
@@ -101,7 +101,7 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
                 entered = was->entries != s->entries;
                 if (!was->asked && !entered && now - s->since >= HS_EARLY_NS
                     && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2) {
-                    nudge_sibling(r->pid, r->tid);
+                    hs_nudge(r->pid, r->tid, hs_job_key());
                     s->asked = 1;
                 }
                 break;

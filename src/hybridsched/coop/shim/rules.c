@@ -249,6 +249,19 @@ int hs_rule_leave_worker(struct hs_view *v, int w, int64_t now)
     return woken;
 }
 
+/* coop/rules.py revoke_holder: the token of a RUNNING worker that cannot give it back */
+int hs_rule_revoke_holder(struct hs_view *v, int w, int64_t now)
+{
+    struct hs_worker *r = &v->workers[w];
+    int ci = r->cpu;
+    if (ci < 0 || !hs_cas(&r->state, HS_RUNNING, HS_BLOCKED))
+        return -1;
+    r->held_ns += now - r->acquired_ns;
+    r->cpu = -1;
+    hs_st(&v->wake[w], 0);
+    return pass_token(v, v->h->hi, ci, r->job, now);
+}
+
 /* --- membership (coop/state.py) --------------------------------------------------------- */
 
 int hs_find_job(struct hs_view *v, int64_t key)
@@ -291,18 +304,25 @@ int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thr
 int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx, int32_t *woken, int max)
 {
     int n = 0;
-    int32_t got[256];  /* one per dead holder: beyond, a waiter finds its grant at its next poll */
+    int32_t got[256];  /* one per dead or stopped holder: beyond, a waiter finds its grant at its next poll */
     int ngot = 0;
     for (int w = 0; w < v->nworkers; w++) {
         struct hs_worker *r = &v->workers[w];
         if (r->used != 1)
             continue;
-        if (!alive(ctx, r->pid, 0) || (r->thread && !alive(ctx, r->pid, r->tid))) {
-            int k = hs_rule_leave_worker(v, w, now);
-            if (k >= 0 && ngot < (int)(sizeof got / sizeof got[0]))
-                got[ngot++] = k;
+        int a = alive(ctx, r->pid, 0);
+        if (a && r->thread)
+            a = alive(ctx, r->pid, r->tid);
+        int k = -1;
+        if (!a) {
+            k = hs_rule_leave_worker(v, w, now);
             v->h->reclaimed += 1;
+        } else if (a == HS_STOPPED && r->cpu >= 0 && hs_ld(&r->state) == HS_RUNNING) {
+            k = hs_rule_revoke_holder(v, w, now);  /* back on a token at its next call */
+            v->jobs[r->job].revoked += 1;
         }
+        if (k >= 0 && ngot < (int)(sizeof got / sizeof got[0]))
+            got[ngot++] = k;
     }
     for (int j = 0; j < v->njobs; j++) {
         if (v->jobs[j].used != 1)
@@ -387,24 +407,31 @@ HS_EXPORT int hs_x_join_worker(struct hs_view *v, int job, int pid, int tid, int
     return hs_join_worker(v, job, pid, tid, thread);
 }
 
-/* dead: n (pid, tid) pairs; (pid, 0) is a dead process, (pid, tid) a dead thread */
-struct dead_set {
-    const int32_t *pairs;
-    int n;
+/* dead, stopped: n (pid, tid) pairs each; (pid, 0) is a process, (pid, tid) a thread */
+struct listed {
+    const int32_t *dead, *stopped;
+    int ndead, nstopped;
 };
+
+static int in_pairs(const int32_t *pairs, int n, int32_t pid, int32_t tid)
+{
+    for (int i = 0; i < n; i++)
+        if (pairs[2 * i] == pid && pairs[2 * i + 1] == tid)
+            return 1;
+    return 0;
+}
 
 static int alive_unless_listed(void *ctx, int32_t pid, int32_t tid)
 {
-    const struct dead_set *d = ctx;
-    for (int i = 0; i < d->n; i++)
-        if (d->pairs[2 * i] == pid && d->pairs[2 * i + 1] == tid)
-            return 0;
-    return 1;
+    const struct listed *d = ctx;
+    if (in_pairs(d->dead, d->ndead, pid, tid))
+        return 0;
+    return in_pairs(d->stopped, d->nstopped, pid, tid) ? HS_STOPPED : 1;
 }
 
 HS_EXPORT int hs_x_reclaim(struct hs_view *v, int64_t now, const int32_t *dead, int ndead,
-                           int32_t *woken, int max)
+                           const int32_t *stopped, int nstopped, int32_t *woken, int max)
 {
-    struct dead_set d = {dead, ndead};
+    struct listed d = {dead, stopped, ndead, nstopped};
     return hs_reclaim(v, now, alive_unless_listed, &d, woken, max);
 }

@@ -55,6 +55,8 @@ static pthread_key_t hs_exit_key;
 struct hs_cs {
     int32_t woken[MAX_WOKEN];
     int n;
+    int32_t revoked[MAX_WOKEN];  /* shim threads whose token a reclaim took: stopped */
+    int nrevoked;
 };
 
 long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
@@ -115,10 +117,28 @@ static void cs_add(struct hs_cs *cs, int w)
         cs->woken[cs->n++] = w;
 }
 
+/* hs_reclaim within a critical section: the slots woken, and the shim threads among the
+   holders it took a token from (stopped), to be nudged once the lock is let go */
+static void cs_reclaim(struct hs_cs *cs, int64_t now)
+{
+    int32_t held[MAX_WOKEN];
+    int n = 0;
+    for (int ci = 0; ci < hs_v.ncpu && n < MAX_WOKEN; ci++) {
+        int h = hs_v.cpus[ci].holder;
+        if (h >= 0 && hs_v.workers[h].thread == 1 && hs_ld(&hs_v.workers[h].state) == HS_RUNNING)
+            held[n++] = h;
+    }
+    cs->n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
+    for (int i = 0; i < n; i++)  /* under the lock, only a reclaim makes a holder BLOCKED */
+        if (hs_v.workers[held[i]].used == 1 && hs_ld(&hs_v.workers[held[i]].state) == HS_BLOCKED
+            && cs->nrevoked < MAX_WOKEN)
+            cs->revoked[cs->nrevoked++] = held[i];
+}
+
 static void cs_lock(struct hs_cs *cs)
 {
     pthread_mutex_t *m = (pthread_mutex_t *)hs_v.lock;
-    cs->n = 0;
+    cs->n = cs->nrevoked = 0;
     int r = hs_real_mutex_lock(m);
     if (r == EOWNERDEAD) {  /* its owner died in the middle: the next step reclaims it */
         hs_real_mutex_consistent(m);
@@ -127,7 +147,7 @@ static void cs_lock(struct hs_cs *cs)
         fatal("cannot lock the arbiter's mutex", r);
     }
     if (hs_v.lock[HS_DIED_AT]) {
-        cs->n += hs_reclaim(&hs_v, hs_now_ns(), hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
+        cs_reclaim(cs, hs_now_ns());
         hs_v.lock[HS_DIED_AT] = 0;
     }
 }
@@ -152,9 +172,21 @@ static void post(int slot)
 
 static void cs_unlock(struct hs_cs *cs)
 {
+    int32_t pid[MAX_WOKEN], tid[MAX_WOKEN];
+    int64_t key[MAX_WOKEN];
+    for (int i = 0; i < cs->nrevoked; i++) {  /* read under the lock: the slot may be reused */
+        struct hs_worker *r = &hs_v.workers[cs->revoked[i]];
+        pid[i] = r->pid;
+        tid[i] = r->tid;
+        key[i] = hs_v.jobs[r->job].key;
+    }
     hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
     for (int i = 0; i < cs->n; i++)
         post(cs->woken[i]);
+    /* A stopped thread takes the signal once continued, and queues for a token at once
+       (hs_rotate) rather than running without one until its next call. */
+    for (int i = 0; i < cs->nrevoked; i++)
+        hs_nudge(pid[i], tid[i], key[i]);
 }
 
 /* the slot is still this thread's (not reclaimed, not someone else's since) */
@@ -181,7 +213,7 @@ static int reclaim_due(void)
     int64_t now = hs_now_ns();
     if (now - h->reclaim_ns >= RECLAIM_POLL_NS) {
         h->reclaim_ns = now;
-        cs.n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs.woken + cs.n, MAX_WOKEN - cs.n);
+        cs_reclaim(&cs, now);
         did = 1;
     }
     cs_unlock(&cs);
@@ -370,7 +402,13 @@ void hs_resume(void)
 void hs_rotate(void)
 {
     int me = hs_t.slot;
-    if (me < 0 || hs_ld(&hs_v.h->waiting) <= 0 || !mine_unlocked(me))
+    if (me < 0 || !mine_unlocked(me))
+        return;
+    if (hs_ld(&hs_v.workers[me].state) == HS_BLOCKED) {  /* outside the shim: its token */
+        acquire(me);  /* was taken while it was stopped (hs_reclaim) */
+        return;
+    }
+    if (hs_ld(&hs_v.h->waiting) <= 0)
         return;
     struct hs_cs cs;
     int w2[2] = {-1, -1};

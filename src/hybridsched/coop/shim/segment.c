@@ -1,6 +1,7 @@
 /* The process's view of the arbiter's segment, apart from the rules: mapping the segment
    and checking it is a private one of this layout, the liveness rule the reclaim of dead
-   holders uses (procfs.pid_alive and thread_alive's), the CPUs the program would have had,
+   and stopped holders uses (procfs.pid_alive, thread_alive and thread_stopped's), the CPUs
+   the program would have had,
    and the one line a process that cannot join says before it runs unmanaged. */
 #include "coop.h"
 #include <errno.h>
@@ -67,7 +68,9 @@ int hs_alive(void *ctx, int32_t pid, int32_t tid)
         return 0;
     if (r < 0)  /* /proc cannot tell: alive while the process exists */
         return tid > 0 ? hs_alive(ctx, pid, 0) : 1;
-    return s != 'Z' && s != 'X';
+    if (s == 'Z' || s == 'X')
+        return 0;
+    return s == 'T' || s == 't' ? HS_STOPPED : 1;
 }
 
 void hs_warn(const char *fmt, const char *a, const char *b)
