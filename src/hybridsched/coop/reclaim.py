@@ -1,6 +1,7 @@
 """The reclaim of participants that cannot give their tokens back, by /proc's word: the
-dead (a process, or a shim thread, gone) and the stopped holders (Ctrl-Z, SIGSTOP, a
-tracer), whose tokens the waiters take rather than wait until they are continued."""
+dead (a process, or a shim thread, gone) and the shim threads that hold tokens while
+stopped (Ctrl-Z, SIGSTOP, a tracer), whose tokens the waiters take rather than wait until
+they are continued."""
 from __future__ import annotations
 
 from ..oslayer.procfs import pid_alive, thread_alive, thread_stopped
@@ -15,8 +16,7 @@ def reclaim(st: State, now: int) -> list[int]:
 
     A shim thread whose token was taken is sent the rotation request, queued with its
     job's key: it takes the signal once continued and queues for a token at once, rather
-    than running without one until its next intercepted call. (A Python worker notices
-    at its next scheduling point.)"""
+    than running without one until its next intercepted call."""
     held = [int(h) for h in st.cpus["holder"] if h >= 0]
     shim = [w for w in held if st.workers["thread"][w] == 1 and st.workers["state"][w] == RUNNING]
     woken = st.reclaim(pid_alive, now, thread_alive, thread_stopped)

@@ -198,9 +198,11 @@ class State:
         """Free the slots (and pass on the tokens) of workers whose process is gone — or,
         for a ``thread`` slot, whose thread is gone (``thread_alive(pid, tid)``; without
         it a thread lives as long as its process) — and the job slots whose creator is
-        gone with no worker left. Take the token of a holder that is stopped
-        (``stopped(pid, tid)``, tid 0 for a process slot: Ctrl-Z, SIGSTOP, a debugger),
-        which would keep it until continued: it queues again at its next call."""
+        gone with no worker left. Take the token of a shim thread that holds one while
+        stopped (``stopped(pid, tid)``: Ctrl-Z, SIGSTOP, a debugger), which would keep it
+        until continued: it queues again once continued. A Python worker's is left: one
+        granted while stopped sleeps in its wait, where BLOCKED means "parked at a
+        barrier, the opener queues me", and would wait for ever."""
         woken: list[int] = []
         for w in map(int, np.flatnonzero(self.workers["used"] == 1)):
             row = self.workers[w]
@@ -209,8 +211,8 @@ class State:
                                   and not thread_alive(pid, tid)):
                 woken += self.leave_worker(w, now)
                 self.header["reclaimed"][0] += 1
-            elif (stopped is not None and row["cpu"] >= 0 and row["state"] == RUNNING
-                  and stopped(pid, tid)):
+            elif (stopped is not None and row["thread"] and row["cpu"] >= 0
+                  and row["state"] == RUNNING and stopped(pid, tid)):
                 woken += self.revoke_holder(w, now)
                 self.jobs["revoked"][int(row["job"])] += 1
         for j in map(int, np.flatnonzero(self.jobs["used"] == 1)):
