@@ -16,7 +16,7 @@ import pytest
 from coopcheck import fork_token_holder
 from waiting import DEADLINE_S, wait_until
 from hybridsched.coop.arbiter import Arbiter
-from hybridsched.coop.layout import RUNNING, WAITING
+from hybridsched.coop.layout import BLOCKED, REVOKED, RUNNING, WAITING
 from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.oslayer.procfs import thread_state
 
@@ -192,13 +192,13 @@ def _stopped(pid: int) -> bool:
     return thread_state(pid, pid) in ("T", "t")
 
 
-def test_a_python_worker_granted_while_stopped_runs_once_continued(seg):
-    """A worker granted the token while stopped sleeps in its wait for it, where BLOCKED
-    means "parked at a barrier: the opener queues me". The waiters' reclaim takes the
-    tokens of stopped *shim threads* (which queue again once continued); had it taken this
-    one's, the worker would have woken BLOCKED and waited for ever (a hostile review:
-    colocated Python-worker jobs hung in 4 of 8 stop-and-continue runs). Its token stays:
-    the other waiter waits until it is continued, and then it runs."""
+def test_a_stopped_python_workers_token_goes_to_a_waiter_and_it_queues_once_continued(seg):
+    """A worker granted the token while stopped (Ctrl-Z, SIGSTOP, a debugger) would keep
+    it until continued, the other waiter waiting as long: the waiters' reclaim takes it.
+    The worker sleeps in its wait for the token, where BLOCKED alone reads as "parked at
+    a barrier, the opener queues me" (a first version hung so: co-located Python-worker
+    jobs in 4 of 8 stop-and-continue runs); its wake word says REVOKED, and continued it
+    queues again and runs once the token comes back."""
     with Arbiter(path=seg, cpus=CPUS[:1]) as a:
         j, k = a.join_job(), a.join_job()
         first = a.worker(k)
@@ -219,26 +219,91 @@ def test_a_python_worker_granted_while_stopped_runs_once_continued(seg):
             & (a.state.workers["state"] == WAITING))), None),
             "the child queued for the token")
         later = a.worker(k)
-        t = threading.Thread(target=lambda: (later.acquire(), later.leave()))
+        got, done = threading.Event(), threading.Event()
+
+        def wait_then_hold():
+            later.acquire()
+            got.set()
+            done.wait(DEADLINE_S)
+            later.leave()
+        t = threading.Thread(target=wait_then_hold)
         try:
             os.kill(pid, signal.SIGSTOP)
             wait_until(lambda: _stopped(pid), "the child stopped")
             first.leave()  # the token goes to the stopped child
-            t.start()  # a waiter, whose reclaim scans see the stopped holder
-            scanned = int(a.state.header["reclaim_ns"][0])
-            wait_until(lambda: int(a.state.header["reclaim_ns"][0]) > scanned,
-                       "a reclaim scan while the child is stopped holding the token")
-            assert a.state.workers["state"][slot] == RUNNING
+            t.start()  # a waiter, whose reclaim scan takes it back
+            wait_until(got.is_set, "the waiter given the stopped child's token")
+            revoked = int(a.state.jobs["revoked"][j])
+            assert a.state.workers["state"][slot] == BLOCKED
+            assert a.state.wake[slot] == REVOKED
             os.kill(pid, signal.SIGCONT)
+            wait_until(lambda: a.state.workers["state"][slot] == WAITING,
+                       "the continued child queued again")
+            assert not select.select([r], [], [], 0)[0]  # it waits for its turn
+            done.set()  # the token back to the child
             assert select.select([r], [], [], DEADLINE_S)[0], "the continued child never ran"
             assert os.read(r, 1) == b"x"
             os.waitpid(pid, 0)
             t.join(DEADLINE_S)
             assert not t.is_alive()
         finally:
+            done.set()
             os.close(r)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
+        a.settle()
+        a.leave_job(j), a.leave_job(k)
+    assert revoked == 1
+
+
+def test_a_computing_python_worker_stopped_queues_at_its_next_boundary(seg):
+    """A worker stopped while it computes on the only token: a waiter gets the token, and
+    the worker, continued, queues for it at its next boundary instead of computing on
+    beside the new holder."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j, k = a.join_job(), a.join_job()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # computes on the token, a boundary now and then, until killed
+            try:
+                me = a.worker(j)
+                me.acquire()
+                os.write(w, b"x")
+                while True:
+                    sum(range(1000))
+                    me.boundary()
+            finally:
+                os._exit(0)
+        os.close(w)
+        waiter = a.worker(k)
+        got, done = threading.Event(), threading.Event()
+
+        def wait_then_hold():
+            waiter.acquire()
+            got.set()
+            done.wait(DEADLINE_S)
+            waiter.leave()
+        t = threading.Thread(target=wait_then_hold)
+        try:
+            assert os.read(r, 1) == b"x"
+            (slot,) = np.flatnonzero((a.state.workers["used"] == 1) & (a.state.workers["job"] == j))
+            os.kill(pid, signal.SIGSTOP)
+            wait_until(lambda: _stopped(pid), "the worker stopped")
+            t.start()
+            wait_until(got.is_set, "the waiter given the stopped worker's token")
+            os.kill(pid, signal.SIGCONT)
+            wait_until(lambda: a.state.workers["state"][slot] == WAITING
+                       and thread_state(pid, pid) == "S", "the continued worker queued")
+            done.set()
+            wait_until(lambda: a.state.workers["state"][slot] == RUNNING,
+                       "the worker on the token again")
+        finally:
+            done.set()
+            os.close(r)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            if t.is_alive() or got.is_set():
+                t.join(DEADLINE_S)
         a.settle()
         a.leave_job(j), a.leave_job(k)

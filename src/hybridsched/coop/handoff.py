@@ -20,11 +20,12 @@ from ..oslayer.atomics import compare_exchange, exchange
 from ..oslayer import native as nv
 from . import rules
 from .layout import BLOCKED, LAZY, RUNNING, WAITING
+from .layout import REVOKED as WAKE_REVOKED
 
 _inner = numba.njit(cache=True)
 
-# wait_token results
-GRANTED, TIMED_OUT, TAKEN, FAILED = 0, 1, 2, 3
+# wait_token results (REVOKED: the token was taken while we were stopped: queue again)
+GRANTED, TIMED_OUT, TAKEN, FAILED, REVOKED = 0, 1, 2, 3, 4
 # the CPUs a cpu_set_t (set_affinity's mask) can name
 _MAX_CPU = 1024
 # wait_coop: returned when it never parked (else wait_token's result)
@@ -151,6 +152,8 @@ def _wait_token(S, me, timeout_ns):
             return GRANTED
         if st != WAITING and st != BLOCKED and st != LAZY:
             return TAKEN
+        if wake[me] == WAKE_REVOKED:
+            return REVOKED
         left = deadline - nv.monotonic_ns()
         if left <= 0:
             return TIMED_OUT
@@ -162,7 +165,8 @@ def _wait_token(S, me, timeout_ns):
 @numba.njit(nogil=True, cache=True)
 def wait_token(S, me, timeout_ns):
     """Sleep until worker ``me`` holds a token: GRANTED, TIMED_OUT (the caller looks for
-    dead holders and waits again) or TAKEN (the slot was reclaimed)."""
+    dead holders and waits again), TAKEN (the slot was reclaimed) or REVOKED (its token
+    was taken while it was stopped: the caller queues again)."""
     return _wait_token(S, me, timeout_ns)
 
 
@@ -184,6 +188,8 @@ def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, 
                 and _missing_all_hold_tokens(workers, arrive, bslot, epoch)):
             continue  # they are running: they will be here soon
         spun[0] = now - t0
+        if wake[me] == WAKE_REVOKED:  # parks BLOCKED: the opener's to queue, as any parker
+            wake[me] = 0
         if not rules.lazy_park(header, workers, wake, me, ws):
             _release(S, me)
         exchange(parked, t, epoch)  # publish, then re-check: see barrier._park

@@ -14,6 +14,11 @@ from ..oslayer.native import DIED_AT, LOCK_BYTES
 # worker states; LAZY: parked (asleep in a primitive) but still holding its token, because
 # nobody waited when it parked; any worker that queues later revokes it (see rules)
 FREE, RUNNING, WAITING, BLOCKED, LAZY = 0, 1, 2, 3, 4
+# A worker's wake word: 0 while it sleeps for a token, 1 once granted; REVOKED when a
+# reclaim took the token of a Python worker stopped holding it (a shim thread is nudged
+# instead): its waits then queue again rather than read BLOCKED as "parked at a barrier,
+# whose opener queues me" (a worker granted while stopped would wait for ever).
+REVOKED = 2
 STATE_NAMES = {FREE: "free", RUNNING: "running", WAITING: "waiting", BLOCKED: "blocked",
                LAZY: "parked holding its token"}
 
@@ -136,6 +141,7 @@ def c_header() -> str:
     lines += [f"#define HS_{n.upper()} {v}" for n, v in
               (("free", FREE), ("running", RUNNING), ("waiting", WAITING), ("blocked", BLOCKED),
                ("lazy", LAZY))]
+    lines.append(f"#define HS_WAKE_REVOKED {REVOKED}")
     lines.append("")
     for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
                      ("hs_worker", WORKER_DTYPE)):

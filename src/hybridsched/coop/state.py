@@ -27,7 +27,8 @@ import numpy as np
 from . import rules
 from ..errors import ArbiterError
 from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
-                     STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes, views)
+                     REVOKED, STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes,
+                     views)
 
 
 # The key of a job-table row that stands for an attached process, not a job (Arbiter):
@@ -198,11 +199,11 @@ class State:
         """Free the slots (and pass on the tokens) of workers whose process is gone — or,
         for a ``thread`` slot, whose thread is gone (``thread_alive(pid, tid)``; without
         it a thread lives as long as its process) — and the job slots whose creator is
-        gone with no worker left. Take the token of a shim thread that holds one while
-        stopped (``stopped(pid, tid)``: Ctrl-Z, SIGSTOP, a debugger), which would keep it
-        until continued: it queues again once continued. A Python worker's is left: one
-        granted while stopped sleeps in its wait, where BLOCKED means "parked at a
-        barrier, the opener queues me", and would wait for ever."""
+        gone with no worker left. Take the token of a holder that is stopped
+        (``stopped(pid, tid)``, tid 0 for a process slot: Ctrl-Z, SIGSTOP, a debugger),
+        which would keep it until continued; it queues again once continued: a shim
+        thread when its nudge (reclaim.py) or its wait sees it BLOCKED, a Python worker
+        when its wait sees its wake word REVOKED or its next boundary sees it BLOCKED."""
         woken: list[int] = []
         for w in map(int, np.flatnonzero(self.workers["used"] == 1)):
             row = self.workers[w]
@@ -211,9 +212,11 @@ class State:
                                   and not thread_alive(pid, tid)):
                 woken += self.leave_worker(w, now)
                 self.header["reclaimed"][0] += 1
-            elif (stopped is not None and row["thread"] and row["cpu"] >= 0
-                  and row["state"] == RUNNING and stopped(pid, tid)):
+            elif (stopped is not None and row["cpu"] >= 0 and row["state"] == RUNNING
+                  and stopped(pid, tid)):
                 woken += self.revoke_holder(w, now)
+                if not row["thread"] and row["state"] == BLOCKED:
+                    self.wake[w] = REVOKED
                 self.jobs["revoked"][int(row["job"])] += 1
         for j in map(int, np.flatnonzero(self.jobs["used"] == 1)):
             has = (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any()

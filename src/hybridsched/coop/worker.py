@@ -86,13 +86,15 @@ class Worker:
         st = self.arbiter.tables
         self._state, self._wcpu = st.workers["state"], st.workers["cpu"]
         self._pinned, self._ccpu = st.workers["pinned"], st.cpus["cpu"]
-        # the word every boundary reads, as a memoryview: ~25 ns a read against ~65
-        # through numpy's indexing
+        # the words a boundary reads, as memoryviews: ~25 ns a read against ~65 through
+        # numpy's indexing
         self._waiting = st.hw.data[rules.H_WAITING:rules.H_WAITING + 1]
+        at = self.slot * rules.W_STRIDE + rules.W_STATE
+        self._my_state = st.ws.data[at:at + 1]
 
     def _detach(self) -> None:
         # typed as what they hold while attached: _live() refuses a handle after this
-        for name in ("_state", "_wcpu", "_pinned", "_ccpu", "_waiting"):
+        for name in ("_state", "_wcpu", "_pinned", "_ccpu", "_waiting", "_my_state"):
             setattr(self, name, None)
 
     def _live(self) -> None:
@@ -121,6 +123,8 @@ class Worker:
         """A scheduling point: give the CPU away if the quantum is over and others wait."""
         if self._waiting is None:
             self._live()
+        if self._my_state[0] != RUNNING:  # its token taken while it was stopped (reclaim):
+            return self.acquire()  # queue at once, or a newcomer takes the token beside us
         a = self.arbiter
         st = a.tables
         # lock-free: nobody waiting (one read) or the quantum not over (a compiled test)
@@ -210,6 +214,12 @@ class Worker:
             if result == handoff.FAILED:
                 raise ResourceError(f"coop worker slot {self.slot}: waiting for a token failed "
                                     "(futex error)")
+            if result == handoff.REVOKED:  # taken while we were stopped: queue again
+                with a.locked() as st:
+                    woken = st.acquire(self.slot, now_ns())
+                a.post([w for w in woken if w != self.slot])
+                result = handoff.wait_token(a.regions, self.slot, self.poll_ns)
+                continue
             if result == handoff.TAKEN:
                 now_state = int(self._state[self.slot])
                 raise ResourceError(f"coop worker slot {self.slot} was taken away (reclaimed; "

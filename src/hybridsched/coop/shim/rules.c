@@ -317,8 +317,10 @@ int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx, int
         if (!a) {
             k = hs_rule_leave_worker(v, w, now);
             v->h->reclaimed += 1;
-        } else if (a == HS_STOPPED && r->thread && r->cpu >= 0 && hs_ld(&r->state) == HS_RUNNING) {
-            k = hs_rule_revoke_holder(v, w, now);  /* queues again once continued (nudged) */
+        } else if (a == HS_STOPPED && r->cpu >= 0 && hs_ld(&r->state) == HS_RUNNING) {
+            k = hs_rule_revoke_holder(v, w, now);  /* a thread queues again once continued */
+            if (!r->thread && hs_ld(&r->state) == HS_BLOCKED)  /* (nudged); a Python */
+                hs_st(&v->wake[w], HS_WAKE_REVOKED);  /* worker's waits see this */
             v->jobs[r->job].revoked += 1;
         }
         if (k >= 0 && ngot < (int)(sizeof got / sizeof got[0]))
