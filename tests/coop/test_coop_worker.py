@@ -16,7 +16,10 @@ import pytest
 from coopcheck import fork_token_holder
 from waiting import DEADLINE_S, wait_until
 from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.barrier import TeamBarrier
 from hybridsched.coop.layout import BLOCKED, REVOKED, RUNNING, WAITING
+from hybridsched.coop.reclaim import reclaim
+from hybridsched.coop.worker import now_ns
 from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.oslayer.procfs import thread_state
 
@@ -192,6 +195,30 @@ def _stopped(pid: int) -> bool:
     return thread_state(pid, pid) in ("T", "t")
 
 
+def _holding_waiter(a: Arbiter, job: int):
+    """A thread that takes a token of ``job`` and keeps it until ``done`` is set; (thread,
+    got, done), not started."""
+    w = a.worker(job)
+    got, done = threading.Event(), threading.Event()
+
+    def hold():
+        w.acquire()
+        got.set()
+        done.wait(DEADLINE_S)
+        w.leave()
+    return threading.Thread(target=hold), got, done
+
+
+def _end(pid: int, t: threading.Thread, got: threading.Event, done: threading.Event) -> None:
+    """Let the holding waiter go, kill and reap the worker process, join the waiter."""
+    done.set()
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if t.is_alive() or got.is_set():
+        t.join(DEADLINE_S)
+
+
 def test_a_stopped_python_workers_token_goes_to_a_waiter_and_it_queues_once_continued(seg):
     """A worker granted the token while stopped (Ctrl-Z, SIGSTOP, a debugger) would keep
     it until continued, the other waiter waiting as long: the waiters' reclaim takes it.
@@ -218,15 +245,7 @@ def test_a_stopped_python_workers_token_goes_to_a_waiter_and_it_queues_once_cont
             (a.state.workers["used"] == 1) & (a.state.workers["job"] == j)
             & (a.state.workers["state"] == WAITING))), None),
             "the child queued for the token")
-        later = a.worker(k)
-        got, done = threading.Event(), threading.Event()
-
-        def wait_then_hold():
-            later.acquire()
-            got.set()
-            done.wait(DEADLINE_S)
-            later.leave()
-        t = threading.Thread(target=wait_then_hold)
+        t, got, done = _holding_waiter(a, k)
         try:
             os.kill(pid, signal.SIGSTOP)
             wait_until(lambda: _stopped(pid), "the child stopped")
@@ -247,11 +266,8 @@ def test_a_stopped_python_workers_token_goes_to_a_waiter_and_it_queues_once_cont
             t.join(DEADLINE_S)
             assert not t.is_alive()
         finally:
-            done.set()
             os.close(r)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            _end(pid, t, got, done)
         a.settle()
         a.leave_job(j), a.leave_job(k)
     assert revoked == 1
@@ -276,15 +292,7 @@ def test_a_computing_python_worker_stopped_queues_at_its_next_boundary(seg):
             finally:
                 os._exit(0)
         os.close(w)
-        waiter = a.worker(k)
-        got, done = threading.Event(), threading.Event()
-
-        def wait_then_hold():
-            waiter.acquire()
-            got.set()
-            done.wait(DEADLINE_S)
-            waiter.leave()
-        t = threading.Thread(target=wait_then_hold)
+        t, got, done = _holding_waiter(a, k)
         try:
             assert os.read(r, 1) == b"x"
             (slot,) = np.flatnonzero((a.state.workers["used"] == 1) & (a.state.workers["job"] == j))
@@ -299,11 +307,107 @@ def test_a_computing_python_worker_stopped_queues_at_its_next_boundary(seg):
             wait_until(lambda: a.state.workers["state"][slot] == RUNNING,
                        "the worker on the token again")
         finally:
-            done.set()
             os.close(r)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            if t.is_alive() or got.is_set():
-                t.join(DEADLINE_S)
+            _end(pid, t, got, done)
+        a.settle()
+        a.leave_job(j), a.leave_job(k)
+
+
+def test_a_worker_stopped_on_its_way_into_a_barrier_never_leaves_it_early(seg):
+    """Stopped after arriving at a barrier but before giving its token up (here: in the
+    arbiter's mutex, held by the test), a worker has its token taken and its wake word
+    marked. Continued, it parks: the mark must not send it for a token before the barrier
+    opens (a hostile review: it left barrier 1 with its partner never there)."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j, k = a.join_job(), a.join_job()
+        bar = TeamBarrier(2)  # worker 1 never arrives
+        r, w = os.pipe()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                me = a.worker(j)
+                bar.slot[0] = me.slot
+                me.acquire()
+                os.write(w, b"r")
+                os.read(go_r, 1)
+                bar.wait(0, 1, "block", me)  # must not return
+                os.write(w, b"left")
+            finally:
+                os._exit(0)
+        t, got, done = _holding_waiter(a, k)
+        try:
+            assert os.read(r, 1) == b"r"
+            slot = int(bar.slot[0])
+            t.start()
+            wait_until(lambda: int(a.state.header["waiting"][0]) == 1, "the waiter queued")
+            with a.locked() as st:
+                os.write(go_w, b"g")  # it arrives, and waits for the mutex to give its token up
+                wait_until(lambda: bar.arrive[0] == 1 and thread_state(pid, pid) == "S",
+                           "the worker at the barrier, waiting for the mutex")
+                os.kill(pid, signal.SIGSTOP)
+                wait_until(lambda: _stopped(pid), "the worker stopped")
+                woken = reclaim(st, now_ns())  # the waiters' scan, as it would run now
+                assert st.wake[slot] == REVOKED
+            a.post(woken)
+            os.kill(pid, signal.SIGCONT)
+            wait_until(got.is_set, "the waiter given the stopped worker's token")
+            done.set()
+            wait_until(lambda: a.state.cpus["holder"][0] < 0 and bar.parked[0] == 1
+                       and a.state.workers["state"][slot] == BLOCKED
+                       and thread_state(pid, pid) == "S",
+                       "the worker parked at the barrier, the token free")
+            assert not select.select([r], [], [], 0)[0], "it left the barrier"
+        finally:
+            for fd in (r, go_r, go_w):
+                os.close(fd)
+            _end(pid, t, got, done)
+            bar.close()
+        a.settle()
+        a.leave_job(j), a.leave_job(k)
+
+
+def test_a_worker_stopped_right_after_its_grant_queues_again_once_continued(seg):
+    """Stopped between its grant and its first look at its state (placed there by a
+    wrapper of the arbiter's post, as a SIGSTOP may land anywhere), a worker has its token
+    taken; continued, it queues again instead of raising "taken away"."""
+    with Arbiter(path=seg, cpus=CPUS[:1]) as a:
+        j, k = a.join_job(), a.join_job()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                me = a.worker(j)
+                post = a.post
+
+                def post_then_stop(woken):
+                    post(woken)
+                    a.post = post
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                a.post = post_then_stop
+                try:
+                    me.acquire()
+                    os.write(w, b"ok" if me.holds else b"no token")
+                except Exception as exc:  # noqa: BLE001 - what it raised is the finding
+                    os.write(w, f"{type(exc).__name__}: {exc}".encode())
+                me.leave()
+            finally:
+                os._exit(0)
+        os.close(w)
+        t, got, done = _holding_waiter(a, k)
+        try:
+            wait_until(lambda: _stopped(pid), "the worker stopped holding the token")
+            (slot,) = np.flatnonzero((a.state.workers["used"] == 1) & (a.state.workers["job"] == j))
+            t.start()
+            wait_until(got.is_set, "the waiter given the stopped worker's token")
+            os.kill(pid, signal.SIGCONT)
+            wait_until(lambda: a.state.workers["state"][slot] == WAITING,
+                       "the continued worker queued again")
+            done.set()
+            assert select.select([r], [], [], DEADLINE_S)[0], "the worker never answered"
+            assert os.read(r, 200) == b"ok"
+        finally:
+            os.close(r)
+            _end(pid, t, got, done)
         a.settle()
         a.leave_job(j), a.leave_job(k)

@@ -200,7 +200,13 @@ def wait_coop(S, arrive, release, parked, bslot, t, me, epoch, policy, spin_ns, 
                 _resume(S, one, 1)
         elif all_at(arrive, epoch):  # the last arrival after all (it missed our store)
             _open(S, release, parked, bslot, epoch)
-        return _wait_token(S, me, timeout_ns)
+        while True:
+            r = _wait_token(S, me, timeout_ns)
+            if r != REVOKED or release[0] >= epoch:
+                return r  # REVOKED once open: taken after the opener queued us
+            # taken while we were stopped on the way here (after the check above): the
+            # opener queues us, as any parker; the mark only says what we knew
+            compare_exchange(wake, me, WAKE_REVOKED, 0)
     spun[0] = nv.monotonic_ns() - t0
     return OPENED
 

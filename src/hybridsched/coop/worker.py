@@ -14,6 +14,7 @@ from typing import Protocol
 
 from ..errors import ResourceError
 from . import handoff, rules
+from .layout import REVOKED
 from .state import RUNNING, STATE_NAMES, WAITING, State
 
 
@@ -207,6 +208,8 @@ class Worker:
             now_state = int(self._state[self.slot])
             if now_state == RUNNING:
                 result = handoff.GRANTED
+            elif a.tables.wake[self.slot] == REVOKED:  # taken since our grant, while stopped
+                result = handoff.REVOKED
             elif not parked and now_state != WAITING:
                 result = handoff.TAKEN
         while result != handoff.GRANTED:
