@@ -1,7 +1,7 @@
 """The reclaim of participants that cannot give their tokens back, by /proc's word: the
-dead (a process, or a shim thread, gone) and the shim threads that hold tokens while
-stopped (Ctrl-Z, SIGSTOP, a tracer), whose tokens the waiters take rather than wait until
-they are continued."""
+dead (a process, or a shim thread, gone) and the holders that are stopped (Ctrl-Z,
+SIGSTOP, a tracer), whose tokens the waiters take rather than wait until they are
+continued."""
 from __future__ import annotations
 
 from ..oslayer.procfs import pid_alive, thread_alive, thread_stopped

@@ -115,10 +115,15 @@ class Worker:
         a.tables.workers["tid"][self.slot] = threading.get_native_id()
         if self._policy is None and HANDOFF_POLICY is not None:
             self._batch(HANDOFF_POLICY)  # before the first wait: the first grant must not preempt either
+        return self._wait_token(queued=not self._queue())
+
+    def _queue(self) -> bool:
+        """Ask for a token under the lock (queued, or granted at once: True)."""
+        a = self.arbiter
         with a.locked() as st:
             woken = st.acquire(self.slot, now_ns())
         a.post([w for w in woken if w != self.slot])
-        return self._wait_token(queued=self.slot not in woken)
+        return self.slot in woken
 
     def boundary(self) -> int:
         """A scheduling point: give the CPU away if the quantum is over and others wait."""
@@ -218,9 +223,7 @@ class Worker:
                 raise ResourceError(f"coop worker slot {self.slot}: waiting for a token failed "
                                     "(futex error)")
             if result == handoff.REVOKED:  # taken while we were stopped: queue again
-                with a.locked() as st:
-                    woken = st.acquire(self.slot, now_ns())
-                a.post([w for w in woken if w != self.slot])
+                self._queue()
                 result = handoff.wait_token(a.regions, self.slot, self.poll_ns)
                 continue
             if result == handoff.TAKEN:

@@ -55,7 +55,9 @@ static pthread_key_t hs_exit_key;
 struct hs_cs {
     int32_t woken[MAX_WOKEN];
     int n;
-    int32_t revoked[MAX_WOKEN];  /* shim threads whose token a reclaim took: stopped */
+    /* shim threads whose token a reclaim took (stopped), to nudge once the lock is let go:
+       read under the lock, as the slot may be someone else's by then */
+    struct { int32_t pid, tid; int64_t key; } revoked[MAX_WOKEN];
     int nrevoked;
 };
 
@@ -129,10 +131,15 @@ static void cs_reclaim(struct hs_cs *cs, int64_t now)
             held[n++] = h;
     }
     cs->n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
-    for (int i = 0; i < n; i++)  /* under the lock, only a reclaim makes a holder BLOCKED */
-        if (hs_v.workers[held[i]].used == 1 && hs_ld(&hs_v.workers[held[i]].state) == HS_BLOCKED
-            && cs->nrevoked < MAX_WOKEN)
-            cs->revoked[cs->nrevoked++] = held[i];
+    /* under the lock, only a reclaim makes a holder BLOCKED */
+    for (int i = 0; i < n && cs->nrevoked < MAX_WOKEN; i++) {
+        struct hs_worker *r = &hs_v.workers[held[i]];
+        if (r->used == 1 && hs_ld(&r->state) == HS_BLOCKED) {
+            cs->revoked[cs->nrevoked].pid = r->pid;
+            cs->revoked[cs->nrevoked].tid = r->tid;
+            cs->revoked[cs->nrevoked++].key = hs_v.jobs[r->job].key;
+        }
+    }
 }
 
 static void cs_lock(struct hs_cs *cs)
@@ -172,21 +179,13 @@ static void post(int slot)
 
 static void cs_unlock(struct hs_cs *cs)
 {
-    int32_t pid[MAX_WOKEN], tid[MAX_WOKEN];
-    int64_t key[MAX_WOKEN];
-    for (int i = 0; i < cs->nrevoked; i++) {  /* read under the lock: the slot may be reused */
-        struct hs_worker *r = &hs_v.workers[cs->revoked[i]];
-        pid[i] = r->pid;
-        tid[i] = r->tid;
-        key[i] = hs_v.jobs[r->job].key;
-    }
     hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
     for (int i = 0; i < cs->n; i++)
         post(cs->woken[i]);
     /* A stopped thread takes the signal once continued, and queues for a token at once
        (hs_rotate) rather than running without one until its next call. */
     for (int i = 0; i < cs->nrevoked; i++)
-        hs_nudge(pid[i], tid[i], key[i]);
+        hs_nudge(cs->revoked[i].pid, cs->revoked[i].tid, cs->revoked[i].key);
 }
 
 /* the slot is still this thread's (not reclaimed, not someone else's since) */

@@ -1,8 +1,8 @@
 /* The process's view of the arbiter's segment, apart from the rules: mapping the segment
    and checking it is a private one of this layout, the liveness rule the reclaim of dead
    and stopped holders uses (procfs.pid_alive, thread_alive and thread_stopped's), the CPUs
-   the program would have had,
-   and the one line a process that cannot join says before it runs unmanaged. */
+   the program would have had, and the one line a process that cannot join says before it
+   runs unmanaged. */
 #include "coop.h"
 #include <errno.h>
 #include <fcntl.h>
