@@ -11,7 +11,20 @@ import sys
 import _signal  # type: ignore[import-not-found]  # no stub: signal.py re-exports it
 
 
+def _closed_streams_to_null() -> None:
+    """A standard stream closed when we started (``>&-``) is None in ``sys``, and a print
+    to a None ``sys.stderr`` goes to ``sys.stdout`` instead. Each gets /dev/null, opened
+    close-on-exec: what we would have written to it goes nowhere, as the shell asked; the
+    lowest free descriptor is its own, so no file we open later lands there; and the
+    commands we start see it closed, as they would have without us."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+            setattr(sys, name, open(null, "r" if fd == 0 else "w", closefd=True))
+
+
 def entry() -> None:
+    _closed_streams_to_null()
     held: list[int] = []
     old = {}
     for sig in (_signal.SIGINT, _signal.SIGTERM):

@@ -185,6 +185,19 @@ def test_list_prints_every_scheduler():
         assert name in first_words
 
 
+@pytest.mark.parametrize("argv, rc", [(["list"], 0), (["nosuch"], 2)])
+def test_a_closed_stdout_or_stderr_is_no_traceback(argv, rc):
+    """`hybridsched list >&-`: Python makes the closed stream None, and the final flush
+    raised AttributeError (status 1) where the command had done its work."""
+    for closed in (1, 2):
+        p = subprocess.run([sys.executable, "-m", "hybridsched", *argv], text=True, timeout=60,
+                           preexec_fn=lambda: os.close(closed),
+                           **{"stderr" if closed == 1 else "stdout": subprocess.PIPE})
+        seen = p.stderr if closed == 1 else p.stdout
+        assert p.returncode == rc and "Traceback" not in seen, (closed, seen)
+        if closed == 2 and rc:
+            assert seen == ""  # the error line, meant for stderr, is not on stdout
+
 def test_run_smoke_end_to_end(tmp_path):
     out = tmp_path / "smoke.h5"
     p = python_m("run", "--preset", "smoke", "--out", str(out), timeout=300)

@@ -41,6 +41,25 @@ def test_a_command_killed_by_a_signal_gives_128_plus_it(seg, shim_lib):
     assert p.returncode == 128 + signal.SIGUSR1
 
 
+@pytest.mark.parametrize("closed", [1, 2])
+def test_a_closed_stdout_or_stderr_leaves_the_status_the_commands(seg, shim_lib, closed):
+    """`coop exec ... >&-` (or `2>&-`): Python's stream for it is None; the status was
+    lost to an AttributeError, and with stderr closed the counters went to stdout. The
+    command sees the descriptor closed, as it would without coop exec."""
+    def run(*argv):
+        return subprocess.run([*CLI, "--segment", seg, "--counters", "--", *argv], text=True,
+                              timeout=300, preexec_fn=lambda: os.close(closed),
+                              **{"stderr" if closed == 1 else "stdout": subprocess.PIPE})
+    probe = run(sys.executable, "-c", f"import os, sys; os.fstat({closed}); sys.exit(5)")
+    assert probe.returncode == 1, "the command found the descriptor open"
+    p = run("sh", "-c", "exit 5")
+    assert p.returncode == 5
+    if closed == 1:
+        assert p.stderr.startswith("hybridsched coop: threads") and "Traceback" not in p.stderr
+    else:
+        assert p.stdout == ""
+
+
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, sig, status):
     p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
