@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -331,6 +332,31 @@ def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_l
         assert why and "\n" not in why and words in why, (argv, why)
     assert refusal.shim_refusal(["sh"]) is None and refusal.shim_refusal(["/usr/bin/env"]) is None
     assert "--policy env or gang" in refusal.shim_refusal([static])
+
+
+def test_a_program_cut_short_is_refused_in_one_line(tmp_path, shim_lib):
+    """An interrupted copy of a program: its headers end before the program-header table
+    (a struct.error traceback before) or inside its loader's name ("uses the loader ,")."""
+    whole = open(shutil.which("true"), "rb").read()
+    for size in (100, 400):
+        cut = tmp_path / f"cut{size}"
+        cut.write_bytes(whole[:size])
+        cut.chmod(0o755)
+        why = refusal.shim_refusal([str(cut)])
+        assert why and "\n" not in why and "cut short" in why, (size, why)
+
+
+@pytest.mark.parametrize("line", ["/usr/bin/env -S sh -e", "/usr/bin/env -Ssh", "/usr/bin/env A=1 sh",
+                                  "/usr/bin/env -u HOME -i -- sh", "/usr/bin/env --split-string=sh -e"])
+def test_env_options_on_a_scripts_line_are_skipped_to_its_interpreter(tmp_path, shim_lib, line):
+    """`#!/usr/bin/env -S python3 -u` was refused as "coop: -S: no such command"."""
+    script = tmp_path / "run"
+    script.write_text(f"#!{line}\necho hi\n")
+    script.chmod(0o755)
+    assert refusal.shim_refusal([str(script)]) is None
+    static = build("thread_exit", tmp_path, "-static")
+    script.write_text(f"#!/usr/bin/env -S {static} -x\n")
+    assert "statically linked" in refusal.shim_refusal([str(script)])
 
 
 def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative(monkeypatch, shim_lib):

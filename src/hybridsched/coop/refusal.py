@@ -18,6 +18,9 @@ from . import shimbuild
 _PR_SET_SYSCALL_USER_DISPATCH, _PR_SYS_DISPATCH_OFF = 59, 0
 _PT_DYNAMIC, _PT_INTERP = 2, 3
 _EM_X86_64 = 62
+_PHDR_SIZE = 56  # an ELF64 program header's bytes: a smaller entry size is no program
+# env's options that take the next word as their value (GNU and BSD env)
+_ENV_OPTIONS_WITH_VALUE = ("-u", "--unset", "-C", "--chdir", "-P")
 _MAX_SHEBANGS = 4  # #! lines followed before giving up (the kernel allows 4 too)
 # a command that cannot run at all: no alternative policy helps it
 NOT_FOUND, NOT_EXECUTABLE = "no such command", "not an executable file"
@@ -38,9 +41,11 @@ def sud_available() -> bool:
 
 def _elf_loader(path: str, head: bytes) -> tuple[str | None, str | None]:
     """(the program's loader (PT_INTERP) or None when static, a reason it cannot take the
-    shim or None)."""
+    shim or None). A table or loader name past the file's end is a file cut short (an
+    interrupted copy), not a program to unpack."""
+    cut = f"{path} is an ELF file cut short, not a complete program"
     if len(head) < 64:
-        return None, f"{path} is an ELF file cut short, not a complete program"
+        return None, cut
     if head[4] != 2 or head[5] != 1:
         return None, f"{path} is not a 64-bit little-endian program"
     machine, = struct.unpack_from("<H", head, 18)
@@ -48,17 +53,45 @@ def _elf_loader(path: str, head: bytes) -> tuple[str | None, str | None]:
         return None, f"{path} is for another architecture (ELF machine {machine})"
     phoff, = struct.unpack_from("<Q", head, 32)
     phentsize, phnum = struct.unpack_from("<HH", head, 54)
+    if phnum and phentsize < _PHDR_SIZE:
+        return None, f"{path} is not a valid ELF program (program headers of {phentsize} bytes)"
     with open(path, "rb") as fh:
         fh.seek(phoff)
         table = fh.read(phentsize * phnum)
+        if len(table) < phentsize * phnum:
+            return None, cut
         for i in range(phnum):
             kind, = struct.unpack_from("<I", table, i * phentsize)
             if kind == _PT_INTERP:
                 offset, = struct.unpack_from("<Q", table, i * phentsize + 8)
                 size, = struct.unpack_from("<Q", table, i * phentsize + 32)
                 fh.seek(offset)
-                return fh.read(min(size, 4096)).split(b"\0")[0].decode(errors="replace"), None
+                name = fh.read(min(size, 4096)).split(b"\0")[0].decode(errors="replace")
+                return (name, None) if name else (None, cut)
     return None, None
+
+
+def _env_program(words: list[str]) -> str | None:
+    """The program of a ``#!/usr/bin/env ...`` line's words (after ``env``): env's options
+    (``-S`` splits the rest into words, as the line already is) and NAME=VALUE words
+    skipped; None when it names none."""
+    options = True
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if options and w == "--":
+            options = False
+        elif options and w in _ENV_OPTIONS_WITH_VALUE:
+            i += 1
+        elif options and w.startswith("-S") and len(w) > 2:
+            return w[2:]
+        elif options and w.startswith("--split-string="):
+            if w.partition("=")[2]:
+                return w.partition("=")[2]
+        elif not (options and w.startswith("-")) and "=" not in w:
+            return w
+        i += 1
+    return None
 
 
 def program_refusal(command: str, _depth: int = 0) -> str | None:
@@ -81,9 +114,10 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
         words = head[2:].split(b"\n")[0].decode(errors="replace").split()
         if not words or _depth >= _MAX_SHEBANGS:
             return f"{path}: a #! line that cannot be followed"
-        if os.path.basename(words[0]) == "env" and len(words) > 1:
-            words = words[1:]
-        return program_refusal(words[0], _depth + 1)
+        program = _env_program(words[1:]) if os.path.basename(words[0]) == "env" else words[0]
+        if program is None:
+            return f"{path}: a #! line that cannot be followed"
+        return program_refusal(program, _depth + 1)
     if head[:4] != b"\x7fELF":
         return f"{path} is neither a program nor a script with a #! line"
     loader, why = _elf_loader(path, head)
