@@ -120,7 +120,7 @@ def test_a_command_that_forks_and_execs_is_one_job(seg, shim_lib):
 EXEC_PROBE = """
 import os, sys
 how = sys.argv[1]
-show = ["sh", "-c", "grep -E '^Sig(Ign|Cgt)' /proc/self/status"]
+show = ["sh", "-c", "grep -E '^Sig(Blk|Ign|Cgt)' /proc/self/status"]
 if how == "bare":  # the image exec'd without the shim: what the kernel left it
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and not k.startswith("HYBRIDSCHED_")}
     os.execve("/bin/sh", show, env)
@@ -154,6 +154,35 @@ def test_an_exec_is_never_ended_by_a_rotation_request(seg, shim_lib, how):
         assert masks["SigIgn"] & bit, p.stdout
     else:
         assert masks["SigCgt"] & bit and not masks["SigIgn"] & bit, p.stdout
+        assert not masks["SigBlk"] & bit, p.stdout  # the hold's block undone
+
+
+KILLED_BY_IT = """
+import os, signal, sys, time
+how, sig = sys.argv[1], int(sys.argv[2])
+if how == "ignored":
+    signal.signal(sig, signal.SIG_IGN)  # an exec keeps it ignored, as POSIX says
+if how != "plain":  # the new image, exec'd under the shim, sends it
+    os.execv(sys.executable, [sys.executable, "-c", __doc__ or "", "plain", str(sig)])
+os.kill(os.getpid(), sig)
+time.sleep(0.2)
+print("ran on")
+"""
+
+
+@pytest.mark.parametrize("how, ends", [("plain", True), ("exec", True), ("ignored", False)])
+def test_the_shims_signal_sent_by_someone_else_takes_the_programs_action(seg, shim_lib, how, ends):
+    """A `kill -57` from outside (not the shim's: no launcher's tkill, no job's key) is
+    the program's signal: left at its default it ends the process, as without the shim.
+    It went unseen: the shim's handler dropped it, and every image exec'd under the shim
+    found it ignored (the exec's hold), the default taken for the program's own ignore."""
+    body = KILLED_BY_IT.replace('__doc__ or ""', repr(KILLED_BY_IT))
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [sys.executable, "-c", body, how, str(NUDGE_SIGNAL)])
+    if ends:
+        assert p.returncode == -NUDGE_SIGNAL and "ran on" not in p.stdout, (p.returncode, p.stderr)
+    else:
+        assert p.returncode == 0 and p.stdout == "ran on\n", (p.returncode, p.stderr)
 
 
 @pytest.mark.parametrize("mode", ["wait", "deaf"])

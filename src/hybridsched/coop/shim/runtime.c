@@ -80,9 +80,14 @@ void hs_count(int which)
     __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
 }
 
+/* the pid that registered the job, as it was when this image attached: a watchdog's
+   signal still in flight when its job's row went to another job stays recognised (not
+   ours, it would now take the signal's default action) */
+static int hs_launcher = -1;
+
 int hs_launcher_pid(void)
 {
-    return hs_job >= 0 ? hs_v.jobs[hs_job].pid : -1;
+    return hs_launcher;
 }
 
 int hs_self_pid(void)
@@ -591,6 +596,8 @@ static int attach(const char *path, int64_t key)
     struct hs_cs cs;
     cs_lock(&cs);
     hs_job = hs_find_job(&hs_v, key);
+    if (hs_job >= 0)
+        hs_launcher = hs_v.jobs[hs_job].pid;
     cs_unlock(&cs);
     if (hs_job < 0) {
         munmap(hs_v.h, size);

@@ -79,18 +79,23 @@ static int find_libc(struct dl_phdr_info *info, size_t size, void *data)
     return 0;
 }
 
+/* A signal of the shim's number that is not the shim's: the program's handler, or its
+   action. Left at its default, which ends the process for both numbers (SIGSYS with a
+   core), the shim's handler gives way to it: a `kill -57` from outside ran on unseen. */
 static void chain(struct sigaction *app, int sig, siginfo_t *si, void *ctx)
 {
-    if (app->sa_flags & SA_SIGINFO) {
-        if (app->sa_sigaction)
+    if (app->sa_handler == SIG_IGN)
+        return;
+    if (app->sa_handler != SIG_DFL) {
+        if (app->sa_flags & SA_SIGINFO)
             app->sa_sigaction(sig, si, ctx);
-    } else if (app->sa_handler != SIG_IGN && app->sa_handler != SIG_DFL && app->sa_handler) {
-        app->sa_handler(sig);
-    } else if (sig == SIGSYS && app->sa_handler != SIG_IGN) {
-        struct sigaction dfl = {.sa_handler = SIG_DFL};  /* a SIGSYS not of ours: its default */
-        hs_real_sigaction(SIGSYS, &dfl, NULL);
-        raise(SIGSYS);
+        else
+            app->sa_handler(sig);
+        return;
     }
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    hs_real_sigaction(sig, &dfl, NULL);
+    raise(sig);  /* blocked in its handler: taken, by its default, as the handler returns */
 }
 
 #ifdef __x86_64__
@@ -191,6 +196,16 @@ static void on_nudge(int sig, siginfo_t *si, void *ctx)
     errno = saved;
 }
 
+/* The shim's mask calls: libc's syscall(), which Syscall User Dispatch lets through, past
+   the shim's own pthread_sigmask (which never blocks the shim's signals); whether the
+   signal was blocked before */
+static int nudge_mask(int how, int change)
+{
+    uint64_t bit = 1ULL << (hs_nudge_signal() - 1), old = 0;
+    hs_real_syscall(SYS_rt_sigprocmask, how, change ? &bit : NULL, &old, sizeof bit);
+    return (old & bit) != 0;
+}
+
 int hs_signals_setup(void)
 {
     struct sigaction sa;
@@ -198,7 +213,13 @@ int hs_signals_setup(void)
     sa.sa_sigaction = on_nudge;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    return hs_real_sigaction(hs_nudge_signal(), &sa, &app_nudge);
+    int held = nudge_mask(SIG_BLOCK, 0);  /* ignored and blocked: an exec'ing image's hold */
+    int r = hs_real_sigaction(hs_nudge_signal(), &sa, &app_nudge);
+    if (held && app_nudge.sa_handler == SIG_IGN)
+        app_nudge.sa_handler = SIG_DFL;  /* what the program's own action came to at the exec */
+    if (held)
+        nudge_mask(SIG_UNBLOCK, 1);  /* a nudge kept pending meanwhile comes now */
+    return r;
 }
 
 /* Across an exec the nudge is ignored: the exec'ing thread keeps its token (its slot
@@ -206,8 +227,14 @@ int hs_signals_setup(void)
    the program, when the signal's action is back at its default (an exec resets caught
    signals) and a real-time signal's default ends the process. SIG_IGN survives the exec and
    drops a nudge already pending; the new image's shim installs its handler again, and a
-   program without the shim ignores a signal it never asked for. */
+   program without the shim ignores a signal it never asked for.
+   Unless the program ignored the signal itself, the hold blocks it too: the new image's
+   shim reads "ignored and blocked" as the hold's, and the program's action as the default
+   the exec gave it (a `kill -57` from outside then ends it, as without the shim; it went
+   unseen when every exec'd image found the signal ignored), and "ignored" alone as the
+   program's own, which an exec keeps. */
 static struct sigaction shim_nudge;
+static __thread int hold_blocked;  /* this thread's hold blocked the signal */
 
 void hs_nudge_hold(void)
 {
@@ -215,10 +242,14 @@ void hs_nudge_hold(void)
     memset(&ign, 0, sizeof ign);
     ign.sa_handler = SIG_IGN;
     hs_real_sigaction(hs_nudge_signal(), &ign, &shim_nudge);
+    hold_blocked = app_nudge.sa_handler != SIG_IGN && !nudge_mask(SIG_BLOCK, 1);
 }
 
 void hs_nudge_resume(void)  /* the exec failed: the shim's handler again */
 {
+    if (hold_blocked)
+        nudge_mask(SIG_UNBLOCK, 1);
+    hold_blocked = 0;
     hs_real_sigaction(hs_nudge_signal(), &shim_nudge, NULL);
 }
 
