@@ -93,6 +93,9 @@ WORKLOADS = {
     # 120 products of 384 x 384 (~2-5 ms each on 2 CPUs): enough that numpy's import
     # (~0.25 s, one thread) does not make up most of a job
     "numpy_matmul": (f"{PY} {EX / 'numpy_matmul.py'} 120 384", r"\bok$"),
+    # the same products split among 3 forked processes, each with its own pool: a job of
+    # several processes whose holders spin for threads of another process of the job
+    "numpy_forks": (f"{PY} {EX / 'numpy_matmul.py'} 120 384 3", r"\bok$"),
     # 300 fork-joins of ~400 µs per thread (64 rows of N x 4000 iterations); numba's import
     # and cache load (~0.5-1 s a job) come on top
     "numba_parallel": (f"{PY} {EX / 'numba_parallel.py'} 300 {4000 * N}", r"\bok$"),
@@ -110,6 +113,7 @@ QUICK = {  # --quick: a smoke run of the benchmark itself
     "omp_spinlock_hot": f"{{omp_lock}} {5000 * N} 1000 1000 spin",
     "omp_spinlock_held": f"{{omp_lock}} {2500 * N} 300 3000 spin",
     "numpy_matmul": f"{PY} {EX / 'numpy_matmul.py'} 10 384",
+    "numpy_forks": f"{PY} {EX / 'numpy_matmul.py'} 12 384 3",
     "numba_parallel": f"{PY} {EX / 'numba_parallel.py'} 50 {4000 * N}",
     "py_threads": f"{PY} {EX / 'py_threads.py'} 200 {128 * N}",
     "pipeline": "sh -c 'yes hybridsched | head -c 20000000 | sha256sum'",

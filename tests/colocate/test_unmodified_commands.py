@@ -72,6 +72,7 @@ def _workload(name: str, omp: dict | None, cache: str = "") -> str:
         "omp_lock": lambda: f"{omp['omp_lock']} 3000 200 50",
         "omp_spinlock": lambda: f"{omp['omp_lock']} 3000 200 50 spin",
         "numpy_matmul": lambda: f"{PY} {EX / 'numpy_matmul.py'} 6 128",
+        "numpy_forks": lambda: f"{PY} {EX / 'numpy_matmul.py'} 6 128 3",
         "numba_parallel": lambda: f"env NUMBA_CACHE_DIR={cache} {PY} {EX / 'numba_parallel.py'} 20 2000",
         "py_threads": lambda: f"{PY} {EX / 'py_threads.py'} 20 64",
         "pipeline": lambda: f"sh -c 'yes hybridsched | head -c {PIPE_BYTES} | sha256sum'",
@@ -84,8 +85,8 @@ def _spec(commands, policies, **kw) -> ColocateSpec:
     return spec
 
 
-WORKLOADS = ["omp_barrier", "omp_lock", "omp_spinlock", "numpy_matmul", "numba_parallel", "py_threads",
-             "pipeline"]
+WORKLOADS = ["omp_barrier", "omp_lock", "omp_spinlock", "numpy_matmul", "numpy_forks", "numba_parallel",
+             "py_threads", "pipeline"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)

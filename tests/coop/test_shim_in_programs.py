@@ -21,6 +21,7 @@ from hybridsched.coop.shimjob import NUDGE_SIGNAL, WAIT_POLICY_ENV, ShimJob
 from hybridsched.errors import ShimUnavailable, UsageError
 from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.oslayer.procfs import thread_state
+from repo import ROOT
 from shimprogs import build
 from waiting import wait_until
 
@@ -346,6 +347,23 @@ def test_a_cache_folder_others_may_write_is_refused(tmp_path, shim_lib, monkeypa
         shimbuild.shim_library(cache=str(cache))
 
 
+@pytest.mark.parametrize("given, words", [("/etc/passwd", "not a build of the coop shim"),
+                                          ("libm.so.6", "No such file"),
+                                          ("{tmp}", "a directory"),
+                                          ("{libm}", "not a build of the coop shim")])
+def test_a_given_library_that_is_not_the_shim_is_refused(tmp_path, shim_lib, monkeypatch,
+                                                        given, words):
+    """HYBRIDSCHED_COOP_SHIM naming another library (or any file) ran the command
+    unmanaged, every counter 0, with only the loader's complaint."""
+    libm = next((p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib64/libm.so.6")
+                 if os.path.exists(p)), "/etc/hostname")
+    monkeypatch.setenv(shimbuild.SHIM_ENV, given.format(tmp=tmp_path, libm=libm))
+    with pytest.raises(ShimUnavailable, match=words):
+        shimbuild.shim_library()
+    monkeypatch.setenv(shimbuild.SHIM_ENV, shim_lib)
+    assert shimbuild.shim_library() == shim_lib
+
+
 def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_lib):
     static = build("thread_exit", tmp_path, "-static")
     script = tmp_path / "run.sh"
@@ -482,6 +500,23 @@ def test_a_holder_spinning_for_a_thread_of_its_job_in_another_process_is_asked_t
         p = run_under(job, ["sh", "-c", f"{exe} {flag} wait & {exe} {flag} set; wait"])
         counts = job.counters()
     assert p.returncode == 0 and "released" in p.stdout, (p.stdout, p.stderr)
+    assert counts.nudges >= 1 and counts.signals == 0, counts
+
+
+def test_holders_spinning_in_forked_processes_of_the_job_are_asked_before_the_watchdog(
+        seg, shim_lib):
+    """numpy in 3 forked processes of one command, each with an OpenBLAS pool: a caller
+    spins for its pool thread, and a pool thread for its caller, calling nothing. The job's
+    first waiter asks them to rotate; once granted, it wakes the next waiter to take the
+    looks over. Before, the others slept until the reclaim scan, no one looked, and the
+    watchdog's bound rotated such holders (90-100 of its signals at the default quantum;
+    here, with a bound of 0.6 s, so that a loaded machine's delays stay far below it)."""
+    script = str(ROOT / "examples" / "unmodified" / "numpy_matmul.py")
+    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=0.3) as a, \
+            ShimJob(a) as job:
+        p = run_under(job, [sys.executable, script, "30", "256", "3"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout.endswith("ok\n"), (p.stdout, p.stderr)
     assert counts.nudges >= 1 and counts.signals == 0, counts
 
 

@@ -146,6 +146,7 @@ struct hs_early {
 HS_HIDDEN int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
                                 int64_t now);
 HS_HIDDEN void hs_early_reset(struct hs_early e[HS_EARLY_TRACK]);
+HS_HIDDEN void hs_early_hand_over(int me);
 /* whether another thread of this job waits for a token (early.c) */
 HS_HIDDEN int hs_sibling_waiting(int me);
 HS_HIDDEN int hs_self_pid(void);

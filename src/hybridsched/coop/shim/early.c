@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,18 +71,19 @@ void hs_nudge(int pid, int tid, int64_t key)
 /* The job's first waiting thread looks at up to HS_EARLY_TRACK of the job's holders (see
    HS_EARLY_NS): one that has held its token since the last look, HS_EARLY_NS or more, and run
    for half of that at least (not a holder the system preempted) without entering the
-   shim is asked to rotate, once per holding. Returns when to look again: 0 when there is
-   nothing to look at (the thread is not its job's first waiter, or the job holds no token;
-   the other waiters sleep as before: only the first acts), `*every` doubled (up to
-   HS_EARLY_MAX_NS) when every holder entered the shim since the last look, HS_EARLY_NS
-   otherwise. */
+   shim is asked to rotate, once per holding. Returns when to look again: 0 for the other
+   waiters (they sleep: only the first acts, and the first, once granted, wakes the next
+   to take the looks over: hs_early_hand_over); HS_EARLY_MAX_NS for the first while the
+   job holds no token (one of its threads may take a free one and spin); `*every` doubled
+   (up to HS_EARLY_MAX_NS) when every holder entered the shim since the last look,
+   HS_EARLY_NS otherwise. */
 static const struct hs_early unseen = {-1, 0, 0, -1, 0};
 
 int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)
 {
     struct hs_early seen[HS_EARLY_TRACK];
-    int n = 0, calm = 1;
-    if (first_sibling_waiting(me)) {
+    int n = 0, calm = 1, first = first_sibling_waiting(me);
+    if (first) {
         for (int ci = 0; ci < hs_v.ncpu && n < HS_EARLY_TRACK; ci++) {
             int h = hs_v.cpus[ci].holder;
             if (h < 0 || h == me)
@@ -112,9 +114,32 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
     for (int i = 0; i < HS_EARLY_TRACK; i++)
         e[i] = i < n ? seen[i] : unseen;
     if (n == 0)
-        return 0;
+        return first ? HS_EARLY_MAX_NS : 0;
     *every = !calm ? HS_EARLY_NS : 2 * *every < HS_EARLY_MAX_NS ? 2 * *every : HS_EARLY_MAX_NS;
     return *every;
+}
+
+/* A waiter of the job granted its token: the job's next waiter, if any, is woken to take
+   the looks over, since the first one looks alone and the others sleep until their grant
+   or the reclaim scan. Without it, a command of several processes whose holders spin for
+   threads of another of its processes (numpy in forked workers, each with an OpenBLAS
+   pool) had no one looking once its first waiter was granted, each such holder kept until
+   the watchdog's bound: two such commands of 3 processes each took 7-8x as long as now
+   (2026-12-06, docs/results/2core-unmodified.md). The wake costs the granted thread a
+   scan of the slots and, when a sibling waits, one system call. */
+void hs_early_hand_over(int me)
+{
+    int next = -1;
+    int64_t seq = INT64_MAX;
+    for (int w = 0; w < hs_v.h->hi; w++) {
+        struct hs_worker *r = &hs_v.workers[w];
+        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING && r->seq < seq) {
+            next = w;
+            seq = r->seq;
+        }
+    }
+    if (next >= 0)  /* its word unchanged: it finds itself still waiting, and looks */
+        hs_raw(SYS_futex, (long)&hs_v.wake[next], FUTEX_WAKE, 1, 0, 0, 0);
 }
 
 void hs_early_reset(struct hs_early e[HS_EARLY_TRACK])

@@ -309,8 +309,10 @@ static void wait_token(int me, int queued)
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
         hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
     }
-    if (queued)
+    if (queued) {
         hs_count(HS_C_GRANTS);
+        hs_early_hand_over(me);
+    }
     pin(me);
 }
 
