@@ -37,6 +37,9 @@ LAYOUT_HEADER = "hs_layout.h"
 CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fexceptions",
           "-Wall", "-Wextra", "-Wno-unused-parameter")
 LIBS = ("-ldl", "-lpthread")
+# A built shim exports this test entry point (sud.c): what tells it from other libraries
+_SHIM_MARK = b"hs_x_nudge_signal"
+_MAX_SHIM_BYTES = 16 << 20  # a build is ~100 KiB; more than this is not one
 # what to use instead, in every refusal's line
 NO_SHIM = "use --policy env or gang, which need no shim"
 
@@ -116,9 +119,7 @@ def shim_library(cache: str | None = None) -> str:
     ShimUnavailable."""
     given = os.environ.get(SHIM_ENV) if cache is None else None
     if given:
-        if not os.path.isfile(given):
-            raise ShimUnavailable(f"{SHIM_ENV}={given}: no such file; {NO_SHIM}")
-        return os.path.abspath(given)
+        return _given(given)
     cc = compiler()
     if cc is None:
         raise ShimUnavailable("the coop shim is built on first use and needs a C compiler "
@@ -136,6 +137,24 @@ def shim_library(cache: str | None = None) -> str:
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         raise ShimUnavailable(f"{path} is not this user's file: refusing to load it")
     return path
+
+
+def _given(path: str) -> str:
+    """$HYBRIDSCHED_COOP_SHIM's library, refused unless it is a build of the shim's sources:
+    anything else (a typo for another library, /etc/passwd) ran the command unmanaged, every
+    counter 0, with only the loader's complaint to show for it."""
+    try:
+        with open(path, "rb") as fh:
+            body = fh.read(_MAX_SHIM_BYTES)
+    except IsADirectoryError:
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: a directory, not the shim's library; "
+                              f"{NO_SHIM}") from None
+    except OSError as exc:
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: {exc.strerror}; {NO_SHIM}") from None
+    if not body.startswith(b"\x7fELF") or _SHIM_MARK not in body:
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: not a build of the coop shim (unset it to "
+                              f"have one built); {NO_SHIM}")
+    return os.path.abspath(path)
 
 
 def available() -> bool:
