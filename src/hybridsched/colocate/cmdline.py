@@ -26,7 +26,7 @@ def parse_command(text: str, path_env: str | None = None) -> Command:
     try:
         argv = tuple(shlex.split(text))
     except ValueError as exc:
-        raise UsageError(f"{shown}: {exc} (quote as in a shell)") from None
+        raise UsageError(f"{shown}: {exc} (its words are split as shlex.split does)") from None
     if not argv:
         raise UsageError(f"{shown}: an empty command")
     if len(text.encode("utf-8")) > MAX_COMMAND:

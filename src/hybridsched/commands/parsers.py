@@ -212,8 +212,9 @@ def add_colocate(sub) -> None:
                     "scheduler run per job (--scheduler, k = --workers)")
     co.add_argument("--cmd", action="append", metavar="'CMD ...'",
                     help="instead of a --workload: an unmodified command, one job (repeatable; "
-                    "or one --cmd with --jobs J for J copies); quoted as in a shell, run "
-                    "without one (default: none, a built-in --workload)")
+                    "or one --cmd with --jobs J for J copies); split into words as "
+                    "shlex.split does and run without a shell (default: none, a built-in "
+                    "--workload)")
     co.add_argument("--expect", action="append", metavar="REGEX",
                     help="--cmd: a job verifies only if a line of its stdout (all of it, line by "
                     "line) matches REGEX; once for every job, or once per --cmd in their order "
