@@ -86,8 +86,8 @@ def _env_program(words: list[str]) -> str | None:
         elif options and w.startswith("-S") and len(w) > 2:
             return w[2:]
         elif options and w.startswith("--split-string="):
-            if w.partition("=")[2]:
-                return w.partition("=")[2]
+            if (split := w.partition("=")[2]):
+                return split
         elif not (options and w.startswith("-")) and "=" not in w:
             return w
         i += 1

@@ -30,28 +30,33 @@ static int64_t thread_cpu_ns(int pid, int tid)
     return strtoll(buf, NULL, 10);  /* the first field: time on a CPU, ns */
 }
 
-/* whether a thread of this job other than `me` waits for a token, queued before `seq` */
-static int sibling_waiting_before(int me, int64_t seq)
+/* the thread of this job other than `me` that has waited longest for a token, or -1 */
+static int first_sibling(int me)
 {
+    int first = -1;
+    int64_t seq = INT64_MAX;
     for (int w = 0; w < hs_v.h->hi; w++) {
         struct hs_worker *r = &hs_v.workers[w];
         if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING
-            && r->seq < seq)
-            return 1;
+            && r->seq < seq) {
+            first = w;
+            seq = r->seq;
+        }
     }
-    return 0;
+    return first;
 }
 
 /* whether `me` is the first of its job's threads to wait for a token (the one that looks
    after the early rotations) */
 static int first_sibling_waiting(int me)
 {
-    return !sibling_waiting_before(me, hs_v.workers[me].seq);
+    int f = first_sibling(me);
+    return f < 0 || hs_v.workers[f].seq >= hs_v.workers[me].seq;
 }
 
 int hs_sibling_waiting(int me)
 {
-    return sibling_waiting_before(me, INT64_MAX);
+    return first_sibling(me) >= 0;
 }
 
 /* the rotation signal, queued to thread `tid` of process `pid` with its job's key as the
@@ -129,15 +134,7 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
    scan of the slots and, when a sibling waits, one system call. */
 void hs_early_hand_over(int me)
 {
-    int next = -1;
-    int64_t seq = INT64_MAX;
-    for (int w = 0; w < hs_v.h->hi; w++) {
-        struct hs_worker *r = &hs_v.workers[w];
-        if (w != me && r->used == 1 && r->job == hs_job && hs_ld(&r->state) == HS_WAITING && r->seq < seq) {
-            next = w;
-            seq = r->seq;
-        }
-    }
+    int next = first_sibling(me);
     if (next >= 0)  /* its word unchanged: it finds itself still waiting, and looks */
         hs_raw(SYS_futex, (long)&hs_v.wake[next], FUTEX_WAKE, 1, 0, 0, 0);
 }
