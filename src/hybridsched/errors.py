@@ -47,6 +47,16 @@ class ShimUnavailable(UsageError):
     kernel without Syscall User Dispatch, a static, setuid or non-glibc program): one
     line naming the reason and what to use instead, exit status 2, nothing started."""
 
+    def __init__(self, reason: str, alternative: str = "") -> None:
+        super().__init__(f"{reason}; {alternative}" if alternative else reason)
+        self.reason = reason
+        self.alternative = alternative
+
+    def instead(self, alternative: str) -> "ShimUnavailable":
+        """The same refusal naming the caller's alternative (``coop exec`` has no
+        ``--policy`` to offer)."""
+        return ShimUnavailable(self.reason, alternative)
+
 
 class NotOurFile(UsageError):
     """A file given to us is not a hybridsched HDF5 study (or is unreadable)."""

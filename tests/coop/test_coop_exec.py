@@ -153,6 +153,17 @@ def test_a_static_program_is_refused_in_one_line_and_nothing_starts(seg, shim_li
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 
+def test_a_shim_that_cannot_be_had_is_refused_with_coop_execs_alternative(seg, tmp_path):
+    """The shim's own refusals (a bad HYBRIDSCHED_COOP_SHIM, no compiler, a failed build)
+    ended with colocate's advice, "use --policy env or gang", which coop exec has not."""
+    env = dict(os.environ, HYBRIDSCHED_COOP_SHIM="/etc/passwd")
+    p = coop_exec(seg, "true", env=env)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+    assert "not a build of the coop shim" in p.stderr and "without `coop exec`" in p.stderr
+    assert "--policy" not in p.stderr
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
+
+
 @pytest.mark.parametrize("argv, words", [([], "a command is required"), (["--"], "a command is required"),
                                          (["no-such-command-x"], "no such command"),
                                          (["--quantum-ms", "0", "true"], "--quantum-ms"),

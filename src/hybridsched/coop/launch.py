@@ -65,7 +65,10 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         # the teardown left the segment behind, and our exit status was no longer its)
         forwarded = stack.enter_context(Forwarded())
         arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
-        shim = stack.enter_context(ShimJob(arbiter))
+        try:
+            shim = stack.enter_context(ShimJob(arbiter))
+        except ShimUnavailable as exc:  # the build's refusal names colocate's --policy
+            raise exc.instead(EXEC_ALTERNATIVE) from None
         env = dict(os.environ)
         if not keep_env:
             env.update(WAIT_POLICY_ENV)

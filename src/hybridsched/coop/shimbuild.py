@@ -72,10 +72,10 @@ def _private_dir(path: str) -> None:
         st = os.stat(path, follow_symlinks=False)
     except OSError as exc:
         raise ShimUnavailable(f"coop shim cache {path}: {exc.strerror}; set {SHIM_ENV} or "
-                              f"XDG_CACHE_HOME, or {NO_SHIM}") from None
+                              "XDG_CACHE_HOME", NO_SHIM) from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise ShimUnavailable(f"coop shim cache {path} is not a private folder of this user: "
-                              f"refusing it (set XDG_CACHE_HOME, or {NO_SHIM})")
+                              "refusing it (set XDG_CACHE_HOME)", NO_SHIM)
 
 
 def _version(cc: str) -> str:
@@ -105,10 +105,10 @@ def _compile(cc: str, files: dict[str, str], out: str) -> None:
             p = subprocess.run([cc, *CFLAGS, "-o", lib, *SOURCES, *LIBS], cwd=tmp,
                                capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as exc:
-            raise ShimUnavailable(f"the coop shim did not build ({cc}: {exc}); {NO_SHIM}") from None
+            raise ShimUnavailable(f"the coop shim did not build ({cc}: {exc})", NO_SHIM) from None
         if p.returncode != 0:
             first = next((ln for ln in p.stderr.splitlines() if "error" in ln), p.stderr.strip()[:200])
-            raise ShimUnavailable(f"the coop shim did not build with {cc}: {first}; {NO_SHIM}")
+            raise ShimUnavailable(f"the coop shim did not build with {cc}: {first}", NO_SHIM)
         os.chmod(lib, 0o755)
         os.replace(lib, out)  # atomic: whoever loads it sees all of it
 
@@ -123,8 +123,8 @@ def shim_library(cache: str | None = None) -> str:
     cc = compiler()
     if cc is None:
         raise ShimUnavailable("the coop shim is built on first use and needs a C compiler "
-                              f"(cc), which this machine lacks; install one or set {SHIM_ENV}, "
-                              f"or {NO_SHIM}")
+                              f"(cc), which this machine lacks; install one or set {SHIM_ENV}",
+                              NO_SHIM)
     files = sources()
     folder = cache or cache_dir()
     _private_dir(folder)
@@ -135,7 +135,7 @@ def shim_library(cache: str | None = None) -> str:
         _compile(cc, files, path)
         return path
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-        raise ShimUnavailable(f"{path} is not this user's file: refusing to load it")
+        raise ShimUnavailable(f"{path} is not this user's file: refusing to load it", NO_SHIM)
     return path
 
 
@@ -147,13 +147,13 @@ def _given(path: str) -> str:
         with open(path, "rb") as fh:
             body = fh.read(_MAX_SHIM_BYTES)
     except IsADirectoryError:
-        raise ShimUnavailable(f"{SHIM_ENV}={path}: a directory, not the shim's library; "
-                              f"{NO_SHIM}") from None
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: a directory, not the shim's library",
+                              NO_SHIM) from None
     except OSError as exc:
-        raise ShimUnavailable(f"{SHIM_ENV}={path}: {exc.strerror}; {NO_SHIM}") from None
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: {exc.strerror}", NO_SHIM) from None
     if not body.startswith(b"\x7fELF") or _SHIM_MARK not in body:
         raise ShimUnavailable(f"{SHIM_ENV}={path}: not a build of the coop shim (unset it to "
-                              f"have one built); {NO_SHIM}")
+                              "have one built)", NO_SHIM)
     return os.path.abspath(path)
 
 

@@ -26,7 +26,7 @@ from ..oslayer.signals import leave_signals_to_main_thread, signals_held, tgkill
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, NUDGE_SIGNAL, RUNNING
 from .paths import SEGMENT_ENV
-from .shimbuild import shim_library
+from .shimbuild import NO_SHIM, shim_library
 from .state import ArbiterError
 from .worker import now_ns
 
@@ -99,7 +99,8 @@ class ShimJob:
         self.library = shim_library()
         if any(c in self.library for c in " :"):
             raise ShimUnavailable(f"the coop shim's path {self.library} has a space or a colon, "
-                                  "which LD_PRELOAD cannot carry; set XDG_CACHE_HOME elsewhere")
+                                  "which LD_PRELOAD cannot carry; set XDG_CACHE_HOME elsewhere",
+                                  NO_SHIM)
         with signals_held(), self.arbiter.locked() as st:
             if self.key is not None and st.find_job(self.key) >= 0:
                 raise UsageError(f"coop job key {self.key} is in use on {self.arbiter.path}")
