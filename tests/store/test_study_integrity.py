@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hybridsched import cli, store
-from hybridsched.errors import StudyBusy
+from hybridsched.errors import StudyBusy, UsageError
 from hybridsched.records import TRACE_DTYPE, WORKER_DTYPE, RunConfig, RunRecord
 
 HS = [sys.executable, "-m", "hybridsched"]
@@ -112,6 +112,28 @@ def test_stale_lock_of_a_killed_writer_is_taken_over_with_a_notice(tmp_h5, capsy
         w.append(rec(0))
     assert "taking over the lock" in capsys.readouterr().err
     assert not os.path.exists(tmp_h5 + ".lock")
+
+
+@pytest.mark.parametrize("body", [b"", b"123 host 4026531836\n"])
+def test_a_lock_left_empty_or_by_a_dead_writer_is_taken_over(tmp_h5, body):
+    with open(tmp_h5 + ".lock", "wb") as fh:
+        fh.write(body)
+    with store.StudyWriter(tmp_h5, {}, {}) as w:
+        w.append(rec(0))
+    assert not os.path.exists(tmp_h5 + ".lock") and len(store.read_runs(tmp_h5)) == 1
+
+
+def test_a_study_named_like_the_lock_of_another_is_never_taken_over(tmp_h5):
+    """`-o x.h5.lock` then `-o x.h5`: the second writer took the first study for a lock left
+    by a dead writer, emptied it and removed it."""
+    with store.StudyWriter(tmp_h5 + ".lock", {}, {}) as w:
+        w.append(rec(0))
+    before = open(tmp_h5 + ".lock", "rb").read()
+    with pytest.raises(UsageError, match="is not a hybridsched lock"):
+        with store.StudyWriter(tmp_h5, {}, {}) as w:
+            w.append(rec(1))
+    assert open(tmp_h5 + ".lock", "rb").read() == before
+    assert not os.path.exists(tmp_h5)
 
 
 def test_overwrite_replaces_only_when_the_new_study_exists(tmp_h5):

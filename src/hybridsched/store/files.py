@@ -24,6 +24,7 @@ from ..errors import DiskFull, StudyBusy, UsageError
 from ..oslayer.procfs import pid_alive, pid_namespace
 
 LOCK_SUFFIX = ".lock"
+_LOCK_TEXT = re.compile(rb"\d{1,10} \S{1,200} \d{1,20}\n?")  # StudyLock._write_holder's line
 _NEW = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -258,6 +259,10 @@ class StudyLock:
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 raise
+            if not created and not self._is_lock(fd):
+                os.close(fd)
+                raise UsageError(f"{self.path}: exists and is not a hybridsched lock (a file of "
+                                 "yours?); not touched: move it, or use another --out")
             if not created:
                 print(f"hybridsched: taking over the lock {self.path} left by "
                       f"{self._holder(fd)}, which is gone", file=sys.stderr)
@@ -286,6 +291,17 @@ class StudyLock:
             return os.pread(fd, 256, 0).decode("utf-8", "replace").split()
         except OSError:
             return []
+
+    @staticmethod
+    def _is_lock(fd: int) -> bool:
+        """What a lock holds: nothing (its writer died before writing) or one line "pid host
+        pid-namespace". Anything else (a study named like a lock, a user's file) is never
+        taken over: the takeover empties it."""
+        try:
+            body = os.pread(fd, 257, 0)
+        except OSError:
+            return False
+        return not body or _LOCK_TEXT.fullmatch(body) is not None
 
     def _holder(self, fd: int) -> str:
         text = self._info(fd)
