@@ -685,3 +685,48 @@ def test_a_line_too_long_to_search_never_verifies_a_job():
     (rec,) = run_commands_once(spec, "linux", 0)
     assert rec.exit_status == 0 and not rec.verified
     assert "1 lines over 4 MiB were not searched" in rec.error, rec.error
+
+
+def test_every_snapshot_holds_whole_repetitions(tmp_path, monkeypatch, capsys):
+    """Each job's row was published on its own: a run interrupted between two jobs of one
+    repetition left part of it on disk, and `report` counted it as a whole repetition (41
+    of 64 jobs, hostile review). Every snapshot published now holds J rows per repetition."""
+    from hybridsched.store import writer
+
+    monkeypatch.setattr(writer, "PUBLISH_ALWAYS_S", float("inf"))  # publish at every append
+    seen = []
+    publish = writer.StudyWriter.publish
+
+    def counting(self):
+        ds = self.h5.get("colocate")
+        seen.append(0 if ds is None else int(ds.shape[0]))
+        publish(self)
+
+    monkeypatch.setattr(writer.StudyWriter, "publish", counting)
+    out = str(tmp_path / "whole.h5")
+    assert main(["colocate", "--cmd", "true", "--jobs", "3", "--policy", "linux,env",
+                 "--reps", "2", "-o", out]) == 0
+    capsys.readouterr()
+    assert seen and all(n % 3 == 0 for n in seen), seen
+    assert len(read_colocate(out)) == 12
+
+
+def test_a_repetition_stored_in_part_by_an_older_run_is_not_counted(tmp_path):
+    """Files written before the rows of a repetition were stored together may hold some of
+    an interrupted repetition's jobs: `report` counted them as a whole repetition."""
+    from dataclasses import replace
+
+    from hybridsched.colocate.output import ColocateWriter
+    from hybridsched.colocate.spec import JobRecord
+    from hybridsched.results.colocate_report import summary
+
+    one = JobRecord("cmd", "linux", "", 3, 0, 1, 0, 0.0, 0, 0.1, 0.1, 0, 0, 0, 0, True,
+                    command="true", experiment="e")
+    whole = [replace(one, job=j) for j in range(3)]
+    part = [replace(one, job=j, rep=1, time_s=9.0, makespan_s=9.0) for j in range(2)]
+    out = str(tmp_path / "old.h5")
+    with ColocateWriter(out, {"N": 2}, {}) as w:
+        w.append(whole)
+        w.append(part)
+    (rec,) = summary(read_colocate(out), 2)
+    assert rec["reps"] == 1 and rec["failed"] == 0 and rec["makespan_s"] == pytest.approx(0.1)

@@ -196,10 +196,10 @@ def test_disk_full_names_what_is_safe_and_offers_resume_only_to_run(tmp_path, mo
     monkeypatch.setattr(writer, "PUBLISH_ALWAYS_S", float("inf"))
     with pytest.raises(DiskFull) as exc:
         with ColocateWriter(path, {"N": 2}, {}) as w:
-            w.append(rec)
-            w.append(rec)
+            w.append([rec])
+            w.append([rec])
             monkeypatch.setattr(files, "replacing", _full)
-            w.append(rec)
+            w.append([rec])
     text = str(exc.value)
     assert "2 colocate rows are safe in" in text and "--resume" not in text
     monkeypatch.undo()

@@ -166,7 +166,7 @@ def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]
     return out
 
 
-def run_colocate(spec: ColocateSpec, on_record: Callable[[JobRecord], None],
+def run_colocate(spec: ColocateSpec, on_records: Callable[[list[JobRecord]], None],
                  cpus: list[int] | None = None, arbiter_path: str | None = None) -> list[JobRecord]:
     """Every policy x repetition, interleaved (rep 0 of each policy, then rep 1, ...) so a
     slow drift of the machine does not favour one policy."""
@@ -185,7 +185,7 @@ def run_colocate(spec: ColocateSpec, on_record: Callable[[JobRecord], None],
     out = []
     for rep in range(spec.reps):
         for name in spec.policies:
-            for rec in once(name, rep):
-                on_record(rec)
-                out.append(rec)
+            recs = once(name, rep)
+            on_records(recs)  # a repetition's jobs are stored together
+            out.extend(recs)
     return out

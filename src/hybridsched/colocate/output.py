@@ -53,8 +53,11 @@ class ColocateWriter(TableWriter):
     def __init__(self, path: str, metadata: dict, spec: dict, overwrite: bool = False):
         super().__init__(path, "colocate", COLOCATE_DTYPE, metadata, spec, overwrite)
 
-    def append(self, rec: JobRecord) -> int:
-        return self.append_row(_row(rec))  # built completely before the table grows
+    def append(self, recs: list[JobRecord]) -> int:
+        """One repetition of one policy, its J rows together: an interrupted run leaves
+        that repetition absent, never some of its jobs (which `report` would have taken for
+        the whole)."""
+        return self.append_rows(np.concatenate([_row(r) for r in recs]))  # built completely
 
 
 def conform(rows: np.ndarray, dtype: np.dtype = COLOCATE_DTYPE) -> np.ndarray:

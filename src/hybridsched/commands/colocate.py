@@ -64,15 +64,16 @@ def main(args) -> int:
     sweep_coop()  # a coop segment whose participants all died outright
     failed = 0
     with ColocateWriter(out, this_machine(), spec.to_dict(), args.overwrite) as writer:
-        def on_record(rec):
+        def on_records(recs):
             nonlocal failed
-            writer.append(rec)
-            failed += not rec.verified
-            print(f"{rec.policy} rep {rec.rep} job {rec.job}: {fmt(rec.time_s, '.3f', ' s')} "
-                  f"(makespan {fmt(rec.makespan_s, '.3f', ' s')})"
-                  f"{'' if rec.verified else ' FAILED ' + shown(rec.error)}"
-                  f"{_last_words(rec.err_tail)}", file=sys.stderr)
-        records = run_colocate(spec, on_record)
+            writer.append(recs)
+            for rec in recs:
+                failed += not rec.verified
+                print(f"{rec.policy} rep {rec.rep} job {rec.job}: {fmt(rec.time_s, '.3f', ' s')} "
+                      f"(makespan {fmt(rec.makespan_s, '.3f', ' s')})"
+                      f"{'' if rec.verified else ' FAILED ' + shown(rec.error)}"
+                      f"{_last_words(rec.err_tail)}", file=sys.stderr)
+        records = run_colocate(spec, on_records)
     print(markdown(read_colocate(out), n)[0])
     print(f"{len(records)} job records ({failed} failed) written to {out}; "
           f"`{PROG} report {out}` for the plots", file=sys.stderr)

@@ -56,10 +56,17 @@ def _counters_text(text: str) -> str:
                      f"{k.replace('_', ' ')} {v:.3g}" for k, v in values.items()) or "—"
 
 
+def complete_reps(p: np.ndarray) -> list[int]:
+    """The repetitions of one policy's rows ``p`` that hold every job's row: a run
+    interrupted mid-repetition before 2026-12-06 stored some of its jobs alone."""
+    return sorted(r for r in set(p["rep"].tolist())
+                  if (p["rep"] == r).sum() == int(p["jobs"][p["rep"] == r][0]))
+
+
 def _makespans(rows: np.ndarray, policy: str) -> dict[int, float]:
-    """The makespan of each repetition every job of which verified under ``policy``."""
+    """The makespan of each whole repetition every job of which verified under ``policy``."""
     p = rows[rows["policy"] == policy]
-    return {int(r): float(p[p["rep"] == r]["makespan_s"][0]) for r in set(p["rep"].tolist())
+    return {r: float(p[p["rep"] == r]["makespan_s"][0]) for r in complete_reps(p)
             if p[p["rep"] == r]["verified"].all()}
 
 

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title
+from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title, complete_reps
 from .data import fmt
 from ..store import StudyFile
 from .plots import save_png
@@ -64,7 +64,7 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
             sel = sel[sel["scheduler"] == sched]
         for pol in dict.fromkeys(sel["policy"].tolist()):
             p = sel[sel["policy"] == pol]
-            reps = sorted(set(p["rep"].tolist()))
+            reps = complete_reps(p)
             good = [r for r in reps if p[p["rep"] == r]["verified"].all()]
             mk = [float(p[p["rep"] == r]["makespan_s"][0]) for r in good]
             ok = p[np.isin(p["rep"], good)]

@@ -35,6 +35,11 @@ class TableWriter:
         publish; returns its index."""
         return self.writer.append_row(self.table, row)
 
+    def append_rows(self, rows: np.ndarray) -> int:
+        """Add ``rows`` (an array of ``dtype``) together: a snapshot holds all or none of
+        them; returns the first's index."""
+        return self.writer.append_rows(self.table, rows)
+
     def close(self, failed: bool = False) -> None:
         self.writer.close(failed)
 

@@ -146,17 +146,22 @@ class StudyWriter:
     def append_row(self, table: str, row) -> int:
         """Add one row to side table ``/<table>`` (created with the row's dtype on first
         use) and publish; returns its index. Signals are held as in :meth:`append`."""
+        return self.append_rows(table, row[:1])
+
+    def append_rows(self, table: str, rows) -> int:
+        """Add ``rows`` to side table ``/<table>`` together: no snapshot holds some of them
+        without the others (a colocate repetition's J rows). Returns the first's index."""
         with signals_held():
             ds = self.h5.get(table)
             if ds is None:
-                ds = self.h5.create_dataset(table, shape=(0,), maxshape=(None,), dtype=row.dtype,
+                ds = self.h5.create_dataset(table, shape=(0,), maxshape=(None,), dtype=rows.dtype,
                                             chunks=(RUNS_CHUNK,))
-            elif ds.dtype != row.dtype:
+            elif ds.dtype != rows.dtype:
                 raise NotOurFile(f"{self.path}: /{table} holds rows of another layout")
             i = int(ds.shape[0])
-            ds.resize((i + 1,))
-            ds[i] = row[0]
-            self._pending += 1
+            ds.resize((i + len(rows),))
+            ds[i:] = rows
+            self._pending += len(rows)
             if self._due():
                 self.publish()
             return i
