@@ -114,6 +114,18 @@ def test_cli_fit_csv_json_and_plot(tmp_path, capsys):
     assert "Eq. 20" in capsys.readouterr().out
 
 
+def test_cli_fit_plot_replaces_a_plot_but_never_its_input(tmp_path, capsys):
+    src = _csv(tmp_path / "s.csv", NS, _usl(0.04, 0.0008))
+    before = open(src, "rb").read()
+    png = tmp_path / "old.png"
+    png.write_text("an old plot")
+    assert main(["fit", src, "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main(["fit", src, "--plot", src]) == 2
+    assert "is also the input" in capsys.readouterr().err and open(src, "rb").read() == before
+
+
 @pytest.mark.parametrize("text,needle", [
     ("N,time\n1,2\n", "columns N and speedup"),
     ("N,speedup\n1,x\n", "must be numbers"),

@@ -215,3 +215,27 @@ def test_trace_run_id_with_other_selectors_is_refused(study, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--run" in err and len(err.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "x.png")
+
+
+def test_trace_never_replaces_its_input_or_a_study_being_written(study, tmp_path, capsys):
+    """`--overwrite` let `trace` replace its own input study with a PNG, and a study being
+    written (its writer's lock held) with a trace: killed before its next save, the writer
+    lost it (hostile review)."""
+    import shutil
+
+    from hybridsched.store import StudyLock
+
+    mine = str(tmp_path / "mine.h5")
+    shutil.copy(study, mine)
+    before = open(mine, "rb").read()
+    assert main(["trace", mine, "-s", "dynamic", "--png", mine, "--overwrite"]) == 2
+    assert "is also the input" in capsys.readouterr().err and open(mine, "rb").read() == before
+    live = str(tmp_path / "live.h5")
+    shutil.copy(study, live)
+    with StudyLock(live):
+        assert main(["trace", study, "-s", "dynamic", "--perfetto", live, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "is being written by" in err and len(err.strip().splitlines()) == 1
+    assert open(live, "rb").read() == before and not os.path.exists(live + ".lock")
+    assert main(["trace", study, "-s", "dynamic", "--perfetto", live, "--overwrite"]) == 0
+    assert not os.path.exists(live + ".lock")

@@ -550,3 +550,17 @@ def test_search_chunk_finds_the_minimum_of_a_u_shaped_time_and_stops_climbing():
     assert best == 12 and set(times) == set(tried)
     # 32 and 64 are each more than 1.5x the best so far (5): the climb stops there
     assert tried == [1, 2, 4, 8, 16, 32, 64, 6, 12]  # then 8's neighbours 6 and 12
+
+
+def test_calibrate_never_replaces_a_study_being_written(tmp_path, capsys):
+    """`calibrate -o STUDY --overwrite` replaced a study whose writer held its lock."""
+    from hybridsched.cli import main as cli_main
+    from hybridsched.store import StudyLock
+
+    live = tmp_path / "live.h5"
+    live.write_bytes(b"a study being written")
+    with StudyLock(str(live)):
+        assert cli_main(["calibrate", "-o", str(live), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "is being written by" in err and len(err.strip().splitlines()) == 1
+    assert live.read_bytes() == b"a study being written"

@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..errors import UsageError
-from ..store import check_output
+from ..store import single_output
 from ..sim.calibrate import calibrate
 from ..store.metadata import PREFIX, stored
 from ..study.output import this_machine
@@ -20,9 +20,12 @@ def main(args) -> int:
     out = args.out
     if not out.strip():
         raise UsageError("--out: an empty file name")
-    check_output(out)  # a writable directory, not a link or a directory: before measuring
-    if os.path.lexists(out) and not args.overwrite:
-        raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    # a writable directory, not a link, a directory or a study being written: before measuring
+    with single_output(out, "--out", args.overwrite):
+        return _calibrate(args, out)
+
+
+def _calibrate(args, out: str) -> int:
     t0 = time.perf_counter()
     ov = calibrate(args.width, lambda text: print(f"{PROG}: calibrating {text}", file=sys.stderr))
     meta = {k[len(PREFIX):]: v for k, v in stored(this_machine()).items()

@@ -13,7 +13,7 @@ def main(args) -> int:
         data.cores = args.cores
     res = fit.fit(data, args.model)
     if args.plot:
-        fitplot.plot(res, args.plot)
+        fitplot.plot(res, args.plot, args.file)
     if args.json:
         print(json.dumps(fit.jsonable(res), indent=2, allow_nan=False))
     else:

@@ -1,13 +1,14 @@
 """`hybridsched trace FILE.h5`: one run's timeline as a Gantt PNG and a Perfetto trace."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from ..errors import UsageError
 from ..results import metrics, perfetto, timeline
 from ..results.files import default_out_dir
-from ..store import check_output, our_directory, read_runs
+from ..store import our_directory, read_runs, single_output
 
 
 def main(args) -> int:
@@ -27,12 +28,26 @@ def main(args) -> int:
         png, js = stem + ".png", stem + ".json"
     else:
         out_dir = None
-    for path, what in ((png, "--png"), (js, "--perfetto")):
-        if path is not None and out_dir is None:
-            check_output(path, what)  # a regular file or nothing: never a device or FIFO
-            if os.path.lexists(path) and not args.overwrite:
-                raise UsageError(f"{what} {path}: file exists (use --overwrite to replace it)")
-    rt = timeline.load(args.file, row)
+    with contextlib.ExitStack() as outputs:
+        for path, what in ((png, "--png"), (js, "--perfetto")):
+            if path is not None and out_dir is None:  # a regular file or nothing, not the
+                # input, not a study being written: never a device or FIFO
+                outputs.enter_context(single_output(path, what, args.overwrite, (args.file,)))
+        rt, written = _write(args.file, row, png, js, out_dir)
+    imb = metrics.load_imbalance(rt.detail.workers)
+    print(f"{rt.title}: {len(rt.detail.trace)} chunks on {len(rt.lanes)} workers, "
+          f"T = {rt.time_s * 1e3:.3f} ms, last worker ends at {rt.end_s * 1e3:.3f} ms, "
+          f"load imbalance {'—' if imb != imb else f'{imb:.3f}'}")
+    for p in written:
+        print(p)
+    print(f"hybridsched: {len(written)} file{'s' if len(written) != 1 else ''} written", file=sys.stderr)
+    return 0
+
+
+def _write(study: str, row, png: str | None, js: str | None,
+           out_dir: str | None) -> tuple[timeline.RunTrace, list[str]]:
+    """The run's trace loaded, and the files written from it."""
+    rt = timeline.load(study, row)
     if out_dir is not None:
         our_directory(out_dir)
     written = []
@@ -43,11 +58,4 @@ def main(args) -> int:
             written.append(perfetto.write(rt, js))
     except OSError as exc:
         raise UsageError(f"{exc.filename or png or js}: {exc.strerror or exc}") from None
-    imb = metrics.load_imbalance(rt.detail.workers)
-    print(f"{rt.title}: {len(rt.detail.trace)} chunks on {len(rt.lanes)} workers, "
-          f"T = {rt.time_s * 1e3:.3f} ms, last worker ends at {rt.end_s * 1e3:.3f} ms, "
-          f"load imbalance {'—' if imb != imb else f'{imb:.3f}'}")
-    for p in written:
-        print(p)
-    print(f"hybridsched: {len(written)} file{'s' if len(written) != 1 else ''} written", file=sys.stderr)
-    return 0
+    return rt, written

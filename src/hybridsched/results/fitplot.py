@@ -11,16 +11,19 @@ from ..errors import UsageError
 _MARKERS = "os^Dv<>ph*"  # one per P, cycled
 
 
-def plot(res: dict, path: str) -> None:
+def plot(res: dict, path: str, study: str = "") -> None:
     """Write :func:`figure` of ``res`` (fit.fit's dict) to ``path`` by rename; the format
-    follows the extension (png by default)."""
-    from ..store import check_output, replacing
+    follows the extension (png by default). An existing plot is replaced, never ``study``
+    (the input) nor a study being written."""
+    from ..store import replacing, single_output
 
     fig = figure(res)
-    check_output(path, "--plot")  # a regular file or nothing: never a device or FIFO
     fmt = os.path.splitext(path)[1][1:].lower() or "png"
     try:
-        with replacing(path) as fh:  # by rename: a planted symlink is not followed
+        # a regular file or nothing (never a device or FIFO), replaced by rename (a planted
+        # symlink is not followed)
+        with single_output(path, "--plot", True, (study,) if study else ()), \
+                replacing(path) as fh:
             fig.savefig(fh, dpi=110, format=fmt)
     except ValueError as exc:
         raise UsageError(f"--plot {path}: {exc}") from None

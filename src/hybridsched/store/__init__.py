@@ -4,7 +4,8 @@ loader of a study for report, fit, simulate and --resume (studyfile.py).
 
 ``from hybridsched.store import ...`` keeps working for every name it had.
 """
-from .files import LOCK_SUFFIX, StudyLock, check_output, our_directory, replacing, write_text
+from .files import (LOCK_SUFFIX, StudyLock, check_output, our_directory, replacing, single_output,
+                    write_text)
 from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE, conform,
                      decode, record_row)
 from .reader import (Detail, check_ours, iter_details, keys_of, machine_n, open_study,
@@ -20,4 +21,4 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "conform", "decode", "iter_details", "keys_of", "machine_n", "open_study", "our_directory",
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "row_config",
            "simulated_cores", "stored_keys", "study_settings",
-           "study_spec", "write_text", "open_new", "TableWriter", "has_table", "read_table"]
+           "study_spec", "single_output", "write_text", "open_new", "TableWriter", "has_table", "read_table"]

@@ -145,6 +145,30 @@ def write_text(path: str, write: Callable[[io.TextIOBase], None]) -> None:
         text.detach()
 
 
+@contextlib.contextmanager
+def single_output(path: str, what: str, overwrite: bool,
+                  inputs: tuple[str, ...] = ()) -> Iterator[None]:
+    """Held while a command writes its one file ``path`` (a trace, a plot, a calibration):
+    that path's study lock, so a study being written there is never replaced (nor is this
+    file by a study writer meanwhile). Refused before anything is done: an existing file
+    without ``overwrite``, or one of the command's ``inputs``."""
+    check_output(path, what)
+    if os.path.lexists(path):
+        if not overwrite:
+            raise UsageError(f"{what} {path}: file exists (use --overwrite to replace it)")
+        if any(_same_file(path, p) for p in inputs):
+            raise UsageError(f"{what} {path}: is also the input; not replaced")
+    with StudyLock(path):
+        yield
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 def our_directory(path: str, what: str = "--out-dir") -> str:
     """Create ``path`` as a fresh directory, or reuse it if it is a real directory (not a
     symlink) owned by us; anything else is refused with a UsageError. Missing parents
