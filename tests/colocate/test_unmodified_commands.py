@@ -556,6 +556,11 @@ def _not_started(monkeypatch):
     (["--expect", "ok"], "for --cmd only"),
     (["--timeout", "5"], "for --cmd only"),
     (["--policy", "gang"], "for unmodified commands"),
+    # hostile review: tracebacks before
+    (["--cmd", "echo ok\udcff"], "not UTF-8"),
+    (["--cmd", "true", "--expect", "\udcff"], "not UTF-8"),
+    (["--cmd", "true", "--expect", "a{99999999999}"], "not a regular expression"),
+    (["--cmd", "true", "--expect", "(" * 2000 + ")" * 2000], "not a regular expression"),
 ])
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, words, tmp_path, capsys,
                                                          monkeypatch):

@@ -24,6 +24,10 @@ def parse_command(text: str, path_env: str | None = None) -> Command:
     not found, or not something the kernel can execute."""
     shown = f"--cmd {text!r}"
     try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # stored as UTF-8 text with every row of its job
+        raise UsageError(f"{shown}: not UTF-8 text (put the command in a script)") from None
+    try:
         argv = tuple(shlex.split(text))
     except ValueError as exc:
         raise UsageError(f"{shown}: {exc} (its words are split as shlex.split does)") from None

@@ -152,9 +152,14 @@ class ColocateSpec:
                              f"got {self.timeout_s:g}")
         for pattern in self.expect if isinstance(self.expect, list) else [self.expect]:
             try:
+                pattern.encode("utf-8")  # matched against output decoded as UTF-8
                 re.compile(pattern)
-            except re.error as exc:
-                raise UsageError(f"--expect {pattern!r}: not a regular expression ({exc})") from None
+            except UnicodeEncodeError:
+                raise UsageError(f"--expect {pattern!r}: not UTF-8 text") from None
+            except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}; (((...)))
+                why = exc if isinstance(exc, re.error) else type(exc).__name__
+                raise UsageError(f"--expect {pattern[:60]!r}: not a regular expression we can "
+                                 f"use ({why})") from None
 
     def expect_for(self, job: int) -> str:
         """The --expect of job ``job`` ("" for none)."""
