@@ -735,3 +735,33 @@ def test_a_repetition_stored_in_part_by_an_older_run_is_not_counted(tmp_path):
         w.append(part)
     (rec,) = summary(read_colocate(out), 2)
     assert rec["reps"] == 1 and rec["failed"] == 0 and rec["makespan_s"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("counters", "not json", "not a JSON object of numbers"),
+    ("counters", '{"slices": {"a": 1}}', "not a JSON object of numbers"),
+    ("counters", "[1, 2]", "not a JSON object of numbers"),
+    ("time_s", float("inf"), "time_s = inf"),
+    ("time_s", -1.0, "time_s = -1"),
+    ("cpu_s", float("inf"), "cpu_s = inf"),
+    ("job", 7, "job 7 of 2"),
+])
+def test_damaged_rows_are_refused_in_one_line_by_report_and_merge(tmp_path, capsys, field,
+                                                                  value, words):
+    """report gave JSONDecodeError, AttributeError or TypeError tracebacks on damaged
+    counters and printed a job time of inf; merge copied such rows on (hostile review)."""
+    good = str(tmp_path / "good.h5")
+    assert main(["colocate", "--cmd", "true", "--jobs", "2", "--policy", "linux", "--reps",
+                 "1", "-o", good]) == 0
+    bad = str(tmp_path / "bad.h5")
+    shutil.copy(good, bad)
+    with h5py.File(bad, "r+") as h5:
+        rows = h5["colocate"][()]
+        rows[field][1] = value
+        h5["colocate"][...] = rows
+    capsys.readouterr()
+    for argv in (["report", "--no-plots", bad], ["merge", bad, good, "-o", str(tmp_path / "m.h5")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not os.path.exists(tmp_path / "m.h5")

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 from ..errors import BadStudy
-from ..store import StudyFile, TableWriter, opened
+from ..store import MAX_TIME_S, StudyFile, TableWriter, numbers_object, opened
 from .spec import JobRecord
 
 _S = lambda n: h5py.string_dtype("utf-8", n)  # noqa: E731
@@ -86,6 +86,38 @@ def read_colocate(source: str | StudyFile) -> np.ndarray:
     if raw.dtype.names is None:  # no table
         return np.zeros(0, _decoded(COLOCATE_DTYPE))
     try:
-        return conform(raw, _decoded(COLOCATE_DTYPE))
+        rows = conform(raw, _decoded(COLOCATE_DTYPE))
     except BadStudy as exc:
         raise BadStudy(f"{path}: {exc}") from None
+    _check_values(path, rows)
+    return rows
+
+
+def _check_values(path: str, rows: np.ndarray) -> None:
+    """What no colocate run stores, refused in one line rather than shown (a job time of
+    inf) or met as a traceback in a report (counters that are not JSON): damage, or an
+    edit."""
+    def bad(i: int, what: str) -> BadStudy:
+        r = rows[i]
+        return BadStudy(f"{path}: /colocate row {i} ({r['policy']} rep {r['rep']} job "
+                        f"{r['job']}): {what}")
+
+    odd = np.flatnonzero((rows["jobs"] < 1) | (rows["job"] < 0) | (rows["job"] >= rows["jobs"])
+                         | (rows["rep"] < 0))
+    if len(odd):
+        i = odd[0]
+        raise bad(i, f"job {rows['job'][i]} of {rows['jobs'][i]}, rep {rows['rep'][i]}")
+    for name in ("time_s", "makespan_s"):
+        t = rows[name]
+        wrong = np.flatnonzero(rows["verified"] & ~(np.isfinite(t) & (t >= 0) & (t <= MAX_TIME_S)))
+        if len(wrong):
+            raise bad(wrong[0], f"verified with {name} = {t[wrong[0]]} (must be 0 to "
+                      f"{MAX_TIME_S:.0e} s)")
+    cpu = rows["cpu_s"]
+    wrong = np.flatnonzero(~np.isnan(cpu) & ~((cpu >= 0) & (cpu <= MAX_TIME_S)))
+    if len(wrong):
+        raise bad(wrong[0], f"cpu_s = {cpu[wrong[0]]} (must be NaN, not measured, or 0 to "
+                  f"{MAX_TIME_S:.0e} s)")
+    for i, text in enumerate(rows["counters"].tolist()):
+        if text and not numbers_object(text):
+            raise bad(i, f"counters {text[:60]!r} is not a JSON object of numbers")

@@ -192,13 +192,14 @@ def _check_values(path: str, runs: np.ndarray) -> None:
                   f"not measured, or 0 to {MAX_TIME_S:.0e} s)")
     if "workload_params" in (runs.dtype.names or ()):
         for text in set(runs["workload_params"].tolist()) - {""}:
-            if not _params_object(text):
+            if not numbers_object(text):
                 i = int(np.flatnonzero(runs["workload_params"] == text)[0])
                 raise bad(i, f"workload_params {text[:60]!r} is not a JSON object of numbers")
 
 
-def _params_object(text: str) -> bool:
-    """Whether ``text`` is what a run stores as workload_params: {"name": number, ...}."""
+def numbers_object(text: str) -> bool:
+    """Whether ``text`` is a JSON object of numbers, {"name": number, ...}: what a run stores
+    as workload_params, a colocate row as its policy's counters."""
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
