@@ -157,9 +157,9 @@ class ColocateSpec:
             except UnicodeEncodeError:
                 raise UsageError(f"--expect {pattern!r}: not UTF-8 text") from None
             except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}; (((...)))
-                why = exc if isinstance(exc, re.error) else type(exc).__name__
+                what = exc if isinstance(exc, re.error) else type(exc).__name__
                 raise UsageError(f"--expect {pattern[:60]!r}: not a regular expression we can "
-                                 f"use ({why})") from None
+                                 f"use ({what})") from None
 
     def expect_for(self, job: int) -> str:
         """The --expect of job ``job`` ("" for none)."""
