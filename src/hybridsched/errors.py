@@ -136,6 +136,11 @@ class StudyBusy(UsageError):
     """Another process holds the writer's lock on a study file."""
 
 
+class OutputLost(HybridschedError):
+    """A study's file could no longer be written for a reason other than space (its folder
+    removed or made read-only mid-run): one line saying what, if anything, is stored."""
+
+
 class DiskFull(HybridschedError):
     """The file system ran out of space while a study was being written; the runs of the
     last published snapshot are safe."""

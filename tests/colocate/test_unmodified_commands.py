@@ -765,3 +765,11 @@ def test_damaged_rows_are_refused_in_one_line_by_report_and_merge(tmp_path, caps
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
     assert not os.path.exists(tmp_path / "m.h5")
+
+
+def test_policy_given_twice_runs_both(tmp_path, capsys):
+    """`--policy linux --policy gang` ran gang alone (hostile review)."""
+    out = str(tmp_path / "two.h5")
+    assert main(["colocate", "--cmd", "true", "--policy", "linux", "--policy", "gang,linux",
+                 "--reps", "1", "-o", out]) == 0
+    assert read_colocate(out)["policy"].tolist() == ["linux", "gang"]

@@ -136,6 +136,25 @@ def test_a_study_named_like_the_lock_of_another_is_never_taken_over(tmp_h5):
     assert not os.path.exists(tmp_h5)
 
 
+def test_a_folder_removed_mid_run_is_one_error_not_a_traceback(tmp_path):
+    """`rm -rf` of the output's folder while a study was written: FileNotFoundError from
+    deep inside the writer, a traceback (hostile review)."""
+    import shutil
+
+    from hybridsched.errors import OutputLost
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    with pytest.raises(OutputLost, match="can no longer be written.*nothing of this run"):
+        with store.StudyWriter(str(sub / "x.h5"), {}, {}) as w:
+            w.append(rec(0))
+            w.publish()
+            shutil.rmtree(sub)
+            w.append(rec(1))
+            w.publish()
+    assert not sub.exists()
+
+
 def test_overwrite_replaces_only_when_the_new_study_exists(tmp_h5):
     with store.StudyWriter(tmp_h5, {}, {}) as w:
         w.append(rec(0))

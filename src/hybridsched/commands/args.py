@@ -123,6 +123,15 @@ def choice_list(choices, what: str):
     return parse
 
 
+class ListsJoined(argparse.Action):
+    """A comma-list option given more than once: the lists joined, repeats dropped
+    (``--policy linux --policy gang`` is linux,gang; the last alone was kept)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        have = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, list(dict.fromkeys([*have, *values])))
+
+
 def fraction(name: str):
     return _ranged(float, lambda v: 0.0 <= v <= 1.0, name + ": not a number: {text!r}",
                    name + " must be within 0 .. 1, got {text}")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from .args import (chunk_list, choice_list, fraction, int_list, name_list, nonnegative_int, param_item,
-                   positive, seconds, split_name)
+from .args import (ListsJoined, chunk_list, choice_list, fraction, int_list, name_list,
+                   nonnegative_int, param_item, positive, seconds, split_name)
 
 EXAMPLES = """examples:
   hybridsched check                          is this machine quiet enough to time on?
@@ -228,7 +228,7 @@ def add_colocate(sub) -> None:
     co.add_argument("--workers", "-T", type=positive("--workers"),
                     help="workers per job (default N, every job sized for the whole machine)")
     names = list(dict.fromkeys([*POLICIES, *CMD_POLICIES]))
-    co.add_argument("--policy", type=choice_list(names, "policy"),
+    co.add_argument("--policy", type=choice_list(names, "policy"), action=ListsJoined,
                     help=f"comma list of {', '.join(POLICIES)} (default linux,coop); with --cmd "
                     f"of {', '.join(CMD_POLICIES)} (default {','.join(CMD_DEFAULT_POLICIES)})")
     co.add_argument("--barrier", choices=list(BARRIERS),

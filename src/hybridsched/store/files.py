@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Callable, Iterator
 
-from ..errors import DiskFull, StudyBusy, UsageError
+from ..errors import DiskFull, OutputLost, StudyBusy, UsageError
 from ..oslayer.procfs import pid_alive, pid_namespace
 
 LOCK_SUFFIX = ".lock"
@@ -133,7 +133,10 @@ def publish(path: str, data, safe: str, replacing_old: bool = False,
             where = (f"{safe or '0 runs'} are safe in {path}" if safe or os.path.exists(path)
                      else f"nothing could be stored in {path}")
             raise DiskFull(f"disk full: {where} ({then})") from None
-        raise
+        kept = (f"its last snapshot, {safe or '0 runs'}, is still there"
+                if os.path.exists(path) and not replacing_old else "nothing of this run is stored")
+        raise OutputLost(f"{path}: can no longer be written ({exc.strerror or exc}: its folder "
+                         f"removed or made read-only?); {kept}") from None
 
 
 def write_text(path: str, write: Callable[[io.TextIOBase], None]) -> None:
