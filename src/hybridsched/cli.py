@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         honour_pending()  # a signal whose exception was lost on the way: never exit as done
         return code
     except UsageError as exc:
-        msg = str(exc)
+        # one line whatever it quotes: a file name with a line break in it (-o $'a\nb.h5')
+        msg = str(exc).replace("\r", "\\r").replace("\n", "\\n")
         if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
             print(msg if msg.startswith(f"{PROG}:") else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2

@@ -483,3 +483,13 @@ def test_json_nesting_in_the_colocate_spec_does_not_matter(tmp_path):
     assert main(["colocate", "--steps", "3", "--reps", "1", "--policy", "linux", "-o", out]) == 0
     with h5py.File(out, "r") as h5:
         assert json.loads(h5.attrs["colocate_spec"])["steps"] == 3
+
+
+def test_a_refusal_quoting_a_line_break_is_still_one_line(tmp_path, capsys):
+    """`-o $'a\\nb.h5'`: the refusal quoted the name as given, over two lines."""
+    from hybridsched.cli import main
+
+    out = str(tmp_path / "no such dir" / "a\nb.h5")
+    assert main(["colocate", "--cmd", "true", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a\\nb.h5" in err, err
