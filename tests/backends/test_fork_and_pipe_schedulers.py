@@ -23,7 +23,7 @@ from hybridsched.cli import main
 from hybridsched.oslayer.proctree import FAULT_ENV, fault_plan
 from hybridsched.study.runner import timed_run
 from hybridsched.workloads.slab import Slab
-from hybridsched.oslayer.shm import our_shm_entries
+from hybridsched.oslayer.shm import our_shm_entries, sweep_orphans
 from waiting import cpu_seconds, default_sigint
 
 PROCESS = ["prolific", "collective"]
@@ -428,3 +428,40 @@ def test_teams_in_several_threads_never_hold_each_others_pipes():
             t.join(timeout=60)
         assert not any(t.is_alive() for t in ts), "a parallel_for call hung"
         assert results == {0: True, 1: True, 2: True, 3: True}
+
+
+def test_sigkill_of_the_run_takes_the_whole_collective_tree(tmp_path):
+    """Only the parent's direct child died with it: the workers the mitosis tree forked ran
+    on, holding the study's lock (a --resume refused) and any coop tokens (hostile
+    review). Every tree worker now dies with the one that forked it, which waits for it."""
+    from waiting import wait_for_descendants, wait_until
+
+    (tmp_path / "slowkern.py").write_text(
+        "import time\n"
+        "def slow(data, first, count):\n"
+        "    time.sleep(3600)\n"
+        "def check(original, result):\n"
+        "    return True\n")
+    out = str(tmp_path / "c.h5")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "collective", "-k", "4",
+                          "-L", "8", "--height", "4", "--width", "4", "--reps", "1",
+                          "--kernel", "slowkern:slow", "--verify", "slowkern:check", "-o", out],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        workers = wait_for_descendants(p.pid, 4, p)
+        p.kill()
+        p.wait(timeout=60)
+        wait_until(lambda: not [w for w in workers if w.is_running()
+                                and w.status() != psutil.STATUS_ZOMBIE],
+                   "every worker of the killed run gone", timeout=60)
+    finally:
+        p.kill()
+        p.wait(timeout=60)
+        for w in locals().get("workers", []):  # what an old tree left running
+            try:
+                w.kill()
+                w.wait(timeout=60)
+            except psutil.Error:
+                pass
+        sweep_orphans()  # the segments of the run killed outright, as its next one would

@@ -243,7 +243,8 @@ class ProcessTeam:
 
         The child closes every parent-only fd except ``keep_fds``, then leaves with
         ``os._exit``; it never returns here."""
-        from_parent = os.getpid() == self.parent_pid
+        forker = os.getpid()
+        from_parent = forker == self.parent_pid
         # Ctrl-C / SIGTERM wait until the new child is in our group and books, so the
         # cleanup that the resulting exception triggers cannot miss it
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED) if from_parent else None
@@ -256,7 +257,7 @@ class ProcessTeam:
             except OSError as exc:
                 raise ResourceError(f"{self.scheduler}: fork of worker {w} failed: {exc}") from exc
             if pid == 0:
-                self._child(w, body, from_parent, keep_fds, old_mask)  # never returns
+                self._child(w, body, forker, keep_fds, old_mask)  # never returns
             if from_parent:
                 if not self.pgid:
                     self.pgid = pid
@@ -273,21 +274,23 @@ class ProcessTeam:
         self.ppids[w] = os.getpid()
         return pid
 
-    def _child(self, w: int, body, from_parent: bool, keep_fds, old_mask) -> None:
+    def _child(self, w: int, body, forker: int, keep_fds, old_mask) -> None:
         code = 1
         try:
             global _FD_LOCK
             _FD_LOCK = threading.Lock()  # the copy may be held by a thread the child lacks
-            if from_parent:
+            if forker == self.parent_pid:
                 try:
                     os.setpgid(0, self.pgid or 0)
                 except OSError:
                     pass
-                # die with the parent if it is SIGKILLed; only for its direct children, since
-                # a tree node may legitimately exit before its own children
-                prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-                if os.getppid() != self.parent_pid:
-                    os._exit(1)
+            # die with whoever forked us: the parent, or the tree worker that did (which
+            # waits for its children before it exits, below), so a SIGKILL of the parent
+            # takes the whole tree; tree-forked workers left alive had held the study's lock
+            # and the coop tokens (hostile review)
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != forker:
+                os._exit(1)
             signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # no inherited SystemExit handler
             if old_mask is not None:
@@ -300,6 +303,7 @@ class ProcessTeam:
             body(w)
             self.state[w] = DONE
             code = 0
+            _wait_children()  # the workers we forked die with us: not before they are done
         except BaseException as exc:  # noqa: BLE001 - reported through shared memory
             text = f"raised {type(exc).__name__}: {exc}".encode("utf-8", "replace")[:_ERRLEN]
             try:
@@ -320,7 +324,7 @@ class ProcessTeam:
             self.pidfds[w] = os.pidfd_open(pid)
             _TEAM_FDS.add(self.pidfds[w])
         except ProcessLookupError:
-            self.pidfds[w] = -1  # already reaped: cannot happen while we are the reaper
+            self.pidfds[w] = -1  # already reaped: by the tree worker that forked it
         except OSError as exc:
             raise ResourceError(f"{self.scheduler}: cannot watch worker {w} (pid {pid}): {exc}"
                                 " (raise `ulimit -n`?)") from exc
@@ -465,19 +469,25 @@ class ProcessTeam:
             for w in range(self.k):
                 if w not in self.pidfds and self.pids[w]:
                     self.watch(w, int(self.pids[w]))
-            for w, fd in self.pidfds.items():
+            for w, fd in list(self.pidfds.items()):
                 if w not in watched:
-                    if fd < 0:
-                        raise self.fail(w)
-                    self.events.add(fd, partial(on_exit, w))
                     watched.add(w)
+                    if fd < 0:  # reaped before we looked, by the tree worker that forked it
+                        self._ended(on_lost, w)
+                    else:
+                        self.events.add(fd, partial(on_exit, w))
             # until every pid is known (a tree still forking) wake up now and then to look
-            # for new ones; 2 ms keeps discovery far below a frame's cost
-            self.events.once(None if len(watched) == self.k else 0.002)
+            # for new ones; 2 ms keeps discovery far below a frame's cost. Not once all have
+            # ended: with no descriptor left, that wait would never end
+            if running:
+                self.events.once(None if len(watched) == self.k else 0.002)
         self.events.run(running)  # every worker watched: nothing else between two waits
 
     def _on_exit(self, on_lost: Callable[[int], None] | None, w: int, fd: int) -> None:
         self.events.discard(fd)
+        self._ended(on_lost, w)
+
+    def _ended(self, on_lost: Callable[[int], None] | None, w: int) -> None:
         self.running.discard(w)
         if not self.exited(w):
             if on_lost is None:
@@ -487,6 +497,15 @@ class ProcessTeam:
     def trace(self) -> np.ndarray:
         """The chunk trace of every worker, ordered by start time."""
         return trace_table([self.traces[w, :int(self.ntrace[w])] for w in range(self.k)])
+
+
+def _wait_children() -> None:
+    """Reap every child of this worker (tree-forked workers), however they end."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _close(fd: int) -> None:
