@@ -278,3 +278,18 @@ def test_append_replaces_a_half_written_run(tmp_path):
     assert len(read_runs(out)) == 2
     workers, *_ = read_detail(out, 1)
     assert workers.dtype.names is not None  # the real detail, not the orphan's
+
+
+def test_resume_refuses_a_simulated_study(tmp_path, capsys):
+    """`run --resume` of a `simulate` study counted its simulated runs as measured ones,
+    "10 of 10 runs already stored", and reported them as this machine's (hostile review)."""
+    out = str(tmp_path / "sim.h5")
+    grid = ["-s", "serial,dynamic", "-k", "1,2", "-L", "8", "--height", "8", "--width", "8",
+            "--reps", "1", "--out", out]
+    assert cli.main(["simulate", *grid, "--cores", "2"]) == 0
+    capsys.readouterr()
+    before = open(out, "rb").read()
+    assert cli.main(["run", *grid, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a simulated study" in err, err
+    assert open(out, "rb").read() == before

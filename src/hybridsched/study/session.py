@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import UsageError
 from ..oslayer.signals import honour_pending
 from ..records import RunConfig, RunRecord
-from ..store import StudyFile, keys_of
+from ..store import StudyFile, keys_of, simulated_cores
 from ..store.metadata import resume_differences, stored
 from ..workloads.build import build
 from ..workloads.space import Workspace
@@ -160,6 +160,9 @@ def resume_check(out: str, spec: StudySpec, meta: dict) -> set:
         others = [t for t in ("ge", "colocate") if study.has_table(t)]
         if others:
             raise UsageError(f"--resume {out}: a `{others[0]}` study, not one of `run`: use a new --out")
+        if simulated_cores(study.attrs):  # its times are a model's: never counted as done
+            raise UsageError(f"--resume {out}: a simulated study (`simulate`), not measured "
+                             "runs: use a new --out")
         stored = study.spec()
         if int(stored.get("P", 1) or 1) > 1:
             raise UsageError(f"--resume {out}: a study of {stored['P']} MPI ranks cannot be "
