@@ -326,3 +326,23 @@ def test_parallel_for_calls_share_no_learned_state_unless_given_one_memory(monke
     assert all(r.verified is None for r in alone + shared)
     with pytest.raises(UsageError, match="memory: expected a hybridsched.Memory or None, got dict"):
         hybridsched.parallel_for(nb_task, fresh(), scheduler="auto", memory={})
+
+
+def _zeroes_the_original(o, r):
+    o[...] = 0
+    return True
+
+
+def _exits(o, r):
+    raise SystemExit(4)
+
+
+@pytest.mark.parametrize("verify, says", [
+    (_zeroes_the_original, "read-only"),     # it had made every later run's input zeros
+    (lambda o, r: "no", "not True or False"),  # truthy text counted as verified
+    (_exits, "SystemExit"),                  # it ended the command with its status
+])
+def test_a_verifier_that_misbehaves_leaves_the_run_unverified(verify, says, capsys, no_leaks):
+    res = hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2, verify=verify,
+                                   check=False)
+    assert res.verified is False and says in capsys.readouterr().err

@@ -45,15 +45,27 @@ def over_frames(fn: Callable[[int, int], object], frames: int, threads: int | No
 def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
     """A user verifier ``verify(original, result) -> bool`` as a checker over the whole
     array: 0 bad tasks when it says True, all of them otherwise (it cannot say which)."""
+    name = getattr(verify, "__qualname__", repr(verify))
+
     def check(orig, work, first, count):
+        before = orig[first:first + count]
+        before = before.view()
+        before.flags.writeable = False  # the study's input: a verifier that wrote it (o[:] =
+        # 0) made every later run sort zeros, all of them verified
         try:
-            ok = bool(verify(orig[first:first + count], work[first:first + count]))
-        except Exception as exc:  # a verifier that fails rejects the run, not the study
-            name = getattr(verify, "__qualname__", repr(verify))
+            said = verify(before, work[first:first + count])
+        except KeyboardInterrupt:  # Ctrl-C lands here as often as anywhere: it ends the study
+            raise
+        except BaseException as exc:  # noqa: BLE001 - sys.exit too: it rejects the run, not
+            # the study (it ended the command, silently, with the verifier's status)
             print(f"hybridsched: verifier {name} raised {type(exc).__name__}: {exc}; "
                   "the run counts as unverified", file=sys.stderr)
-            ok = False
-        return 0 if ok else count
+            return count
+        if not isinstance(said, (bool, np.bool_)):  # "no" is true to bool()
+            print(f"hybridsched: verifier {name} returned {type(said).__name__} {said!r:.40}, "
+                  "not True or False; the run counts as unverified", file=sys.stderr)
+            return count
+        return 0 if said else count
     return check
 
 
