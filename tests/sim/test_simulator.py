@@ -510,8 +510,16 @@ def test_calibration_files_that_are_not_files_nested_or_misspelt_are_one_line(tm
     os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "typo.json").write_text(json.dumps(
         {"format": "hybridsched-calibration", "version": 1, "overheads": {"forks_s": 1e-4}}))
+    # a list where a number goes, a number where a list goes: TypeError tracebacks before
+    (tmp_path / "list.json").write_text(json.dumps(
+        {"format": "hybridsched-calibration", "version": 1, "overheads": {"fork_s": [1e-4, 2e-4]}}))
+    (tmp_path / "num.json").write_text(json.dumps(
+        {"format": "hybridsched-calibration", "version": 1,
+         "overheads": {"claim_compiled_by_k": 5e-8}}))
     for name, says in (("deep.json", "nested too deep"), ("dir.json", "not a regular file"),
-                       ("fifo.json", "not a regular file"), ("typo.json", "unknown overhead 'forks_s'")):
+                       ("fifo.json", "not a regular file"), ("typo.json", "unknown overhead 'forks_s'"),
+                       ("list.json", "fork_s must be a number"),
+                       ("num.json", "claim_compiled_by_k must be a list of numbers")):
         p = hs("simulate", "-s", "dynamic", "-k", "2", "-L", "20", "--calibration", name,
                "-o", "x.h5", cwd=tmp_path)
         assert says in one_line_error(p), name
@@ -564,3 +572,20 @@ def test_calibrate_never_replaces_a_study_being_written(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is being written by" in err and len(err.strip().splitlines()) == 1
     assert live.read_bytes() == b"a study being written"
+
+
+def test_a_model_that_does_not_fit_in_memory_is_one_line(tmp_path, monkeypatch, capsys):
+    """`-L 2147483647 --height 1 --width 1`: numpy's ArrayMemoryError from the model's
+    per-task arrays, a traceback (hostile review). Raised here without the 32 GiB."""
+    from hybridsched.cli import main as cli_main
+    from hybridsched.commands import simulate as cmd
+
+    def too_big(*a, **k):
+        raise MemoryError("Unable to allocate 32.0 GiB")
+
+    monkeypatch.setattr(cmd, "_overheads", too_big)
+    out = tmp_path / "big.h5"
+    assert cli_main(["simulate", "-s", "dynamic", "-k", "2", "-L", "8", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "do not fit in this machine's memory" in err
+    assert not out.exists()

@@ -39,6 +39,14 @@ def main(args) -> int:
     _refuse_unmodelled(args)
     _refuse_shape_with_a_study(args)
     args.out = _check_out(args)  # before anything is measured
+    try:
+        return _simulate(args, cores)
+    except MemoryError as exc:  # a model's per-task arrays (-L 2147483647 of 1 x 1 tasks)
+        raise UsageError(f"simulate: the model's tasks do not fit in this machine's memory "
+                         f"({exc}); use a smaller -L or --from a study") from None
+
+
+def _simulate(args, cores: int) -> int:
     ov, calib = _overheads(args)
     if any(P > 1 for P in (args.P or [1])) and ":" in args.split:
         split_technique(args.split)  # refused before anything is measured or written
@@ -144,7 +152,7 @@ def _register_users(runs, opt: str, path: str) -> None:
 
 def _overheads(args) -> tuple[Overheads, str]:
     if args.calibration:
-        data = cost_src.load_calibration(args.calibration, Overheads.names())
+        data = cost_src.load_calibration(args.calibration, Overheads.names(), Overheads.listed())
         return Overheads.from_dict(data["overheads"]), args.calibration
     return Overheads(), ""
 

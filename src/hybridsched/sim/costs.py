@@ -200,9 +200,11 @@ def _bound(key: str) -> float:
     return 1e15 if key in _NOT_SECONDS else 3600.0
 
 
-def load_calibration(path: str, known: frozenset[str] = frozenset()) -> dict:
+def load_calibration(path: str, known: frozenset[str] = frozenset(),
+                     listed: frozenset[str] = frozenset()) -> dict:
     """A calibration file written by `hybridsched calibrate` (JSON); ``known``: the
-    overhead names a model reads (another one is a typo, refused)."""
+    overhead names a model reads (another one is a typo, refused); ``listed``: those that
+    are lists of numbers, every other one a number."""
     if not os.path.isfile(path):  # a FIFO would block the open, a directory cannot be read
         raise UsageError(f"--calibration {path}: not a regular file" if os.path.exists(path)
                          else f"--calibration {path}: no such file")
@@ -227,6 +229,11 @@ def load_calibration(path: str, known: frozenset[str] = frozenset()) -> dict:
         raise UsageError(f"--calibration {path}: unknown overhead {unknown[0]!r} (a typo? "
                          f"known: {', '.join(sorted(known))})")
     for key, v in values.items():
+        if known and isinstance(v, list) != (key in listed):  # a list where a number goes
+            # ended in a TypeError inside the model, a traceback
+            raise UsageError(f"--calibration {path}: overhead {key} must be "
+                             f"{'a list of numbers' if key in listed else 'a number'}, got "
+                             f"{type(v).__name__}")
         for x in (v if isinstance(v, list) else [v]):
             low = "above 0" if key in _POSITIVE else "from 0"
             if (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)

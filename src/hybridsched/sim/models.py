@@ -74,7 +74,7 @@ class Overheads:
     def from_dict(cls, d: dict) -> "Overheads":
         known = {f.name for f in fields(cls)}
         got = {k: v for k, v in d.items() if k in known}
-        for name in ("worker_starts_s", "claim_compiled_by_k", "claim_python_by_k"):
+        for name in cls.listed():
             if name in got:
                 got[name] = tuple(float(x) for x in got[name])
         return cls(**got)
@@ -86,6 +86,11 @@ class Overheads:
     def names(cls) -> frozenset[str]:
         """The overheads a calibration file may set."""
         return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def listed(cls) -> frozenset[str]:
+        """The overheads that are lists (one figure per k or per worker), not numbers."""
+        return frozenset(f.name for f in fields(cls) if isinstance(f.default, tuple))
 
 
 def placement(k: int, cores: int, affinity: bool, coop: bool, ov: Overheads) -> Placement:
