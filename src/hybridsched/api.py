@@ -35,6 +35,7 @@ from .core.request import check_request
 from .core.memory import Memory
 from .errors import BadOption, RunFailed, Terminated, UsageError
 from .records import API_WORKLOAD, RunConfig, RunRecord
+from .store import INT32_MAX
 from .shared import is_shared
 from .oslayer.cpus import n_cpus
 from .workloads import kernelref
@@ -136,8 +137,14 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     k = n_cpus() if k is None else whole(k, "k")
     chunk = whole(chunk, "chunk")
     rep = whole(rep, "rep")
-    if rep < 0:
-        raise UsageError(f"rep must be 0 or more, got {rep}")
+    if not 0 <= rep <= INT32_MAX:  # stored in the study file's int32 field
+        raise UsageError(f"rep must be 0 to {INT32_MAX}, got {rep}")
+    for name, flag in (("affinity", affinity), ("copy", copy), ("check", check)):
+        if not isinstance(flag, (bool, np.bool_)):  # 'no' is true: it pinned the workers
+            raise UsageError(f"{name}: expected True or False, got {type(flag).__name__} {flag!r:.40}")
+    if per_task is not None and not isinstance(per_task, (bool, np.bool_)):
+        raise UsageError(f"per_task: expected True, False or None, got {type(per_task).__name__} "
+                         f"{per_task!r:.40}")
     check_dtype(data.dtype, "data")
     kern = kernelref.resolve(kernel, data.ndim, "kernel", per_task)
     try:  # refused before anything runs, as `run`'s options are

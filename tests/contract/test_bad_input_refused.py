@@ -322,8 +322,16 @@ def test_a_python_kernel_calling_sys_exit_fails_its_serial_run(tmp_path):
     (lambda: hybridsched.plan(["static"], 10, 2), "unknown policy"),
     (lambda: hybridsched.plan("pls", 10, 2, 0, {"pls_swr": "x"}), "number"),
     (lambda: hybridsched.plan("fiss", 10, 2, 0, "abc"), "dict"),
+    # hostile review: accepted before (rep failed at write_study; 'no' pinned the workers)
+    (lambda: hybridsched.parallel_for("quicksort", np.zeros((2, 2, 2), np.uint8), rep=2**70),
+     "rep must be 0 to"),
+    (lambda: hybridsched.parallel_for("quicksort", np.zeros((2, 2, 2), np.uint8),
+                                      affinity="no"), "affinity: expected True or False"),
+    (lambda: hybridsched.parallel_for("quicksort", np.zeros((2, 2, 2), np.uint8),
+                                      per_task="x"), "per_task: expected"),
 ], ids=["scheduler-list", "rep-text", "shape-fraction", "results-int", "path-int",
-        "plan-policy-list", "plan-param-text", "plan-params-text"])
+        "plan-policy-list", "plan-param-text", "plan-params-text", "rep-huge", "affinity-text",
+        "per-task-text"])
 def test_api_values_of_the_wrong_type_are_one_usage_error(call, says):
     with pytest.raises(UsageError, match=says):
         call()
