@@ -19,7 +19,7 @@ import numpy as np
 from ..oslayer.procfs import wait_status
 from ..store.files import remove_left_by
 from ..oslayer.events import readable
-from ..oslayer.proctree import killed_by
+from ..oslayer.waitstatus import killed_by
 from ..oslayer.shm import SharedArrays
 
 # The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
