@@ -346,3 +346,27 @@ def test_a_verifier_that_misbehaves_leaves_the_run_unverified(verify, says, caps
     res = hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2, verify=verify,
                                    check=False)
     assert res.verified is False and says in capsys.readouterr().err
+
+
+class _NotAnException(BaseException):
+    pass
+
+
+def _raises_base(data, first, count):
+    raise _NotAnException("mine")
+
+
+class _ChunkEndsGenerator(hybridsched.Technique):
+    def chunk(self, remaining, request, worker):
+        raise GeneratorExit("a chunk() that is a generator's")
+
+
+def test_a_base_exception_of_user_code_fails_the_run_not_the_caller(no_leaks):
+    """A serial kernel or a technique's chunk() raising a BaseException that is not an
+    Exception (GeneratorExit, one of its own) went through as a traceback (hostile review)."""
+    res = hybridsched.parallel_for(_raises_base, fresh(), scheduler="serial", verify="none",
+                                   check=False)
+    assert res.verified is False and "_NotAnException" in res.record.error
+    res = hybridsched.parallel_for(nb_task, fresh(), scheduler=_ChunkEndsGenerator, k=2,
+                                   verify="none", check=False)
+    assert res.verified is False and "GeneratorExit" in res.record.error

@@ -25,7 +25,10 @@ def execute(job: Job) -> Execution:
         t_begin = perf_counter()
         try:
             kernel(job.work, 0, job.frames)
-        except (Exception, SystemExit) as exc:  # a kernel's sys.exit() fails its run too
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a kernel's sys.exit() or a BaseException
+            # of its own fails its run too (the latter was a traceback)
             if isinstance(job.kernel, str) or isinstance(exc, Terminated):
                 raise  # a built-in kernel does not raise (a bug); SIGTERM ends the study
             raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc

@@ -12,13 +12,11 @@ import numpy as np
 
 from ..errors import TechniqueError, Terminated, UsageError
 
-# What a technique's own code may raise and still only fail its run: any exception, and a
-# SystemExit (its sys.exit()) -- but not our own SIGTERM (Terminated) nor Ctrl-C.
-_TECHNIQUE_FAULTS = (Exception, SystemExit)
-
-
 def _own_fault(exc: BaseException) -> bool:
-    return isinstance(exc, _TECHNIQUE_FAULTS) and not isinstance(exc, Terminated)
+    """What a technique's own code may raise and still only fail its run: anything (its
+    sys.exit(), a GeneratorExit, a BaseException of its own: the last two were tracebacks)
+    but our own SIGTERM (Terminated) and Ctrl-C."""
+    return not isinstance(exc, (KeyboardInterrupt, Terminated))
 
 
 class Technique:
