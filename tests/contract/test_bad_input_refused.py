@@ -501,3 +501,15 @@ def test_a_refusal_quoting_a_line_break_is_still_one_line(tmp_path, capsys):
     assert main(["colocate", "--cmd", "true", "-o", out]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "a\\nb.h5" in err, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "--height", "2147483648"], "at most 2147483647"),  # accepted, where run refuses
+    (["plan", "--policy", "pipe-MtoM:fac2", "--tasks", "10", "--workers", "2"],
+     "the technique alone"),                                     # "cannot import 'pipe-MtoM'"
+    (["report", "{small}", "--out-dir", ""], "an empty name"),   # fell back to the default
+])
+def test_refusals_the_second_review_asked_for(argv, words, small, capsys):
+    assert main([a.format(small=small) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err, err

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from ..errors import UsageError
 from ..machine.probes import facts, findings
+from ..store import INT32_MAX
 from ..study.spec import default_spec
 
 
@@ -12,6 +14,9 @@ def main(args) -> int:
     spec = default_spec()
     L = args.frames or max(spec.frames)
     H, W = args.height or spec.height, args.width or spec.width
+    for opt, v in (("--frames", L), ("--height", H), ("--width", W)):
+        if v > INT32_MAX:  # what `run` refuses: the study file's fields
+            raise UsageError(f"{opt} {v}: at most {INT32_MAX} in a study file")
     f = facts(planned_bytes=2 * L * H * W)  # original + work copy (workload.check_sizes)
     rows = findings(f)
     if args.json:

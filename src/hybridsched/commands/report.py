@@ -15,6 +15,8 @@ from .common import PROG
 def main(args) -> int:
     with StudyFile(args.file) as source:  # every section reads from this one open
         study = load_open(source)
+        if args.out_dir is not None and not args.out_dir.strip():
+            raise UsageError("--out-dir: an empty name (leave it out for the default)")
         out_dir = args.out_dir or default_out_dir(args.file)
         text: str | None
         try:

@@ -46,7 +46,10 @@ class MeasuredStudy:
             self.n = max(1, study.n or 1)
             self.runs = runs[runs["verified"] & ~runs["simulated"]]
             if not len(self.runs):
-                raise UsageError(f"{option} {path}: no verified measured runs to take costs from")
+                other = next((t for t in ("ge", "colocate") if study.has_table(t)), None)
+                what = (f"a `{other}` study, whose runs the model does not know" if other
+                        else "no verified measured runs to take costs from")
+                raise UsageError(f"{option} {path}: {what}")
             for rid, d in study.details(self.runs["run_id"]):
                 if d is not None and len(d.trace):
                     self.traces[rid] = d.trace
