@@ -589,3 +589,15 @@ def test_a_model_that_does_not_fit_in_memory_is_one_line(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "do not fit in this machine's memory" in err
     assert not out.exists()
+
+
+def test_a_simulated_time_out_of_range_is_said_to_be_the_models(tmp_path):
+    """A calibration with a time slice of 1e-300 s made times of ~1e290 s, refused on the way
+    into the file with a damaged file's words, "a verified run with time_s = ..." (hostile
+    review)."""
+    (tmp_path / "tiny.json").write_text(json.dumps(
+        {"format": "hybridsched-calibration", "version": 1, "overheads": {"slice_s": 1e-300}}))
+    p = hs("simulate", "-s", "dynamic", "-k", "2", "-L", "20", "--height", "8", "--width", "64",
+           "--cores", "1", "--calibration", "tiny.json", "-o", "x.h5", cwd=tmp_path)
+    assert p.returncode == 2 and "the model's time for dynamic k=2" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "x.h5").exists()

@@ -23,7 +23,7 @@ from ..sim.fromstudy import MeasuredStudy
 from ..sim.models import Overheads
 from ..sim.run import simulate, with_P
 from ..sim.validate import compare, print_validation
-from ..store import INT32_MAX, check_output, row_config
+from ..store import INT32_MAX, MAX_TIME_S, check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from ..study.session import changed_techniques
@@ -232,6 +232,12 @@ def _write(args, records, study: dict) -> int:
     failed = n = 0
     with new_study(out, study, overwrite=args.overwrite, metadata=this_machine()) as writer:
         for rec in records:
+            t, c = rec.time_s, rec.config
+            if rec.verified and not 0 < t <= MAX_TIME_S:  # read back as a damaged file's
+                raise UsageError(f"simulate: the model's time for {c.scheduler} k={c.k} "
+                                 f"L={c.frames} is {t:.3g} s, beyond what a study holds "
+                                 f"({MAX_TIME_S:.0e} s): the sizes or --calibration are out "
+                                 "of range")
             writer.append(rec)
             n += 1
             failed += not rec.verified
