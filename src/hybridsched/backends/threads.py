@@ -49,12 +49,16 @@ _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _ABANDON_AFTER_S = 2.0
 
 
+_OR_TOKEN = ", or a wait for a --coop token that another job holds"  # the other thing that can
+
+
 class ThreadTeam:
     """Owns the worker threads: starts them, and on any exit path (an exception in a
     worker, Ctrl-C in the main thread) stops the dispenser and joins every thread."""
 
-    def __init__(self, target, n: int, dispenser: dispatch.Dispenser):
+    def __init__(self, target, n: int, dispenser: dispatch.Dispenser, coop: bool = False):
         self.dispenser = dispenser
+        self.coop = coop  # its workers may be waiting for a token, not in user code
         self.errors: list[tuple[int, BaseException]] = []
         self.threads = [threading.Thread(target=self._run, args=(target, w), daemon=True,
                                          name=f"hybridsched-w{w}") for w in range(n)]
@@ -120,7 +124,8 @@ class ThreadTeam:
             print(f"hybridsched: abandoned worker thread(s) {', '.join(map(str, self.abandoned))}: "
                   f"still in user code {_ABANDON_AFTER_S:g} s after the "
                   f"{_what(exc_type)} (a kernel or a technique's chunk() that does not "
-                  "return); they end with the process", file=sys.stderr, flush=True)
+                  f"return{_OR_TOKEN if self.coop else ''}); they end with the process",
+                  file=sys.stderr, flush=True)
 
     def _join_within(self, seconds: float) -> list[int]:
         """Join every worker that finishes within ``seconds`` in all; the others' numbers."""
@@ -212,7 +217,7 @@ def execute(job: Job) -> Execution:
         row["user"], row["system"], row["iowait"] = (b - a for a, b in zip(u0, u1))
 
     ran = (compiled.COMPILED if native else compiled.PYTHON).value  # the record's dispatch
-    with ThreadTeam(worker, workers, disp) as team:
+    with ThreadTeam(worker, workers, disp, job.coop is not None) as team:
         team.join()
     if team.errors:
         w, exc = team.errors[0]
