@@ -49,7 +49,7 @@ _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _ABANDON_AFTER_S = 2.0
 
 
-_OR_TOKEN = ", or a wait for a --coop token that another job holds"  # the other thing that can
+_OR_TOKEN = ", or a wait for a --coop token that another job holds"  # what else keeps a worker
 
 
 class ThreadTeam:
