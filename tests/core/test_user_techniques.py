@@ -685,3 +685,30 @@ def test_a_reference_to_something_else_is_named_whole():
                               "hybridsched.Technique subclass or instance")
     with pytest.raises(UsageError, match=r"list \[0, 1, 2, .*\.\.\. is not"):
         usertech.resolve(list(range(100)), "scheduler y")
+
+
+class _ChunkEndsGenerator(hybridsched.Technique):
+    def chunk(self, remaining, request, worker):
+        raise GeneratorExit("a chunk() that is a generator's")
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "pipe-MtoM"])
+def test_a_base_exception_from_chunk_fails_the_run_not_the_caller(scheduler, tmp_path):
+    """A technique's chunk() raising a BaseException that is not an Exception (GeneratorExit)
+    in the main process (pipe-MtoM's producer) went through as a traceback (hostile review)."""
+    if scheduler == "threads":
+        res = hybridsched.parallel_for(add_one, np.zeros((20, 2)), scheduler=_ChunkEndsGenerator,
+                                       k=2, verify="none", check=False)
+        assert res.verified is False and "GeneratorExit" in res.record.error
+        return
+    (tmp_path / "genexit.py").write_text(textwrap.dedent("""
+        import hybridsched
+        class GenExit(hybridsched.Technique):
+            def chunk(self, remaining, request, worker):
+                raise GeneratorExit("a chunk() that is a generator's")
+        """))
+    p = hs("run", "-s", "pipe-MtoM:genexit:GenExit", "-k", "2", "-L", "8", "--height", "4",
+           "--width", "8", "--reps", "1", "-o", str(tmp_path / "g.h5"), cwd=tmp_path,
+           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])))
+    assert "Traceback" not in p.stderr and "GeneratorExit" in p.stderr, p.stderr
+    assert p.returncode == 1  # one failed run, stored
