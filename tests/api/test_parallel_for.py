@@ -362,3 +362,18 @@ def test_a_base_exception_of_user_code_fails_the_run_not_the_caller(no_leaks):
     res = hybridsched.parallel_for(_raises_base, fresh(), scheduler="serial", verify="none",
                                    check=False)
     assert res.verified is False and "_NotAnException" in res.record.error
+
+
+def _terminated(o, r):
+    from hybridsched.errors import Terminated
+    raise Terminated(143)
+
+
+def test_sigterm_inside_a_verifier_ends_the_call(no_leaks):
+    """A verifier's own exceptions leave its run unverified, but not our SIGTERM (Terminated)
+    arriving while it runs: that ends the study, as it does anywhere else."""
+    from hybridsched.errors import Terminated
+
+    with pytest.raises(Terminated):
+        hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2, verify=_terminated,
+                                 check=False)

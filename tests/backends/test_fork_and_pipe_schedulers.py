@@ -437,9 +437,9 @@ def test_sigkill_of_the_run_takes_the_whole_collective_tree(tmp_path):
     from waiting import wait_for_descendants, wait_until
 
     (tmp_path / "slowkern.py").write_text(
-        "import time\n"
+        "import signal\n"
         "def slow(data, first, count):\n"
-        "    time.sleep(3600)\n"
+        "    signal.pause()  # never returns: only the run's end (a signal) ends it\n"
         "def check(original, result):\n"
         "    return True\n")
     out = str(tmp_path / "c.h5")

@@ -107,8 +107,6 @@ def fault_plan(env: dict | None = None) -> tuple[int, int, str] | None:
     return w, n, mode
 
 
-
-
 class ProcessTeam:
     """Owns the forked workers of one run and their shared report tables.
 

@@ -18,16 +18,10 @@ from ..colocate.output import read_colocate
 from ..errors import BadStudy, UsageError
 from ..oslayer.signals import honour_pending
 from ..ge.output import read_ge
-from ..store import check_ours, check_output, conform, open_study, read_attrs, read_runs, study_spec
+from ..store import (check_ours, check_output, conform, open_study, read_attrs, read_runs,
+                     same_file, study_spec)
 from ..study.output import new_study
 from .data import mpi_text
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
 
 
 # The side tables a merge carries over with /runs: `hybridsched ge` and `colocate` rows
@@ -82,7 +76,7 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
         shown = "; ".join(f"{p}: {_tensor(t)}" for t, p in tensors.items())
         raise UsageError(f"merge: the studies sort different tensors or kernels ({shown})")
     check_output(out, "-o")
-    if any(_same(p, out) for p in inputs if os.path.exists(out)):
+    if any(same_file(p, out) for p in inputs if os.path.exists(out)):
         raise UsageError(f"-o {out}: is also an input")
     sources, machine = [], {}
     for i, p in enumerate(inputs):

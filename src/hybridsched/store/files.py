@@ -159,13 +159,14 @@ def single_output(path: str, what: str, overwrite: bool,
     if os.path.lexists(path):
         if not overwrite:
             raise UsageError(f"{what} {path}: file exists (use --overwrite to replace it)")
-        if any(_same_file(path, p) for p in inputs):
+        if any(same_file(path, p) for p in inputs):
             raise UsageError(f"{what} {path}: is also the input; not replaced")
     with StudyLock(path):
         yield
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (by their names when either cannot be looked at)."""
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import Terminated
 from ..oslayer.closing import Closing
 from ..oslayer.cpus import n_cpus
 from ..oslayer.shm import Segment, segment_array, sweep_orphans
@@ -48,14 +49,13 @@ def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
     name = getattr(verify, "__qualname__", repr(verify))
 
     def check(orig, work, first, count):
-        before = orig[first:first + count]
-        before = before.view()
-        before.flags.writeable = False  # the study's input: a verifier that wrote it (o[:] =
-        # 0) made every later run sort zeros, all of them verified
+        before = orig[first:first + count]  # a view of its own: read-only, the original not
+        before.flags.writeable = False  # (a verifier that wrote it, o[:] = 0, made every later
+        # run sort zeros, all of them verified)
         try:
             said = verify(before, work[first:first + count])
-        except KeyboardInterrupt:  # Ctrl-C lands here as often as anywhere: it ends the study
-            raise
+        except (KeyboardInterrupt, Terminated):  # Ctrl-C or SIGTERM lands here as often as
+            raise  # anywhere: it ends the study
         except BaseException as exc:  # noqa: BLE001 - sys.exit too: it rejects the run, not
             # the study (it ended the command, silently, with the verifier's status)
             print(f"hybridsched: verifier {name} raised {type(exc).__name__}: {exc}; "
