@@ -174,3 +174,40 @@ def test_cli_fit_study_without_serial_runs_is_exit_2(tmp_path, capsys):
         w.append(_record("dynamic", 2, 2, 1.0))
     assert main(["fit", path]) == 2
     assert "no verified serial runs at P=1, k=1" in capsys.readouterr().err
+
+
+def _split_study(path, split, t_ranks):
+    """A study of serial runs and dynamic runs on 1 and 2 ranks whose ranks split the
+    frames by ``split`` (as `run --split` under mpiexec records it)."""
+    path = str(path)
+    with StudyWriter(path) as w:
+        for rep in range(2):
+            w.append(_record("serial", 1, 1, 2.0, rep))
+        for P, k, t in [(1, 1, 2.0), (1, 2, 1.1), (1, 4, 0.6), (2, 1, t_ranks), (2, 2, t_ranks / 2)]:
+            rec = _record("dynamic", P, k, t)
+            if P > 1:
+                rec.extra = {"split": split, "rank_time_s": [t, t]}
+            w.append(rec)
+    return path
+
+
+def test_runs_of_two_splits_are_never_pooled(tmp_path, capsys):
+    """A merge of a --split static and a --split dynamic study: report shows their
+    multi-rank runs apart, and fit refuses to draw one curve through both (it averaged a
+    1.9 ms static and a 5.7 ms dynamic run into one point)."""
+    a = _split_study(tmp_path / "a.h5", "static", 1.0)
+    b = _split_study(tmp_path / "b.h5", "dynamic", 3.0)
+    m = str(tmp_path / "m.h5")
+    assert main(["merge", a, b, "-o", m]) == 0
+    capsys.readouterr()
+    assert main(["report", m, "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "dynamic [split static]" in out and "dynamic [split dynamic]" in out
+    assert main(["fit", m, "--scheduler", "dynamic"]) == 2
+    err = capsys.readouterr().err
+    assert "split the frames in 2 ways (dynamic, static)" in err and err.count("\n") == 1
+    same = str(tmp_path / "same.h5")  # two studies of one split still fit as one
+    assert main(["merge", a, _split_study(tmp_path / "c.h5", "static", 1.0), "-o", same]) == 0
+    capsys.readouterr()
+    assert main(["fit", same, "--scheduler", "dynamic", "--json"]) == 0
+    assert "[split" not in capsys.readouterr().out

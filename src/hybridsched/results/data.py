@@ -155,6 +155,7 @@ def load_open(study: StudyFile, utilisation: bool = True) -> Study:
     :attr:`Study.source`, so a report reads everything through that one open."""
     path = study.path
     runs = versions_apart(study.runs)
+    runs = splits_apart(runs, run_splits(study, runs))
     attrs = study.attrs
     n = study.n
     util: dict[int, tuple[float, float]] = {}
@@ -200,6 +201,45 @@ def versions_apart(runs: np.ndarray) -> np.ndarray:
     if mixed:
         sim = np.flatnonzero(runs["simulated"])
         out["scheduler"][sim] = np.char.add(out["scheduler"][sim], SIMULATED_MARK)
+    return out
+
+
+def _split_of(extra: dict) -> str:
+    """How one multi-rank run split its frames between the ranks ('static', 'dynamic',
+    'pkg.mod:Class@<hash>(params)'), from its detail's extra; '' where it does not say."""
+    sim = extra.get("simulated")
+    split = extra.get("split", sim.get("split") if isinstance(sim, dict) else None)
+    if not isinstance(split, str):
+        return ""
+    digest, params = extra.get("split_technique_hash"), extra.get("split_params")
+    return (split + (f"@{digest[:8]}" if isinstance(digest, str) and digest else "")
+            + (f"({params})" if isinstance(params, str) and params else ""))
+
+
+def run_splits(study: StudyFile, runs: np.ndarray) -> dict[int, str]:
+    """How each multi-rank run of ``runs`` split its frames, by run_id, where ``study`` is a
+    merge (its inputs may have split them differently); {} for a study that is not, whose
+    runs all ran under its one ``--split``."""
+    from ..store import study_settings
+
+    if not study_settings(study.attrs).get("merged_from"):
+        return {}
+    multi = runs["run_id"][runs["P"] > 1] if len(runs) else runs["run_id"]
+    return {rid: _split_of(d.extra) if d is not None else ""
+            for rid, d in study.details(multi)}
+
+
+def splits_apart(runs: np.ndarray, splits: dict[int, str]) -> np.ndarray:
+    """Multi-rank runs whose ranks split the frames differently are never pooled: where
+    ``splits`` (:func:`run_splits`) holds more than one way, a multi-rank run's scheduler
+    becomes ``<name> [split <how>]`` (single-rank runs split nothing and keep their name)."""
+    if len(set(splits.values())) <= 1:
+        return runs
+    names = runs.dtype.names or ()
+    out = runs.astype([(n, "U120" if n == "scheduler" else runs.dtype[n]) for n in names])
+    for i in np.flatnonzero(runs["P"] > 1):
+        how = splits.get(int(runs["run_id"][i])) or "not recorded"
+        out["scheduler"][i] = f"{out['scheduler'][i]} [split {how}]"
     return out
 
 

@@ -301,11 +301,12 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     from verified runs only, at one tensor size L."""
     from ..store import StudyFile
 
-    from .data import SIMULATED_MARK, versions_apart
+    from .data import SIMULATED_MARK, run_splits, versions_apart
 
     with StudyFile(path) as study:  # the loader report and the simulator share: one open
         runs = versions_apart(study.runs)
         cores = _physical_cores(study.attrs)
+        splits = run_splits(study, runs[runs["verified"]])
     ok = runs[runs["verified"]]
     base = (BASELINE, BASELINE + SIMULATED_MARK)
     others = ok[~np.isin(ok["scheduler"], base)]
@@ -323,6 +324,11 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     mine = others[others["scheduler"] == scheduler]
     if len(mine) == 0:
         raise UsageError(f"{path}: no verified runs of scheduler {scheduler!r}")
+    ways = sorted({splits.get(int(r), "") or "not recorded" for r in mine["run_id"][mine["P"] > 1]})
+    if len(ways) > 1:  # one curve from two ways of handing frames to ranks would mix them
+        raise UsageError(f"{path}: the runs of {scheduler} on several ranks split the frames "
+                         f"in {len(ways)} ways ({', '.join(ways)}): fit a merge of studies of "
+                         "one --split")
     # a simulated scheduler of a study that also holds measured runs: the simulated T_serial
     own = base[1] if str(scheduler).endswith(SIMULATED_MARK) else base[0]
     if own != base[0]:
