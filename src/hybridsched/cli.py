@@ -17,7 +17,7 @@ import threading
 
 from .commands.args import Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
-from .errors import HybridschedError, Terminated, UsageError
+from .errors import AloneUnderLauncher, HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
 from .oslayer.signals import honour_pending, pending, raising, signals_held, taken
 from .version import __version__
@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         # one line whatever it quotes: a file name with a line break in it (-o $'a\nb.h5')
         msg = str(exc).replace("\r", "\\r").replace("\n", "\\n")
-        if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
+        # under mpiexec every rank parses: one line, from rank 0 (unless no rank can tell
+        # that another is rank 0)
+        if _launched_rank() == 0 or isinstance(exc, AloneUnderLauncher):
             print(msg if msg.startswith(f"{PROG}:") else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:

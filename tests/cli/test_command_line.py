@@ -442,3 +442,11 @@ def test_ctrl_c_while_the_modules_load_is_one_line_and_130(tmp_path):
     p = subprocess.run([sys.executable, "-c", hook, "fit", "x.h5"], capture_output=True,
                        text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 130 and p.stderr == "hybridsched: interrupted\n", (p.returncode, p.stderr)
+
+
+def test_an_unknown_option_is_an_error_line_like_any_other(capsys):
+    """The top-level parser's refusals read "hybridsched: error: ...", as every other
+    refusal does (they lacked "error:")."""
+    for argv in (["run", "--bogus"], ["--bogus"]):
+        assert cli.main(argv) == 2
+        assert capsys.readouterr().err == "hybridsched: error: unrecognized arguments: --bogus\n"

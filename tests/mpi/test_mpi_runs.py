@@ -152,6 +152,31 @@ def test_an_mpi_library_that_is_not_the_launchers_is_refused(monkeypatch):
     assert W._make_world().host == "node1 x"  # the processor name, cleaned
 
 
+def test_a_copy_alone_under_launcher_variables_says_why_whatever_its_rank(
+        monkeypatch, tmp_path, capsys):
+    """Launcher variables left in the environment (SLURM_PROCID=2 with no srun): the MPI
+    library sees one process, so no rank 0 exists to speak for it; the copy that took
+    itself for rank 2 exited 2 without a word."""
+    import types
+
+    from hybridsched.mpi import ranks as W
+
+    fake = _FakeMPI(size=1, vendor=("MPICH", (5, 0, 2)))
+    package = types.ModuleType("mpi4py")
+    package.MPI = fake
+    monkeypatch.setitem(sys.modules, "mpi4py", package)
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    monkeypatch.setattr(W, "_world", None)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    out = str(tmp_path / "s.h5")
+    assert main(["run", "-s", "dynamic", "-L", "8", "--height", "16", "--width", "16",
+                 "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sees 1" in err and "HYBRIDSCHED_NO_MPI=1" in err, err
+    assert not os.path.exists(out)
+
+
 def test_launcher_without_mpi4py_runs_as_P1_on_rank_0_only(monkeypatch, capsys):
     from hybridsched.mpi import ranks as W
 
@@ -271,6 +296,23 @@ def test_killed_rank_ends_the_job(mpi, tmp_path):
     assert "SIGKILL" in named[0] or "killed by a signal" in named[0]
 
 
+def test_ranks_behind_a_wrapper_that_does_not_exec_are_warned_of(mpi, tmp_path):
+    """A rank killed outright behind a shell script that did not `exec` it is, to MPICH's
+    mpiexec, the script exiting 137: the job went on, the other ranks waiting for it
+    forever at full CPU. That cannot be undone from inside, so the start says so."""
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text(f'#!/bin/bash\n"{HYBRIDSCHED}" "$@"\nexit $?\n')
+    wrapper.chmod(0o755)
+    out = str(tmp_path / "w.h5")
+    args = ["run", "-s", "dynamic", "-k", "1", "-L", "8", *SMALL, "-o", out]
+    p = mpi.call([*mpi.argv(2), str(wrapper), *args], env=mpi.env())
+    assert p.returncode == 0, p.stderr
+    warned = [ln for ln in p.stderr.splitlines() if "does not `exec` them" in ln]
+    assert len(warned) == 1 and "a bash script" in warned[0], p.stderr
+    p = mpi.run(args + ["--overwrite"])  # started directly: no warning
+    assert p.returncode == 0 and "exec" not in p.stderr, p.stderr
+
+
 def test_a_failing_rank_is_named_once_and_not_as_killed(mpi, tmp_path):
     out = str(tmp_path / "raised.h5")
     p = mpi.run(["run", "-s", "static", "-k", "1", "-L", "8", *SMALL[:-1], "3", "-o", out],
@@ -293,14 +335,20 @@ def test_dynamic_split_gives_a_slow_rank_less_work(mpi, tmp_path):
     assert extra["rank_frames"][0] > extra["rank_frames"][1], extra
 
 
-def test_ctrl_c_to_the_launcher_ends_the_job_and_keeps_the_runs(mpi, tmp_path):
+@pytest.mark.parametrize("coop", [False, True], ids=["", "coop"])
+def test_ctrl_c_to_the_launcher_ends_the_job_and_keeps_the_runs(mpi, tmp_path, coop):
     """SIGINT to mpiexec/mpirun (Ctrl-C at the terminal): the launcher passes it on, every
     rank ends, the runs already written stay readable and no lock, process or segment of
-    the job is left (the `mpi` fixture and the leak check look)."""
+    the job is left (the `mpi` fixture and the leak check look). Under --coop the ranks'
+    arbiter segment goes too: the watchdog of the last rank to die sweeps it (it stayed
+    in /dev/shm until the next --coop run)."""
     out = str(tmp_path / "int.h5")
+    seg = f"/dev/shm/hybridsched-coop.{os.getuid()}.mpitest-{os.getpid()}-{tmp_path.name}"
     cmd = [*mpi.argv(2), HYBRIDSCHED, "run", "-s", "dynamic", "-k", "1", "-L", "40",
            "--height", "64", "--width", "64", "--reps", "2000", "-o", out]
-    proc = mpi.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cmd += ["--coop"] if coop else []
+    proc = mpi.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                     env=mpi.env(HYBRIDSCHED_COOP_SEGMENT=seg))
     try:
         seen = []
         while not any(ln.startswith("[2/") for ln in seen):  # two runs stored: mid-study
@@ -318,9 +366,11 @@ def test_ctrl_c_to_the_launcher_ends_the_job_and_keeps_the_runs(mpi, tmp_path):
     runs = _read_when_released(out)
     assert len(runs) >= 2 and runs["verified"].all()
     deadline = time.monotonic() + 120  # a rank's watchdog removes the lock of a dead rank
-    while os.path.exists(out + ".lock") and time.monotonic() < deadline:
+    while (os.path.exists(out + ".lock") or os.path.exists(seg)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(out + ".lock")
+    assert not os.path.exists(seg), "the ranks' arbiter segment was left"
+    assert not os.path.exists(seg + ".lock")
 
 
 def _read_when_released(path: str, wait: float = 120.0) -> np.ndarray:
@@ -479,6 +529,24 @@ def test_a_profiled_scheduler_under_a_dynamic_split_is_refused_in_good_english()
         check_split(one, 2, "dynamic")
     with pytest.raises(UsageError, match="^fac, tap need a profiling run"):
         check_split(one + [RunConfig("tap", 1, 8, 8, 8)], 2, "dynamic")
+
+
+def test_a_dynamic_split_counts_a_whole_slab_for_every_rank_of_the_node(monkeypatch):
+    """Each rank of a dynamic split holds a slab for all L frames: three ranks on a node
+    need three of them. The check allowed for one; such a study passed it, then aborted
+    mid-study when a rank could not reserve its segment."""
+    from hybridsched.errors import UsageError
+    from hybridsched.mpi import runs as R
+    from hybridsched.records import RunConfig
+
+    one = [RunConfig("dynamic", 1, 48, 1024, 1024)]  # 2 x 48 MiB a slab
+    monkeypatch.setattr(R, "available_memory", lambda: 250 * 2**20)
+    R.check_split(one, 3, "static", local_ranks=3)  # blocks: one tensor in all
+    R.check_split(one, 3, "dynamic", local_ranks=2)  # 192 MiB
+    want = (r"^--split dynamic: each of the 3 ranks on this node holds the whole "
+            r"48x1024x1024 tensor.*288\.0 MiB in all, but only 250\.0 MiB")
+    with pytest.raises(UsageError, match=want):
+        R.check_split(one, 3, "dynamic", local_ranks=3)
 
 
 def test_ranks_record_is_verified_only_when_the_ranks_ran_every_frame_once():

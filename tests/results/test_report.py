@@ -6,6 +6,7 @@ table figures can be checked by hand), and a small real sweep over every schedul
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 
@@ -130,7 +131,22 @@ def test_study_without_serial_says_so(tmp_path, capsys):
     assert cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "no verified `serial` runs" in out and "| 2 | 500.00 | 500.00 | — | — | — | 1.000 |" in out
+    assert "resume with `--resume`" in out
     assert not [f for f in os.listdir(tmp_path / "o") if f.endswith(".png")]
+
+
+def test_a_study_on_several_ranks_without_serial_is_told_to_merge(tmp_path, capsys):
+    """Runs on several ranks are never resumed (refused at P = 1 and under mpiexec), so the
+    advice to add `-s serial` with --resume could not be followed."""
+    path = str(tmp_path / "ranks.h5")
+    with StudyWriter(path, {"N": 2}, {}) as w:
+        rec = _rec("dynamic", "thread", 2, 0.5)
+        rec.config = dataclasses.replace(rec.config, P=2)
+        w.append(rec)
+    assert cli.main(["report", path, "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "no verified `serial` runs" in out and "--resume" not in out
+    assert "at P = 1 (no mpiexec) into a new study and `hybridsched merge` the two" in out
 
 
 def test_report_bad_file_is_usage_error(tmp_path, capsys):

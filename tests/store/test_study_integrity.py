@@ -479,3 +479,27 @@ def test_full_disk_during_overwrite_says_the_old_study_is_intact(tmp_path):
         assert open(out, "rb").read() == before
     finally:
         subprocess.run(["umount", "-l", str(d)])
+
+
+def test_a_dead_ranks_lock_goes_with_the_temporary_files_it_left(tmp_path):
+    """An MPI rank SIGKILLed mid-publish leaves `.<study>.<pid>.<hex>.tmp` beside the study;
+    MPI studies are never resumed, so no later writer of it would remove that file. The
+    watchdog's removal of the dead rank's lock takes that pid's temporary files with it,
+    and nobody else's."""
+    import socket
+
+    from hybridsched.store.files import remove_left_by
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no process holds now
+    study = tmp_path / "r.h5"
+    study.write_bytes(b"")
+    lock = tmp_path / "r.h5.lock"
+    lock.write_text(f"{dead.pid} {socket.gethostname()} 4026531836\n")
+    mine = tmp_path / f".r.h5.{dead.pid}.0123456789ab.tmp"
+    other = tmp_path / f".r.h5.{os.getpid()}.0123456789ab.tmp"
+    for f in (mine, other):
+        f.write_bytes(b"x" * 100)
+    assert remove_left_by(str(lock), dead.pid)
+    assert not lock.exists() and not mine.exists()
+    assert other.exists() and study.exists()

@@ -32,7 +32,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        # the top-level parser's own name is the prefix every refusal gets ("hybridsched:
+        # error: ..."); a subcommand's is kept, to say whose option it was
+        raise UsageError(message if self.prog == "hybridsched" else f"{self.prog}: {message}")
 
 
 _INT_LIMIT = 2**63

@@ -46,7 +46,7 @@ def main_mpi(args, w: World) -> int:
         out_name(out)
         check_output(out)
         check_test_hooks()
-        check_split(configs, w.size, args.split)
+        check_split(configs, w.size, args.split, w.local_size)
         lock.acquire()  # held by rank 0 until the study is written
         w.watchdog.holds(lock.path)  # removed by it if this rank is killed
         if os.path.lexists(out) and not args.overwrite:
@@ -55,6 +55,12 @@ def main_mpi(args, w: World) -> int:
     try:
         # a rank killed outright (SIGKILL, OOM) is named by its watchdog (mpi/watchdog.py)
         with RankWatchdog(w.rank, w.size, w.host) as w.watchdog:
+            shell = w.watchdog.behind_a_shell() if w.rank == 0 else ""
+            if shell:  # the ranks are started alike: rank 0 speaks for them
+                print(f"hybridsched: warning: the ranks run under a {shell} script that does "
+                      "not `exec` them: under MPICH's mpiexec, a rank killed outright (SIGKILL, "
+                      "the OOM killer) would leave the others waiting for it forever; end the "
+                      "script with `exec hybridsched ...`", file=sys.stderr)
             agree(w, check)
             with abort_on_error(w):
                 return _study(args, w, spec, configs, out, lock)
@@ -111,9 +117,14 @@ def _same_everywhere(w: World, mine: dict) -> None:
             theirs = json.loads(root)
             raise UsageError(f"the {w.size} MPI ranks were started with different options: "
                              f"rank {differ[0]} differs from rank 0 (every rank must be given "
-                             f"the same command line; rank 0 runs {theirs.get('schedulers')} "
-                             f"at L = {theirs.get('frames')}, seed {theirs.get('seed')})")
+                             f"the same command line; rank 0 runs {_listed(theirs.get('schedulers'))} "
+                             f"at L = {_listed(theirs.get('frames'))}, seed {theirs.get('seed')})")
         raise SystemExit(2)
+
+
+def _listed(values) -> str:
+    """'dynamic,prolific' for a list, as the command line gives it."""
+    return ",".join(map(str, values)) if isinstance(values, list) else str(values)
 
 
 def _agreed(w: World, make):

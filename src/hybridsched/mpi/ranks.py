@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from ..errors import RankFailed, ResourceError, UsageError
+from ..errors import AloneUnderLauncher, RankFailed, ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
 from ..machine.metadata import clean_text
 from ..study.world import Solo
@@ -93,11 +93,12 @@ def _make_world() -> Solo | World:
         # Another MPI than the launcher's (both wheels in one environment, a module
         # loaded after mpi4py was built): every copy would run the whole study alone.
         name, version = MPI.get_vendor()
-        raise UsageError(f"{launch.how} started {launch.size} ranks but the MPI library "
-                         f"mpi4py loaded ({name} {'.'.join(map(str, version))}) sees "
-                         f"{w.size}: it is not the launcher's MPI; start the job with the "
-                         "launcher of that MPI, or point MPI4PY_LIBMPI at the launcher's "
-                         "libmpi (docs/mpi.md)")
+        raise AloneUnderLauncher(
+            f"{launch.how} started {launch.size} ranks but the MPI library mpi4py loaded "
+            f"({name} {'.'.join(map(str, version))}) sees {w.size}: it is not the "
+            "launcher's MPI; start the job with the launcher of that MPI, or point "
+            "MPI4PY_LIBMPI at the launcher's libmpi (docs/mpi.md); started without a "
+            f"launcher, set {NO_MPI_ENV}=1 (its variables are left in the environment)")
     return w if w.size > 1 else Solo()
 
 
@@ -173,8 +174,10 @@ def _die(w: World, failed: RankFailed) -> None:
     if watchdog is not None:
         watchdog.aborting()  # this line names the failure; the ranks killed next stay quiet
     sys.stdout.flush()
-    print(f"hybridsched: {failed}; "
-          "aborting the MPI job (completed runs stay in the output file)", file=sys.stderr)
+    # an error about the output file says itself what is stored (OutputLost, DiskFull)
+    kept = "" if failed.exception in ("OutputLost", "DiskFull") else \
+        " (completed runs stay in the output file)"
+    print(f"hybridsched: {failed}; aborting the MPI job{kept}", file=sys.stderr)
     sys.stderr.flush()
     # The launcher forwards our stderr through its proxies and drops what is still in
     # flight when it tears the job down: give the line a moment to get out. Longer only

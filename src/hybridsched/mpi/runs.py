@@ -49,21 +49,23 @@ from ..core import policies, registry as schedulers
 from ..core.splits import SPLITS, dynamic_chunks, handout_digest, split_technique
 from ..errors import UsageError
 from ..oslayer.cpus import usable_cpus
+from ..oslayer.shm import available_memory
 from ..records import RunConfig, RunRecord
 from ..study.measure import Measured
 from ..study.runner import Body
 from ..study.session import study_loop
 from ..study.world import World
 from ..workloads.build import build
-from ..workloads.slab import Slab
+from ..workloads.slab import Slab, tensor_bytes
 from ..workloads.space import Workspace, over_frames
 from .ranks import local_cpus, maybe_corrupt, maybe_fail, slowdown
 from .rma import TicketCounter
 
 
 
-def check_split(configs: list[RunConfig], P: int, split: str) -> None:
-    """Raise UsageError for a split that cannot give every rank work."""
+def check_split(configs: list[RunConfig], P: int, split: str, local_ranks: int = 1) -> None:
+    """Raise UsageError for a split that cannot give every rank work, or whose slabs would
+    not fit in the memory of a node running ``local_ranks`` of the ranks."""
     if split not in SPLITS and not (":" in split and split_technique(split)):
         raise UsageError(f"--split must be one of {', '.join(SPLITS)} or a deterministic "
                          f"technique package.module:Class, got {split!r}")
@@ -87,6 +89,22 @@ def check_split(configs: list[RunConfig], P: int, split: str) -> None:
     if small and split == "static":
         raise UsageError(f"--frames {min(small)} is smaller than the {P} MPI ranks: "
                          "every rank needs at least one frame")
+    if split != "static" and local_ranks > 1 and configs:
+        # a rank of a dynamic split may claim any frame, so each holds a slab for all L
+        # (the single copy that build_spec's check allowed for is a static split's whole)
+        big = max(configs, key=lambda c: tensor_bytes(c.frames, c.height, c.width))
+        need = 2 * local_ranks * tensor_bytes(big.frames, big.height, big.width)
+        have = available_memory()
+        if need > have:
+            raise UsageError(
+                f"--split {split}: each of the {local_ranks} ranks on this node holds the "
+                f"whole {big.frames}x{big.height}x{big.width} tensor (original + work copy), "
+                f"{_size(need)} in all, but only {_size(have)} is available; use --split "
+                "static (a rank holds its block) or fewer ranks a node")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _dilate(ex, factor: float) -> None:

@@ -16,11 +16,12 @@ import time
 
 import numpy as np
 
-from ..oslayer.procfs import wait_status
+from ..oslayer.procfs import program_name, wait_status
 from ..store.files import remove_left_by
 from ..oslayer.events import readable
 from ..oslayer.waitstatus import killed_by
 from ..oslayer.shm import SharedArrays
+from ..coop.sweep import sweep
 
 # The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
 # kills right after find it. It goes as soon as the launcher's process on this node ends
@@ -28,6 +29,9 @@ from ..oslayer.shm import SharedArrays
 MARKER_HOLD_S = 2.0
 
 CLEAN, ABORTING, REFUSING = 1, 2, 3  # the flag: 0 while the rank works
+# Shells, which run a wrapper script's last command as a child unless the script `exec`s
+# it: the launcher then sees the script's exit, not a rank killed (rank_behind_a_shell)
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "yash", "fish", "csh", "tcsh"})
 _PATH_MAX = 4096  # bytes of the lock's path kept for the watchdog (Linux's PATH_MAX)
 
 
@@ -92,6 +96,16 @@ class RankWatchdog:
             lock = bytes(self._shared.lock).split(b"\0", 1)[0]
             if lock:
                 remove_left_by(os.fsdecode(lock), rank_pid)
+        try:
+            self._name_the_death(flag, rank_pid)
+        finally:
+            if flag != CLEAN:
+                # a rank killed under --coop (the launcher's SIGTERM, Ctrl-C, SIGKILL) never
+                # leaves the node's arbiter; once every rank of it is dead, the watchdog of
+                # the last one removes the segment (one still in use is left alone)
+                sweep()
+
+    def _name_the_death(self, flag: int, rank_pid: int) -> None:
         marker = _marker(self._proxy)
         if flag == ABORTING:  # the rank named itself; keep the marker up for the others
             self._hold(marker)
@@ -126,6 +140,14 @@ class RankWatchdog:
                 os.unlink(marker)
             except FileNotFoundError:
                 pass
+
+    def behind_a_shell(self) -> str:
+        """The shell this rank runs under, where a wrapper script started it without
+        `exec`; "" otherwise. Killed outright, such a rank is seen by MPICH's mpiexec as
+        its script exiting with status 137, which does not end the job: the other ranks
+        then wait for it forever (Open MPI's mpirun ends it)."""
+        name = program_name(self._proxy)
+        return name if name in _SHELLS else ""
 
     def holds(self, lock_path: str) -> None:
         """The rank now holds this study lock: removed by the watchdog if the rank dies."""

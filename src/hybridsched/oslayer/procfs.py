@@ -215,6 +215,15 @@ def all_threads_blocked(pid: int) -> bool | None:
     return True if seen else None
 
 
+def program_name(pid: int) -> str:
+    """The file name of the program the process runs (``/proc/<pid>/exe``: a script's
+    interpreter, where ``comm`` names the script); "" for one gone or not ours to read."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return ""
+
+
 def wait_status(pid: int) -> int | None:
     """The wait status a zombie ``pid`` left (field 52 of its stat), or None when it can no
     longer be read."""

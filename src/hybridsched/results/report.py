@@ -178,11 +178,17 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
         if not modelled:  # a model's serial is never disturbed
             head += serial_check(rows, ser)
     else:
-        how = ("simulate again with `-s serial` added and `--overwrite`" if modelled
-               else "resume with `--resume`")
+        if modelled:
+            how = "simulate again with `-s serial` added and `--overwrite`"
+        elif len(study.runs) and (study.runs["P"] > 1).any():
+            # runs on several ranks are never resumed, and T_serial is a P = 1 figure
+            how = ("run `-s serial` at P = 1 (no mpiexec) into a new study and `hybridsched "
+                   "merge` the two")
+        else:
+            how = "add `-s serial` (resume with `--resume`)"
         head += ["**This study has no verified `serial` runs, so T_serial (Eq. 4) is unknown: "
-                 "σ, σE, α and every derived figure are left blank (—). Add `-s serial` "
-                 f"({how}) to get them.**", ""]
+                 f"σ, σE, α and every derived figure are left blank (—). To get them, {how}.**",
+                 ""]
     files: list[str] = []
     fam_md, fam_recs = family_comparison(rows, study.n)
     body = ["## Per scheduler (Tables 1–16 form)", "", scheduler_tables(rows),

@@ -91,11 +91,13 @@ def replacing(path: str, mode: int = 0o666) -> Iterator[io.BufferedWriter]:
         raise
 
 
-def remove_stale_temps(path: str) -> list[str]:
-    """Remove the temporary files of ``path`` that a SIGKILLed writer left mid-publish.
-    Called with the study's lock held, so no other writer of it can be using one."""
+def remove_stale_temps(path: str, pid: int | None = None) -> list[str]:
+    """Remove the temporary files of ``path`` that a SIGKILLed writer left mid-publish (with
+    ``pid``: only that writer's). Called with the study's lock held, so no other writer of
+    it can be using one."""
     d, base = os.path.split(os.path.abspath(path))
-    pattern = re.compile(rf"\.{re.escape(base)}\.\d+\.[0-9a-f]{{12}}\.tmp")
+    writer = r"\d+" if pid is None else str(int(pid))
+    pattern = re.compile(rf"\.{re.escape(base)}\.{writer}\.[0-9a-f]{{12}}\.tmp")
     removed: list[str] = []
     try:
         names = os.listdir(d)
@@ -213,7 +215,8 @@ def remove_left_by(lock_path: str, pid: int) -> bool:
     """Remove a study lock its holder ``pid`` left when it died (an MPI rank killed by the
     launcher runs no exit path of its own): only a regular file whose holder line names
     that pid on this host, and only while we hold its flock, so a live writer's lock or
-    one taken over meanwhile is never touched. Whether it was removed."""
+    one taken over meanwhile is never touched; with it go the temporary files that pid
+    left mid-publish beside the study. Whether it was removed."""
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -230,6 +233,8 @@ def remove_left_by(lock_path: str, pid: int) -> bool:
             return False
         if os.stat(lock_path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
             return False
+        if lock_path.endswith(LOCK_SUFFIX):  # what it was publishing when it died
+            remove_stale_temps(lock_path[:-len(LOCK_SUFFIX)], pid)
         os.unlink(lock_path)
         return True
     except OSError:
