@@ -71,6 +71,25 @@ class Result:
 
 
 # How parallel_for names the options and values of a refused request (core.request)
+# A non-contiguous input is hashed this many bytes of frames at a time, each piece copied
+# contiguous: the whole at once doubled the memory of a huge strided view (a MemoryError);
+# smaller pieces cost more Python calls per byte.
+_HASH_PIECE_BYTES = 16 << 20
+
+
+def _digest(data: np.ndarray) -> str:
+    """The input's sha256 over its bytes in C order, as for a contiguous copy of it."""
+    h = hashlib.sha256()
+    if data.flags.c_contiguous:
+        h.update(data.data)
+    else:
+        per_frame = max(1, data.itemsize * int(np.prod(data.shape[1:], dtype=np.int64)))
+        step = max(1, _HASH_PIECE_BYTES // per_frame)
+        for first in range(0, len(data), step):
+            h.update(np.ascontiguousarray(data[first:first + step]).data)
+    return "sha256:" + h.hexdigest()
+
+
 NAMES = {"k": "k", "chunk": "chunk", "sizes": "0 (the scheduler's default) or more",
          "auto": "-1 (auto)", "dispatch": "dispatch", "compiled": "dispatch='compiled'",
          "use_auto": "dispatch='auto'"}
@@ -161,7 +180,7 @@ def parallel_for(kernel, data: np.ndarray, scheduler="dynamic", k: int | None = 
     L = int(data.shape[0])
     H = int(data.shape[1]) if data.ndim > 1 else 1
     W = int(np.prod(data.shape[2:], dtype=np.int64)) if data.ndim > 2 else 1
-    digest = "sha256:" + hashlib.sha256(np.ascontiguousarray(data).data).hexdigest()
+    digest = _digest(data)
     cfg = RunConfig(scheduler, 1 if info.baseline else k, L, H, W, chunk, affinity, rep,
                     fit_text(kern.name, MAX_REF), 0, workload=API_WORKLOAD, verify=mode, input_hash=digest,
                     dispatch=dispatch, params=run_params)

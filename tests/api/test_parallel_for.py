@@ -377,3 +377,25 @@ def test_sigterm_inside_a_verifier_ends_the_call(no_leaks):
     with pytest.raises(Terminated):
         hybridsched.parallel_for(nb_task, fresh(), scheduler="dynamic", k=2, verify=_terminated,
                                  check=False)
+
+
+def test_a_strided_input_is_hashed_without_a_whole_copy():
+    """The input's digest (stored with the run) of a strided view equals its contiguous
+    copy's, and is taken piece by piece: a whole contiguous copy doubled the memory of a
+    huge strided view."""
+    import tracemalloc
+
+    from hybridsched import api
+
+    base = np.arange(2 * 4096 * 1024, dtype=np.float64).reshape(2 * 4096, 1024)  # 64 MiB
+    view = base[::2]  # 32 MiB, every other frame
+    tracemalloc.start()
+    try:
+        digest = api._digest(view)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < view.nbytes * 3 // 4, peak  # one piece (16 MiB), not the whole (32 MiB)
+    assert digest == api._digest(np.ascontiguousarray(view))
+    assert api._digest(base[:, ::3]) == api._digest(np.ascontiguousarray(base[:, ::3]))
+    assert api._digest(np.arange(10)[::2]) == api._digest(np.arange(0, 10, 2))
