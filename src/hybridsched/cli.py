@@ -15,14 +15,13 @@ import signal
 import sys
 import threading
 
-from .commands.args import Parser
+from .commands.args import PROG, Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
-from .errors import AloneUnderLauncher, HybridschedError, Terminated, UsageError
+from .errors import HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
 from .oslayer.signals import honour_pending, pending, raising, signals_held, taken
 from .version import __version__
 
-PROG = "hybridsched"
 _KEPT = "; completed runs are kept in the output file"
 
 
@@ -126,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             args = _parse(argv)
             command = getattr(args, "command", None)
             if command is None:
-                raise UsageError(f"{PROG}: a command is required "
-                                 f"({', '.join(SUBCOMMANDS)}); see --help")
+                raise UsageError(f"a command is required ({', '.join(SUBCOMMANDS)}); "
+                                 "see --help")
             module = importlib.import_module(f"{__package__}.commands.{command}")
         code = module.main(args)
         honour_pending()  # a signal whose exception was lost on the way: never exit as done
@@ -135,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         # one line whatever it quotes: a file name with a line break in it (-o $'a\nb.h5')
         msg = str(exc).replace("\r", "\\r").replace("\n", "\\n")
-        # under mpiexec every rank parses: one line, from rank 0 (unless no rank can tell
-        # that another is rank 0)
-        if _launched_rank() == 0 or isinstance(exc, AloneUnderLauncher):
+        if _launched_rank() == 0:  # under mpiexec every rank parses: one line, from rank 0
             print(msg if msg.startswith(f"{PROG}:") else f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except HybridschedError as exc:

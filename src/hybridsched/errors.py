@@ -14,12 +14,6 @@ class UsageError(HybridschedError):
     """
 
 
-class AloneUnderLauncher(UsageError):
-    """A launcher's variables say this is one of several ranks, but the MPI library sees
-    this process alone (another MPI than the launcher's, or variables left over in the
-    environment): there may be no rank 0 to speak, so every copy says it."""
-
-
 class _AsNamed(dict):
     """A slot no surface named keeps its own name ("{chunk}" reads "chunk")."""
 

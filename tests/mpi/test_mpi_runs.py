@@ -152,11 +152,12 @@ def test_an_mpi_library_that_is_not_the_launchers_is_refused(monkeypatch):
     assert W._make_world().host == "node1 x"  # the processor name, cleaned
 
 
-def test_a_copy_alone_under_launcher_variables_says_why_whatever_its_rank(
-        monkeypatch, tmp_path, capsys):
-    """Launcher variables left in the environment (SLURM_PROCID=2 with no srun): the MPI
-    library sees one process, so no rank 0 exists to speak for it; the copy that took
-    itself for rank 2 exited 2 without a word."""
+def test_a_copy_alone_under_launcher_variables_names_the_way_out(monkeypatch, tmp_path,
+                                                                 capsys):
+    """Launcher variables left in the environment (SLURM_STEP_NUM_TASKS=4, SLURM_PROCID=0
+    with no srun): the MPI library sees one process; the refusal also names
+    HYBRIDSCHED_NO_MPI=1, which runs such a copy as P = 1. (A copy the variables call rank
+    2 stays silent, as every rank but 0 does under a real launcher, whose rank 0 speaks.)"""
     import types
 
     from hybridsched.mpi import ranks as W
@@ -168,7 +169,7 @@ def test_a_copy_alone_under_launcher_variables_says_why_whatever_its_rank(
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     monkeypatch.setattr(W, "_world", None)
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
-    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_PROCID", "0")
     out = str(tmp_path / "s.h5")
     assert main(["run", "-s", "dynamic", "-L", "8", "--height", "16", "--width", "16",
                  "-o", out]) == 2

@@ -206,8 +206,45 @@ def test_runs_of_two_splits_are_never_pooled(tmp_path, capsys):
     assert main(["fit", m, "--scheduler", "dynamic"]) == 2
     err = capsys.readouterr().err
     assert "split the frames in 2 ways (dynamic, static)" in err and err.count("\n") == 1
+    assert "--scheduler 'dynamic [split dynamic]'" in err
+    for split, t in (("static", 1.0), ("dynamic", 3.0)):  # one split, as report names it
+        assert main(["fit", m, "--scheduler", f"dynamic [split {split}]", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)["data"]
+        speedups = [round(x, 6) for x in data["speedup"]]  # T_serial 2.0 s over each time
+        other = 4.0 - t  # the other split's P = 2, k = 1 time
+        assert round(2.0 / t, 6) in speedups and round(2.0 / other, 6) not in speedups, data
+        assert sorted(data["N"]) == [1, 2, 2, 4, 4], data
     same = str(tmp_path / "same.h5")  # two studies of one split still fit as one
     assert main(["merge", a, _split_study(tmp_path / "c.h5", "static", 1.0), "-o", same]) == 0
     capsys.readouterr()
     assert main(["fit", same, "--scheduler", "dynamic", "--json"]) == 0
     assert "[split" not in capsys.readouterr().out
+
+
+def test_names_kept_apart_are_never_cut_short():
+    """A --split technique's reference may be 120 characters: its name and hash, cut at a
+    fixed width, pooled two versions of it again."""
+    from hybridsched.results.data import splits_apart
+
+    long = "m" * 100 + ":Quarter"
+    runs = np.zeros(3, [("scheduler", "U16"), ("P", "i8"), ("run_id", "i8")])
+    runs["scheduler"], runs["P"], runs["run_id"] = ["dynamic", "dynamic", "serial"], [2, 2, 2], [0, 1, 2]
+    ways = {0: f"{long}@c9e33b35", 1: f"{long}@e14056b1", 2: "static"}
+    out = splits_apart(runs, ways)
+    assert list(out["scheduler"]) == [f"dynamic [split {long}@c9e33b35]",
+                                      f"dynamic [split {long}@e14056b1]", "serial"]
+
+
+def test_t_serial_comes_from_one_node_only(tmp_path, capsys):
+    """`serial` runs on several ranks (each rank sorting its share alone) are no T_serial
+    (Eq. 4): report listed them beside the P = 1 one and took the family table's T_serial
+    from them."""
+    path = str(tmp_path / "s.h5")
+    with StudyWriter(path) as w:
+        w.append(_record("serial", 1, 1, 2.0))
+        w.append(_record("serial", 2, 1, 0.9))
+        w.append(_record("dynamic", 1, 2, 1.1))
+    assert main(["report", path, "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("T_serial (Eq. 4"))
+    assert "2000.00 ms" in line and "900.00" not in line, line

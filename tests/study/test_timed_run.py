@@ -160,6 +160,42 @@ def test_the_sweep_removes_a_segment_whose_participants_all_died(seg, monkeypatc
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 
+def test_the_sweep_never_waits_for_a_participant_inside_the_attach(seg):
+    """A participant stopped while it attaches holds the flock of the segment's lock file:
+    the sweep leaves such a segment alone at once, as one in use (an MPI rank's watchdog,
+    sweeping after its rank died, waited as long, and its job's mpiexec with it)."""
+    code = ("import os, signal\nfrom hybridsched.coop.arbiter import Arbiter\n"
+            f"a = Arbiter(path={seg!r}).__enter__()\na.join_job()\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == -9
+    holder = subprocess.Popen(["flock", seg + ".lock", "cat"], stdin=subprocess.PIPE)
+    try:
+        from hybridsched.coop import sweep
+        from waiting import wait_until
+
+        wait_until(lambda: _flock_held(seg + ".lock"), "flock holding the lock")
+        sweep.sweep(seg)  # returns: the test would hang here otherwise
+        assert os.path.exists(seg)  # in use: left alone
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    sweep.sweep(seg)
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
+
+
+def _flock_held(path: str) -> bool:
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def test_the_sweep_removes_what_a_creator_killed_while_making_the_segment_left(seg):
     """A creator SIGKILLed inside Arbiter._create leaves its lock file and its unfinished
     ``.new.<pid>`` copy but no segment: coop exec's guardian, sweeping after it, once left

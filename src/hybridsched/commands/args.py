@@ -6,6 +6,8 @@ from typing import NoReturn
 
 from ..errors import UsageError
 
+PROG = "hybridsched"  # the command's name, first in every line it prints
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every option's default in its help: appended as "(default: X)" unless the help already
@@ -34,7 +36,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # the top-level parser's own name is the prefix every refusal gets ("hybridsched:
         # error: ..."); a subcommand's is kept, to say whose option it was
-        raise UsageError(message if self.prog == "hybridsched" else f"{self.prog}: {message}")
+        raise UsageError(message if self.prog == PROG else f"{self.prog}: {message}")
 
 
 _INT_LIMIT = 2**63

@@ -13,7 +13,7 @@ from ..sim.calibrate import calibrate
 from ..store.metadata import PREFIX, stored
 from ..study.output import this_machine
 
-PROG = "hybridsched"
+from .args import PROG  # noqa: F401  (re-exported: the one definition is args.PROG)
 
 
 def main(args) -> int:

@@ -14,7 +14,7 @@ from ..oslayer.proctree import fault_plan
 from ..records import RunConfig
 from ..study.spec import StudySpec
 
-PROG = "hybridsched"
+from .args import PROG  # noqa: F401  (re-exported: the one definition is args.PROG)
 
 
 def out_name(out: str | None, stem: str = "hybridsched") -> str:

@@ -1,6 +1,7 @@
 """The segment left behind when every participant of the arbiter died without leaving."""
 from __future__ import annotations
 
+import fcntl
 import os
 
 from ..errors import ResourceError, UsageError
@@ -17,6 +18,8 @@ def sweep(path: str | None = None) -> None:
     path = path or segment_path()
     if not (os.path.exists(path) or os.path.exists(path + ".lock") or unfinished(path)):
         return
+    if _in_use_now(path + ".lock"):
+        return
     from .arbiter import Arbiter
 
     try:
@@ -25,3 +28,20 @@ def sweep(path: str | None = None) -> None:
     except (UsageError, ResourceError, OSError):
         pass
 
+
+def _in_use_now(lock: str) -> bool:
+    """Whether a participant is attaching to the segment or leaving it right now (the
+    flock of its lock file held): it is in use then, and a sweep that waited for the flock
+    would wait as long as a participant stopped inside that section stays stopped (an MPI
+    rank's watchdog so kept its job's launcher from ending)."""
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # with our shared flock, if we got it
+    return False

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from ..errors import AloneUnderLauncher, RankFailed, ResourceError, UsageError
+from ..errors import RankFailed, ResourceError, UsageError
 from ..machine.launch import NO_MPI_ENV, Launch, detect_launch  # noqa: F401  (re-exported by mpi)
 from ..machine.metadata import clean_text
 from ..study.world import Solo
@@ -93,7 +93,7 @@ def _make_world() -> Solo | World:
         # Another MPI than the launcher's (both wheels in one environment, a module
         # loaded after mpi4py was built): every copy would run the whole study alone.
         name, version = MPI.get_vendor()
-        raise AloneUnderLauncher(
+        raise UsageError(
             f"{launch.how} started {launch.size} ranks but the MPI library mpi4py loaded "
             f"({name} {'.'.join(map(str, version))}) sees {w.size}: it is not the "
             "launcher's MPI; start the job with the launcher of that MPI, or point "

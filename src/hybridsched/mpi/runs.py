@@ -100,7 +100,7 @@ def check_split(configs: list[RunConfig], P: int, split: str, local_ranks: int =
                 f"--split {split}: each of the {local_ranks} ranks on this node holds the "
                 f"whole {big.frames}x{big.height}x{big.width} tensor (original + work copy), "
                 f"{_size(need)} in all, but only {_size(have)} is available; use --split "
-                "static (a rank holds its block) or fewer ranks a node")
+                "static (a rank holds its block) or fewer ranks per node")
 
 
 def _size(n: int) -> str:

@@ -58,6 +58,13 @@ def _how(pid: int) -> str:
     return f"exited with status {status >> 8} without finishing"
 
 
+def _let_go_of_output() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
 class RankWatchdog:
     """A context manager around a rank's work: on a normal way out it tells the watchdog;
     :meth:`aborting` before a deliberate MPI_Abort keeps every watchdog of the node quiet."""
@@ -102,7 +109,10 @@ class RankWatchdog:
             if flag != CLEAN:
                 # a rank killed under --coop (the launcher's SIGTERM, Ctrl-C, SIGKILL) never
                 # leaves the node's arbiter; once every rank of it is dead, the watchdog of
-                # the last one removes the segment (one still in use is left alone)
+                # the last one removes the segment (one still in use is left alone). Our
+                # copies of the rank's stdout and stderr go first: the launcher waits for
+                # them to close, and has nothing to wait for here.
+                _let_go_of_output()
                 sweep()
 
     def _name_the_death(self, flag: int, rank_pid: int) -> None:

@@ -195,12 +195,23 @@ def versions_apart(runs: np.ndarray) -> np.ndarray:
     mixed = "simulated" in names and 0 < int(runs["simulated"].sum()) < len(runs)
     if not split and not mixed:
         return runs
-    out = runs.astype([(n, "U90" if n == "scheduler" else runs.dtype[n]) for n in names])
+    names_now = runs["scheduler"].astype(object)
     for i in np.flatnonzero(np.isin(runs["scheduler"], list(split))):
-        out["scheduler"][i] = f"{runs['scheduler'][i]}@{runs['technique_hash'][i][:8]}"
+        names_now[i] = f"{runs['scheduler'][i]}@{runs['technique_hash'][i][:8]}"
     if mixed:
-        sim = np.flatnonzero(runs["simulated"])
-        out["scheduler"][sim] = np.char.add(out["scheduler"][sim], SIMULATED_MARK)
+        for i in np.flatnonzero(runs["simulated"]):
+            names_now[i] += SIMULATED_MARK
+    return _renamed(runs, names_now)
+
+
+def _renamed(runs: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """``runs`` with these scheduler names, the column as wide as the longest (a fixed
+    width cut a long technique's hash off, and two versions were pooled again)."""
+    width = max((len(n) for n in names), default=1)
+    fields = runs.dtype.names or ()
+    out = runs.astype([(n, f"U{max(width, 1)}" if n == "scheduler" else runs.dtype[n])
+                       for n in fields])
+    out["scheduler"] = names
     return out
 
 
@@ -232,15 +243,15 @@ def run_splits(study: StudyFile, runs: np.ndarray) -> dict[int, str]:
 def splits_apart(runs: np.ndarray, splits: dict[int, str]) -> np.ndarray:
     """Multi-rank runs whose ranks split the frames differently are never pooled: where
     ``splits`` (:func:`run_splits`) holds more than one way, a multi-rank run's scheduler
-    becomes ``<name> [split <how>]`` (single-rank runs split nothing and keep their name)."""
+    becomes ``<name> [split <how>]`` (single-rank runs split nothing and keep their name,
+    as serial runs do: T_serial is taken at P = 1 alone)."""
     if len(set(splits.values())) <= 1:
         return runs
-    names = runs.dtype.names or ()
-    out = runs.astype([(n, "U120" if n == "scheduler" else runs.dtype[n]) for n in names])
-    for i in np.flatnonzero(runs["P"] > 1):
+    names = runs["scheduler"].astype(object)
+    for i in np.flatnonzero((runs["P"] > 1) & (runs["scheduler"] != BASELINE)):
         how = splits.get(int(runs["run_id"][i])) or "not recorded"
-        out["scheduler"][i] = f"{out['scheduler'][i]} [split {how}]"
-    return out
+        names[i] = f"{names[i]} [split {how}]"
+    return _renamed(runs, names)
 
 
 def simulated_line(runs: np.ndarray) -> str:

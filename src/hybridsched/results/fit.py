@@ -296,6 +296,21 @@ def load_csv(path: str) -> Data:
     return Data(np.array(n), np.array(y, float), kind, path)
 
 
+def _one_split(ok: np.ndarray, splits: dict[int, str], scheduler: str | None):
+    """``scheduler`` as report names it in a merge of studies of several --split, ``X [split
+    Y]``: X's runs on one rank, and those on several ranks that split the frames by Y (the
+    runs and X); any other name: the runs and the name, as they are."""
+    from .data import splits_apart
+
+    named = splits_apart(ok, splits)["scheduler"]
+    if scheduler is None or scheduler in set(ok["scheduler"].tolist()) \
+            or scheduler not in set(named.tolist()):
+        return ok, scheduler
+    plain = scheduler.split(" [split ", 1)[0]
+    other_split = (ok["scheduler"] == plain) & (ok["P"] > 1) & (named != scheduler)
+    return ok[~other_split], plain
+
+
 def load_study(path: str, scheduler: str | None = None, frames: int | None = None) -> Data:
     """Speedup per (P, k) of one scheduler against T_serial (serial runs at P = 1, k = 1),
     from verified runs only, at one tensor size L."""
@@ -307,7 +322,7 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
         runs = versions_apart(study.runs)
         cores = _physical_cores(study.attrs)
         splits = run_splits(study, runs[runs["verified"]])
-    ok = runs[runs["verified"]]
+    ok, scheduler = _one_split(runs[runs["verified"]], splits, scheduler)
     base = (BASELINE, BASELINE + SIMULATED_MARK)
     others = ok[~np.isin(ok["scheduler"], base)]
     notes: list[str] = []
@@ -327,8 +342,8 @@ def load_study(path: str, scheduler: str | None = None, frames: int | None = Non
     ways = sorted({splits.get(int(r), "") or "not recorded" for r in mine["run_id"][mine["P"] > 1]})
     if len(ways) > 1:  # one curve from two ways of handing frames to ranks would mix them
         raise UsageError(f"{path}: the runs of {scheduler} on several ranks split the frames "
-                         f"in {len(ways)} ways ({', '.join(ways)}): fit a merge of studies of "
-                         "one --split")
+                         f"in {len(ways)} ways ({', '.join(ways)}): choose one as report names "
+                         f"it, e.g. --scheduler '{scheduler} [split {ways[0]}]'")
     # a simulated scheduler of a study that also holds measured runs: the simulated T_serial
     own = base[1] if str(scheduler).endswith(SIMULATED_MARK) else base[0]
     if own != base[0]:

@@ -94,7 +94,7 @@ def scheduler_tables(rows: list[Row]) -> str:
 def family_comparison(rows: list[Row], n: int) -> tuple[str, list[dict]]:
     """Markdown and CSV records comparing the best scheduler per family at k = N and at
     the largest k, per L; within 1 % of the fastest = practically equivalent (§5)."""
-    ser = {r.L: r.t_mean for r in rows if is_baseline(r.family) and r.reps}
+    ser = {r.L: r.t_mean for r in rows if is_baseline(r.family) and r.reps and r.P == 1}
     k1 = {(r.variant, r.L): r.t_mean for r in rows if r.k == 1 and r.reps}
     kn = k_at_n(rows, n)
     kmax = max((r.k for r in rows if not is_baseline(r.family) and r.reps), default=None)
@@ -171,7 +171,7 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             "P/P_max over repetitions (§3.1), LI the load imbalance of the workers' busy time "
             "(max − mean)/max × k/(k − 1), LB4OMP's percent imbalance (0 balanced, 1 one "
             "worker did everything).", ""]
-    ser = [r for r in rows if is_baseline(r.family) and r.reps]
+    ser = [r for r in rows if is_baseline(r.family) and r.reps and r.P == 1]  # Eq. 4: one node
     if ser:
         head += ["T_serial (Eq. 4, `serial` runs): " + ", ".join(
             f"L = {r.L}: {r.t_mean * 1e3:.2f} ms ({r.reps} reps)" for r in ser) + ".", ""]
