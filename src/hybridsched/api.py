@@ -70,7 +70,6 @@ class Result:
         return write_study(path, [self], overwrite=overwrite)
 
 
-# How parallel_for names the options and values of a refused request (core.request)
 # A non-contiguous input is hashed this many bytes of frames at a time, each piece copied
 # contiguous: the whole at once doubled the memory of a huge strided view (a MemoryError);
 # smaller pieces cost more Python calls per byte.
@@ -78,18 +77,17 @@ _HASH_PIECE_BYTES = 16 << 20
 
 
 def _digest(data: np.ndarray) -> str:
-    """The input's sha256 over its bytes in C order, as for a contiguous copy of it."""
+    """The input's sha256 over its bytes in C order, as for a contiguous copy of it (a
+    contiguous input's pieces are views of it: nothing is copied)."""
     h = hashlib.sha256()
-    if data.flags.c_contiguous:
-        h.update(data.data)
-    else:
-        per_frame = max(1, data.itemsize * int(np.prod(data.shape[1:], dtype=np.int64)))
-        step = max(1, _HASH_PIECE_BYTES // per_frame)
-        for first in range(0, len(data), step):
-            h.update(np.ascontiguousarray(data[first:first + step]).data)
+    per_frame = max(1, data.itemsize * int(np.prod(data.shape[1:], dtype=np.int64)))
+    step = max(1, _HASH_PIECE_BYTES // per_frame)
+    for first in range(0, len(data), step):
+        h.update(np.ascontiguousarray(data[first:first + step]).data)
     return "sha256:" + h.hexdigest()
 
 
+# How parallel_for names the options and values of a refused request (core.request)
 NAMES = {"k": "k", "chunk": "chunk", "sizes": "0 (the scheduler's default) or more",
          "auto": "-1 (auto)", "dispatch": "dispatch", "compiled": "dispatch='compiled'",
          "use_auto": "dispatch='auto'"}

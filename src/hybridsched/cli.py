@@ -17,7 +17,7 @@ import threading
 
 from .commands.args import PROG, Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
-from .errors import HybridschedError, Terminated, UsageError
+from .errors import INTERRUPTS, HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
 from .oslayer.signals import honour_pending, pending, raising, signals_held, taken
 from .version import __version__
@@ -90,7 +90,7 @@ def _unraisable(hook):
     """sys.unraisablehook that stays quiet about a signal's exception Python had to drop
     (it is raised again: oslayer.signals.honour_pending) and passes the rest to ``hook``."""
     def quiet(unraisable) -> None:
-        if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+        if not isinstance(unraisable.exc_value, INTERRUPTS):
             hook(unraisable)
     return quiet
 

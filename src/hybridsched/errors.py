@@ -161,6 +161,11 @@ class Terminated(SystemExit):
     handler raise it): a SystemExit, but never taken for a kernel's own sys.exit()."""
 
 
+# What ends the command wherever it lands, inside user code too (a kernel, a technique, a
+# verifier): Ctrl-C and our SIGTERM. Anything else user code raises fails only its run.
+INTERRUPTS = (KeyboardInterrupt, Terminated)
+
+
 class TechniqueError(HybridschedError):
     """A technique's chunk(), start() or record() misbehaved: the run fails with one line
     naming the technique, the worker and the value."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from time import perf_counter
 
-from ..errors import KernelRaised, Terminated
+from ..errors import INTERRUPTS, KernelRaised
 from ..kernels import get_kernel
 from ..oslayer.cpus import pinned
 from ..oslayer.procfs import thread_usage
@@ -25,12 +25,12 @@ def execute(job: Job) -> Execution:
         t_begin = perf_counter()
         try:
             kernel(job.work, 0, job.frames)
-        except KeyboardInterrupt:
+        except INTERRUPTS:
             raise
         except BaseException as exc:  # noqa: BLE001 - a kernel's sys.exit() or a BaseException
             # of its own fails its run too (the latter was a traceback)
-            if isinstance(job.kernel, str) or isinstance(exc, Terminated):
-                raise  # a built-in kernel does not raise (a bug); SIGTERM ends the study
+            if isinstance(job.kernel, str):
+                raise  # a built-in kernel does not raise (a bug)
             raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc
         t_end = perf_counter()
         u1 = thread_usage()

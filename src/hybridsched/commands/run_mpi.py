@@ -117,8 +117,9 @@ def _same_everywhere(w: World, mine: dict) -> None:
             theirs = json.loads(root)
             raise UsageError(f"the {w.size} MPI ranks were started with different options: "
                              f"rank {differ[0]} differs from rank 0 (every rank must be given "
-                             f"the same command line; rank 0 runs {_listed(theirs.get('schedulers'))} "
-                             f"at L = {_listed(theirs.get('frames'))}, seed {theirs.get('seed')})")
+                             "the same command line; rank 0 runs "
+                             f"{_listed(theirs.get('schedulers'))} at L = "
+                             f"{_listed(theirs.get('frames'))}, seed {theirs.get('seed')})")
         raise SystemExit(2)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TechniqueError, Terminated, UsageError
+from ..errors import INTERRUPTS, TechniqueError, UsageError
 
 def _own_fault(exc: BaseException) -> bool:
     """What a technique's own code may raise and still only fail its run: anything (its
     sys.exit(), a GeneratorExit, a BaseException of its own: the last two were tracebacks)
     but our own SIGTERM (Terminated) and Ctrl-C."""
-    return not isinstance(exc, (KeyboardInterrupt, Terminated))
+    return not isinstance(exc, INTERRUPTS)
 
 
 class Technique:

@@ -30,7 +30,7 @@ MARKER_HOLD_S = 2.0
 
 CLEAN, ABORTING, REFUSING = 1, 2, 3  # the flag: 0 while the rank works
 # Shells, which run a wrapper script's last command as a child unless the script `exec`s
-# it: the launcher then sees the script's exit, not a rank killed (rank_behind_a_shell)
+# it: the launcher then sees the script's exit, not a rank killed (behind_a_shell)
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "yash", "fish", "csh", "tcsh"})
 _PATH_MAX = 4096  # bytes of the lock's path kept for the watchdog (Linux's PATH_MAX)
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import Terminated
+from ..errors import INTERRUPTS
 from ..oslayer.closing import Closing
 from ..oslayer.cpus import n_cpus
 from ..oslayer.shm import Segment, segment_array, sweep_orphans
@@ -54,7 +54,7 @@ def bool_checker(verify: Callable[[np.ndarray, np.ndarray], bool]) -> Checker:
         # run sort zeros, all of them verified)
         try:
             said = verify(before, work[first:first + count])
-        except (KeyboardInterrupt, Terminated):  # Ctrl-C or SIGTERM lands here as often as
+        except INTERRUPTS:  # Ctrl-C or SIGTERM lands here as often as
             raise  # anywhere: it ends the study
         except BaseException as exc:  # noqa: BLE001 - sys.exit too: it rejects the run, not
             # the study (it ended the command, silently, with the verifier's status)

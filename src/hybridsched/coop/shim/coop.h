@@ -61,7 +61,6 @@ struct hs_thread {
     int tid;
     int depth;         /* > 0 inside the shim: a nested call passes straight through */
     int parked;        /* how the last park left the token: HS_PARK_* */
-    int cpu;           /* the CPU this thread pinned itself to, -1 none */
     int yields;        /* consecutive sched_yield calls while others wait */
     unsigned releases; /* unlocks while others wait (hs_release_point) */
     int held;          /* locks seen taken and not yet given back (hs_took, hs_gave) */

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-__thread struct hs_thread hs_t __attribute__((tls_model("initial-exec"))) = {.slot = -1, .cpu = -1};
+__thread struct hs_thread hs_t __attribute__((tls_model("initial-exec"))) = {.slot = -1};
 int hs_on;
 struct hs_view hs_v;
 int hs_job = -1;
@@ -232,7 +232,7 @@ static void pin(int me)
     int c = hs_v.cpus[ci].cpu;
     if (c < 0 || c >= CPU_SETSIZE)
         return;
-    /* `pinned`, not this thread's own record: a taker of its lazy token unpins it */
+    /* the slot's `pinned`, which a taker of this thread's lazy token clears */
     if (hs_v.workers[me].pinned != c) {  /* else the granter did */
         cpu_set_t s;
         CPU_ZERO(&s);
@@ -240,7 +240,6 @@ static void pin(int me)
         hs_real_setaffinity(0, sizeof s, &s);
         hs_v.workers[me].pinned = c;
     }
-    hs_t.cpu = c;
 }
 
 /* Around an exec: the new image starts with the mask the program would have had, not the
@@ -257,7 +256,6 @@ void hs_exec_affinity(int before)
         hs_natural_mask(&m, 1);
         hs_real_setaffinity(0, sizeof m, &m);
         hs_v.workers[me].pinned = -1;
-        hs_t.cpu = -1;
     } else {
         pin(me);
     }
@@ -541,7 +539,6 @@ static void reset_thread(void)
 {
     hs_t.tid = gettid();
     hs_t.slot = -1;
-    hs_t.cpu = -1;
     hs_t.parked = HS_PARK_NONE;
     hs_t.yields = 0;
     hs_t.releases = 0;
