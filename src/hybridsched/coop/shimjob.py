@@ -5,12 +5,12 @@ holds one of the arbiter's tokens, by the same rules as hybridsched's own worker
 
 The job is found by its key (``HYBRIDSCHED_COOP_JOB``) by each process the command forks
 or execs, and owned by the ShimJob's process: it outlives the command's processes, and
-leaving it frees whatever they left behind. While it runs, a watchdog thread looks at the
-job's tokens once per quantum: a holder that keeps its token past :data:`BOUND_QUANTA`
-quanta while others wait is asked to rotate (a signal the shim handles) when it is
-running — a spin that calls nothing, like OpenBLAS's caller — or has the token taken
-away when it sleeps in a call the shim does not see. Both are time slicing, not
-cooperation, and are counted.
+leaving it frees whatever they left behind. While it runs, a watchdog thread (one for
+all of a process's jobs on an arbiter) looks at the job's tokens: a holder that keeps its
+token past :data:`BOUND_QUANTA` quanta while others wait is asked to rotate (a signal the
+shim handles) when it is running — a spin that calls nothing, like OpenBLAS's caller — or
+has the token taken away when it sleeps in a call the shim does not see. Both are time
+slicing, not cooperation, and are counted.
 """
 from __future__ import annotations
 
@@ -93,7 +93,9 @@ class ShimJob:
         self.job = -1
         self.library = ""
         self.final: ShimCounters | None = None
-        self._watchdog = _Watchdog(self) if watchdog else None
+        self.signals = 0  # rotation signals the watchdog sent the job's holders
+        self._watched = watchdog
+        self._watchdog: _Watchdog | None = None
 
     def __enter__(self) -> "ShimJob":
         self.library = shim_library()
@@ -110,9 +112,9 @@ class ShimJob:
                 self.job = st.join_job(os.getpid(), self.key)
             except ArbiterError as exc:
                 raise ResourceError(f"coop: {exc}") from None
-        if self._watchdog is not None:
+        if self._watched:
             try:
-                self._watchdog.start()
+                self._watchdog = _Watchdog.watch(self)
             except BaseException:
                 self._leave()
                 raise
@@ -131,12 +133,12 @@ class ShimJob:
         if self.job < 0 or self.arbiter.state is None:
             return self.final or ShimCounters()
         row = self.arbiter.state.jobs[self.job]
-        sent = self._watchdog.signals if self._watchdog is not None else 0
-        return ShimCounters(**{c: int(row[c]) for c in JOB_COUNTERS}, signals=sent)
+        return ShimCounters(**{c: int(row[c]) for c in JOB_COUNTERS}, signals=self.signals)
 
     def __exit__(self, *exc) -> None:
         if self._watchdog is not None:
-            self._watchdog.stop()
+            self._watchdog.unwatch(self)
+            self._watchdog = None
         self._leave()
 
     def _leave(self) -> None:
@@ -150,41 +152,72 @@ class ShimJob:
 
 
 class _Watchdog(threading.Thread):
-    """A holder of one of the job's tokens that keeps it past the bound while others wait
+    """A holder of one of the jobs' tokens that keeps it past the bound while others wait
     is signalled to rotate if it runs, or has its token revoked if it sleeps — or if it
-    still holds it a bound after the signal (see the module's docstring). One look per
-    quantum; the shared tables are read without the lock, which it takes only to revoke."""
+    still holds it a bound after the signal (see the module's docstring). One thread for
+    all of this process's jobs on one arbiter (colocate's J jobs share it), which looks
+    when the first holding it has seen reaches the bound, or a quantum on when it has seen
+    none: a wake-up of a Python thread costs ~0.1 ms of a CPU here that a job's holder
+    wanted, and looking every quantum for each job cost two co-located lock loops ~0.5 %
+    of the CPUs (a holding seen after it began is acted on up to a bound later than
+    that). The shared tables are read without the lock, which it takes only to revoke."""
 
-    def __init__(self, job: ShimJob):
+    _guard = threading.Lock()
+    _running: dict[Arbiter, "_Watchdog"] = {}
+
+    def __init__(self, arbiter: Arbiter):
         super().__init__(name="hybridsched-coop-watchdog", daemon=True)
-        self.shim = job
-        self.signals = 0
+        self.arbiter = arbiter
+        self.jobs: dict[int, ShimJob] = {}  # job row -> its ShimJob
         self._halt = threading.Event()
         # token -> ((slot, since), when first seen held so, whether signalled since)
         self._seen: dict[int, tuple[tuple[int, int], int, bool]] = {}
 
-    def stop(self) -> None:
+    @classmethod
+    def watch(cls, shim: ShimJob) -> "_Watchdog":
+        """The arbiter's watchdog, started if it was not, watching ``shim``'s job too."""
+        with cls._guard:
+            dog = cls._running.get(shim.arbiter)
+            if dog is None:
+                dog = cls(shim.arbiter)
+                dog.start()
+                cls._running[shim.arbiter] = dog
+            dog.jobs[shim.job] = shim
+        return dog
+
+    def unwatch(self, shim: ShimJob) -> None:
+        """No longer ``shim``'s job; the thread ends with the last job it watched."""
+        with self._guard:
+            self.jobs.pop(shim.job, None)
+            if self.jobs:
+                return
+            del self._running[self.arbiter]
         self._halt.set()
         if self.is_alive():
             self.join()
 
     def run(self) -> None:
         leave_signals_to_main_thread()
-        st = self.shim.arbiter.tables
+        st = self.arbiter.tables
         quantum = int(st.header["quantum_ns"][0])
-        while not self._halt.wait(quantum / 1e9):
-            self._look(st, now_ns(), BOUND_QUANTA * quantum)
+        pause = quantum
+        while not self._halt.wait(pause / 1e9):
+            now = now_ns()
+            due = self._look(st, now, BOUND_QUANTA * quantum)
+            pause = quantum if due is None else due - now
 
-    def _look(self, st, now: int, bound: int) -> bool:
-        """One look at the job's holders; whether anyone waits for a token."""
+    def _look(self, st, now: int, bound: int) -> int | None:
+        """One look at the jobs' holders; when the first holding seen, not acted on by
+        then, reaches the bound (None: none seen, or nobody waits)."""
         if st.header["waiting"][0] <= 0:
             self._seen.clear()
-            return False
+            return None
+        jobs = self.jobs.copy()  # the main thread may add or remove one meanwhile
         holders = st.cpus["holder"].tolist()  # before hi: a slot granted since is above it
         workers = st.workers[:int(st.header["hi"][0])]  # the slots ever used: a look is µs
         for ci, holder in enumerate(holders):
             w = workers[holder] if 0 <= holder < len(workers) else None
-            if w is None or w["job"] != self.shim.job or not w["thread"] or w["state"] != RUNNING:
+            if w is None or int(w["job"]) not in jobs or not w["thread"] or w["state"] != RUNNING:
                 self._seen.pop(ci, None)
                 continue
             held = (holder, int(w["acquired_ns"]))
@@ -193,26 +226,27 @@ class _Watchdog(threading.Thread):
                 self._seen[ci] = (held, now, False)
                 continue
             if now - first[1] >= bound:  # at most one act per bound
-                signalled = self._act(holder, held[1], int(w["pid"]), int(w["tid"]), first[2])
+                signalled = self._act(jobs[int(w["job"])], holder, held[1], int(w["pid"]),
+                                      int(w["tid"]), first[2])
                 self._seen[ci] = (held, now, signalled)
-        return True
+        return min((seen + bound for _, seen, _ in self._seen.values()), default=None)
 
-    def _act(self, slot: int, since: int, pid: int, tid: int, signalled: bool) -> bool:
-        """Signal a running holder, or revoke the token of a sleeping one or of one that
-        let a signal go unanswered; whether it signalled."""
+    def _act(self, shim: ShimJob, slot: int, since: int, pid: int, tid: int,
+             signalled: bool) -> bool:
+        """Signal a running holder of ``shim``'s job, or revoke the token of a sleeping one
+        or of one that let a signal go unanswered; whether it signalled."""
         state = thread_state(pid, tid)
         if state == "R" and not signalled:
             sent = tgkill(pid, tid, NUDGE_SIGNAL)
-            self.signals += sent
+            shim.signals += sent
             return sent
         if state in ("R", "S", "D"):  # a gone or stopped holder is the waiters' reclaim scan's
-            arbiter = self.shim.arbiter
             woken: list[int] = []
-            with arbiter.locked() as st:
+            with self.arbiter.locked() as st:
                 w = st.workers[slot]
-                if (w["used"] and w["job"] == self.shim.job and w["state"] == RUNNING
+                if (w["used"] and w["job"] == shim.job and w["state"] == RUNNING
                         and w["acquired_ns"] == since):
                     woken = st.revoke_holder(slot, now_ns())
-                    st.jobs["revoked"][self.shim.job] += 1
-            arbiter.post(woken)
+                    st.jobs["revoked"][shim.job] += 1
+            self.arbiter.post(woken)
         return False

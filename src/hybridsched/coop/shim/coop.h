@@ -129,6 +129,14 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    catches a holder that computed and then began to spin up to this much later; below the
    default quantum, so such a spin is still asked before the quantum ends. */
 #define HS_EARLY_MAX_NS 16000000LL
+/* A holder that entered the shim this many times since the last look calls into it at
+   least every HS_EARLY_NS / 32 (~16 µs: a lock loop's rounds, not the few calls of a runtime
+   that then spins): it is looked at next after HS_EARLY_MAX_NS, not twice the period. Each
+   look is a wake-up on a CPU some holder is using (~20 µs of it here), and a co-located lock
+   loop's waiter looked 5 times in each 20 ms quantum, its first looks every 0.5-4 ms (two
+   such jobs: 40 looks a job over 0.15 s, 21 so). The price: a holder that made that many
+   calls and then begins a spin that calls nothing is asked up to HS_EARLY_MAX_NS later. */
+#define HS_EARLY_BUSY 32
 /* holders a waiter keeps track of (a job with more tokens than this has its other
    holders left to the watchdog's bound) */
 #define HS_EARLY_TRACK 8

@@ -81,13 +81,14 @@ void hs_nudge(int pid, int tid, int64_t key)
    to take the looks over: hs_early_hand_over); HS_EARLY_MAX_NS for the first while the
    job holds no token (one of its threads may take a free one and spin); `*every` doubled
    (up to HS_EARLY_MAX_NS) when every holder entered the shim since the last look,
-   HS_EARLY_NS otherwise. */
+   HS_EARLY_NS otherwise; HS_EARLY_MAX_NS at once when each of them entered it
+   HS_EARLY_BUSY times or more (a lock loop). */
 static const struct hs_early unseen = {-1, 0, 0, -1, 0};
 
 int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)
 {
     struct hs_early seen[HS_EARLY_TRACK];
-    int n = 0, calm = 1, first = first_sibling_waiting(me);
+    int n = 0, calm = 1, busy = 1, first = first_sibling_waiting(me);
     if (first) {
         for (int ci = 0; ci < hs_v.ncpu && n < HS_EARLY_TRACK; ci++) {
             int h = hs_v.cpus[ci].holder;
@@ -105,7 +106,9 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
                 if (was->slot != h || was->since != s->since)
                     continue;
                 s->asked = was->asked;
-                entered = was->entries != s->entries;
+                uint32_t calls = (uint32_t)s->entries - (uint32_t)was->entries;
+                entered = calls != 0;
+                busy = busy && calls >= HS_EARLY_BUSY;
                 if (!was->asked && !entered && now - s->since >= HS_EARLY_NS
                     && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2) {
                     hs_nudge(r->pid, r->tid, hs_job_key());
@@ -120,7 +123,8 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
         e[i] = i < n ? seen[i] : unseen;
     if (n == 0)
         return first ? HS_EARLY_MAX_NS : 0;
-    *every = !calm ? HS_EARLY_NS : 2 * *every < HS_EARLY_MAX_NS ? 2 * *every : HS_EARLY_MAX_NS;
+    *every = !calm ? HS_EARLY_NS
+           : busy || 2 * *every >= HS_EARLY_MAX_NS ? HS_EARLY_MAX_NS : 2 * *every;
     return *every;
 }
 
