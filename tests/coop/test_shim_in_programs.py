@@ -610,6 +610,22 @@ def test_one_watchdog_thread_watches_every_job_of_the_process_on_an_arbiter(seg,
     assert not dog.is_alive() and dogs() == before
 
 
+def test_a_forked_child_that_joins_a_job_gets_a_watchdog_of_its_own(seg, shim_lib):
+    """A child forked while the parent's watchdog ran inherits its record but not its
+    thread: its own job is watched by a thread it starts."""
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with ShimJob(a) as job:
+                    ok = job._watchdog is not None and job._watchdog.is_alive()
+                os._exit(0 if ok else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_waits(
         seg, shim_lib, tmp_path):
     """A holder that enters the shim's wrappers (here an uncontended read lock, 300 times a

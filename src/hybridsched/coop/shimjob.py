@@ -178,7 +178,7 @@ class _Watchdog(threading.Thread):
         """The arbiter's watchdog, started if it was not, watching ``shim``'s job too."""
         with cls._guard:
             dog = cls._running.get(shim.arbiter)
-            if dog is None:
+            if dog is None or not dog.is_alive():  # not alive: this is a fork's child
                 dog = cls(shim.arbiter)
                 dog.start()
                 cls._running[shim.arbiter] = dog
