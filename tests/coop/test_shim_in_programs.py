@@ -610,6 +610,19 @@ def test_one_watchdog_thread_watches_every_job_of_the_process_on_an_arbiter(seg,
     assert not dog.is_alive() and dogs() == before
 
 
+def test_a_job_joined_after_the_watchdog_died_gets_a_new_one_and_both_leave_cleanly(
+        seg, shim_lib):
+    """A watchdog whose thread has ended (an exception in a look ends it) is replaced for
+    the next job; the last of its own jobs to leave does not take the new one's place in
+    the registry with it (that raised KeyError as the second job left)."""
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as one:
+        old = one._watchdog
+        old._halt.set()
+        old.join()
+        with ShimJob(a) as two:
+            assert two._watchdog is not old and two._watchdog.is_alive()
+
+
 def test_a_forked_child_that_joins_a_job_gets_a_watchdog_of_its_own(seg, shim_lib):
     """A child forked while the parent's watchdog ran inherits its record but not its
     thread: its own job is watched by a thread it starts."""

@@ -191,7 +191,8 @@ class _Watchdog(threading.Thread):
             self.jobs.pop(shim.job, None)
             if self.jobs:
                 return
-            del self._running[self.arbiter]
+            if self._running.get(self.arbiter) is self:  # else one replaced it (it had died)
+                del self._running[self.arbiter]
         self._halt.set()
         if self.is_alive():
             self.join()
