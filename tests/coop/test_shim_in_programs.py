@@ -475,14 +475,14 @@ def test_only_the_first_waiting_sibling_wakes_to_look_and_less_often_at_a_comput
     assert 8 <= switches[-1] <= 150 and switches[1] < 8, switches
 
 
-def test_a_waiter_looks_twice_not_five_times_at_a_holder_busy_in_the_shim(seg, shim_lib,
+def test_a_waiter_looks_three_times_not_five_at_a_holder_busy_in_the_shim(seg, shim_lib,
                                                                           tmp_path):
     """A holder that enters the shim thousands of times a millisecond (a lock loop) for
-    15 ms: its waiting sibling looks once after 0.5 ms and next after 16 ms
-    (HS_EARLY_BUSY), not at 0.5, 1.5, 3.5 and 7.5 ms, each a wake-up on the CPU the
-    holder uses (5 switches of the waiter before, 2 now, on a quiet machine). A holder the
-    system preempts enters nothing between two looks and starts the period again: the
-    fewest over five runs."""
+    15 ms: its waiting sibling looks after 0.5 ms and next after 8 ms (HS_EARLY_BUSY),
+    not at 0.5, 1.5, 3.5 and 7.5 ms, each a wake-up on the CPU the holder uses (5
+    switches of the waiter before, 3 now, on a quiet machine). A holder the system
+    preempts enters nothing between two looks and starts the period again: the fewest
+    over five runs."""
     exe = build("sibling_waits", tmp_path)
     fewest = []
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a:
@@ -561,9 +561,13 @@ def test_the_watchdog_looks_past_a_slot_granted_while_it_looked():
 
 
 def test_the_watchdog_looks_again_when_the_first_holding_it_saw_reaches_the_bound():
-    """Not once per quantum: a holding first seen at t is due at t + bound, and the next
-    look comes then (a wake-up of the watchdog costs a CPU ~0.1 ms here); once it has
-    acted on a holding, that holding is due a bound later again."""
+    """Not once per quantum: a holding is due a bound after it began, but counted from no
+    earlier than the first look that found threads waiting, and the next look comes when
+    the first is due (a wake-up of the watchdog costs a CPU ~0.1 ms here); once it has
+    acted on a holding, that holding is due a bound later again. The holding that follows
+    an act, begun just after it, is acted on a bound after it began, not a bound after
+    the look that first saw it (the review: every rotation of a holder that never calls
+    the shim took 4 quanta instead of 2-3)."""
     import types
 
     import numpy as np
@@ -585,10 +589,13 @@ def test_the_watchdog_looks_again_when_the_first_holding_it_saw_reaches_the_boun
     assert dog._look(st, 100, bound) == 120
     assert dog._look(st, 100 + q, bound) == 120 and not acts
     assert dog._look(st, 120, bound) == 140 and len(acts) == 1
-    st.workers[0]["acquired_ns"] = 130  # another holding: due a bound after it is seen
-    assert dog._look(st, 135, bound) == 155
+    st.workers[0]["acquired_ns"] = 121  # the rotation the act asked for: another holding
+    assert dog._look(st, 140, bound) == 141 and len(acts) == 1
+    assert dog._look(st, 141, bound) == 161 and len(acts) == 2
     st.header["waiting"] = 0
-    assert dog._look(st, 140, bound) is None
+    assert dog._look(st, 150, bound) is None
+    st.header["waiting"] = 1  # waiting again: a holding is counted from this look on
+    assert dog._look(st, 400, bound) == 420 and len(acts) == 2
 
 
 def test_one_watchdog_thread_watches_every_job_of_the_process_on_an_arbiter(seg, shim_lib):
@@ -623,20 +630,57 @@ def test_a_job_joined_after_the_watchdog_died_gets_a_new_one_and_both_leave_clea
             assert two._watchdog is not old and two._watchdog.is_alive()
 
 
+def forked_child_watched(a: Arbiter) -> int:
+    """Fork; the child joins a job of ``a`` (giving up after 20 s) and exits 0 if a live
+    watchdog watches it. The child's exit status."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.alarm(20)
+            with ShimJob(a) as job:
+                ok = job._watchdog is not None and job._watchdog.is_alive()
+            os._exit(0 if ok else 1)
+        finally:
+            os._exit(2)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def test_a_forked_child_that_joins_a_job_gets_a_watchdog_of_its_own(seg, shim_lib):
     """A child forked while the parent's watchdog ran inherits its record but not its
     thread: its own job is watched by a thread it starts."""
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                with ShimJob(a) as job:
-                    ok = job._watchdog is not None and job._watchdog.is_alive()
-                os._exit(0 if ok else 1)
-            finally:
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+        assert forked_child_watched(a) == 0
+
+
+def test_a_child_forked_while_another_thread_held_the_watchdogs_guard_does_not_hang(
+        seg, shim_lib):
+    """The registry's guard, held by another thread at the fork (one entering or leaving a
+    job), is a fresh lock in the child: its ShimJob starts a watchdog of its own (17 of
+    150 such children hung in the review)."""
+    from hybridsched.coop import shimjob
+
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a), shimjob._Watchdog._guard:
+        assert forked_child_watched(a) == 0
+
+
+def test_the_watchdog_skips_a_holder_of_a_job_it_does_not_watch():
+    """A slot another process gave to another job between two reads: the look copies the
+    slot once and skips a job it does not watch (it read the job twice, and a KeyError
+    ended the watchdog of every job of the process)."""
+    import types
+
+    import numpy as np
+
+    from hybridsched.coop import shimjob
+    from hybridsched.coop.layout import CPU_DTYPE, HEADER_DTYPE, RUNNING, WORKER_DTYPE
+
+    st = types.SimpleNamespace(header=np.zeros(1, HEADER_DTYPE), cpus=np.zeros(1, CPU_DTYPE),
+                               workers=np.zeros(1, WORKER_DTYPE))
+    st.header["waiting"], st.header["hi"], st.cpus["holder"] = 1, 1, 0
+    st.workers[0]["job"], st.workers[0]["thread"], st.workers[0]["state"] = 3, 1, RUNNING
+    dog = shimjob._Watchdog(types.SimpleNamespace())
+    dog.jobs[0] = types.SimpleNamespace(job=0)
+    assert dog._look(st, 10**12, 20) is None
 
 
 def test_a_holder_that_calls_into_the_shim_keeps_its_token_while_its_sibling_waits(

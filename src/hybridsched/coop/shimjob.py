@@ -136,10 +136,12 @@ class ShimJob:
         return ShimCounters(**{c: int(row[c]) for c in JOB_COUNTERS}, signals=self.signals)
 
     def __exit__(self, *exc) -> None:
-        if self._watchdog is not None:
-            self._watchdog.unwatch(self)
+        try:
+            if self._watchdog is not None:
+                self._watchdog.unwatch(self)
+        finally:
             self._watchdog = None
-        self._leave()
+            self._leave()
 
     def _leave(self) -> None:
         if self.job < 0:
@@ -159,19 +161,30 @@ class _Watchdog(threading.Thread):
     when the first holding it has seen reaches the bound, or a quantum on when it has seen
     none: a wake-up of a Python thread costs ~0.1 ms of a CPU here that a job's holder
     wanted, and looking every quantum for each job cost two co-located lock loops ~0.5 %
-    of the CPUs (a holding seen after it began is acted on up to a bound later than
-    that). The shared tables are read without the lock, which it takes only to revoke."""
+    of the CPUs. A holding is dated from when it began, but from no earlier than the last
+    look that found threads waiting (before it, nobody may have waited): one that began
+    after a look is acted on a bound after it began all the same. The shared tables are
+    read without the lock, which it takes only to revoke."""
 
     _guard = threading.Lock()
     _running: dict[Arbiter, "_Watchdog"] = {}
+
+    @classmethod
+    def _forget_after_fork(cls) -> None:
+        # a fork's child has none of the parent's threads, and the guard may have been
+        # held by one of them at the fork
+        cls._guard = threading.Lock()
+        cls._running = {}
 
     def __init__(self, arbiter: Arbiter):
         super().__init__(name="hybridsched-coop-watchdog", daemon=True)
         self.arbiter = arbiter
         self.jobs: dict[int, ShimJob] = {}  # job row -> its ShimJob
         self._halt = threading.Event()
-        # token -> ((slot, since), when first seen held so, whether signalled since)
+        self._acting = threading.Lock()  # an act, or a job's removal: one at a time
+        # token -> ((slot, since), when it counts from, whether signalled since)
         self._seen: dict[int, tuple[tuple[int, int], int, bool]] = {}
+        self._waited_at: int | None = None  # the last look that found threads waiting
 
     @classmethod
     def watch(cls, shim: ShimJob) -> "_Watchdog":
@@ -188,7 +201,8 @@ class _Watchdog(threading.Thread):
     def unwatch(self, shim: ShimJob) -> None:
         """No longer ``shim``'s job; the thread ends with the last job it watched."""
         with self._guard:
-            self.jobs.pop(shim.job, None)
+            with self._acting:  # an act under way for this job ends first
+                self.jobs.pop(shim.job, None)
             if self.jobs:
                 return
             if self._running.get(self.arbiter) is self:  # else one replaced it (it had died)
@@ -212,25 +226,34 @@ class _Watchdog(threading.Thread):
         then, reaches the bound (None: none seen, or nobody waits)."""
         if st.header["waiting"][0] <= 0:
             self._seen.clear()
+            self._waited_at = None
             return None
-        jobs = self.jobs.copy()  # the main thread may add or remove one meanwhile
+        floor = now if self._waited_at is None else self._waited_at
+        self._waited_at = now
         holders = st.cpus["holder"].tolist()  # before hi: a slot granted since is above it
         workers = st.workers[:int(st.header["hi"][0])]  # the slots ever used: a look is µs
         for ci, holder in enumerate(holders):
-            w = workers[holder] if 0 <= holder < len(workers) else None
-            if w is None or int(w["job"]) not in jobs or not w["thread"] or w["state"] != RUNNING:
+            if not 0 <= holder < len(workers):
+                self._seen.pop(ci, None)
+                continue
+            # one copy of the slot: another process may give it to another job meanwhile
+            w = workers[holder].copy()
+            shim = self.jobs.get(int(w["job"]))
+            if shim is None or not w["thread"] or w["state"] != RUNNING:
                 self._seen.pop(ci, None)
                 continue
             held = (holder, int(w["acquired_ns"]))
             first = self._seen.get(ci)
             if first is None or first[0] != held:
-                self._seen[ci] = (held, now, False)
-                continue
+                first = self._seen[ci] = (held, max(held[1], floor), False)
             if now - first[1] >= bound:  # at most one act per bound
-                signalled = self._act(jobs[int(w["job"])], holder, held[1], int(w["pid"]),
-                                      int(w["tid"]), first[2])
+                with self._acting:
+                    if self.jobs.get(int(w["job"])) is not shim:  # it left meanwhile
+                        continue
+                    signalled = self._act(shim, holder, held[1], int(w["pid"]), int(w["tid"]),
+                                          first[2])
                 self._seen[ci] = (held, now, signalled)
-        return min((seen + bound for _, seen, _ in self._seen.values()), default=None)
+        return min((since + bound for _, since, _ in self._seen.values()), default=None)
 
     def _act(self, shim: ShimJob, slot: int, since: int, pid: int, tid: int,
              signalled: bool) -> bool:
@@ -251,3 +274,6 @@ class _Watchdog(threading.Thread):
                     st.jobs["revoked"][shim.job] += 1
             self.arbiter.post(woken)
         return False
+
+
+os.register_at_fork(after_in_child=_Watchdog._forget_after_fork)

@@ -126,17 +126,22 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
 /* The longest a waiter goes between looks at holders that entered the shim since its last
    look (computing, not spinning): it doubles its period from HS_EARLY_NS up to this. Longer
    saves more wake-ups (at a fixed 2 ms, co-located lock loops ran 1.0 % ± 0.8 slower) but
-   catches a holder that computed and then began to spin up to this much later; below the
-   default quantum, so such a spin is still asked before the quantum ends. */
+   catches a holder that computed and then began to spin up to twice this much later: the
+   first look after the spin began still sees the calls made before it (26-28 ms measured
+   after 40 ms of calls, in the review of 2026-12-06), longer than the default quantum. */
 #define HS_EARLY_MAX_NS 16000000LL
 /* A holder that entered the shim this many times since the last look calls into it at
    least every HS_EARLY_NS / 32 (~16 µs: a lock loop's rounds, not the few calls of a runtime
-   that then spins): it is looked at next after HS_EARLY_MAX_NS, not twice the period. Each
-   look is a wake-up on a CPU some holder is using (~20 µs of it here), and a co-located lock
-   loop's waiter looked 5 times in each 20 ms quantum, its first looks every 0.5-4 ms (two
-   such jobs: 40 looks a job over 0.15 s, 21 so). The price: a holder that made that many
-   calls and then begins a spin that calls nothing is asked up to HS_EARLY_MAX_NS later. */
+   that then spins): the period goes to HS_EARLY_BUSY_NS at once, and doubles from there.
+   Each look is a wake-up on a CPU some holder is using (~20 µs of it here), and a
+   co-located lock loop's waiter looked 5 times in each 20 ms quantum, its first looks every
+   0.5-4 ms; now 3 (a holder busy for 15 ms: 5 switches of its waiter, now 3). The price: a
+   holder that made that many calls and then begins a spin that calls nothing is asked up to
+   HS_EARLY_BUSY_NS + HS_EARLY_MAX_NS later, 24 ms, where plain doubling took 6-12 ms after
+   5 ms of calls; after 16 ms of calls or more, both take up to twice HS_EARLY_MAX_NS. Going
+   to HS_EARLY_MAX_NS at once took 31 ms after 5 ms of calls (the review). */
 #define HS_EARLY_BUSY 32
+#define HS_EARLY_BUSY_NS (HS_EARLY_MAX_NS / 2)
 /* holders a waiter keeps track of (a job with more tokens than this has its other
    holders left to the watchdog's bound) */
 #define HS_EARLY_TRACK 8
@@ -253,6 +258,7 @@ HS_HIDDEN void hs_sud_arm(void);       /* arm it for the calling thread */
 HS_HIDDEN void hs_sud_disarm(void);
 HS_HIDDEN int hs_nudge_signal(void);
 HS_HIDDEN int hs_signals_setup(void);
+HS_HIDDEN void hs_signals_start(void); /* after the thread has its slot (sud.c says why) */
 HS_HIDDEN void hs_nudge_hold(void);    /* ignored across an exec (sud.c says why) */
 HS_HIDDEN void hs_exec_affinity(int before);  /* the program's own mask across an exec */
 HS_HIDDEN void hs_nudge_resume(void);

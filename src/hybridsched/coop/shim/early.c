@@ -81,8 +81,8 @@ void hs_nudge(int pid, int tid, int64_t key)
    to take the looks over: hs_early_hand_over); HS_EARLY_MAX_NS for the first while the
    job holds no token (one of its threads may take a free one and spin); `*every` doubled
    (up to HS_EARLY_MAX_NS) when every holder entered the shim since the last look,
-   HS_EARLY_NS otherwise; HS_EARLY_MAX_NS at once when each of them entered it
-   HS_EARLY_BUSY times or more (a lock loop). */
+   HS_EARLY_NS otherwise; HS_EARLY_BUSY_NS at once (then doubled) when each of them entered
+   it HS_EARLY_BUSY times or more (a lock loop). */
 static const struct hs_early unseen = {-1, 0, 0, -1, 0};
 
 int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)
@@ -124,7 +124,8 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
     if (n == 0)
         return first ? HS_EARLY_MAX_NS : 0;
     *every = !calm ? HS_EARLY_NS
-           : busy || 2 * *every >= HS_EARLY_MAX_NS ? HS_EARLY_MAX_NS : 2 * *every;
+           : busy && *every < HS_EARLY_BUSY_NS ? HS_EARLY_BUSY_NS
+           : 2 * *every < HS_EARLY_MAX_NS ? 2 * *every : HS_EARLY_MAX_NS;
     return *every;
 }
 

@@ -679,6 +679,7 @@ __attribute__((constructor)) static void hs_init(void)
     pthread_atfork(NULL, NULL, atfork_child);
     hs_on = 1;
     main_thread_begin();
+    hs_signals_start();
 }
 
 __attribute__((destructor)) static void hs_fini(void)

@@ -206,6 +206,9 @@ static int nudge_mask(int how, int change)
     return (old & bit) != 0;
 }
 
+/* an exec'ing image's hold, found by hs_signals_setup and let go by hs_signals_start */
+static int held_over_exec;
+
 int hs_signals_setup(void)
 {
     struct sigaction sa;
@@ -213,13 +216,22 @@ int hs_signals_setup(void)
     sa.sa_sigaction = on_nudge;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    int held = nudge_mask(SIG_BLOCK, 0);  /* ignored and blocked: an exec'ing image's hold */
+    held_over_exec = nudge_mask(SIG_BLOCK, 0);  /* ignored and blocked: the hold */
     int r = hs_real_sigaction(hs_nudge_signal(), &sa, &app_nudge);
-    if (held && app_nudge.sa_handler == SIG_IGN)
+    if (held_over_exec && app_nudge.sa_handler == SIG_IGN)
         app_nudge.sa_handler = SIG_DFL;  /* what the program's own action came to at the exec */
-    if (held)
-        nudge_mask(SIG_UNBLOCK, 1);  /* a nudge kept pending meanwhile comes now */
     return r;
+}
+
+/* The hold let go once the thread has its slot again: a nudge kept pending meanwhile comes
+   now and rotates it. Let go before, the nudge found no slot of the thread's and was lost,
+   and the early look asks once per holding: a command's exec'd spinner kept its token to
+   the watchdog's bound (1 run in 6 of a test whose segment was on disk, slower to map). */
+void hs_signals_start(void)
+{
+    if (held_over_exec)
+        nudge_mask(SIG_UNBLOCK, 1);
+    held_over_exec = 0;
 }
 
 /* Across an exec the nudge is ignored: the exec'ing thread keeps its token (its slot
