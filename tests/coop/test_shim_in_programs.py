@@ -663,6 +663,32 @@ def test_a_child_forked_while_another_thread_held_the_watchdogs_guard_does_not_h
         assert forked_child_watched(a) == 0
 
 
+def test_a_failed_look_warns_once_and_the_watchdog_goes_on(seg, shim_lib):
+    """An exception in a look (a bug, or a table changing under it) is reported once and
+    the watchdog keeps watching: its thread's end would leave every job of the process
+    unwatched, silently."""
+    import warnings as w
+
+    from waiting import wait_until
+
+    looks = []
+
+    def look(st, now, bound):
+        looks.append(now)
+        if len(looks) <= 3:
+            raise KeyError(7)
+        return None
+
+    with w.catch_warnings(record=True) as said:
+        w.simplefilter("always")
+        with Arbiter(cpus=ONE, path=seg, quantum_s=0.01) as a, ShimJob(a) as job:
+            job._watchdog._look = look
+            wait_until(lambda: len(looks) >= 5, what="five looks")
+            assert job._watchdog.is_alive()
+    mine = [x for x in said if "coop watchdog" in str(x.message)]
+    assert len(mine) == 1 and "KeyError(7)" in str(mine[0].message), [str(x.message) for x in said]
+
+
 def test_the_watchdog_skips_a_holder_of_a_job_it_does_not_watch():
     """A slot another process gave to another job between two reads: the look copies the
     slot once and skips a job it does not watch (it read the job twice, and a KeyError

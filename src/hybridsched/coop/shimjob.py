@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
@@ -216,9 +217,18 @@ class _Watchdog(threading.Thread):
         st = self.arbiter.tables
         quantum = int(st.header["quantum_ns"][0])
         pause = quantum
+        warned = False
         while not self._halt.wait(pause / 1e9):
             now = now_ns()
-            due = self._look(st, now, BOUND_QUANTA * quantum)
+            try:
+                due = self._look(st, now, BOUND_QUANTA * quantum)
+            except Exception as exc:  # noqa: BLE001 - one bad look must not end the watch
+                # the thread's end would leave every job of the process unwatched, silently
+                if not warned:
+                    warnings.warn(f"coop watchdog: a look failed ({exc!r}); it goes on",
+                                  RuntimeWarning, stacklevel=1)
+                    warned = True
+                due = None
             pause = quantum if due is None else due - now
 
     def _look(self, st, now: int, bound: int) -> int | None:
