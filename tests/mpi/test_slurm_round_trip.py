@@ -18,6 +18,11 @@ from repo import ROOT
 SCRIPT = os.path.join(ROOT, "launch", "slurm-PxK.sbatch")
 # srun's --mpi for each implementation, as the script picks it from the library
 PMI = {"mpich": "pmi2", "openmpi": "pmix"}
+# Open MPI 5's own crash in MPI_Init under srun and PMIx, a fragment matched before the
+# world's peers are set up (open-mpi/ompi#12495, still open; the same faulting address
+# 0xe0 here): seen once in this test's CI runs, never alone in 28 runs, loaded or not.
+# A job that shows it is submitted again, once; any other failure fails at once.
+OMPI_INIT_RACE = ("mca_pml_ob1_recv_frag_callback_match", "ompi_mpi_init")
 
 
 @pytest.fixture
@@ -50,6 +55,11 @@ def test_slurm_round_trip_of_the_batch_template(mpi, cluster, tmp_path, capsys):
     files = []
     for P, (job, log) in jobs.items():
         done = cluster.wait(job, log)
+        if done.state != "COMPLETED" and all(x in done.log for x in OMPI_INIT_RACE):
+            again = cluster.submit(SCRIPT, f"--nodes={P}", f"--cpus-per-task={cpus}",
+                                   f"--output={log}.again", "--time=10", env=env,
+                                   cwd=str(tmp_path))
+            done = cluster.wait(again, f"{log}.again")
         assert done.state == "COMPLETED", f"P={P}: {done.state}\n{done.log}\n{cluster.logs()}"
         assert f"MPI library: {mpi.impl.title}" in done.log, done.log
         (line,) = [ln for ln in done.log.splitlines() if ln.startswith("wrote ")]
