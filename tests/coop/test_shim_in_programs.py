@@ -619,9 +619,10 @@ def test_one_watchdog_thread_watches_every_job_of_the_process_on_an_arbiter(seg,
 
 def test_a_job_joined_after_the_watchdog_died_gets_a_new_one_and_both_leave_cleanly(
         seg, shim_lib):
-    """A watchdog whose thread has ended (an exception in a look ends it) is replaced for
-    the next job; the last of its own jobs to leave does not take the new one's place in
-    the registry with it (that raised KeyError as the second job left)."""
+    """A watchdog whose thread has ended (an error before its first look; a look's own
+    only warns) is replaced for the next job; the last of its own jobs to leave does not
+    take the new one's place in the registry with it (that raised KeyError as the second
+    job left)."""
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as one:
         old = one._watchdog
         old._halt.set()

@@ -20,7 +20,7 @@ SCRIPT = os.path.join(ROOT, "launch", "slurm-PxK.sbatch")
 PMI = {"mpich": "pmi2", "openmpi": "pmix"}
 # Open MPI 5's own crash in MPI_Init under srun and PMIx, a fragment matched before the
 # world's peers are set up (open-mpi/ompi#12495, still open; the same faulting address
-# 0xe0 here): seen once in this test's CI runs, never alone in 28 runs, loaded or not.
+# 0xe0 here): seen once in this test's CI runs, never alone in 20 runs, loaded or not.
 # A job that shows it is submitted again, once; any other failure fails at once.
 OMPI_INIT_RACE = ("mca_pml_ob1_recv_frag_callback_match", "ompi_mpi_init")
 

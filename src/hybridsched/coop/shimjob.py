@@ -192,7 +192,7 @@ class _Watchdog(threading.Thread):
         """The arbiter's watchdog, started if it was not, watching ``shim``'s job too."""
         with cls._guard:
             dog = cls._running.get(shim.arbiter)
-            if dog is None or not dog.is_alive():  # not alive: this is a fork's child
+            if dog is None or not dog.is_alive():  # not alive: it ended before its first look
                 dog = cls(shim.arbiter)
                 dog.start()
                 cls._running[shim.arbiter] = dog
