@@ -207,9 +207,9 @@ def versions_apart(runs: np.ndarray) -> np.ndarray:
 def _renamed(runs: np.ndarray, names: np.ndarray) -> np.ndarray:
     """``runs`` with these scheduler names, the column as wide as the longest (a fixed
     width cut a long technique's hash off, and two versions were pooled again)."""
-    width = max((len(n) for n in names), default=1)
+    width = max((len(n) for n in names), default=1) or 1  # numpy has no "U0"
     fields = runs.dtype.names or ()
-    out = runs.astype([(n, f"U{max(width, 1)}" if n == "scheduler" else runs.dtype[n])
+    out = runs.astype([(n, f"U{width}" if n == "scheduler" else runs.dtype[n])
                        for n in fields])
     out["scheduler"] = names
     return out
