@@ -526,6 +526,18 @@ int main(int argc, char **argv) {
         while (now_ms() < end) { pthread_rwlock_rdlock(&rw); pthread_rwlock_unlock(&rw); }
         for (int i = 0; i < 3; i++) pthread_join(v[i], 0);
         printf("%ld %ld %ld\n", switches[0], switches[1], switches[2]); return 0; }
+    if (strncmp(argv[1], "asleep", 6) == 0) {  /* in a call the shim does not see, token kept */
+        int then_spin = strcmp(argv[1], "asleep_spin") == 0;  /* and then spin for a sibling */
+        for (long i = 0; i < 3; i++) pthread_create(&v[i], 0, then_spin ? setter : counter, (void *)i);
+        sigset_t never; sigemptyset(&never); sigaddset(&never, SIGUSR2);
+        pthread_sigmask(SIG_BLOCK, &never, 0);
+        long ms = atol(argv[2]);
+        struct timespec nap = {ms / 1000, ms % 1000 * 1000000L};
+        syscall(SYS_rt_sigtimedwait, &never, 0, &nap, 8);  /* not libc's wrapped one */
+        while (then_spin && !flag) { }
+        for (int i = 0; i < 3; i++) pthread_join(v[i], 0);
+        if (then_spin) { puts("ok"); return 0; }
+        printf("%ld %ld %ld\n", switches[0], switches[1], switches[2]); return 0; }
     if (strcmp(argv[1], "deaf") == 0) {
         unsigned long all = ~0UL, none = 0;
         syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, 0, 8);

@@ -364,6 +364,17 @@ def test_a_given_library_that_is_not_the_shim_is_refused(tmp_path, shim_lib, mon
     assert shimbuild.shim_library() == shim_lib
 
 
+def test_a_given_build_of_an_older_shim_is_refused_before_anything_starts(tmp_path, shim_lib,
+                                                                        monkeypatch):
+    """A build without the watchdog's looks (watch.c) passed the check and was refused only
+    once a job had started, by the watchdog's ctypes lookup (the review)."""
+    old = tmp_path / "old.so"
+    old.write_bytes(b"\x7fELF" + b"\0" * 60 + shimbuild._SHIM_MARK)
+    monkeypatch.setenv(shimbuild.SHIM_ENV, str(old))
+    with pytest.raises(ShimUnavailable, match="an older hybridsched"):
+        shimbuild.shim_library()
+
+
 def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_lib):
     static = build("thread_exit", tmp_path, "-static")
     script = tmp_path / "run.sh"
@@ -475,6 +486,37 @@ def test_only_the_first_waiting_sibling_wakes_to_look_and_less_often_at_a_comput
     assert 8 <= switches[-1] <= 150 and switches[1] < 8, switches
 
 
+def test_a_waiter_looks_less_and_less_often_at_a_holder_asleep_where_the_shim_cannot_see(
+        seg, shim_lib, tmp_path):
+    """The holder sleeps 300 ms in a call the shim does not see (rt_sigtimedwait by the
+    raw system call), its token
+    kept until the watchdog's bound (10 s here): it neither spins nor enters the shim, so
+    its first waiting sibling's looks back off once its CPU time has stood still for 12 ms
+    (HS_EARLY_STILL_NS), to one every 4 ms: 94 wake-ups, not one every 0.5 ms (519: 2-3 %
+    of a CPU for as long as it sleeps, and forever once the jobs' owner and its watchdog
+    had died, as a crashed test run left it)."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "asleep", "300"])
+    assert p.returncode == 0, p.stderr
+    switches = sorted(int(x) for x in p.stdout.split())
+    assert switches[-1] <= 200 and switches[1] < 8, switches
+
+
+def test_a_holder_that_slept_where_the_shim_cannot_see_and_then_spins_is_asked_to_rotate(
+        seg, shim_lib, tmp_path):
+    """After the sleep of the test above, the holder spins for its siblings, calling
+    nothing: the looks, backed off to one every 4 ms at most, still catch it, long before
+    the watchdog's bound (10 s); 2-7 ms after the spin began here, 2-4 ms without the
+    back-off, 3-17 ms when it backed off as far as at a computing holder (the review)."""
+    exe = build("sibling_waits", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "asleep_spin", "100"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "ok\n", (p.stdout, p.stderr)
+    assert counts.nudges >= 1 and counts.signals == 0, counts
+
+
 def test_a_waiter_looks_three_times_not_five_at_a_holder_busy_in_the_shim(seg, shim_lib,
                                                                           tmp_path):
     """A holder that enters the shim thousands of times a millisecond (a lock loop) for
@@ -541,7 +583,7 @@ def test_holders_spinning_in_forked_processes_of_the_job_are_asked_before_the_wa
     assert counts.nudges >= 1 and counts.signals == 0, counts
 
 
-def test_the_watchdog_looks_past_a_slot_granted_while_it_looked():
+def test_the_watchdog_looks_past_a_slot_granted_while_it_looked(shim_lib):
     """The watchdog reads the holders, then the high-water mark of the slots: a thread that
     joined and was granted a token in between holds a slot above it, skipped this look
     (it raised IndexError, and the watchdog's thread died)."""
@@ -560,7 +602,7 @@ def test_the_watchdog_looks_past_a_slot_granted_while_it_looked():
     assert dog._look(st, 0, 40_000_000) is None  # that holder unseen: none seen this look
 
 
-def test_the_watchdog_looks_again_when_the_first_holding_it_saw_reaches_the_bound():
+def test_the_watchdog_looks_again_when_the_first_holding_it_saw_reaches_the_bound(shim_lib):
     """Not once per quantum: a holding is due a bound after it began, but counted from no
     earlier than the first look that found threads waiting, and the next look comes when
     the first is due (a wake-up of the watchdog costs a CPU ~0.1 ms here); once it has
@@ -625,7 +667,7 @@ def test_a_job_joined_after_the_watchdog_died_gets_a_new_one_and_both_leave_clea
     job left)."""
     with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as one:
         old = one._watchdog
-        old._halt.set()
+        old.halt()
         old.join()
         with ShimJob(a) as two:
             assert two._watchdog is not old and two._watchdog.is_alive()
@@ -674,23 +716,24 @@ def test_a_failed_look_warns_once_and_the_watchdog_goes_on(seg, shim_lib):
 
     looks = []
 
-    def look(st, now, bound):
-        looks.append(now)
+    def wait(st, jobs, pause, bound, quantum, gen):
+        looks.append(pause)
         if len(looks) <= 3:
             raise KeyError(7)
-        return None
+        time.sleep(0.001)
+        return []
 
     with w.catch_warnings(record=True) as said:
         w.simplefilter("always")
         with Arbiter(cpus=ONE, path=seg, quantum_s=0.01) as a, ShimJob(a) as job:
-            job._watchdog._look = look
+            job._watchdog._native.wait = wait
             wait_until(lambda: len(looks) >= 5, what="five looks")
             assert job._watchdog.is_alive()
     mine = [x for x in said if "coop watchdog" in str(x.message)]
     assert len(mine) == 1 and "KeyError(7)" in str(mine[0].message), [str(x.message) for x in said]
 
 
-def test_the_watchdog_skips_a_holder_of_a_job_it_does_not_watch():
+def test_the_watchdog_skips_a_holder_of_a_job_it_does_not_watch(shim_lib):
     """A slot another process gave to another job between two reads: the look copies the
     slot once and skips a job it does not watch (it read the job twice, and a KeyError
     ended the watchdog of every job of the process)."""

@@ -28,7 +28,7 @@ from .layout import c_header
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
 SOURCES = ("rules.c", "runtime.c", "early.c", "segment.c", "sud.c", "wrap_sync.c",
            "wrap_locks.c", "wrap_rwlocks.c", "wrap_io.c", "wrap_process.c", "wrap_exec.c",
-           "wrap_omp.c")
+           "wrap_omp.c", "watch.c")
 HEADERS = ("coop.h", "wrap.h")
 LAYOUT_HEADER = "hs_layout.h"
 # -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are
@@ -37,8 +37,11 @@ LAYOUT_HEADER = "hs_layout.h"
 CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-shared", "-fvisibility=hidden", "-fexceptions",
           "-Wall", "-Wextra", "-Wno-unused-parameter")
 LIBS = ("-ldl", "-lpthread")
-# A built shim exports this test entry point (sud.c): what tells it from other libraries
+# A built shim exports this test entry point (sud.c): what tells it from other libraries;
+# and, since 2026-12-07, the watchdog's looks (watch.c), without which a build from an
+# older hybridsched was refused only once a job had started
 _SHIM_MARK = b"hs_x_nudge_signal"
+_WATCH_MARK = b"hs_watch_wait"
 _MAX_SHIM_BYTES = 16 << 20  # a build is ~100 KiB; more than this is not one
 # what to use instead, in every refusal's line
 NO_SHIM = "use --policy env or gang, which need no shim"
@@ -154,6 +157,9 @@ def _given(path: str) -> str:
     if not body.startswith(b"\x7fELF") or _SHIM_MARK not in body:
         raise ShimUnavailable(f"{SHIM_ENV}={path}: not a build of the coop shim (unset it to "
                               "have one built)", NO_SHIM)
+    if _WATCH_MARK not in body:
+        raise ShimUnavailable(f"{SHIM_ENV}={path}: a build of an older hybridsched's coop shim "
+                              "(unset it to have one built)", NO_SHIM)
     return os.path.abspath(path)
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import ResourceError, ShimUnavailable, UsageError
+from ..oslayer import futex
 from ..oslayer.procfs import thread_state
 from ..oslayer.signals import leave_signals_to_main_thread, signals_held, tgkill
 from .arbiter import Arbiter
@@ -29,6 +30,7 @@ from .layout import JOB_COUNTERS, NUDGE_SIGNAL, RUNNING
 from .paths import SEGMENT_ENV
 from .shimbuild import NO_SHIM, shim_library
 from .state import ArbiterError
+from .watchlook import Act, NativeLook
 from .worker import now_ns
 
 # the variables the shim reads in every process of the command (the segment's is the one
@@ -160,12 +162,14 @@ class _Watchdog(threading.Thread):
     still holds it a bound after the signal (see the module's docstring). One thread for
     all of this process's jobs on one arbiter (colocate's J jobs share it), which looks
     when the first holding it has seen reaches the bound, or a quantum on when it has seen
-    none: a wake-up of a Python thread costs ~0.1 ms of a CPU here that a job's holder
-    wanted, and looking every quantum for each job cost two co-located lock loops ~0.5 %
-    of the CPUs. A holding is dated from when it began, but from no earlier than the last
-    look that found threads waiting (before it, nobody may have waited): one that began
-    after a look is acted on a bound after it began all the same. The shared tables are
-    read without the lock, which it takes only to revoke."""
+    none: looking every quantum for each job cost two co-located lock loops ~0.5 % of the
+    CPUs. The looks and the sleeps between them are C's (watchlook, shim/watch.c), without
+    the GIL: a Python thread woken for each look cost ~0.2 ms of a CPU a job's holder
+    wanted, a cold interpreter's; the thread comes back to Python only to act, or when
+    its jobs change (:meth:`_poke`). A holding is dated from when it began, but from no
+    earlier than the last look that found threads waiting (before it, nobody may have
+    waited): one that began after a look is acted on a bound after it began all the
+    same. The shared tables are read without the lock, which it takes only to revoke."""
 
     _guard = threading.Lock()
     _running: dict[Arbiter, "_Watchdog"] = {}
@@ -181,11 +185,9 @@ class _Watchdog(threading.Thread):
         super().__init__(name="hybridsched-coop-watchdog", daemon=True)
         self.arbiter = arbiter
         self.jobs: dict[int, ShimJob] = {}  # job row -> its ShimJob
-        self._halt = threading.Event()
         self._acting = threading.Lock()  # an act, or a job's removal: one at a time
-        # token -> ((slot, since), when it counts from, whether signalled since)
-        self._seen: dict[int, tuple[tuple[int, int], int, bool]] = {}
-        self._waited_at: int | None = None  # the last look that found threads waiting
+        self._native = NativeLook()  # the looks, in C, and what the last one saw
+        self._halted = False
 
     @classmethod
     def watch(cls, shim: ShimJob) -> "_Watchdog":
@@ -197,6 +199,7 @@ class _Watchdog(threading.Thread):
                 dog.start()
                 cls._running[shim.arbiter] = dog
             dog.jobs[shim.job] = shim
+            dog._poke()
         return dog
 
     def unwatch(self, shim: ShimJob) -> None:
@@ -205,65 +208,72 @@ class _Watchdog(threading.Thread):
             with self._acting:  # an act under way for this job ends first
                 self.jobs.pop(shim.job, None)
             if self.jobs:
+                self._poke()
                 return
             if self._running.get(self.arbiter) is self:  # else one replaced it (it had died)
                 del self._running[self.arbiter]
-        self._halt.set()
+            self.halt()
         if self.is_alive():
             self.join()
 
+    def halt(self) -> None:
+        """End the watch (the thread ends within a look)."""
+        self._halted = True
+        self._poke()
+
+    def _poke(self) -> None:
+        # the C loop sleeps on the word and returns once it changed: to see the new jobs,
+        # or to end; changes are made under the guard (a fork's child: its own guard)
+        self._native.ctl[0] += 1
+        futex.wake(futex.address(self._native.ctl, 0), 1)
+
     def run(self) -> None:
         leave_signals_to_main_thread()
-        st = self.arbiter.tables
+        try:
+            self._watch(self.arbiter.tables)
+        finally:
+            self._native.forget()
+
+    def _watch(self, st) -> None:
         quantum = int(st.header["quantum_ns"][0])
-        pause = quantum
+        bound, pause = BOUND_QUANTA * quantum, quantum
         warned = False
-        while not self._halt.wait(pause / 1e9):
-            now = now_ns()
+        while True:
+            gen = int(self._native.ctl[0])  # before the jobs are read: a change ends the wait
+            if self._halted:
+                return
             try:
-                due = self._look(st, now, BOUND_QUANTA * quantum)
+                acts = self._native.wait(st, tuple(self.jobs), pause, bound, quantum, gen)
+                if acts:
+                    self._do(acts)
             except Exception as exc:  # noqa: BLE001 - one bad look must not end the watch
                 # the thread's end would leave every job of the process unwatched, silently
                 if not warned:
                     warnings.warn(f"coop watchdog: a look failed ({exc!r}); it goes on",
                                   RuntimeWarning, stacklevel=1)
                     warned = True
-                due = None
-            pause = quantum if due is None else due - now
+                # a quantum before the next try (the C loop's own sleep was not reached)
+                futex.wait(futex.address(self._native.ctl, 0), gen, quantum / 1e9)
+            due = self._native.due
+            pause = quantum if due is None else max(due - now_ns(), 0)
 
     def _look(self, st, now: int, bound: int) -> int | None:
-        """One look at the jobs' holders; when the first holding seen, not acted on by
-        then, reaches the bound (None: none seen, or nobody waits)."""
-        if st.header["waiting"][0] <= 0:
-            self._seen.clear()
-            self._waited_at = None
-            return None
-        floor = now if self._waited_at is None else self._waited_at
-        self._waited_at = now
-        holders = st.cpus["holder"].tolist()  # before hi: a slot granted since is above it
-        workers = st.workers[:int(st.header["hi"][0])]  # the slots ever used: a look is µs
-        for ci, holder in enumerate(holders):
-            if not 0 <= holder < len(workers):
-                self._seen.pop(ci, None)
-                continue
-            # one copy of the slot: another process may give it to another job meanwhile
-            w = workers[holder].copy()
-            shim = self.jobs.get(int(w["job"]))
-            if shim is None or not w["thread"] or w["state"] != RUNNING:
-                self._seen.pop(ci, None)
-                continue
-            held = (holder, int(w["acquired_ns"]))
-            first = self._seen.get(ci)
-            if first is None or first[0] != held:
-                first = self._seen[ci] = (held, max(held[1], floor), False)
-            if now - first[1] >= bound:  # at most one act per bound
-                with self._acting:
-                    if self.jobs.get(int(w["job"])) is not shim:  # it left meanwhile
-                        continue
-                    signalled = self._act(shim, holder, held[1], int(w["pid"]), int(w["tid"]),
-                                          first[2])
-                self._seen[ci] = (held, now, signalled)
-        return min((since + bound for _, since, _ in self._seen.values()), default=None)
+        """One look at the jobs' holders (in C: watchlook), and the acts on the holdings
+        due; when the first holding seen, not acted on by then, reaches the bound (None:
+        none seen, or nobody waits)."""
+        acts, due = self._native(st, self.jobs, now, bound)
+        self._do(acts)
+        return due
+
+    def _do(self, acts: list[Act]) -> None:
+        """Act on each holding due, unless its job has left meanwhile."""
+        for a in acts:
+            with self._acting:
+                shim = self.jobs.get(a.job)
+                if shim is None:
+                    continue
+                signalled = self._act(shim, a.slot, a.acquired, a.pid, a.tid, a.signalled)
+            self._native.signalled(a.cpu, signalled)
 
     def _act(self, shim: ShimJob, slot: int, since: int, pid: int, tid: int,
              signalled: bool) -> bool:

@@ -146,6 +146,19 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    holders left to the watchdog's bound) */
 #define HS_EARLY_TRACK 8
 
+/* How long a holder's CPU time must stand still before a waiter takes it for asleep (in a
+   call the shim does not see) or preempted, and looks at it less often: longer than a
+   scheduler tick (10 ms at HZ = 100), since another process's thread's CPU time comes
+   from /proc, which moves only at ticks and switches while the thread runs (here, at
+   HZ = 250, 1.5 % of its gaps exceeded 5 ms: the review). Shorter would take a spinning
+   holder of another process for asleep; longer, more looks at one that sleeps (every
+   HS_EARLY_NS until then). */
+#define HS_EARLY_STILL_NS 12000000LL
+/* The longest period between looks at a holder taken for asleep: when it wakes and spins,
+   it is asked to rotate this late at most (16 ms, HS_EARLY_MAX_NS, against 2-4 ms before
+   the back-off: the review); each look costs its waiter a wake-up (~20 µs of a CPU). */
+#define HS_EARLY_STILL_MAX_NS 4000000LL
+
 /* what a waiter saw of one of its job's holders at its last look */
 struct hs_early {
     int slot;
@@ -153,6 +166,7 @@ struct hs_early {
     int64_t since;
     int64_t cpu_ns;  /* the holder's CPU time, -1 unknown */
     int asked;       /* this holding was asked to rotate already */
+    int64_t moved;   /* when its CPU time was last seen to change */
 };
 
 HS_HIDDEN int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,

@@ -80,15 +80,18 @@ void hs_nudge(int pid, int tid, int64_t key)
    waiters (they sleep: only the first acts, and the first, once granted, wakes the next
    to take the looks over: hs_early_hand_over); HS_EARLY_MAX_NS for the first while the
    job holds no token (one of its threads may take a free one and spin); `*every` doubled
-   (up to HS_EARLY_MAX_NS) when every holder entered the shim since the last look,
-   HS_EARLY_NS otherwise; HS_EARLY_BUSY_NS at once (then doubled) when each of them entered
+   (up to HS_EARLY_MAX_NS) when every holder entered the shim since the last look, or
+   has not run for HS_EARLY_STILL_NS (asleep in a call the shim does not see, or
+   preempted: no spin to catch; then up to HS_EARLY_STILL_MAX_NS only: looking every
+   HS_EARLY_NS at a holder asleep took 2-3 % of a CPU for as long as it slept, forever
+   once the jobs' owner, and its watchdog, had died), HS_EARLY_NS otherwise; HS_EARLY_BUSY_NS at once (then doubled) when each of them entered
    it HS_EARLY_BUSY times or more (a lock loop). */
-static const struct hs_early unseen = {-1, 0, 0, -1, 0};
+static const struct hs_early unseen = {-1, 0, 0, -1, 0, 0};
 
 int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)
 {
     struct hs_early seen[HS_EARLY_TRACK];
-    int n = 0, calm = 1, busy = 1, first = first_sibling_waiting(me);
+    int n = 0, calm = 1, busy = 1, still = 0, first = first_sibling_waiting(me);
     if (first) {
         for (int ci = 0; ci < hs_v.ncpu && n < HS_EARLY_TRACK; ci++) {
             int h = hs_v.cpus[ci].holder;
@@ -99,8 +102,9 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
                 continue;
             struct hs_early *s = &seen[n++];
             *s = (struct hs_early){h, __atomic_load_n(&r->entries, __ATOMIC_RELAXED), r->acquired_ns,
-                                thread_cpu_ns(r->pid, r->tid), 0};
-            int entered = 0;  /* seen at the last look, in the shim since */
+                                thread_cpu_ns(r->pid, r->tid), 0, now};
+            int entered = 0, quiet = 0;  /* seen at the last look, in the shim since; or
+                                            not, and not running either */
             for (int i = 0; i < HS_EARLY_TRACK; i++) {
                 struct hs_early *was = &e[i];
                 if (was->slot != h || was->since != s->since)
@@ -109,23 +113,29 @@ int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every,
                 uint32_t calls = (uint32_t)s->entries - (uint32_t)was->entries;
                 entered = calls != 0;
                 busy = busy && calls >= HS_EARLY_BUSY;
-                if (!was->asked && !entered && now - s->since >= HS_EARLY_NS
-                    && was->cpu_ns >= 0 && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2) {
+                int known = was->cpu_ns >= 0 && s->cpu_ns >= 0;
+                int ran = known && s->cpu_ns - was->cpu_ns >= HS_EARLY_NS / 2;
+                if (known && s->cpu_ns == was->cpu_ns)
+                    s->moved = was->moved;
+                quiet = known && !entered && now - s->moved >= HS_EARLY_STILL_NS;
+                if (!was->asked && !entered && now - s->since >= HS_EARLY_NS && ran) {
                     hs_nudge(r->pid, r->tid, hs_job_key());
                     s->asked = 1;
                 }
                 break;
             }
-            calm = calm && entered;
+            calm = calm && (entered || quiet);
+            still = still || quiet;
         }
     }
     for (int i = 0; i < HS_EARLY_TRACK; i++)
         e[i] = i < n ? seen[i] : unseen;
     if (n == 0)
         return first ? HS_EARLY_MAX_NS : 0;
+    int64_t most = still ? HS_EARLY_STILL_MAX_NS : HS_EARLY_MAX_NS;
     *every = !calm ? HS_EARLY_NS
            : busy && *every < HS_EARLY_BUSY_NS ? HS_EARLY_BUSY_NS
-           : 2 * *every < HS_EARLY_MAX_NS ? 2 * *every : HS_EARLY_MAX_NS;
+           : 2 * *every < most ? 2 * *every : most;
     return *every;
 }
 
