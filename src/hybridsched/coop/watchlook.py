@@ -105,10 +105,8 @@ class NativeLook:
         """One look at the holders of ``jobs`` in ``st``'s tables: the holdings due for an
         act (each counts from ``now`` on), and when the next one is due (None: none seen,
         or nobody waits)."""
-        header, cpus, workers, seen, waited_at, due_at, acts_at = self._bind(st)
-        mask, njobs = self._watched(jobs)
-        n = self._look(header, cpus, len(st.cpus), workers, len(st.workers), mask, njobs, seen,
-                       now, bound, waited_at, due_at, acts_at)
+        tables, seen, (waited_at, due_at, acts_at) = self._args(st, jobs)
+        n = self._look(*tables, seen, now, bound, waited_at, due_at, acts_at)
         return self._acts_of(n), self.due
 
     def wait(self, st, jobs: Iterable[int], pause: int, bound: int, quantum: int,
@@ -116,11 +114,18 @@ class NativeLook:
         """Sleep ``pause`` ns, then look as :meth:`__call__` does, again and again (when
         the first holding seen is due, or a quantum on), all in C and without the GIL,
         until holdings are due (returned) or :attr:`ctl` no longer holds ``gen`` (None)."""
+        tables, seen, (waited_at, due_at, acts_at) = self._args(st, jobs)
+        n = self._wait(*tables, seen, pause, bound, quantum, waited_at, due_at, acts_at,
+                       _address(self.ctl), gen)
+        return None if n < 0 else self._acts_of(n)
+
+    def _args(self, st, jobs: Iterable[int]) -> tuple[tuple, int, tuple]:
+        """What both C functions take first (the tables and the watched jobs' mask), the
+        seen entries' address, and the addresses they write to."""
         header, cpus, workers, seen, waited_at, due_at, acts_at = self._bind(st)
         mask, njobs = self._watched(jobs)
-        n = self._wait(header, cpus, len(st.cpus), workers, len(st.workers), mask, njobs, seen,
-                       pause, bound, quantum, waited_at, due_at, acts_at, _address(self.ctl), gen)
-        return None if n < 0 else self._acts_of(n)
+        tables = (header, cpus, len(st.cpus), workers, len(st.workers), mask, njobs)
+        return tables, seen, (waited_at, due_at, acts_at)
 
     @property
     def due(self) -> int | None:

@@ -155,8 +155,9 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    HS_EARLY_NS until then). */
 #define HS_EARLY_STILL_NS 12000000LL
 /* The longest period between looks at a holder taken for asleep: when it wakes and spins,
-   it is asked to rotate this late at most (16 ms, HS_EARLY_MAX_NS, against 2-4 ms before
-   the back-off: the review); each look costs its waiter a wake-up (~20 µs of a CPU). */
+   it is asked to rotate about this late at most (its sibling ran 1.4-6.7 ms after the spin
+   began; 3-17 ms when the period went up to HS_EARLY_MAX_NS, 1.8-4.2 ms with no back-off:
+   the review); each look costs its waiter a wake-up (~20 µs of a CPU). */
 #define HS_EARLY_STILL_MAX_NS 4000000LL
 
 /* what a waiter saw of one of its job's holders at its last look */

@@ -84,8 +84,9 @@ void hs_nudge(int pid, int tid, int64_t key)
    has not run for HS_EARLY_STILL_NS (asleep in a call the shim does not see, or
    preempted: no spin to catch; then up to HS_EARLY_STILL_MAX_NS only: looking every
    HS_EARLY_NS at a holder asleep took 2-3 % of a CPU for as long as it slept, forever
-   once the jobs' owner, and its watchdog, had died), HS_EARLY_NS otherwise; HS_EARLY_BUSY_NS at once (then doubled) when each of them entered
-   it HS_EARLY_BUSY times or more (a lock loop). */
+   once the jobs' owner, and its watchdog, had died), HS_EARLY_NS otherwise;
+   HS_EARLY_BUSY_NS at once (then doubled) when each of them entered it HS_EARLY_BUSY
+   times or more (a lock loop). */
 static const struct hs_early unseen = {-1, 0, 0, -1, 0, 0};
 
 int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64_t *every, int64_t now)

@@ -16,7 +16,7 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 
-/* One token's holding as the watchdog last saw it (shimjob.py's WATCH_SEEN_DTYPE). */
+/* One token's holding as the watchdog last saw it (watchlook.py's SEEN_DTYPE). */
 struct hs_watch_seen {
     int32_t slot;       /* the holder's slot, -1: none seen */
     int32_t signalled;  /* asked to rotate since `since` (set by the act) */
@@ -25,7 +25,7 @@ struct hs_watch_seen {
                            waiters, and the last act on it */
 };
 
-/* A holding due for an act (shimjob.py's WATCH_ACT_DTYPE). */
+/* A holding due for an act (watchlook.py's ACT_DTYPE). */
 struct hs_watch_act {
     int32_t cpu, slot, job, pid, tid, signalled;
     int64_t acquired;
