@@ -62,6 +62,7 @@ class Implementation:
     launchers: tuple[str, ...]      # candidates in <prefix>/bin, then on PATH
     flags: tuple[str, ...] = ()     # before -n: what the tests need of its launcher
     root_env: tuple[tuple[str, str], ...] = ()  # what it needs to run as root
+    env: tuple[tuple[str, str], ...] = ()       # what its jobs get always
     leftovers: tuple[str, ...] = ()  # regexes: paths of its own a job may leave behind
     noise: tuple[str, ...] = ()     # regexes: stderr lines of its own (banners, component logs)
     banner: str = ""                # regex: the line before and after a block of its own
@@ -82,6 +83,11 @@ IMPLEMENTATIONS = (
         # 2 ranks on a 1-CPU runner would be refused; hybridsched pins its own workers
         flags=("--oversubscribe", "--bind-to", "none"),
         root_env=(("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")),
+        # PMIx's shared-memory data store (gds/shmem2) once failed to open its backing file
+        # as a rank started, in a full parallel run (PMIX_ERR_FILE_OPEN_FAILURE, MPI_Init
+        # aborted; a failure PMIx users report too, openpmix #3839): its hash store has
+        # no file to open, and costs a test's 2 ranks nothing
+        env=(("PMIX_MCA_gds", "hash"),),
         leftovers=(r"/dev/shm/sm_segment\.[\w.-]+", r"/dev/shm/ucx_shm_posix_\w+",
                    re.escape(TMP) + r"/ompi\.\d+"),
         # its components and PMIx log as "[host:pid] ..." (a rank that went while another
@@ -129,7 +135,8 @@ def find(impl: Implementation) -> Found:
                 ours[impl.prefix_env] = PREFIX
         if program and impl.says in _version(program, dict(_base_env(), **ours)):
             found.launcher = [program, *impl.flags]
-            found.env = {**(dict(impl.root_env) if os.geteuid() == 0 else {}), **ours}
+            found.env = {**dict(impl.env), **(dict(impl.root_env) if os.geteuid() == 0 else {}),
+                         **ours}
             return found
     found.missing = f"{impl.title} is not installed ({impl.install})"
     return found

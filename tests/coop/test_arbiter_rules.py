@@ -186,3 +186,60 @@ def test_lazy_park_is_refused_while_somebody_waits_and_a_dead_lazy_token_is_recl
     dead = {int(s.workers["pid"][x])}
     assert s.reclaim(lambda pid: pid not in dead, 3) == []  # nobody waits: the token is freed
     assert s.cpus["holder"][0] == -1 and not s.check_invariants()
+
+
+def _threads(s, job, pids):
+    """Shim thread slots of ``job``, one per pid in ``pids`` (several may share a process)."""
+    return [s.join_worker(job, pid=p, tid=p * 10 + i, thread=True) for i, p in enumerate(pids)]
+
+
+def test_a_thread_whose_process_holds_another_token_goes_first():
+    """Two processes of one job, each with a thread holding a token: of the two threads
+    waiting, the one whose process still holds a token is given the token that P2's holder
+    gives up, though the other waited longer; the threads of one process that spin for
+    each other (OpenBLAS's) then run together."""
+    s = State.private([0, 1], Q)
+    j = s.join_job(pid=100)
+    a1, b2, c2, d1 = _threads(s, j, [501, 502, 502, 501])
+    s.acquire(a1, 0)   # process 501 holds token 0
+    s.acquire(b2, 0)   # process 502 holds token 1
+    s.acquire(c2, 1)   # 502's second thread waits first
+    s.acquire(d1, 2)   # 501's second thread waits second
+    assert s.release(b2, 5) == [d1]          # 501 holds another token: d1 first
+    assert s.release(d1, 6) == [c2]          # 501 now holds only the token given up: FIFO
+    assert not s.check_invariants()
+
+
+def test_the_preference_passes_over_the_longest_waiter_only_within_the_span():
+    """The longest waiter is passed over only by threads that queued at most PREF_SPAN
+    tickets after it: one that queued later waits its turn behind it (no starvation)."""
+    from hybridsched.coop.layout import PREF_SPAN
+
+    s = State.private([0, 1], Q, max_workers=PREF_SPAN + 8)
+    j = s.join_job(pid=100)
+    a1, b2, c3 = _threads(s, j, [501, 502, 503])
+    s.acquire(a1, 0)
+    s.acquire(b2, 0)
+    s.acquire(c3, 1)                          # the longest waiter, process 503
+    for k in range(PREF_SPAN):                # others queue and leave meanwhile
+        x = s.join_worker(j, pid=600 + k, tid=6000 + k, thread=True)
+        s.acquire(x, 2)
+        s.leave_worker(x, 2)
+    d1 = _threads(s, j, [501])[0]
+    s.acquire(d1, 3)                          # PREF_SPAN + 1 tickets after c3
+    assert s.release(b2, 5) == [c3]          # beyond the span: FIFO
+    assert not s.check_invariants()
+
+
+def test_python_workers_keep_fifo_order():
+    """Python workers (not shim threads) of one process keep strict FIFO: the preference is
+    for the shim's threads only."""
+    s = State.private([0, 1], Q)
+    j = s.join_job(pid=100)
+    a, b = s.join_worker(j, pid=501), s.join_worker(j, pid=502)
+    c, d = s.join_worker(j, pid=502), s.join_worker(j, pid=501)
+    s.acquire(a, 0)
+    s.acquire(b, 0)
+    s.acquire(c, 1)
+    s.acquire(d, 2)
+    assert s.release(b, 5) == [c]

@@ -456,6 +456,23 @@ def test_the_spinning_one_of_two_holders_is_asked_to_rotate(seg, shim_lib, tmp_p
     assert counts.nudges >= 1 and counts.signals == 0, counts
 
 
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs: two holders")
+def test_a_thread_waiting_while_its_process_runs_takes_the_token_of_another_process(
+        seg, shim_lib, tmp_path):
+    """A job of two processes, each holding one of the two tokens; a second thread of one of
+    them waits (OpenBLAS's pool thread, for which its caller spins). It asks the other
+    process's holder for its token (the gang look, HS_GANG_MIN_NS), which the rules give to
+    it (layout.PREF_SPAN), and its process runs whole. Without the look, that holder, which
+    calls into the shim, kept its token for its quantum (10 s here) and the two threads
+    took turns on one token."""
+    exe = build("proc_gang", tmp_path)
+    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=10.0) as a, ShimJob(a) as job:
+        p = run_under(job, [exe, "5"])
+        counts = job.counters()
+    assert p.returncode == 0 and p.stdout == "gang\n", (p.stdout, p.stderr, counts)
+    assert counts.nudges >= 1 and counts.signals == 0, counts
+
+
 def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_path):
     """A holder that has blocked every signal (by the raw system call) never answers its
     sibling's request: it is asked once for that holding, not every 4 ms (the requests,

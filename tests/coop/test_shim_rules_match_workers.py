@@ -17,7 +17,7 @@ from hybridsched.coop.layout import HEADER_DTYPE, JOB_DTYPE, WORKER_DTYPE, VERSI
 from hybridsched.coop.state import ArbiterError, State
 
 Q = 1_000_000  # the quantum, ns
-PIDS = (100, 101, 102)  # the jobs' owners (launchers); their workers run as pid + 100
+PIDS = (100, 101, 102)  # the jobs' owners (launchers); their workers run as pid + 100 or + 150
 
 
 class CRules:
@@ -116,7 +116,7 @@ def apply(py: State, c: CRules, op: tuple, now: int, lib) -> tuple:
     raise AssertionError(kind)
 
 
-def next_op(rnd: random.Random, py: State, joined: list) -> tuple:
+def next_op(rnd: random.Random, py: State, joined: list, threads: float = 0.5) -> tuple:
     """An operation a run makes, chosen by the state so far: joins while the tables are
     young, then token traffic (what a holder does to the holders, what a waiter or a
     blocked worker does to the others), reclaims of dead processes and threads and of the
@@ -125,10 +125,10 @@ def next_op(rnd: random.Random, py: State, joined: list) -> tuple:
     used = [int(w) for w in np.flatnonzero(py.workers["used"] == 1)]
     if not used or (len(joined) < 8 and rnd.random() < 0.2):
         job = rnd.randrange(len(PIDS))
-        pid = PIDS[job] + 100
+        pid = PIDS[job] + rnd.choice((100, 100, 150))  # a job of one process or of two
         tid = rnd.randrange(1, 6) * 1000 + pid
         joined.append((pid, tid))
-        return ("join", job, pid, tid, rnd.choice((0, 1)))
+        return ("join", job, pid, tid, int(rnd.random() < threads))
     by = {s: [w for w in used if py.workers["state"][w] == s] for s in range(5)}
     r = rnd.random()
     if r < 0.06:
@@ -155,13 +155,13 @@ def next_op(rnd: random.Random, py: State, joined: list) -> tuple:
     return ("acquire", rnd.choice(used))
 
 
-def run_sequence(ncpu: int, seed: int, n: int, lib) -> None:
+def run_sequence(ncpu: int, seed: int, n: int, lib, threads: float = 0.5) -> None:
     rnd = random.Random(seed)
     py, c = pair_of_states(ncpu, lib)
     now, joined = 0, []
     for step in range(n):
         now += rnd.choice((0, 1, Q // 3, Q, 2 * Q))
-        op = next_op(rnd, py, joined)
+        op = next_op(rnd, py, joined, threads)
         got_py, got_c = apply(py, c, op, now, lib)
         assert got_py == got_c, f"step {step} {op}: numba {got_py}, C {got_c}"
         a, b = bytes(py._buf), bytes(c.st._buf)
@@ -181,6 +181,14 @@ def test_the_c_header_is_the_layout(lib):
 def test_long_random_sequences_leave_equal_segments(lib, ncpu):
     for seed in range(6):
         run_sequence(ncpu, seed * 10 + ncpu, 800, lib)
+
+
+@pytest.mark.parametrize("ncpu", [2, 3, 4])
+def test_sequences_of_shim_threads_of_two_processes_per_job_leave_equal_segments(lib, ncpu):
+    """Every slot a thread's, a job's threads in one process or two: where a token given up
+    goes to a thread whose process holds another (layout.PREF_SPAN) is compared too."""
+    for seed in range(6):
+        run_sequence(ncpu, 1000 + seed * 10 + ncpu, 800, lib, threads=1.0)
 
 
 @settings(max_examples=60, deadline=None)

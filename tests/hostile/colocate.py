@@ -260,6 +260,8 @@ _bad("bad_step_us_1e9", [*BASE, "--steps", "5", "--step-us", "1e9"], "step-us")
 _bad("bad_step_us_nan", [*BASE, "--steps", "5", "--step-us", "nan"], "step-us")
 _bad("bad_matrix_8", [*BASE, "--workload", "blas", "--matrix", "8", "--steps", "3"], "matrix")
 _bad("bad_quantum_0", [*BASE, *SMALL["bsp"], "--policy", "coop", "--quantum-ms", "0"], "quantum")
+_bad("bad_quantum_tiny", [*BASE, *SMALL["bsp"], "--policy", "coop", "--quantum-ms", "0.000001"],
+     "quantum")
 _bad("bad_quantum_negative", [*BASE, *SMALL["bsp"], "--policy", "coop", "--quantum-ms", "-5"],
      "quantum")
 _bad("bad_reps_0", ["--jobs", "2", "--workers", "1", "--reps", "0", *SMALL["bsp"]], "reps")

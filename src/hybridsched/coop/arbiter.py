@@ -47,13 +47,17 @@ DEFAULT_QUANTUM_S = 0.020
 # The longest quantum accepted: 10 s already lets one job keep its CPUs through most runs
 # (no rotation at all); beyond it a typo or `inf` would overflow the segment's int64 ns.
 MAX_QUANTUM_S = 10.0
+# The shortest: a hand-off costs ~14 µs and a gang switch two signals to every process of a
+# job, so 0.1 ms already spends a tenth or more of each quantum switching; below it a
+# quantum rounded to 0 ns (0.000001 ms) kept the watchdog looking in a loop, a CPU's worth.
+MIN_QUANTUM_S = 1e-4
 
 
 def check_quantum(quantum_s: float) -> None:
     """The one check of a quantum, in the words of the `--quantum-ms` option that sets it."""
-    if not 0 < quantum_s <= MAX_QUANTUM_S:
-        raise UsageError(f"--quantum-ms must be above 0 and at most {MAX_QUANTUM_S * 1e3:g}, "
-                         f"got {quantum_s * 1e3:g}")
+    if not MIN_QUANTUM_S <= quantum_s <= MAX_QUANTUM_S:
+        raise UsageError(f"--quantum-ms must be at least {MIN_QUANTUM_S * 1e3:g} and at most "
+                         f"{MAX_QUANTUM_S * 1e3:g}, got {quantum_s * 1e3:g}")
 # Table sizes of a new segment: 4096 workers per node cover every study we run (k up to
 # 4096). 1024 jobs: each `coop exec` holds two rows (its command's job and its own
 # attachment), so 512 commands at once on a node, one per CPU of the largest with room to

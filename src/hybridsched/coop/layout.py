@@ -37,6 +37,16 @@ MAGIC = b"HSCOOP01"
 # stands still while its own job's threads wait is spinning for them (shim/early.c)
 VERSION = 5
 
+# A token given up goes to its job's longest waiter, unless a shim thread of a process that
+# holds another token queued at most PREF_SPAN tickets (the header's ``seq``, node-wide)
+# after it: the threads of one process that spin for each other (OpenBLAS's inside one
+# product, calling nothing) then run together instead of each holding a token in its turn
+# while its partner waits (numpy in 3 forked processes, J = 1, 12 % faster with it; the
+# shim's gang look does the rest: shim/runtime.c). The bound keeps the waiter it passes over
+# from waiting for ever behind a process whose threads keep queueing: larger forms gangs in
+# more cases, smaller is nearer FIFO. Rules and shim share it (coop/rules.py, shim/rules.c).
+PREF_SPAN = 16
+
 # The rotation request to a shim thread (sud.c's hs_nudge_signal): from its job's watchdog
 # (SI_TKILL), or queued with its job's key as the cookie (a sibling's early look; a
 # reclaim that took a stopped thread's token). A real-time signal far from SIGRTMIN, from
@@ -142,6 +152,7 @@ def c_header() -> str:
               (("free", FREE), ("running", RUNNING), ("waiting", WAITING), ("blocked", BLOCKED),
                ("lazy", LAZY))]
     lines.append(f"#define HS_WAKE_REVOKED {REVOKED}")
+    lines.append(f"#define HS_PREF_SPAN {PREF_SPAN}")
     lines.append("")
     for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
                      ("hs_worker", WORKER_DTYPE)):

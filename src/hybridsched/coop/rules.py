@@ -25,7 +25,8 @@ from __future__ import annotations
 import numba
 
 from ..oslayer.atomics import compare_exchange, fetch_add
-from .layout import BLOCKED, FREE, HEADER_DTYPE, LAZY, RUNNING, WAITING, WORKER_DTYPE, word_index
+from .layout import (BLOCKED, FREE, HEADER_DTYPE, LAZY, PREF_SPAN, RUNNING, WAITING, WORKER_DTYPE,
+                     word_index)
 
 # where the lock-free paths find a worker's state and the header's waiting count in int32
 # views of the regions (compile-time constants). numba's cache does not see a change of
@@ -42,14 +43,35 @@ _jit = numba.njit(nogil=False, cache=True)
 
 
 @_jit
-def first_waiter(workers, hi, job):
-    """The longest-waiting WAITING worker of ``job`` (FIFO by ticket), or -1."""
+def holds_another(cpus, workers, pid, but):
+    """Whether a worker of process ``pid`` holds a token other than CPU row ``but``'s."""
+    for ci in range(len(cpus)):
+        h = cpus[ci].holder
+        if ci != but and h >= 0 and workers[h].pid == pid:
+            return True
+    return False
+
+
+@_jit
+def first_waiter(cpus, workers, hi, job, ci):
+    """The WAITING worker of ``job`` to give token ``ci``: its longest waiter (FIFO by
+    ticket), unless a shim thread of a process that holds another token queued at most
+    PREF_SPAN tickets after it (the first such): the threads of one process that spin for
+    each other run together (see layout.PREF_SPAN). -1 when the job has no waiter."""
     best, seq = -1, 0
     for w in range(hi):
         r = workers[w]
         if r.used == 1 and r.state == WAITING and r.job == job and (best < 0 or r.seq < seq):
             best, seq = w, r.seq
-    return best
+    pref, pseq = -1, 0
+    if best >= 0:
+        for w in range(hi):
+            r = workers[w]
+            if (r.used == 1 and r.state == WAITING and r.job == job and r.thread
+                    and r.seq <= seq + PREF_SPAN and (pref < 0 or r.seq < pseq)
+                    and holds_another(cpus, workers, r.pid, ci)):
+                pref, pseq = w, r.seq
+    return pref if pref >= 0 else best
 
 
 @_jit
@@ -153,12 +175,12 @@ def try_acquire(header, cpus, workers, wake, w, now):
 def pass_token(header, cpus, jobs, workers, wake, hi, ci, job, now):
     """Token ``ci``, just given up by a worker of ``job``: to that job's first waiter
     (keeping its quantum), else the next job with a waiter, else free."""
-    target = first_waiter(workers, hi, job)
+    target = first_waiter(cpus, workers, hi, job, ci)
     if target >= 0:
         return grant(header, cpus, workers, wake, target, ci, now, True)
     j = next_job(header, workers, len(jobs), hi, -1)
     if j >= 0:
-        return grant(header, cpus, workers, wake, first_waiter(workers, hi, j), ci, now, False)
+        return grant(header, cpus, workers, wake, first_waiter(cpus, workers, hi, j, ci), ci, now, False)
     cpus[ci].holder = -1
     cpus[ci].job = -1
     return -1
@@ -230,7 +252,7 @@ def boundary(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
     if now - cpus[ci].since_ns < h.quantum_ns:
         return -1, -1
     j = next_job(header, workers, len(jobs), hi, r.job)
-    target = first_waiter(workers, hi, j) if j >= 0 else first_waiter(workers, hi, r.job)
+    target = first_waiter(cpus, workers, hi, j if j >= 0 else r.job, ci)
     if target < 0:
         cpus[ci].since_ns = now  # nobody waits: a fresh quantum, keep running
         return -1, -1

@@ -2,7 +2,9 @@
    the job's first waiting thread looks at the job's holders every HS_EARLY_NS and asks one
    that has run that long without entering the shim (each worker counts its entries, the
    segment's `entries`) to rotate, with the rotation signal the watchdog uses; at holders
-   that do enter it (a lock loop) it looks less and less often (HS_EARLY_MAX_NS). */
+   that do enter it (a lock loop) it looks less and less often (HS_EARLY_MAX_NS). And a
+   gang look (HS_GANG_MIN_NS), by a waiter whose own process has a thread running: it asks
+   a holder of another process of the job for its token, for the process to run whole. */
 #include "coop.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +155,58 @@ void hs_early_hand_over(int me)
     int next = first_sibling(me);
     if (next >= 0)  /* its word unchanged: it finds itself still waiting, and looks */
         hs_raw(SYS_futex, (long)&hs_v.wake[next], FUTEX_WAKE, 1, 0, 0, 0);
+}
+
+/* The gang look (HS_GANG_MIN_NS): by a waiter `me` whose process has a sibling running
+   with a token. The holder asked is the one of another process of the job that has held
+   its token longest, HS_GANG_MIN_NS at least, when its process holds no other token and
+   has no thread that queued before `me`; once per holding. Returns how long until that
+   holder qualifies (0: asked, or none to ask). */
+int64_t hs_gang_look(int me, struct hs_gang *asked, int64_t now)
+{
+    int32_t pid = hs_v.workers[me].pid;
+    int mine = 0, cand = -1, cand_ci = -1;
+    for (int ci = 0; ci < hs_v.ncpu; ci++) {
+        int h = hs_v.cpus[ci].holder;
+        if (h < 0 || h == me)
+            continue;
+        struct hs_worker *r = &hs_v.workers[h];
+        if (hs_ld(&r->state) != HS_RUNNING)
+            continue;
+        if (r->pid == pid)
+            mine = 1;
+        else if (r->job == hs_job && r->thread
+                 && (cand < 0 || r->acquired_ns < hs_v.workers[cand].acquired_ns)) {
+            cand = h;
+            cand_ci = ci;
+        }
+    }
+    if (!mine || cand < 0)
+        return 0;
+    struct hs_worker *r = &hs_v.workers[cand];
+    int64_t since = r->acquired_ns;
+    if (asked->slot == cand && asked->since == since)
+        return 0;
+    for (int ci = 0; ci < hs_v.ncpu; ci++) {
+        int h = hs_v.cpus[ci].holder;
+        if (ci != cand_ci && h >= 0 && hs_v.workers[h].pid == r->pid)
+            return 0;  /* its process runs more than one thread: a gang, or becoming one */
+    }
+    /* Its process waits to run whole too (each half of two gangs asking the other's holder
+       would leave both halves again): only the process whose waiter queued first asks. */
+    int64_t seq = hs_v.workers[me].seq;
+    for (int w = 0; w < hs_ld(&hs_v.h->hi); w++) {
+        struct hs_worker *o = &hs_v.workers[w];
+        if (o->used == 1 && o->pid == r->pid && o->thread && hs_ld(&o->state) == HS_WAITING
+            && o->seq < seq)
+            return 0;
+    }
+    if (now - since < HS_GANG_MIN_NS)
+        return since + HS_GANG_MIN_NS - now;
+    asked->slot = cand;
+    asked->since = since;
+    hs_nudge(r->pid, r->tid, hs_job_key());
+    return 0;
 }
 
 void hs_early_reset(struct hs_early e[HS_EARLY_TRACK])

@@ -23,7 +23,20 @@ size_t hs_view_init(struct hs_view *v, void *base, int ncpu, int njobs, int nwor
     return v->size;
 }
 
-static int first_waiter(struct hs_view *v, int hi, int job)
+/* whether a thread of process `pid` holds a token other than CPU row `but`'s */
+static int holds_another(struct hs_view *v, int32_t pid, int but)
+{
+    for (int ci = 0; ci < v->ncpu; ci++) {
+        int h = v->cpus[ci].holder;
+        if (ci != but && h >= 0 && v->workers[h].pid == pid)
+            return 1;
+    }
+    return 0;
+}
+
+/* coop/rules.py first_waiter: the job's longest waiter, or a shim thread whose process
+   holds a token other than `ci`'s and that queued at most HS_PREF_SPAN tickets after it */
+static int first_waiter(struct hs_view *v, int hi, int job, int ci)
 {
     int best = -1;
     int64_t seq = 0;
@@ -35,7 +48,18 @@ static int first_waiter(struct hs_view *v, int hi, int job)
             seq = r->seq;
         }
     }
-    return best;
+    int pref = -1;
+    int64_t pseq = 0;
+    for (int w = 0; best >= 0 && w < hi; w++) {
+        struct hs_worker *r = &v->workers[w];
+        if (r->used == 1 && hs_ld(&r->state) == HS_WAITING && r->job == job && r->thread
+            && r->seq <= seq + HS_PREF_SPAN && (pref < 0 || r->seq < pseq)
+            && holds_another(v, r->pid, ci)) {
+            pref = w;
+            pseq = r->seq;
+        }
+    }
+    return pref >= 0 ? pref : best;
 }
 
 static int next_job(struct hs_view *v, int hi, int exclude)
@@ -113,12 +137,12 @@ static int free_cpu(struct hs_view *v, int prefer)
 
 static int pass_token(struct hs_view *v, int hi, int ci, int job, int64_t now)
 {
-    int target = first_waiter(v, hi, job);
+    int target = first_waiter(v, hi, job, ci);
     if (target >= 0)
         return grant(v, target, ci, now, 1);
     int j = next_job(v, hi, -1);
     if (j >= 0)
-        return grant(v, first_waiter(v, hi, j), ci, now, 0);
+        return grant(v, first_waiter(v, hi, j, ci), ci, now, 0);
     v->cpus[ci].holder = -1;
     v->cpus[ci].job = -1;
     return -1;
@@ -223,7 +247,7 @@ void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2])
     if (now - v->cpus[ci].since_ns < h->quantum_ns)
         return;
     int j = next_job(v, hi, r->job);
-    int target = j >= 0 ? first_waiter(v, hi, j) : first_waiter(v, hi, r->job);
+    int target = first_waiter(v, hi, j >= 0 ? j : r->job, ci);
     if (target < 0) {
         v->cpus[ci].since_ns = now;  /* nobody waits: a fresh quantum, keep running */
         return;

@@ -274,6 +274,7 @@ static void wait_token(int me, int queued)
        by the raw exit call kept its token for the process's life */
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_v.h->reclaim_ns + poll;
     struct hs_early e[HS_EARLY_TRACK];
+    struct hs_gang gang = {-1, 0};
     int64_t every = HS_EARLY_NS;  /* between the early looks (early.c) */
     hs_early_reset(e);
     for (;;) {
@@ -309,6 +310,9 @@ static void wait_token(int me, int queued)
         int64_t look = hs_early_look(me, e, &every, now);
         if (look && t > look)
             t = look;
+        int64_t gang_due = hs_gang_look(me, &gang, now);
+        if (gang_due && t > gang_due)
+            t = gang_due;
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
         hs_raw(SYS_futex, (long)&hs_v.wake[me], FUTEX_WAIT, 0, (long)&ts, 0, 0);
     }
