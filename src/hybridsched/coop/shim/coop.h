@@ -160,14 +160,18 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    the review); each look costs its waiter a wake-up (~20 µs of a CPU). */
 #define HS_EARLY_STILL_MAX_NS 4000000LL
 
-/* The gang look (early.c, hs_gang_look): a thread that waits for a token while a sibling
-   of its own process holds one (and likely spins for it: OpenBLAS's two threads inside one
-   product each wait for the other, calling nothing) asks a holder of another process of
-   its job to rotate once it has held its token this long, if that process holds no other
-   token (a gang running whole is never broken up); the token then comes to the waiter
-   (layout.PREF_SPAN). Shorter takes tokens from processes that just got them; longer
-   leaves both halves spinning longer. 30, 100 and 300 µs ran numpy in 3 forked processes
-   (J = 1) alike: 0.61 s, against 0.94 s without the look and 0.70-0.75 s under env. */
+/* The gang look (early.c, hs_gang_look): a thread that waits for a token while the sibling
+   of its own process that last signalled a condition variable holds one and has not
+   entered the shim for this long (OpenBLAS's caller posts its pool thread's job and then
+   computes its share and spins for the pool thread's, calling nothing) asks a holder of
+   another process of its job to rotate once that one has held its token this long too,
+   if that process holds no other token (a gang running whole is never broken up); the
+   token then comes to the waiter (layout.PREF_SPAN). Shorter takes tokens from processes
+   that just got them; longer leaves both halves spinning longer. 30, 100 and 300 µs ran
+   numpy in 3 forked processes (J = 1) alike: 0.61 s, against 0.94 s without the look and
+   0.70-0.75 s under env. Any running sibling, signaller or not, was the first version's
+   test: threads that compute apart (xz -T2, piped into gzip) took the single-threaded
+   stages' tokens every 0.1 ms and ran up to 2x slower (the hostile review). */
 #define HS_GANG_MIN_NS 100000LL
 
 /* what a waiter saw of one of its job's holders at its last look */
@@ -184,11 +188,19 @@ HS_HIDDEN int64_t hs_early_look(int me, struct hs_early e[HS_EARLY_TRACK], int64
                                 int64_t now);
 HS_HIDDEN void hs_early_reset(struct hs_early e[HS_EARLY_TRACK]);
 HS_HIDDEN void hs_early_hand_over(int me);
-/* the holding a gang look asked to rotate last (slot, and when it was granted) */
+/* a waiter's gang look: the holding it asked to rotate last (slot, and when it was
+   granted), and the signalling sibling it watches (slot, its count of shim entries, and
+   when that count was first seen) */
 struct hs_gang {
     int slot;
     int64_t since;
+    int sib;
+    int32_t sib_entries;
+    int64_t sib_seen;
 };
+/* the slot of this process's thread that last signalled a condition variable holding a
+   token (wrap_locks.c), -1 none */
+HS_HIDDEN extern int hs_last_signaller;
 HS_HIDDEN int64_t hs_gang_look(int me, struct hs_gang *asked, int64_t now);
 /* whether another thread of this job waits for a token (early.c) */
 HS_HIDDEN int hs_sibling_waiting(int me);

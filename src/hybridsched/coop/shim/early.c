@@ -3,8 +3,9 @@
    that has run that long without entering the shim (each worker counts its entries, the
    segment's `entries`) to rotate, with the rotation signal the watchdog uses; at holders
    that do enter it (a lock loop) it looks less and less often (HS_EARLY_MAX_NS). And a
-   gang look (HS_GANG_MIN_NS), by a waiter whose own process has a thread running: it asks
-   a holder of another process of the job for its token, for the process to run whole. */
+   gang look (HS_GANG_MIN_NS), by a waiter whose own process's signaller of a condition
+   variable runs outside the shim: it asks a holder of another process of the job for its
+   token, for the process to run whole. */
 #include "coop.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,35 +158,61 @@ void hs_early_hand_over(int me)
         hs_raw(SYS_futex, (long)&hs_v.wake[next], FUTEX_WAKE, 1, 0, 0, 0);
 }
 
-/* The gang look (HS_GANG_MIN_NS): by a waiter `me` whose process has a sibling running
-   with a token. The holder asked is the one of another process of the job that has held
-   its token longest, HS_GANG_MIN_NS at least, when its process holds no other token and
-   has no thread that queued before `me`; once per holding. Returns how long until that
-   holder qualifies (0: asked, or none to ask). */
-int64_t hs_gang_look(int me, struct hs_gang *asked, int64_t now)
+int hs_last_signaller = -1;
+
+/* whether the sibling that last signalled a condition variable of this process holds a
+   token and has stayed out of the shim since `g->sib_seen`; starts watching it anew when
+   it changed */
+static int signaller_quiet(int me, struct hs_gang *g, int64_t now)
 {
+    int sib = __atomic_load_n(&hs_last_signaller, __ATOMIC_RELAXED);
+    if (sib < 0 || sib == me || sib >= hs_v.nworkers) {
+        g->sib = -1;
+        return 0;
+    }
+    struct hs_worker *s = &hs_v.workers[sib];
+    if (s->used != 1 || s->pid != hs_v.workers[me].pid || hs_ld(&s->state) != HS_RUNNING) {
+        g->sib = -1;
+        return 0;
+    }
+    int32_t entries = __atomic_load_n(&s->entries, __ATOMIC_RELAXED);
+    if (g->sib != sib || g->sib_entries != entries) {
+        g->sib = sib;
+        g->sib_entries = entries;
+        g->sib_seen = now;
+    }
+    return 1;
+}
+
+/* The gang look (HS_GANG_MIN_NS): by a waiter `me` whose process's last signaller of a
+   condition variable runs with a token and has not entered the shim for HS_GANG_MIN_NS.
+   The holder asked is the one of another process of the job that has held its token
+   longest, HS_GANG_MIN_NS at least, when its process holds no other token and has no
+   thread that queued before `me`; once per holding. Returns how long until the look may
+   act (0: asked, or nothing to ask). */
+int64_t hs_gang_look(int me, struct hs_gang *g, int64_t now)
+{
+    if (!signaller_quiet(me, g, now))
+        return 0;
+    int64_t wait = g->sib_seen + HS_GANG_MIN_NS - now;
     int32_t pid = hs_v.workers[me].pid;
-    int mine = 0, cand = -1, cand_ci = -1;
+    int cand = -1, cand_ci = -1;
     for (int ci = 0; ci < hs_v.ncpu; ci++) {
         int h = hs_v.cpus[ci].holder;
         if (h < 0 || h == me)
             continue;
         struct hs_worker *r = &hs_v.workers[h];
-        if (hs_ld(&r->state) != HS_RUNNING)
-            continue;
-        if (r->pid == pid)
-            mine = 1;
-        else if (r->job == hs_job && r->thread
-                 && (cand < 0 || r->acquired_ns < hs_v.workers[cand].acquired_ns)) {
+        if (hs_ld(&r->state) == HS_RUNNING && r->pid != pid && r->job == hs_job && r->thread
+            && (cand < 0 || r->acquired_ns < hs_v.workers[cand].acquired_ns)) {
             cand = h;
             cand_ci = ci;
         }
     }
-    if (!mine || cand < 0)
+    if (cand < 0)
         return 0;
     struct hs_worker *r = &hs_v.workers[cand];
     int64_t since = r->acquired_ns;
-    if (asked->slot == cand && asked->since == since)
+    if (g->slot == cand && g->since == since)
         return 0;
     for (int ci = 0; ci < hs_v.ncpu; ci++) {
         int h = hs_v.cpus[ci].holder;
@@ -201,10 +228,12 @@ int64_t hs_gang_look(int me, struct hs_gang *asked, int64_t now)
             && o->seq < seq)
             return 0;
     }
-    if (now - since < HS_GANG_MIN_NS)
-        return since + HS_GANG_MIN_NS - now;
-    asked->slot = cand;
-    asked->since = since;
+    if (since + HS_GANG_MIN_NS - now > wait)
+        wait = since + HS_GANG_MIN_NS - now;
+    if (wait > 0)
+        return wait;
+    g->slot = cand;
+    g->since = since;
     hs_nudge(r->pid, r->tid, hs_job_key());
     return 0;
 }

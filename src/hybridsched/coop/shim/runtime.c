@@ -274,7 +274,7 @@ static void wait_token(int me, int queued)
        by the raw exit call kept its token for the process's life */
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_v.h->reclaim_ns + poll;
     struct hs_early e[HS_EARLY_TRACK];
-    struct hs_gang gang = {-1, 0};
+    struct hs_gang gang = {-1, 0, -1, 0, 0};
     int64_t every = HS_EARLY_NS;  /* between the early looks (early.c) */
     hs_early_reset(e);
     for (;;) {

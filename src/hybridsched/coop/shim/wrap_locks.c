@@ -331,15 +331,25 @@ static uint32_t *signals_of(const pthread_cond_t *c)
 REAL(int, pthread_cond_signal, (pthread_cond_t *));
 REAL(int, pthread_cond_broadcast, (pthread_cond_t *));
 
+/* a holder that signals: the gang look's signaller (early.c) */
+static void note_signaller(void)
+{
+    int me = hs_t.slot;
+    if (hs_on && me >= 0 && hs_ld(&hs_v.workers[me].state) == HS_RUNNING)
+        __atomic_store_n(&hs_last_signaller, me, __ATOMIC_RELAXED);
+}
+
 HS_EXPORT int pthread_cond_signal(pthread_cond_t *c)
 {
     __atomic_fetch_add(signals_of(c), 1, __ATOMIC_SEQ_CST);
+    note_signaller();
     return R(pthread_cond_signal)(c);
 }
 
 HS_EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
 {
     __atomic_fetch_add(signals_of(c), 1, __ATOMIC_SEQ_CST);
+    note_signaller();
     return R(pthread_cond_broadcast)(c);
 }
 
