@@ -34,8 +34,11 @@ MAGIC = b"HSCOOP01"
 # that exits holding a token is reclaimed while its process lives on);
 # 5: each worker's ``entries``, the times its thread entered the shim's wrappers (written
 # by that thread only, wrapping; only its changes mean anything): a holder whose count
-# stands still while its own job's threads wait is spinning for them (shim/early.c)
-VERSION = 5
+# stands still while its own job's threads wait is spinning for them (shim/early.c);
+# 6: no new field, new rules: a token given up goes first to a thread whose process holds
+# another (PREF_SPAN); shims and workers of 5 would hand tokens on by the old rules in the
+# same segment (the hostile review), so they are refused instead
+VERSION = 6
 
 # A token given up goes to its job's longest waiter, unless a shim thread of a process that
 # holds another token queued at most PREF_SPAN tickets (the header's ``seq``, node-wide)
