@@ -338,6 +338,17 @@ def test_the_build_is_cached_by_its_source_and_made_atomically(tmp_path, shim_li
     assert shimbuild.build_key(files, shimbuild.compiler()) not in first
 
 
+def test_the_compiler_is_asked_its_version_once_per_process(shim_lib, monkeypatch):
+    calls = []
+    real = subprocess.run
+    monkeypatch.setattr(shimbuild.subprocess, "run",
+                        lambda argv, **kw: calls.append(argv) or real(argv, **kw))
+    shimbuild._version.cache_clear()
+    files, cc = shimbuild.sources(), shimbuild.compiler()
+    assert shimbuild.build_key(files, cc) == shimbuild.build_key(files, cc)
+    assert [a for a in calls if "--version" in a] == [[cc, "--version"]]
+
+
 def test_a_cache_folder_others_may_write_is_refused(tmp_path, shim_lib, monkeypatch):
     monkeypatch.delenv(shimbuild.SHIM_ENV)
     cache = tmp_path / "open"

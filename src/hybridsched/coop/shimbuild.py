@@ -13,6 +13,7 @@ into place: a concurrent first use builds at most twice and nobody loads half a 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -81,7 +82,11 @@ def _private_dir(path: str) -> None:
                               "refusing it (set XDG_CACHE_HOME)", NO_SHIM)
 
 
+@functools.lru_cache(maxsize=8)
 def _version(cc: str) -> str:
+    """The compiler's first line of `--version`, asked once per process and compiler: a
+    coop start looks the library up twice (the refusal's check, then the job), and each
+    asking forked a large process (~20-30 ms)."""
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
         return out.stdout.splitlines()[0] if out.stdout else cc
