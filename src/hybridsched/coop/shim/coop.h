@@ -70,6 +70,7 @@ struct hs_thread {
     const void *unsignalled; /* the variable whose last wait spun and saw no signal */
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation asked for and not yet made: HS_PEND_* */
+    int posted;        /* woken from an untimed condition-variable wait (the gang look's) */
     cpu_set_t mask;
     volatile char selector; /* Syscall User Dispatch: HS_SUD_ALLOW or HS_SUD_BLOCK */
     char armed;        /* Syscall User Dispatch is on for this thread */
@@ -171,7 +172,11 @@ static inline int64_t hs_now_ns(void)  /* the clock of the segment's times */
    numpy in 3 forked processes (J = 1) alike: 0.61 s, against 0.94 s without the look and
    0.70-0.75 s under env. Any running sibling, signaller or not, was the first version's
    test: threads that compute apart (xz -T2, piped into gzip) took the single-threaded
-   stages' tokens every 0.1 ms and ran up to 2x slower (the hostile review). */
+   stages' tokens every 0.1 ms and ran up to 2x slower (the hostile review). Only a thread
+   woken from an untimed wait asks (a pool thread posted work: OpenBLAS's): CPython
+   signals its GIL's variable at every release, its waiters wait timed, and a two-thread
+   Python process took a one-thread one's token and left it the run's end alone, the
+   command 10-12 % slower (the second review). */
 #define HS_GANG_MIN_NS 100000LL
 
 /* what a waiter saw of one of its job's holders at its last look */

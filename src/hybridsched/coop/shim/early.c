@@ -184,7 +184,8 @@ static int signaller_quiet(int me, struct hs_gang *g, int64_t now)
     return 1;
 }
 
-/* The gang look (HS_GANG_MIN_NS): by a waiter `me` whose process's last signaller of a
+/* The gang look (HS_GANG_MIN_NS): by a waiter `me` just woken from an untimed
+   condition-variable wait (wait_token asks only then) whose process's last signaller of a
    condition variable runs with a token and has not entered the shim for HS_GANG_MIN_NS.
    The holder asked is the one of another process of the job that has held its token
    longest, HS_GANG_MIN_NS at least, when its process holds no other token and has no

@@ -275,6 +275,8 @@ static void wait_token(int me, int queued)
     int64_t poll = RECLAIM_POLL_NS, next_reclaim = hs_v.h->reclaim_ns + poll;
     struct hs_early e[HS_EARLY_TRACK];
     struct hs_gang gang = {-1, 0, -1, 0, 0};
+    int posted = hs_t.posted;  /* a pool thread posted work: its gang look (early.c) */
+    hs_t.posted = 0;
     int64_t every = HS_EARLY_NS;  /* between the early looks (early.c) */
     hs_early_reset(e);
     for (;;) {
@@ -310,7 +312,7 @@ static void wait_token(int me, int queued)
         int64_t look = hs_early_look(me, e, &every, now);
         if (look && t > look)
             t = look;
-        int64_t gang_due = hs_gang_look(me, &gang, now);
+        int64_t gang_due = posted ? hs_gang_look(me, &gang, now) : 0;
         if (gang_due && t > gang_due)
             t = gang_due;
         struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
@@ -592,6 +594,9 @@ void hs_thread_end(void *unused)
         return;
     hs_t.depth++;
     hs_sud_disarm();
+    int signaller = me;  /* its slot may go to a thread that never signalled */
+    __atomic_compare_exchange_n(&hs_last_signaller, &signaller, -1, 0, __ATOMIC_RELAXED,
+                                __ATOMIC_RELAXED);
     struct hs_cs cs;
     cs_lock(&cs);
     if (own(me)) {

@@ -442,7 +442,11 @@ HS_EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
         return 0;
     }
     hs_park();
-    return cond_waited(R(pthread_cond_wait)(c, m), m);
+    int r = R(pthread_cond_wait)(c, m);
+    hs_t.posted = 1;  /* for the gang look of the token wait that follows (early.c) */
+    r = cond_waited(r, m);
+    hs_t.posted = 0;  /* no token wait followed (a lazily kept token) */
+    return r;
 }
 
 HS_EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *t)
