@@ -43,6 +43,8 @@ HS_HIDDEN int hs_rule_expired(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2]);
 HS_HIDDEN int hs_rule_leave_worker(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN int hs_rule_revoke_holder(struct hs_view *v, int w, int64_t now);
+/* whether a thread of process `pid` holds a token other than CPU row `but`'s */
+HS_HIDDEN int hs_holds_another(struct hs_view *v, int32_t pid, int but);
 HS_HIDDEN int hs_find_job(struct hs_view *v, int64_t key);
 HS_HIDDEN int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thread);
 HS_HIDDEN int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx,

@@ -215,11 +215,8 @@ int64_t hs_gang_look(int me, struct hs_gang *g, int64_t now)
     int64_t since = r->acquired_ns;
     if (g->slot == cand && g->since == since)
         return 0;
-    for (int ci = 0; ci < hs_v.ncpu; ci++) {
-        int h = hs_v.cpus[ci].holder;
-        if (ci != cand_ci && h >= 0 && hs_v.workers[h].pid == r->pid)
-            return 0;  /* its process runs more than one thread: a gang, or becoming one */
-    }
+    if (hs_holds_another(&hs_v, r->pid, cand_ci))
+        return 0;  /* its process runs more than one thread: a gang, or becoming one */
     /* Its process waits to run whole too (each half of two gangs asking the other's holder
        would leave both halves again): only the process whose waiter queued first asks. */
     int64_t seq = hs_v.workers[me].seq;

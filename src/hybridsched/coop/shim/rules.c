@@ -23,8 +23,7 @@ size_t hs_view_init(struct hs_view *v, void *base, int ncpu, int njobs, int nwor
     return v->size;
 }
 
-/* whether a thread of process `pid` holds a token other than CPU row `but`'s */
-static int holds_another(struct hs_view *v, int32_t pid, int but)
+int hs_holds_another(struct hs_view *v, int32_t pid, int but)
 {
     for (int ci = 0; ci < v->ncpu; ci++) {
         int h = v->cpus[ci].holder;
@@ -54,7 +53,7 @@ static int first_waiter(struct hs_view *v, int hi, int job, int ci)
         struct hs_worker *r = &v->workers[w];
         if (r->used == 1 && hs_ld(&r->state) == HS_WAITING && r->job == job && r->thread
             && r->seq <= seq + HS_PREF_SPAN && (pref < 0 || r->seq < pseq)
-            && holds_another(v, r->pid, ci)) {
+            && hs_holds_another(v, r->pid, ci)) {
             pref = w;
             pseq = r->seq;
         }
