@@ -230,10 +230,17 @@ def test_a_pool_threads_wait_spins_while_nobody_wants_its_cpu(seg, shim_lib, tmp
         pytest.skip("needs 2 CPUs")
     exe = build("cond_pool", tmp_path)
     rounds = 400
-    with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
-        p = run_under(job, [exe, str(rounds)])
-        counts = job.counters()
-    assert p.returncode == 0 and p.stdout.startswith("ok "), (p.stdout, p.stderr)
+    # Up to three runs: on a loaded machine (the suite's parallel workers) the signaller is
+    # preempted past a spin's allowance, and the wait parks: 241 of 400 once in a full run
+    # (2026-12-07), 5-140 beside two busy loops, before and after that session's change
+    # alike. Without the spin every wait parks (400), whichever run.
+    for _ in range(3):
+        with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
+            p = run_under(job, [exe, str(rounds)])
+            counts = job.counters()
+        assert p.returncode == 0 and p.stdout.startswith("ok "), (p.stdout, p.stderr)
+        if counts.calls < rounds // 2:
+            break
     assert counts.calls < rounds // 2, counts  # most waits never parked
 
 
