@@ -5,9 +5,9 @@
 * forks one child per job; the child makes its own process group (so one signal to the
   group reaches everything the command forks, and a job can be stopped and continued as a
   whole), sets its CPUs, points stdin at /dev/null and stdout/stderr at unnamed temporary
-  files, says it is ready and waits at the start gate (a futex word in anonymous shared
-  memory, the same gate as the built-in workloads'), then ``execve``\\ s the command;
-* opens the gate for all of them at once (:meth:`open_gate`);
+  files, and execs a small waiter (:mod:`.execgate`) that says it is ready, waits at the
+  start gate (a pipe whose writing end only we hold) and ``execve``\\ s the command;
+* opens the gate for all of them at once by closing that end (:meth:`open_gate`);
 * sees each job end through a pidfd, kills what the command left in its group, and reaps
   it with ``wait4``: its exit status and the CPU time and involuntary context switches of
   the command and every descendant it waited for (:class:`Exit`);
@@ -23,8 +23,11 @@ group's signals; it is still reaped here if it ends while we run.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import select
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,15 +35,12 @@ from functools import partial
 from time import perf_counter
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
-
 from ..errors import ResourceError
-from . import futex
+from . import execgate
 from .events import EventLoop, readable
 from .guardian import Guardian
 from .procfs import children
 from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
-from .shm import SharedArrays
 
 _DEFERRED = {signal.SIGINT, signal.SIGTERM}
 # signals whose disposition CPython changes at start-up (SIGPIPE ignored) or that a test
@@ -110,6 +110,9 @@ class CommandJobs:
         self.timed_out: set[int] = set()   # jobs sent SIGTERM at wait's deadline
         self.killed: set[int] = set()      # of them, those still running after the grace
         self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
+        self._ready: dict[int, int] = {}   # job -> reading end of its waiter's ready pipe
+        self._waiter_use: dict[int, tuple[float, int]] = {}  # job -> its waiter's start-up
+        self._gate_r = self._gate = -1     # the gate pipe; its writing end open until the start
         self._stack = contextlib.ExitStack()
         self._parent = os.getpid()
 
@@ -123,9 +126,9 @@ class CommandJobs:
                 prctl(_PR_SET_CHILD_SUBREAPER, 1)
                 stack.callback(prctl, _PR_SET_CHILD_SUBREAPER, 0)
             self.guardian = stack.enter_context(Guardian(after=self._after))
-            self.shared = stack.enter_context(
-                SharedArrays([("gate", np.int32, 1), ("ready", np.int32, len(self.launches))]))
-            stack.callback(self._cleanup)  # before the guardian's goodbye and the unmap
+            self._gate_r, self._gate = os.pipe()
+            stack.callback(self._close_pipes)  # after the jobs are gone: never a late start
+            stack.callback(self._cleanup)  # before the guardian's goodbye
             for j in range(len(self.launches)):
                 out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: nothing to leak
                 err = stack.enter_context(tempfile.TemporaryFile())
@@ -141,6 +144,8 @@ class CommandJobs:
 
     def _spawn(self, j: int) -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
+        ready_r, ready_w = os.pipe()
+        self._ready[j] = ready_r
         try:
             # Ctrl-C/SIGTERM wait until the child is in our books and the guardian's
             old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
@@ -150,7 +155,7 @@ class CommandJobs:
                 except OSError as exc:
                     raise ResourceError(f"colocate: fork of job {j} failed: {exc}") from exc
                 if pid == 0:
-                    self._child(j, devnull)  # never returns
+                    self._child(j, devnull, ready_w)  # never returns
                 try:
                     os.setpgid(pid, pid)  # also done by the child: whoever runs first
                 except OSError:
@@ -166,8 +171,9 @@ class CommandJobs:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         finally:
             os.close(devnull)
+            os.close(ready_w)  # the waiter's alone: its end of file says it is gone
 
-    def _child(self, j: int, devnull: int) -> None:
+    def _child(self, j: int, devnull: int, ready_w: int) -> None:
         launch = self.launches[j]
         out, err = self._files[j]
         try:
@@ -179,16 +185,19 @@ class CommandJobs:
                 signal.signal(sig, signal.SIG_DFL)
             if launch.cpus:
                 os.sched_setaffinity(0, launch.cpus)
+            # the pipes' ends to the waiter's numbers, by way of numbers above them all
+            gate, ready = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (self._gate_r, ready_w))
             os.dup2(devnull, 0)
             os.dup2(out.fileno(), 1)
             os.dup2(err.fileno(), 2)
-            os.closerange(3, _MAX_FD)  # no descriptor of ours survives into the command
-            self.shared.ready[j] = 1
-            addr = futex.address(self.shared.gate, 0)
-            while self.shared.gate[0] == 0:
-                futex.wait(addr, 0, 0.05)
+            os.dup2(gate, execgate.GATE_FD)
+            os.dup2(ready, execgate.READY_FD)
+            os.closerange(execgate.READY_FD + 1, _MAX_FD)  # nothing else of ours goes on
             signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the mask survives exec
-            os.execve(launch.path, list(launch.argv), launch.env)
+            env = [f"{k}={v}" for k, v in launch.env.items()]
+            os.execve(sys.executable, [sys.executable, "-I", "-S", execgate.__file__,
+                                       launch.path, str(len(launch.argv)), *launch.argv, *env],
+                      {})
         except BaseException as exc:  # noqa: BLE001 - reported on the job's stderr
             try:
                 os.write(2, f"hybridsched colocate: cannot start {launch.argv[0]}: {exc}\n".encode())
@@ -199,22 +208,39 @@ class CommandJobs:
     # --- the run ----------------------------------------------------------------------
 
     def wait_ready(self) -> None:
-        """Until every job waits at the gate; ResourceError if one died before it."""
-        while not (self.shared.ready == 1).all():
-            for j, fd in enumerate(self.pidfds):
-                if self.shared.ready[j] == 0 and readable(fd):
+        """Until every job's waiter waits at the gate; ResourceError if one ended before."""
+        while self._ready:
+            fds = {fd: j for j, fd in self._ready.items()}
+            poll = select.poll()
+            for fd in fds:
+                poll.register(fd, select.POLLIN)
+            for fd, _ in poll.poll():
+                j = fds[fd]
+                said = os.read(fd, execgate.READY.size)
+                os.close(fd)
+                del self._ready[j]
+                if len(said) == execgate.READY.size:
+                    self._waiter_use[j] = execgate.READY.unpack(said)
+                else:  # the waiter (or the child before it) ended
                     self._finish(j)
                     text = self.output(j)[1].strip().splitlines()
                     raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
                                         f"before the start: {text[-1] if text else 'no message'}")
-            time.sleep(0.001)
 
     def open_gate(self) -> float:
         """Let every job exec at once; returns the common start time."""
         t0 = perf_counter()
-        self.shared.gate[0] = 1
-        futex.wake(futex.address(self.shared.gate, 0), 1 << 30)
+        os.close(self._gate)
+        self._gate = -1
         return t0
+
+    def _close_pipes(self) -> None:
+        if os.getpid() != self._parent:
+            return
+        for fd in (self._gate, self._gate_r, *self._ready.values()):
+            if fd >= 0:
+                os.close(fd)
+        self._gate, self._gate_r, self._ready = -1, -1, {}
 
     def wait(self, on_end: Callable[[int], None] = lambda j: None,
              deadline: float | None = None) -> dict[int, Exit]:
@@ -267,8 +293,10 @@ class CommandJobs:
                 break
             except InterruptedError:
                 continue
+        cpu, nivcsw = self._waiter_use.get(j, (0.0, 0))  # not the command's
         self.exits[j] = Exit(exit_code(status), perf_counter() if end is None else end,
-                             ru.ru_utime + ru.ru_stime, int(ru.ru_nivcsw))
+                             max(0.0, ru.ru_utime + ru.ru_stime - cpu),
+                             max(0, int(ru.ru_nivcsw) - nivcsw))
         _reap_group(pid)
         return self.exits[j]
 
