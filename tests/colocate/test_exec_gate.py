@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from hybridsched.oslayer import execgate
 from hybridsched.oslayer.cmdjobs import CommandJobs, Launch
 
 
@@ -46,19 +47,86 @@ def test_no_command_runs_before_the_gate_opens_nor_when_it_never_does(tmp_path):
         os.kill(pid, 0)
 
 
-def test_the_command_gets_exactly_its_environment_and_the_waiter_none_of_it():
+def test_the_command_gets_exactly_its_environment_and_the_waiter_colocates_own(monkeypatch):
+    monkeypatch.setenv("HS_OURS", "colocate's")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HS_A": "x=y=z",
            "HS_B": "é ü", "LD_PRELOAD": "/nonexistent/hybridsched-test.so"}
-    script = 'printf "%s|%s|%s" "$HS_A" "$HS_B" "$LD_PRELOAD"; env | sort > /dev/stderr'
-    done, _ = _run(_launch("sh", "-c", script, env=env))
-    ex, (out, err) = done[0]
+    script = 'printf "%s|%s|%s|%s" "$HS_A" "$HS_B" "$LD_PRELOAD" "${HS_OURS-unset}"'
+    with CommandJobs([_launch("sh", "-c", script, env=env)]) as jobs:
+        jobs.wait_ready()
+        with open(f"/proc/{jobs.pids[0]}/environ", "rb") as fh:
+            waiters = dict(e.split(b"=", 1) for e in fh.read().split(b"\0") if e)
+        jobs.open_gate()
+        ex = jobs.wait()[0]
+        out, err = jobs.output(0)
+    assert waiters.get(b"HS_OURS") == "colocate's".encode() and b"HS_A" not in waiters
     assert ex.code == 0, err
-    assert out == "x=y=z|é ü|/nonexistent/hybridsched-test.so"
+    assert out == "x=y=z|é ü|/nonexistent/hybridsched-test.so|unset"
     # ld.so complains once for each process that had the preload: the command alone
     assert err.count("cannot be preloaded") == 1, err
-    names = {line.split("=", 1)[0] for line in err.splitlines() if "=" in line
-             and "preload" not in line}
-    assert names <= set(env) | {"PWD", "SHLVL", "_", "OLDPWD"}, names
+
+
+def test_what_the_command_is_given_is_not_in_the_waiters_argv():
+    """Every user may read a process's argv (/proc/PID/cmdline), not its environment."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HS_SECRET": "s3cr3t-value"}
+    with CommandJobs([_launch("true", "s3cr3t-argument", env=env)]) as jobs:
+        jobs.wait_ready()
+        cmdline = _cmdline(jobs.pids[0])
+        jobs.open_gate()
+        assert jobs.wait()[0].code == 0
+    assert "execgate" in cmdline
+    assert "s3cr3t" not in cmdline, cmdline
+
+
+def test_a_waiter_whose_gate_never_opens_runs_nothing(tmp_path):
+    """colocate killed before the start: its end of the gate closes, and the waiters must
+    read that as "no start", not as the gate opening."""
+    marker = tmp_path / "ran"
+    spec = b"\0".join([b"0", shutil.which("touch").encode(), b"2", b"touch",
+                       bytes(marker)])
+    gate_r, gate_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    spec_fd = os.memfd_create("test-spec", 0)
+    os.write(spec_fd, spec)
+    os.lseek(spec_fd, 0, os.SEEK_SET)
+    fds = {execgate.GATE_FD: gate_r, execgate.READY_FD: ready_w, execgate.SPEC_FD: spec_fd}
+
+    def place():
+        moved = {to: os.dup(fd) for to, fd in fds.items()}
+        for to, fd in moved.items():
+            os.dup2(fd, to)
+
+    waiter = subprocess.Popen([sys.executable, "-S", "-s", execgate.__file__],
+                              preexec_fn=place, pass_fds=(), close_fds=False)
+    for fd in (gate_r, ready_w, spec_fd):
+        os.close(fd)
+    said = os.read(ready_r, execgate.READY.size)  # it waits at the gate now
+    assert execgate.READY.unpack(said)[0] == 0
+    os.close(gate_w)  # as when colocate dies: end of file, no byte
+    assert waiter.wait() == 127
+    os.close(ready_r)
+    assert not marker.exists()
+
+
+def test_an_environment_name_libc_refuses_is_a_start_failure_said_in_one_line():
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "": "nameless"}
+    done, _ = _run(_launch("true", env=env))
+    ex, (_, err) = done[0]
+    assert ex.code == 127
+    assert "cannot start true" in err and "Traceback" not in err, err
+
+
+def test_an_interpreter_path_python_could_not_work_out_still_starts_the_waiter(tmp_path):
+    """sys.executable is empty where argv[0] named no file (exec -a): the waiter is then
+    this very interpreter, found by /proc/self/exe."""
+    code = ("import sys; sys.executable = ''\n"
+            "from hybridsched.oslayer.cmdjobs import CommandJobs, Launch\n"
+            "import os, shutil\n"
+            "with CommandJobs([Launch(('true',), shutil.which('true'), dict(os.environ))]) as j:\n"
+            "    j.wait_ready(); j.open_gate(); print(j.wait()[0].code)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "0"
 
 
 def test_the_command_starts_with_nothing_of_ours_open_and_default_signals():

@@ -496,6 +496,19 @@ def test_a_failing_job_makes_the_exit_status_1_and_is_reported(tmp_path, capsys)
     assert "failed: linux rep 0 job 0 exited with status 4; its stderr ends: `broken`" in captured.out
 
 
+def test_a_job_failing_beside_one_that_verified_leaves_a_study_report_reads(tmp_path, capsys):
+    """The verified job's row has no makespan (NaN: its repetition has none worth a
+    number); colocate's own report, and report later, read the study all the same."""
+    out = str(tmp_path / "f.h5")
+    assert main(["colocate", "--cmd", "false", "--cmd", "true", "--policy", "linux",
+                 "--reps", "1", "-o", out]) == 1
+    assert "failed: linux rep 0 job 0 exited with status 1" in capsys.readouterr().out
+    rows = read_colocate(out)
+    assert [bool(v) for v in rows["verified"]] == [False, True]
+    assert main(["report", out]) == 0
+    assert "failed: linux rep 0 job 0 exited with status 1" in capsys.readouterr().out
+
+
 def test_studies_of_both_format_versions_merge(tmp_path, capsys):
     new = str(tmp_path / "n.h5")
     assert main(["colocate", "--cmd", "true", "--policy", "linux", "--reps", "1", "-o", new]) == 0

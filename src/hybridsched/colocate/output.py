@@ -107,11 +107,14 @@ def _check_values(path: str, rows: np.ndarray) -> None:
     if len(odd):
         i = odd[0]
         raise bad(i, f"job {rows['job'][i]} of {rows['jobs'][i]}, rep {rows['rep'][i]}")
-    for name in ("time_s", "makespan_s"):
+    # a verified job's makespan is NaN where another job of its repetition failed: the
+    # repetition has none worth a number (colocate.cmdrun)
+    for name, none in (("time_s", ""), ("makespan_s", "NaN, another job failed, or ")):
         t = rows[name]
-        wrong = np.flatnonzero(rows["verified"] & ~(np.isfinite(t) & (t >= 0) & (t <= MAX_TIME_S)))
+        fine = np.isfinite(t) & (t >= 0) & (t <= MAX_TIME_S)
+        wrong = np.flatnonzero(rows["verified"] & ~(fine | (np.isnan(t) if none else False)))
         if len(wrong):
-            raise bad(wrong[0], f"verified with {name} = {t[wrong[0]]} (must be 0 to "
+            raise bad(wrong[0], f"verified with {name} = {t[wrong[0]]} (must be {none}0 to "
                       f"{MAX_TIME_S:.0e} s)")
     cpu = rows["cpu_s"]
     wrong = np.flatnonzero(~np.isnan(cpu) & ~((cpu >= 0) & (cpu <= MAX_TIME_S)))

@@ -6,8 +6,9 @@
   group reaches everything the command forks, and a job can be stopped and continued as a
   whole), sets its CPUs, points stdin at /dev/null and stdout/stderr at unnamed temporary
   files, and execs a small waiter (:mod:`.execgate`) that says it is ready, waits at the
-  start gate (a pipe whose writing end only we hold) and ``execve``\\ s the command;
-* opens the gate for all of them at once by closing that end (:meth:`open_gate`);
+  start gate (a pipe only we write to) and ``execve``\\ s the command;
+* opens the gate for all of them at once, a byte for each (:meth:`open_gate`); should we
+  die first, the waiters read the end of the file instead and run nothing;
 * sees each job end through a pidfd, kills what the command left in its group, and reaps
   it with ``wait4``: its exit status and the CPU time and involuntary context switches of
   the command and every descendant it waited for (:class:`Exit`);
@@ -68,6 +69,23 @@ LINE_MAX = 4 << 20
 _ESCAPED_ROUNDS = 8
 
 
+# the start gate's waiter: this interpreter (sys.executable is empty where argv[0] named no
+# file), without site (its start-up is ~10 ms of every job's, before the gate)
+_WAITER = (sys.executable or os.readlink("/proc/self/exe"), "-S", "-s")
+
+
+def _spec_file(j: int, launch: "Launch") -> int:
+    """In the child: what the waiter runs (see :mod:`.execgate`), in a memfd at offset 0."""
+    env = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in launch.env.items()]
+    data = b"\0".join([str(j).encode(), os.fsencode(launch.path), str(len(launch.argv)).encode(),
+                       *map(os.fsencode, launch.argv), *env])
+    fd = os.memfd_create("hybridsched-exec", 0)
+    while data:
+        data = data[os.write(fd, data):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 @dataclass(frozen=True)
 class Launch:
     """One job: its argv, the executable already resolved, the whole environment, and the
@@ -110,9 +128,9 @@ class CommandJobs:
         self.timed_out: set[int] = set()   # jobs sent SIGTERM at wait's deadline
         self.killed: set[int] = set()      # of them, those still running after the grace
         self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
-        self._ready: dict[int, int] = {}   # job -> reading end of its waiter's ready pipe
         self._waiter_use: dict[int, tuple[float, int]] = {}  # job -> its waiter's start-up
-        self._gate_r = self._gate = -1     # the gate pipe; its writing end open until the start
+        # the gate (its writing end ours alone), and where the waiters say they are ready
+        self._gate_r = self._gate = self._ready_r = self._ready_w = -1
         self._stack = contextlib.ExitStack()
         self._parent = os.getpid()
 
@@ -126,14 +144,21 @@ class CommandJobs:
                 prctl(_PR_SET_CHILD_SUBREAPER, 1)
                 stack.callback(prctl, _PR_SET_CHILD_SUBREAPER, 0)
             self.guardian = stack.enter_context(Guardian(after=self._after))
-            self._gate_r, self._gate = os.pipe()
-            stack.callback(self._close_pipes)  # after the jobs are gone: never a late start
+            stack.callback(self._close_pipes)  # after the jobs are gone
             stack.callback(self._cleanup)  # before the guardian's goodbye
-            for j in range(len(self.launches)):
-                out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: nothing to leak
-                err = stack.enter_context(tempfile.TemporaryFile())
-                self._files.append((out, err))
-                self._spawn(j)
+            try:
+                self._gate_r, self._gate = os.pipe()
+                self._ready_r, self._ready_w = os.pipe()
+                for j in range(len(self.launches)):
+                    out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: no leak
+                    err = stack.enter_context(tempfile.TemporaryFile())
+                    self._files.append((out, err))
+                    self._spawn(j)
+            except OSError as exc:  # descriptors or processes run out
+                raise ResourceError(f"colocate: cannot start job {len(self.pids)}: {exc}") \
+                    from exc
+            os.close(self._ready_w)  # the waiters' alone now
+            self._ready_w = -1
         except BaseException:
             stack.close()
             raise
@@ -144,8 +169,6 @@ class CommandJobs:
 
     def _spawn(self, j: int) -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
-        ready_r, ready_w = os.pipe()
-        self._ready[j] = ready_r
         try:
             # Ctrl-C/SIGTERM wait until the child is in our books and the guardian's
             old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
@@ -155,7 +178,7 @@ class CommandJobs:
                 except OSError as exc:
                     raise ResourceError(f"colocate: fork of job {j} failed: {exc}") from exc
                 if pid == 0:
-                    self._child(j, devnull, ready_w)  # never returns
+                    self._child(j, devnull)  # never returns
                 try:
                     os.setpgid(pid, pid)  # also done by the child: whoever runs first
                 except OSError:
@@ -171,9 +194,8 @@ class CommandJobs:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         finally:
             os.close(devnull)
-            os.close(ready_w)  # the waiter's alone: its end of file says it is gone
 
-    def _child(self, j: int, devnull: int, ready_w: int) -> None:
+    def _child(self, j: int, devnull: int) -> None:
         launch = self.launches[j]
         out, err = self._files[j]
         try:
@@ -185,22 +207,21 @@ class CommandJobs:
                 signal.signal(sig, signal.SIG_DFL)
             if launch.cpus:
                 os.sched_setaffinity(0, launch.cpus)
-            # the pipes' ends to the waiter's numbers, by way of numbers above them all
-            gate, ready = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (self._gate_r, ready_w))
+            # the waiter's descriptors to its numbers, by way of numbers above them all
+            ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+                    for fd in (self._gate_r, self._ready_w, _spec_file(j, launch))]
             os.dup2(devnull, 0)
             os.dup2(out.fileno(), 1)
             os.dup2(err.fileno(), 2)
-            os.dup2(gate, execgate.GATE_FD)
-            os.dup2(ready, execgate.READY_FD)
-            os.closerange(execgate.READY_FD + 1, _MAX_FD)  # nothing else of ours goes on
+            for fd, to in zip(ends, (execgate.GATE_FD, execgate.READY_FD, execgate.SPEC_FD)):
+                os.dup2(fd, to)
+            os.closerange(execgate.SPEC_FD + 1, _MAX_FD)  # nothing else of ours goes on
             signal.pthread_sigmask(signal.SIG_SETMASK, set())  # the mask survives exec
-            env = [f"{k}={v}" for k, v in launch.env.items()]
-            os.execve(sys.executable, [sys.executable, "-I", "-S", execgate.__file__,
-                                       launch.path, str(len(launch.argv)), *launch.argv, *env],
-                      {})
+            os.execve(_WAITER[0], [*_WAITER, execgate.__file__], os.environ)
         except BaseException as exc:  # noqa: BLE001 - reported on the job's stderr
             try:
-                os.write(2, f"hybridsched colocate: cannot start {launch.argv[0]}: {exc}\n".encode())
+                os.write(2, f"hybridsched colocate: cannot start {launch.argv[0]} (the start "
+                        f"gate's waiter, {_WAITER[0]}): {exc}\n".encode())
             except BaseException:
                 pass
         os._exit(127)
@@ -209,19 +230,21 @@ class CommandJobs:
 
     def wait_ready(self) -> None:
         """Until every job's waiter waits at the gate; ResourceError if one ended before."""
-        while self._ready:
-            fds = {fd: j for j, fd in self._ready.items()}
+        waiting = set(range(len(self.pids)))
+        while waiting:
             poll = select.poll()
-            for fd in fds:
+            for fd in (self._ready_r, *(self.pidfds[j] for j in waiting)):
                 poll.register(fd, select.POLLIN)
-            for fd, _ in poll.poll():
-                j = fds[fd]
-                said = os.read(fd, execgate.READY.size)
-                os.close(fd)
-                del self._ready[j]
-                if len(said) == execgate.READY.size:
-                    self._waiter_use[j] = execgate.READY.unpack(said)
-                else:  # the waiter (or the child before it) ended
+            poll.poll()
+            while readable(self._ready_r):  # each waiter's one write: never split
+                said = os.read(self._ready_r, execgate.READY.size)
+                if not said:  # every waiter has said it, or ended
+                    break
+                job, cpu, nivcsw = execgate.READY.unpack(said)
+                self._waiter_use[job] = (cpu, nivcsw)
+                waiting.discard(job)
+            for j in sorted(waiting):
+                if readable(self.pidfds[j]):  # ended without a word: its child or waiter failed
                     self._finish(j)
                     text = self.output(j)[1].strip().splitlines()
                     raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
@@ -230,17 +253,18 @@ class CommandJobs:
     def open_gate(self) -> float:
         """Let every job exec at once; returns the common start time."""
         t0 = perf_counter()
-        os.close(self._gate)
-        self._gate = -1
+        opening = execgate.OPEN * len(self.pids)
+        while opening:
+            opening = opening[os.write(self._gate, opening):]
         return t0
 
     def _close_pipes(self) -> None:
         if os.getpid() != self._parent:
             return
-        for fd in (self._gate, self._gate_r, *self._ready.values()):
+        for fd in (self._gate, self._gate_r, self._ready_r, self._ready_w):
             if fd >= 0:
                 os.close(fd)
-        self._gate, self._gate_r, self._ready = -1, -1, {}
+        self._gate = self._gate_r = self._ready_r = self._ready_w = -1
 
     def wait(self, on_end: Callable[[int], None] = lambda j: None,
              deadline: float | None = None) -> dict[int, Exit]:
