@@ -775,6 +775,62 @@ int main(int argc, char **argv) {
     puts(ok ? "ok" : "FAILED"); return !ok;
 }
 """,
+    # stdio on pipes, the calls the shim catches (wrap_stdio.c), N bytes all told, their sum
+    # printed ("read", "lines": on stdout; "write", "put": on stderr), "ready" on stderr
+    # first. "read" reads stdin with fread only, "lines" with fgets, getline, getc and
+    # getchar; "write" writes a known sequence with fwrite only, "put" with fputs, putc,
+    # fputc, putchar and puts (a newline every ~60 bytes).
+    "stdio": r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static unsigned long add(unsigned long sum, const char *b, long n)
+{ for (long i = 0; i < n; i++) sum += (unsigned char)b[i]; return sum; }
+int main(int argc, char **argv) {
+    long n = atol(argv[2]), done = 0, k = 0; unsigned long sum = 0;
+    const char *mode = argv[1];
+    char buf[20000], *line = NULL; size_t cap = 0;
+    for (size_t i = 0; i < sizeof buf - 1; i++) buf[i] = (char)('a' + i % 26);
+    buf[sizeof buf - 1] = 0;
+    fputs("ready\n", stderr);
+    if (!strcmp(mode, "read") || !strcmp(mode, "lines")) {
+        while (done < n) {
+            long got = 0; int c; const char *from = buf;
+            switch (strcmp(mode, "read") ? k++ % 4 : 4) {
+            case 0: if (fgets(buf, 100, stdin)) got = (long)strlen(buf); break;
+            case 1: got = getline(&line, &cap, stdin); if (got < 0) got = 0; from = line; break;
+            case 2: if ((c = getc(stdin)) != EOF) { got = 1; buf[0] = (char)c; } break;
+            case 3: if ((c = getchar()) != EOF) { got = 1; buf[0] = (char)c; } break;
+            default: got = (long)fread(buf, 1, 9000, stdin); break;
+            }
+            if (got == 0 && feof(stdin)) break;
+            sum = add(sum, from, got);
+            done += got;
+        }
+        printf("read %ld sum %lu\n", done, sum);
+    } else {
+        while (done < n) {
+            long left = n - done, put = 0;
+            if (!strcmp(mode, "write")) {
+                put = left < 17000 ? left : 17000; fwrite(buf, 1, (size_t)put, stdout);
+                sum = add(sum, buf, put);
+            } else switch (k++ % 6) {
+            case 0: { long m = left < 57 ? left : 57; char c = buf[m]; buf[m] = 0;
+                      fputs(buf, stdout); buf[m] = c; put = m; sum = add(sum, buf, m); } break;
+            case 1: putc('\n', stdout); put = 1; sum += '\n'; break;
+            case 2: fputc('x', stdout); put = 1; sum += 'x'; break;
+            case 3: putchar('y'); put = 1; sum += 'y'; break;
+            case 4: if (left >= 4) { puts("zzz"); put = 4; sum += 3 * 'z' + '\n'; } break;
+            default: putc('w', stdout); put = 1; sum += 'w'; break;
+            }
+            done += put;
+        }
+        fflush(stdout);
+        fprintf(stderr, "wrote %ld sum %lu\n", done, sum);
+    }
+    return 0;
+}
+""",
 }
 
 

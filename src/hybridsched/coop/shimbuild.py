@@ -29,7 +29,7 @@ from .layout import c_header
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
 SOURCES = ("rules.c", "runtime.c", "early.c", "segment.c", "sud.c", "wrap_sync.c",
            "wrap_locks.c", "wrap_rwlocks.c", "wrap_io.c", "wrap_process.c", "wrap_exec.c",
-           "wrap_omp.c", "watch.c")
+           "wrap_omp.c", "wrap_stdio.c", "watch.c")
 HEADERS = ("coop.h", "wrap.h")
 LAYOUT_HEADER = "hs_layout.h"
 # -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are

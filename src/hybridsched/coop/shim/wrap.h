@@ -52,6 +52,9 @@ HS_HIDDEN int hs_spin_regardless(int (*done)(void *), void *arg, int64_t ns);
 /* how long a spin for a lock lasts before the waiter looks again: its trade-off is
    explained in wrap_locks.c, before hs_take_with_token */
 #define LOCK_SPIN_NS 10000
+/* whether a call waiting for `events` on descriptor `fd` would sleep now: not ready, and
+   in blocking mode (wrap_io.c) */
+HS_HIDDEN int hs_would_block(int fd, short events);
 
 static inline void *sym(const char *name)
 {

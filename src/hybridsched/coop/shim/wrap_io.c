@@ -7,7 +7,7 @@ REAL(int, poll, (struct pollfd *, nfds_t, int));
 REAL(ssize_t, read, (int, void *, size_t));
 
 /* a descriptor that is not ready, in blocking mode: the call would sleep */
-static int would_block(int fd, short events)
+int hs_would_block(int fd, short events)
 {
     struct pollfd p = {fd, events, 0};
     int e = errno;
@@ -20,7 +20,7 @@ static int would_block(int fd, short events)
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return R(name) args;                                                              \
-        if ((skip) || !would_block(fd, events)) {                                            \
+        if ((skip) || !hs_would_block(fd, events)) {                                          \
             hs_exit();                                                                        \
             return R(name) args;                                                              \
         }                                                                                     \
