@@ -776,10 +776,10 @@ int main(int argc, char **argv) {
 }
 """,
     # stdio on pipes, the calls the shim catches (wrap_stdio.c), N bytes all told, their sum
-    # printed ("read", "lines": on stdout; "write", "put": on stderr), "ready" on stderr
-    # first. "read" reads stdin with fread only, "lines" with fgets, getline, getc and
-    # getchar; "write" writes a known sequence with fwrite only, "put" with fputs, putc,
-    # fputc, putchar and puts (a newline every ~60 bytes).
+    # printed ("read", "lines", "records": on stdout; "write", "fmt", "put": on stderr),
+    # "ready" on stderr first. "read" reads stdin with fread only, "lines" with fgets,
+    # getline, getc and getchar, "records" with getdelim on NUL; "write" writes a known sequence with fwrite only, "fmt" with printf and
+    # fprintf, "put" with fputs, putc, fputc, putchar and puts (a newline every ~60 bytes).
     "stdio": r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -793,10 +793,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof buf - 1; i++) buf[i] = (char)('a' + i % 26);
     buf[sizeof buf - 1] = 0;
     fputs("ready\n", stderr);
-    if (!strcmp(mode, "read") || !strcmp(mode, "lines")) {
+    if (!strcmp(mode, "read") || !strcmp(mode, "lines") || !strcmp(mode, "records")) {
         while (done < n) {
             long got = 0; int c; const char *from = buf;
-            switch (strcmp(mode, "read") ? k++ % 4 : 4) {
+            switch (!strcmp(mode, "read") ? 4 : !strcmp(mode, "records") ? 5 : k++ % 4) {
+            case 5: got = getdelim(&line, &cap, 0, stdin); if (got < 0) got = 0; from = line; break;
             case 0: if (fgets(buf, 100, stdin)) got = (long)strlen(buf); break;
             case 1: got = getline(&line, &cap, stdin); if (got < 0) got = 0; from = line; break;
             case 2: if ((c = getc(stdin)) != EOF) { got = 1; buf[0] = (char)c; } break;
@@ -813,6 +814,10 @@ int main(int argc, char **argv) {
             long left = n - done, put = 0;
             if (!strcmp(mode, "write")) {
                 put = left < 17000 ? left : 17000; fwrite(buf, 1, (size_t)put, stdout);
+                sum = add(sum, buf, put);
+            } else if (!strcmp(mode, "fmt")) {
+                put = left < 300 ? left : 300;
+                if (k++ % 2) printf("%.*s", (int)put, buf); else fprintf(stdout, "%.*s", (int)put, buf);
                 sum = add(sum, buf, put);
             } else switch (k++ % 6) {
             case 0: { long m = left < 57 ? left : 57; char c = buf[m]; buf[m] = 0;

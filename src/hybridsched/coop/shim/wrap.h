@@ -55,6 +55,9 @@ HS_HIDDEN int hs_spin_regardless(int (*done)(void *), void *arg, int64_t ns);
 /* whether a call waiting for `events` on descriptor `fd` would sleep now: not ready, and
    in blocking mode (wrap_io.c) */
 HS_HIDDEN int hs_would_block(int fd, short events);
+/* whether a write of `n` bytes to `fd` may sleep: a pipe without room for them, a socket
+   (wrap_stdio.c) */
+HS_HIDDEN int hs_write_may_sleep(int fd, size_t n);
 
 static inline void *sym(const char *name)
 {

@@ -27,6 +27,27 @@ int hs_would_block(int fd, short events)
         PARKED(type, R(name) args);                                                           \
     } while (0)
 
+/* the same for a write of `n` bytes: a pipe or socket may be writable and still not take
+   them all without sleeping (hs_write_may_sleep) */
+#define BLOCKING_WRITE(type, name, fd, n, skip, args)                                         \
+    do {                                                                                      \
+        if (!hs_enter())                                                                      \
+            return R(name) args;                                                              \
+        if ((skip) || !hs_write_may_sleep(fd, n)) {                                           \
+            hs_exit();                                                                        \
+            return R(name) args;                                                              \
+        }                                                                                     \
+        PARKED(type, R(name) args);                                                           \
+    } while (0)
+
+static size_t iov_bytes(const struct iovec *v, int n)
+{
+    size_t all = 0;
+    for (int i = 0; i < n && v; i++)
+        all = __builtin_add_overflow(all, v[i].iov_len, &all) ? (size_t)-1 : all;
+    return all;
+}
+
 /* --- sleeps, signal waits, polls -------------------------------------------------------- */
 
 REAL(int, nanosleep, (const struct timespec *, struct timespec *));
@@ -235,19 +256,23 @@ HS_EXPORT int accept4(int fd, struct sockaddr *a, socklen_t *al, int fl)
 {
     BLOCKING_IO(int, accept4, fd, POLLIN, fl & SOCK_NONBLOCK, (fd, a, al, fl));
 }
-HS_EXPORT ssize_t write(int fd, const void *b, size_t n) { BLOCKING_IO(ssize_t, write, fd, POLLOUT, 0, (fd, b, n)); }
-HS_EXPORT ssize_t writev(int fd, const struct iovec *v, int n) { BLOCKING_IO(ssize_t, writev, fd, POLLOUT, 0, (fd, v, n)); }
+HS_EXPORT ssize_t write(int fd, const void *b, size_t n) { BLOCKING_WRITE(ssize_t, write, fd, n, 0, (fd, b, n)); }
+HS_EXPORT ssize_t writev(int fd, const struct iovec *v, int n)
+{
+    BLOCKING_WRITE(ssize_t, writev, fd, iov_bytes(v, n), 0, (fd, v, n));
+}
 HS_EXPORT ssize_t send(int fd, const void *b, size_t n, int fl)
 {
-    BLOCKING_IO(ssize_t, send, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, b, n, fl));
+    BLOCKING_WRITE(ssize_t, send, fd, n, fl & MSG_DONTWAIT, (fd, b, n, fl));
 }
 HS_EXPORT ssize_t sendto(int fd, const void *b, size_t n, int fl, const struct sockaddr *a, socklen_t al)
 {
-    BLOCKING_IO(ssize_t, sendto, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, b, n, fl, a, al));
+    BLOCKING_WRITE(ssize_t, sendto, fd, n, fl & MSG_DONTWAIT, (fd, b, n, fl, a, al));
 }
 HS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int fl)
 {
-    BLOCKING_IO(ssize_t, sendmsg, fd, POLLOUT, fl & MSG_DONTWAIT, (fd, m, fl));
+    BLOCKING_WRITE(ssize_t, sendmsg, fd, m ? iov_bytes(m->msg_iov, (int)m->msg_iovlen) : 0,
+                   fl & MSG_DONTWAIT, (fd, m, fl));
 }
 
 REAL(pid_t, wait, (int *));

@@ -12,11 +12,13 @@
    whose bytes fit the buffer and the pipe's room, runs as libc's; one that may sleep on a
    pipe, socket or terminal runs parked, the whole call, as read() and write() do
    (wrap_io.c): libc's own wait then takes signals as it would. Reads and writes of a line
-   or a character, of a string, and fread and fwrite are caught; formatted output (printf
-   and its kin) is not, its length being unknown before: its flush may sleep holding the
-   token (the early look's "asleep" holder, then the watchdog's). Streams that are
-   wide-oriented, without a descriptor, at end of file, in error or not open that way go
-   straight to libc's functions. */
+   or a character, of a string, fread and fwrite, and formatted output (printf, fprintf,
+   their v- and fortified forms) are caught; the last by a guess of its length
+   (FORMAT_GUESS), since it is known only once made: a longer one may still flush on a full
+   pipe holding the token (the early look's "asleep" holder, then the watchdog's), as may a
+   line longer than what has arrived. Streams that are wide-oriented, without a
+   descriptor, at end of file, in error or not open that way go straight to libc's
+   functions; so do dprintf and vdprintf, which write to a descriptor. */
 #include "wrap.h"
 #include <stdio.h>
 #include <sys/ioctl.h>
@@ -35,10 +37,14 @@
 #undef getc
 
 /* glibc's FILE flags (libio, a stable ABI), of which the public header names only some */
+#define HS_IO_UNBUFFERED 0x0002
 #define HS_IO_NO_READS 0x0004
 #define HS_IO_NO_WRITES 0x0008
+#define HS_IO_LINE_BUF 0x0200
 /* the unit a pipe holds its bytes in: its reader's current page is not written to again */
 #define PIPE_PAGE 4096
+
+REAL(int, poll, (struct pollfd *, nfds_t, int));
 
 static size_t buffered(FILE *fp)  /* bytes read ahead into the buffer */
 {
@@ -52,10 +58,17 @@ static size_t pending(FILE *fp)  /* bytes written to the buffer, not yet to the 
                ? (size_t)(fp->_IO_write_ptr - fp->_IO_write_base) : 0;
 }
 
-static size_t write_room(FILE *fp)  /* room left in the write buffer */
+/* Whether `n` bytes written to `fp` (`nl`: with a newline among them) stay in its buffer:
+   a line-buffered stream (a terminal's) keeps its write end at its write pointer, so that
+   every write reaches libc's check for a newline, and goes out at one; an unbuffered one
+   writes everything at once. */
+static int stays_buffered(FILE *fp, size_t n, int nl)
 {
-    return fp->_IO_write_end > fp->_IO_write_ptr ? (size_t)(fp->_IO_write_end - fp->_IO_write_ptr)
-                                                 : 0;
+    if (fp->_flags & HS_IO_UNBUFFERED)
+        return 0;
+    char *end = fp->_flags & HS_IO_LINE_BUF ? fp->_IO_buf_end : fp->_IO_write_end;
+    return !((fp->_flags & HS_IO_LINE_BUF) && nl) && fp->_IO_write_ptr < end
+           && n < (size_t)(end - fp->_IO_write_ptr);
 }
 
 /* the stream's descriptor where it may sleep on it for `events`, else -1 */
@@ -65,13 +78,20 @@ static int caught_fd(FILE *fp, short events)
     return fp->_mode > 0 || (fp->_flags & (no | _IO_ERR_SEEN)) ? -1 : fp->_fileno;
 }
 
-/* whether `fd` is a file or block device, where a read or write never waits for a peer */
-static int on_storage(int fd)
+/* the kind of file `fd` is (S_IFMT bits), 0 where fstat fails */
+static unsigned kind(int fd)
 {
     struct stat st;
     int e = errno, ok = fstat(fd, &st) == 0;
     errno = e;
-    return ok && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+    return ok ? st.st_mode & S_IFMT : 0;
+}
+
+/* a file or block device: a read or write there never waits for a peer */
+static int on_storage(int fd)
+{
+    unsigned k = kind(fd);
+    return k == S_IFREG || k == S_IFBLK;
 }
 
 /* the bytes `fd` holds to read now; -1 where it cannot say */
@@ -102,53 +122,96 @@ static int nonblocking(int fd)
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
-/* Whether a read of `want` bytes past the buffer's (0: up to a newline it does not hold)
-   may sleep: not where the descriptor holds them, nor on storage, nor non-blocking. What a
-   pipe holds cannot be searched for a newline: a line read parks once a buffer. */
+/* Whether a read of `want` bytes past the buffer's (0: up to a delimiter the buffer does not
+   hold) may sleep: not where the descriptor holds them (for a delimiter, anything: a
+   writer's buffer goes out in whole lines mostly, and what a pipe holds cannot be searched,
+   so a record longer than what has arrived may still sleep inside, holding the token),
+   nor on storage, nor where it is non-blocking. */
 static int read_may_sleep(int fd, size_t want)
 {
-    long n = want ? unread(fd) : -1;
-    if (n >= 0 && (size_t)n >= want)
-        return 0;
-    return !on_storage(fd) && !nonblocking(fd);
+    long n = unread(fd);
+    if (n < 0)  /* a device FIONREAD knows nothing of (/dev/null): whether it is ready */
+        return !on_storage(fd) && hs_would_block(fd, POLLIN);
+    return (size_t)n < (want ? want : 1) && !on_storage(fd) && !nonblocking(fd);
 }
 
-/* Whether writing `need` bytes the buffer cannot take may sleep: not where the pipe has
-   room for them and what is buffered, nor on storage, nor where a non-pipe is ready. */
+/* whether `fd` cannot take a write now (a pipe: not a page free) */
+static int unwritable(int fd)
+{
+    struct pollfd p = {fd, POLLOUT, 0};
+    int e = errno, ready = R(poll)(&p, 1, 0) > 0;
+    errno = e;
+    return !ready;
+}
+
+/* Whether writing `n` bytes to `fd` may sleep. Up to a page: only where the descriptor is
+   not writable now (a pipe's free page takes it; a non-blocking descriptor that is not
+   writable gets EAGAIN, parked for nothing). More: where a pipe has no room for them (poll
+   says "writable" at one free page: cat's 128 KiB writes slept holding the token), a
+   socket (poll's "writable" is some room, not this much), or anything else not writable
+   now; never on storage. Also write(), writev() and send*() (wrap_io.c). */
+int hs_write_may_sleep(int fd, size_t n)
+{
+    if (n <= PIPE_PAGE)
+        return unwritable(fd);
+    long room = pipe_room(fd);
+    if (room >= 0)
+        return (size_t)room < n && !nonblocking(fd);
+    unsigned k = kind(fd);
+    if (k == S_IFREG || k == S_IFBLK)
+        return 0;
+    return (k == S_IFSOCK && !nonblocking(fd)) || unwritable(fd);
+}
+
+/* whether writing out what `fp` holds and `need` bytes more may sleep */
 static int write_may_sleep(FILE *fp, int fd, size_t need)
 {
-    long room = pipe_room(fd);
     size_t all;
-    if (room >= 0)
-        return (__builtin_add_overflow(pending(fp), need, &all) || (size_t)room < all)
-               && !nonblocking(fd);
-    return !on_storage(fd) && hs_would_block(fd, POLLOUT);
+    return hs_write_may_sleep(fd, __builtin_add_overflow(pending(fp), need, &all) ? (size_t)-1
+                                                                                   : all);
 }
 
-/* `call` as libc's, given up the token around it where it may sleep (`sleeps`) */
-#define CAUGHT(type, sleeps, call)                                                            \
+/* `call` as libc's, given up the token around it where it may sleep (`sleeps`, looked at
+   with the stream's lock held where `lock`: another thread may change it) or where another
+   thread holds that lock (the call waits for it: a thread that held it parked in a write
+   needs a token back before it lets it go). The _unlocked forms leave the lock to their
+   caller, as libc does. */
+#define CAUGHT_ON(type, fp, lock, sleeps, call)                                               \
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return call;                                                                      \
-        if (sleeps)                                                                           \
-            PARKED(type, call);                                                               \
+        int mine_ = (lock) && ftrylockfile(fp) == 0;                                          \
+        int park_ = ((lock) && !mine_) || (sleeps);                                           \
+        if (park_)                                                                            \
+            hs_park();                                                                        \
+        type r_ = (call);                                                                     \
+        int e_ = errno;                                                                       \
+        if (park_)                                                                            \
+            hs_resume();                                                                      \
+        if (mine_)                                                                            \
+            funlockfile(fp);                                                                  \
         hs_exit();                                                                            \
-        return call;                                                                          \
+        errno = e_;                                                                           \
+        return r_;                                                                            \
     } while (0)
+#define CAUGHT(type, fp, sleeps, call) CAUGHT_ON(type, fp, 1, sleeps, call)
+#define CAUGHT_UNLOCKED(type, fp, sleeps, call) CAUGHT_ON(type, fp, 0, sleeps, call)
 
 /* --- reads --------------------------------------------------------------------------------- */
 
-/* a read of `want` bytes (0: a line, up to a newline) from `fp` may sleep */
-static int reads_may_sleep(FILE *fp, size_t want)
+/* a read from `fp` of `want` bytes, or (`delim` >= 0) of bytes up to `delim`, may sleep */
+static int reads_may_sleep(FILE *fp, size_t want, int delim)
 {
     int fd = caught_fd(fp, POLLIN);
     if (fd < 0)
         return 0;
     size_t have = buffered(fp);
-    if (want ? have >= want : have && memchr(fp->_IO_read_ptr, '\n', have))
+    if (delim >= 0 ? have && memchr(fp->_IO_read_ptr, delim, have) : have >= want)
         return 0;
-    return read_may_sleep(fd, want ? want - have : 0);
+    return read_may_sleep(fd, delim >= 0 ? 0 : want - have);
 }
+#define BYTES(fp, n) reads_may_sleep(fp, n, -1)
+#define UP_TO(fp, delim) reads_may_sleep(fp, 0, delim)
 
 static size_t bytes_of(size_t size, size_t count)
 {
@@ -175,61 +238,66 @@ REAL(int, __underflow, (FILE *));
 
 HS_EXPORT size_t fread(void *to, size_t size, size_t count, FILE *fp)
 {
-    CAUGHT(size_t, reads_may_sleep(fp, bytes_of(size, count)), R(fread)(to, size, count, fp));
+    CAUGHT(size_t, fp, BYTES(fp, bytes_of(size, count)), R(fread)(to, size, count, fp));
 }
 HS_EXPORT size_t fread_unlocked(void *to, size_t size, size_t count, FILE *fp)
 {
-    CAUGHT(size_t, reads_may_sleep(fp, bytes_of(size, count)),
-           R(fread_unlocked)(to, size, count, fp));
+    CAUGHT_UNLOCKED(size_t, fp, BYTES(fp, bytes_of(size, count)),
+                    R(fread_unlocked)(to, size, count, fp));
 }
 HS_EXPORT char *fgets(char *s, int n, FILE *fp)
 {
-    CAUGHT(char *, reads_may_sleep(fp, 0), R(fgets)(s, n, fp));
+    CAUGHT(char *, fp, n > 1 && UP_TO(fp, '\n'), R(fgets)(s, n, fp));
 }
 HS_EXPORT char *fgets_unlocked(char *s, int n, FILE *fp)
 {
-    CAUGHT(char *, reads_may_sleep(fp, 0), R(fgets_unlocked)(s, n, fp));
+    CAUGHT_UNLOCKED(char *, fp, n > 1 && UP_TO(fp, '\n'), R(fgets_unlocked)(s, n, fp));
 }
 HS_EXPORT ssize_t getline(char **line, size_t *n, FILE *fp)
 {
-    CAUGHT(ssize_t, reads_may_sleep(fp, 0), R(getline)(line, n, fp));
+    CAUGHT(ssize_t, fp, UP_TO(fp, '\n'), R(getline)(line, n, fp));
 }
-/* a delimiter other than a newline: waits parked where the buffer is empty */
 HS_EXPORT ssize_t getdelim(char **line, size_t *n, int delim, FILE *fp)
 {
-    CAUGHT(ssize_t, reads_may_sleep(fp, delim == '\n' ? 0 : 1),
-           R(getdelim)(line, n, delim, fp));
+    CAUGHT(ssize_t, fp, UP_TO(fp, (unsigned char)delim), R(getdelim)(line, n, delim, fp));
 }
 HS_EXPORT ssize_t __getdelim(char **line, size_t *n, int delim, FILE *fp)
 {
-    CAUGHT(ssize_t, reads_may_sleep(fp, delim == '\n' ? 0 : 1),
-           R(__getdelim)(line, n, delim, fp));
+    CAUGHT(ssize_t, fp, UP_TO(fp, (unsigned char)delim), R(__getdelim)(line, n, delim, fp));
 }
-HS_EXPORT int fgetc(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(fgetc)(fp)); }
-HS_EXPORT int getc(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(getc)(fp)); }
-HS_EXPORT int _IO_getc(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(_IO_getc)(fp)); }
+HS_EXPORT int fgetc(FILE *fp) { CAUGHT(int, fp, BYTES(fp, 1), R(fgetc)(fp)); }
+HS_EXPORT int getc(FILE *fp) { CAUGHT(int, fp, BYTES(fp, 1), R(getc)(fp)); }
+HS_EXPORT int _IO_getc(FILE *fp) { CAUGHT(int, fp, BYTES(fp, 1), R(_IO_getc)(fp)); }
 HS_EXPORT int fgetc_unlocked(FILE *fp)
 {
-    CAUGHT(int, reads_may_sleep(fp, 1), R(fgetc_unlocked)(fp));
+    CAUGHT_UNLOCKED(int, fp, BYTES(fp, 1), R(fgetc_unlocked)(fp));
 }
-HS_EXPORT int getc_unlocked(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(getc_unlocked)(fp)); }
-HS_EXPORT int getchar(void) { CAUGHT(int, reads_may_sleep(stdin, 1), R(getchar)()); }
+HS_EXPORT int getc_unlocked(FILE *fp)
+{
+    CAUGHT_UNLOCKED(int, fp, BYTES(fp, 1), R(getc_unlocked)(fp));
+}
+HS_EXPORT int getchar(void) { CAUGHT(int, stdin, BYTES(stdin, 1), R(getchar)()); }
 HS_EXPORT int getchar_unlocked(void)
 {
-    CAUGHT(int, reads_may_sleep(stdin, 1), R(getchar_unlocked)());
+    CAUGHT_UNLOCKED(int, stdin, BYTES(stdin, 1), R(getchar_unlocked)());
 }
 /* what getc_unlocked's inline form (a macro of stdio.h) calls once the buffer is empty */
-HS_EXPORT int __uflow(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(__uflow)(fp)); }
-HS_EXPORT int __underflow(FILE *fp) { CAUGHT(int, reads_may_sleep(fp, 1), R(__underflow)(fp)); }
+HS_EXPORT int __uflow(FILE *fp) { CAUGHT_UNLOCKED(int, fp, BYTES(fp, 1), R(__uflow)(fp)); }
+HS_EXPORT int __underflow(FILE *fp) { CAUGHT_UNLOCKED(int, fp, BYTES(fp, 1), R(__underflow)(fp)); }
 
 /* --- writes -------------------------------------------------------------------------------- */
 
-/* a write of `need` bytes to `fp` may sleep */
-static int writes_may_sleep(FILE *fp, size_t need)
+/* a write of `n` bytes to `fp` (`nl`: a newline among them) may sleep */
+static int writes_may_sleep(FILE *fp, size_t n, int nl)
 {
     int fd = caught_fd(fp, POLLOUT);
-    return fd >= 0 && need >= write_room(fp) && write_may_sleep(fp, fd, need);
+    return fd >= 0 && !stays_buffered(fp, n, nl) && write_may_sleep(fp, fd, n);
 }
+#define CHAR(fp, c) writes_may_sleep(fp, 1, (c) == '\n')
+#define TEXT(fp, s, extra_nl) writes_may_sleep(fp, strlen(s) + (extra_nl), \
+                                               (extra_nl) || strchr(s, '\n') != NULL)
+#define DATA(fp, p, n) writes_may_sleep(fp, n, ((fp)->_flags & HS_IO_LINE_BUF) \
+                                               && memchr(p, '\n', n) != NULL)
 
 /* a flush of what `fp` holds may sleep */
 static int flush_may_sleep(FILE *fp)
@@ -253,53 +321,114 @@ REAL(int, putchar_unlocked, (int));
 REAL(int, __overflow, (FILE *, int));
 REAL(int, fflush, (FILE *));
 REAL(int, fflush_unlocked, (FILE *));
+REAL(int, fclose, (FILE *));
 
 HS_EXPORT size_t fwrite(const void *from, size_t size, size_t count, FILE *fp)
 {
-    CAUGHT(size_t, writes_may_sleep(fp, bytes_of(size, count)), R(fwrite)(from, size, count, fp));
+    size_t n = bytes_of(size, count);
+    CAUGHT(size_t, fp, n && DATA(fp, from, n), R(fwrite)(from, size, count, fp));
 }
 HS_EXPORT size_t fwrite_unlocked(const void *from, size_t size, size_t count, FILE *fp)
 {
-    CAUGHT(size_t, writes_may_sleep(fp, bytes_of(size, count)),
-           R(fwrite_unlocked)(from, size, count, fp));
+    size_t n = bytes_of(size, count);
+    CAUGHT_UNLOCKED(size_t, fp, n && DATA(fp, from, n), R(fwrite_unlocked)(from, size, count, fp));
 }
-HS_EXPORT int fputs(const char *s, FILE *fp)
-{
-    CAUGHT(int, writes_may_sleep(fp, strlen(s)), R(fputs)(s, fp));
-}
+HS_EXPORT int fputs(const char *s, FILE *fp) { CAUGHT(int, fp, TEXT(fp, s, 0), R(fputs)(s, fp)); }
 HS_EXPORT int fputs_unlocked(const char *s, FILE *fp)
 {
-    CAUGHT(int, writes_may_sleep(fp, strlen(s)), R(fputs_unlocked)(s, fp));
+    CAUGHT_UNLOCKED(int, fp, TEXT(fp, s, 0), R(fputs_unlocked)(s, fp));
 }
-HS_EXPORT int puts(const char *s) { CAUGHT(int, writes_may_sleep(stdout, strlen(s) + 1), R(puts)(s)); }
-HS_EXPORT int fputc(int c, FILE *fp) { CAUGHT(int, writes_may_sleep(fp, 1), R(fputc)(c, fp)); }
-HS_EXPORT int putc(int c, FILE *fp) { CAUGHT(int, writes_may_sleep(fp, 1), R(putc)(c, fp)); }
-HS_EXPORT int _IO_putc(int c, FILE *fp) { CAUGHT(int, writes_may_sleep(fp, 1), R(_IO_putc)(c, fp)); }
-HS_EXPORT int putchar(int c) { CAUGHT(int, writes_may_sleep(stdout, 1), R(putchar)(c)); }
+HS_EXPORT int puts(const char *s) { CAUGHT(int, stdout, TEXT(stdout, s, 1), R(puts)(s)); }
+HS_EXPORT int fputc(int c, FILE *fp) { CAUGHT(int, fp, CHAR(fp, c), R(fputc)(c, fp)); }
+HS_EXPORT int putc(int c, FILE *fp) { CAUGHT(int, fp, CHAR(fp, c), R(putc)(c, fp)); }
+HS_EXPORT int _IO_putc(int c, FILE *fp) { CAUGHT(int, fp, CHAR(fp, c), R(_IO_putc)(c, fp)); }
+HS_EXPORT int putchar(int c) { CAUGHT(int, stdout, CHAR(stdout, c), R(putchar)(c)); }
 HS_EXPORT int fputc_unlocked(int c, FILE *fp)
 {
-    CAUGHT(int, writes_may_sleep(fp, 1), R(fputc_unlocked)(c, fp));
+    CAUGHT_UNLOCKED(int, fp, CHAR(fp, c), R(fputc_unlocked)(c, fp));
 }
 HS_EXPORT int putc_unlocked(int c, FILE *fp)
 {
-    CAUGHT(int, writes_may_sleep(fp, 1), R(putc_unlocked)(c, fp));
+    CAUGHT_UNLOCKED(int, fp, CHAR(fp, c), R(putc_unlocked)(c, fp));
 }
 HS_EXPORT int putchar_unlocked(int c)
 {
-    CAUGHT(int, writes_may_sleep(stdout, 1), R(putchar_unlocked)(c));
+    CAUGHT_UNLOCKED(int, stdout, CHAR(stdout, c), R(putchar_unlocked)(c));
 }
 /* what putc_unlocked's inline form calls once the buffer is full */
-HS_EXPORT int __overflow(FILE *fp, int c) { CAUGHT(int, writes_may_sleep(fp, 1), R(__overflow)(fp, c)); }
+HS_EXPORT int __overflow(FILE *fp, int c)
+{
+    CAUGHT_UNLOCKED(int, fp, CHAR(fp, c), R(__overflow)(fp, c));
+}
 /* a stream's buffered bytes all go out (NULL, every stream's: not caught) */
 HS_EXPORT int fflush(FILE *fp)
 {
     if (!fp)
         return R(fflush)(fp);
-    CAUGHT(int, flush_may_sleep(fp), R(fflush)(fp));
+    CAUGHT(int, fp, flush_may_sleep(fp), R(fflush)(fp));
 }
 HS_EXPORT int fflush_unlocked(FILE *fp)
 {
     if (!fp)
         return R(fflush_unlocked)(fp);
-    CAUGHT(int, flush_may_sleep(fp), R(fflush_unlocked)(fp));
+    CAUGHT_UNLOCKED(int, fp, flush_may_sleep(fp), R(fflush_unlocked)(fp));
+}
+/* its flush (the stream is gone after it: no lock of ours to give back) */
+HS_EXPORT int fclose(FILE *fp) { CAUGHT_UNLOCKED(int, fp, flush_may_sleep(fp), R(fclose)(fp)); }
+
+/* --- formatted output ---------------------------------------------------------------------- */
+
+/* The length of a formatted write is known only once it is made: one whose buffer has this
+   much room left is taken to fit it (most are a line or less); one that has less runs
+   parked where the pipe cannot take what is buffered and this much more. Larger makes more
+   of them wait for the pipe's room (a park, and a hand-off where others wait); smaller
+   lets more longer ones flush on a full pipe holding the token. */
+#define FORMAT_GUESS 512
+
+static int formats_may_sleep(FILE *fp)
+{
+    int fd = caught_fd(fp, POLLOUT);
+    return fd >= 0 && !stays_buffered(fp, FORMAT_GUESS, 0)
+           && write_may_sleep(fp, fd, FORMAT_GUESS);
+}
+
+REAL(int, vfprintf, (FILE *, const char *, va_list));
+REAL(int, __vfprintf_chk, (FILE *, int, const char *, va_list));
+
+HS_EXPORT int vfprintf(FILE *fp, const char *f, va_list ap)
+{
+    CAUGHT(int, fp, formats_may_sleep(fp), R(vfprintf)(fp, f, ap));
+}
+HS_EXPORT int vprintf(const char *f, va_list ap)
+{
+    CAUGHT(int, stdout, formats_may_sleep(stdout), R(vfprintf)(stdout, f, ap));
+}
+HS_EXPORT int __vfprintf_chk(FILE *fp, int flag, const char *f, va_list ap)
+{
+    CAUGHT(int, fp, formats_may_sleep(fp), R(__vfprintf_chk)(fp, flag, f, ap));
+}
+HS_EXPORT int __vprintf_chk(int flag, const char *f, va_list ap)
+{
+    CAUGHT(int, stdout, formats_may_sleep(stdout), R(__vfprintf_chk)(stdout, flag, f, ap));
+}
+
+/* the variadic forms, by way of the va_list ones (as libc's own are) */
+#define FORMATTED(fp, call_ap)                                                                \
+    do {                                                                                      \
+        va_list ap;                                                                           \
+        va_start(ap, f);                                                                      \
+        int r = call_ap;                                                                      \
+        va_end(ap);                                                                           \
+        return r;                                                                             \
+    } while (0)
+
+HS_EXPORT int fprintf(FILE *fp, const char *f, ...) { FORMATTED(fp, vfprintf(fp, f, ap)); }
+HS_EXPORT int printf(const char *f, ...) { FORMATTED(stdout, vfprintf(stdout, f, ap)); }
+HS_EXPORT int __fprintf_chk(FILE *fp, int flag, const char *f, ...)
+{
+    FORMATTED(fp, __vfprintf_chk(fp, flag, f, ap));
+}
+HS_EXPORT int __printf_chk(int flag, const char *f, ...)
+{
+    FORMATTED(stdout, __vfprintf_chk(stdout, flag, f, ap));
 }
