@@ -52,6 +52,10 @@ HS_HIDDEN int hs_spin_regardless(int (*done)(void *), void *arg, int64_t ns);
 /* how long a spin for a lock lasts before the waiter looks again: its trade-off is
    explained in wrap_locks.c, before hs_take_with_token */
 #define LOCK_SPIN_NS 10000
+/* whether descriptor `fd` is ready for `events` now, and whether it is in non-blocking
+   mode; both keep errno (wrap_io.c) */
+HS_HIDDEN int hs_ready(int fd, short events);
+HS_HIDDEN int hs_nonblocking(int fd);
 /* whether a call waiting for `events` on descriptor `fd` would sleep now: not ready, and
    in blocking mode (wrap_io.c) */
 HS_HIDDEN int hs_would_block(int fd, short events);
@@ -108,6 +112,19 @@ static inline void *sym(const char *name)
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return call;                                                                      \
+        PARKED(type, call);                                                                   \
+    } while (0)
+
+/* the same where `sleeps` (looked at inside the shim) says the call may sleep; else
+   `call` straight through, keeping the token */
+#define ENTER_PARKED_IF(type, sleeps, call)                                                   \
+    do {                                                                                      \
+        if (!hs_enter())                                                                      \
+            return call;                                                                      \
+        if (!(sleeps)) {                                                                      \
+            hs_exit();                                                                        \
+            return call;                                                                      \
+        }                                                                                     \
         PARKED(type, call);                                                                   \
     } while (0)
 

@@ -6,39 +6,34 @@
 REAL(int, poll, (struct pollfd *, nfds_t, int));
 REAL(ssize_t, read, (int, void *, size_t));
 
+int hs_ready(int fd, short events)
+{
+    struct pollfd p = {fd, events, 0};
+    int e = errno, ready = R(poll)(&p, 1, 0) > 0;
+    errno = e;
+    return ready;
+}
+
+int hs_nonblocking(int fd)
+{
+    int e = errno, fl = fcntl(fd, F_GETFL);
+    errno = e;
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
 /* a descriptor that is not ready, in blocking mode: the call would sleep */
 int hs_would_block(int fd, short events)
 {
-    struct pollfd p = {fd, events, 0};
-    int e = errno;
-    int blocks = R(poll)(&p, 1, 0) == 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK);
-    errno = e;
-    return blocks;
+    return !hs_ready(fd, events) && !hs_nonblocking(fd);
 }
 
+/* `name` parked where it would sleep: its descriptor not ready (a read, an accept), or
+   (BLOCKING_WRITE) unable to take all `n` bytes (hs_write_may_sleep: a pipe or socket may
+   be writable and still not take them all without sleeping) */
 #define BLOCKING_IO(type, name, fd, events, skip, args)                                      \
-    do {                                                                                      \
-        if (!hs_enter())                                                                      \
-            return R(name) args;                                                              \
-        if ((skip) || !hs_would_block(fd, events)) {                                          \
-            hs_exit();                                                                        \
-            return R(name) args;                                                              \
-        }                                                                                     \
-        PARKED(type, R(name) args);                                                           \
-    } while (0)
-
-/* the same for a write of `n` bytes: a pipe or socket may be writable and still not take
-   them all without sleeping (hs_write_may_sleep) */
+    ENTER_PARKED_IF(type, !(skip) && hs_would_block(fd, events), R(name) args)
 #define BLOCKING_WRITE(type, name, fd, n, skip, args)                                         \
-    do {                                                                                      \
-        if (!hs_enter())                                                                      \
-            return R(name) args;                                                              \
-        if ((skip) || !hs_write_may_sleep(fd, n)) {                                           \
-            hs_exit();                                                                        \
-            return R(name) args;                                                              \
-        }                                                                                     \
-        PARKED(type, R(name) args);                                                           \
-    } while (0)
+    ENTER_PARKED_IF(type, !(skip) && hs_write_may_sleep(fd, n), R(name) args)
 
 static size_t iov_bytes(const struct iovec *v, int n)
 {

@@ -44,8 +44,6 @@
 /* the unit a pipe holds its bytes in: its reader's current page is not written to again */
 #define PIPE_PAGE 4096
 
-REAL(int, poll, (struct pollfd *, nfds_t, int));
-
 static size_t buffered(FILE *fp)  /* bytes read ahead into the buffer */
 {
     return fp->_IO_read_ptr < fp->_IO_read_end ? (size_t)(fp->_IO_read_end - fp->_IO_read_ptr)
@@ -115,13 +113,6 @@ static long pipe_room(int fd)
     return room > 0 ? room : 0;
 }
 
-static int nonblocking(int fd)
-{
-    int e = errno, fl = fcntl(fd, F_GETFL);
-    errno = e;
-    return fl >= 0 && (fl & O_NONBLOCK);
-}
-
 /* Whether a read of `want` bytes past the buffer's (0: up to a delimiter the buffer does not
    hold) may sleep: not where the descriptor holds them (for a delimiter, anything: a
    writer's buffer goes out in whole lines mostly, and what a pipe holds cannot be searched,
@@ -132,16 +123,7 @@ static int read_may_sleep(int fd, size_t want)
     long n = unread(fd);
     if (n < 0)  /* a device FIONREAD knows nothing of (/dev/null): whether it is ready */
         return !on_storage(fd) && hs_would_block(fd, POLLIN);
-    return (size_t)n < (want ? want : 1) && !on_storage(fd) && !nonblocking(fd);
-}
-
-/* whether `fd` cannot take a write now (a pipe: not a page free) */
-static int unwritable(int fd)
-{
-    struct pollfd p = {fd, POLLOUT, 0};
-    int e = errno, ready = R(poll)(&p, 1, 0) > 0;
-    errno = e;
-    return !ready;
+    return (size_t)n < (want ? want : 1) && !on_storage(fd) && !hs_nonblocking(fd);
 }
 
 /* Whether writing `n` bytes to `fd` may sleep. Up to a page: only where the descriptor is
@@ -153,14 +135,14 @@ static int unwritable(int fd)
 int hs_write_may_sleep(int fd, size_t n)
 {
     if (n <= PIPE_PAGE)
-        return unwritable(fd);
+        return !hs_ready(fd, POLLOUT);
     long room = pipe_room(fd);
     if (room >= 0)
-        return (size_t)room < n && !nonblocking(fd);
+        return (size_t)room < n && !hs_nonblocking(fd);
     unsigned k = kind(fd);
     if (k == S_IFREG || k == S_IFBLK)
         return 0;
-    return (k == S_IFSOCK && !nonblocking(fd)) || unwritable(fd);
+    return (k == S_IFSOCK && !hs_nonblocking(fd)) || !hs_ready(fd, POLLOUT);
 }
 
 /* whether writing out what `fp` holds and `need` bytes more may sleep */
@@ -172,16 +154,16 @@ static int write_may_sleep(FILE *fp, int fd, size_t need)
 }
 
 /* `call` as libc's, given up the token around it where it may sleep (`sleeps`, looked at
-   with the stream's lock held where `lock`: another thread may change it) or where another
-   thread holds that lock (the call waits for it: a thread that held it parked in a write
-   needs a token back before it lets it go). The _unlocked forms leave the lock to their
-   caller, as libc does. */
-#define CAUGHT_ON(type, fp, lock, sleeps, call)                                               \
+   with the stream's lock held: another thread may change it) or where another thread holds
+   that lock (the call waits for it: a thread that held it parked in a write needs a token
+   back before it lets it go). The _unlocked forms leave the lock to their caller, as libc
+   does (ENTER_PARKED_IF). */
+#define CAUGHT(type, fp, sleeps, call)                                                        \
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return call;                                                                      \
-        int mine_ = (lock) && ftrylockfile(fp) == 0;                                          \
-        int park_ = ((lock) && !mine_) || (sleeps);                                           \
+        int mine_ = ftrylockfile(fp) == 0;                                                    \
+        int park_ = !mine_ || (sleeps);                                                       \
         if (park_)                                                                            \
             hs_park();                                                                        \
         type r_ = (call);                                                                     \
@@ -194,8 +176,7 @@ static int write_may_sleep(FILE *fp, int fd, size_t need)
         errno = e_;                                                                           \
         return r_;                                                                            \
     } while (0)
-#define CAUGHT(type, fp, sleeps, call) CAUGHT_ON(type, fp, 1, sleeps, call)
-#define CAUGHT_UNLOCKED(type, fp, sleeps, call) CAUGHT_ON(type, fp, 0, sleeps, call)
+#define CAUGHT_UNLOCKED(type, fp, sleeps, call) ENTER_PARKED_IF(type, sleeps, call)
 
 /* --- reads --------------------------------------------------------------------------------- */
 
