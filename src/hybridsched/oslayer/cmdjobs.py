@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import select
 import signal
 import sys
 import tempfile
@@ -231,24 +230,33 @@ class CommandJobs:
     def wait_ready(self) -> None:
         """Until every job's waiter waits at the gate; ResourceError if one ended before."""
         waiting = set(range(len(self.pids)))
-        while waiting:
-            poll = select.poll()
-            for fd in (self._ready_r, *(self.pidfds[j] for j in waiting)):
-                poll.register(fd, select.POLLIN)
-            poll.poll()
-            while readable(self._ready_r):  # each waiter's one write: never split
-                said = os.read(self._ready_r, execgate.READY.size)
-                if not said:  # every waiter has said it, or ended
-                    break
-                job, cpu, nivcsw = execgate.READY.unpack(said)
-                self._waiter_use[job] = (cpu, nivcsw)
-                waiting.discard(job)
-            for j in sorted(waiting):
-                if readable(self.pidfds[j]):  # ended without a word: its child or waiter failed
-                    self._finish(j)
-                    text = self.output(j)[1].strip().splitlines()
-                    raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
-                                        f"before the start: {text[-1] if text else 'no message'}")
+        events = EventLoop()
+        # added first, so handled first in a round: a waiter that said it and then died
+        # is seen ready before its pidfd is looked at
+        events.add(self._ready_r, partial(self._said_ready, events, waiting))
+        for j in waiting:
+            events.add(self.pidfds[j], partial(self._ended_early, waiting, j))
+        events.run(waiting)
+
+    def _said_ready(self, events: EventLoop, waiting: set[int], fd: int) -> None:
+        while readable(fd):  # each waiter's one write: never split
+            said = os.read(fd, execgate.READY.size)
+            if not said:  # every waiter has said it, or ended: their pidfds tell which
+                events.discard(fd)
+                return
+            job, cpu, nivcsw = execgate.READY.unpack(said)
+            self._waiter_use[job] = (cpu, nivcsw)
+            waiting.discard(job)
+            events.discard(self.pidfds[job])
+
+    def _ended_early(self, waiting: set[int], j: int, fd: int) -> None:
+        """Job j ended without a word: its child or its waiter failed."""
+        if j not in waiting:
+            return
+        self._finish(j)
+        text = self.output(j)[1].strip().splitlines()
+        raise ResourceError(f"colocate: job {j} ({self.launches[j].argv[0]}) ended "
+                            f"before the start: {text[-1] if text else 'no message'}")
 
     def open_gate(self) -> float:
         """Let every job exec at once; returns the common start time."""
