@@ -51,8 +51,8 @@ def test_fread_and_fwrite_through_a_pipe_pass_every_byte_and_never_sleep_holding
 
 def test_lines_and_characters_through_a_pipe_pass_every_byte(seg, shim_lib, tmp_path):
     """fgets, getline, getc, getchar and fputs, putc, fputc, putchar, puts, printf and
-    fprintf, each way round with fread and fwrite. (A line longer than what has arrived may still sleep inside
-    libc holding the token: the watchdog's to take; no count asserted.)"""
+    fprintf, each way round with fread and fwrite. (A line longer than what has arrived may
+    still sleep inside libc holding the token: the watchdog's to take; no count asserted.)"""
     exe = build("stdio", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as job:
         for writer, reader in (("put", "lines"), ("write", "lines"), ("put", "read"),
@@ -64,22 +64,38 @@ def _asleep(pid: int) -> bool:
     return thread_state(pid, pid) == "S"
 
 
-def test_a_reader_waiting_in_fread_lets_another_job_have_the_token(seg, shim_lib, tmp_path):
-    exe = build("stdio", tmp_path)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as reader, \
+def _said_ready(p: subprocess.Popen) -> None:
+    assert p.stderr.readline() == b"ready\n"
+
+
+def _while_asleep(seg, argv, what: str, finish, start=_said_ready, **popen):
+    """``argv`` run as a job of a one-token arbiter; once ``start(p)`` has returned and it is
+    asleep (``what``), a command of another job (``true``) needs the token, then
+    ``finish(p)`` ends its input and output. (finish's result, the other command's status,
+    ``argv``'s status, its job's counters)."""
+    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as job, \
             ShimJob(a) as other:
-        pr = subprocess.Popen([exe, "read", "5"], env=environ(reader), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(argv, env=environ(job), **popen)
         try:
-            assert pr.stderr.readline() == b"ready\n"
-            wait_until(lambda: _asleep(pr.pid), what="the reader asleep in fread")
+            start(p)
+            wait_until(lambda: _asleep(p.pid), what=what)
             done = subprocess.run(["true"], env=environ(other), timeout=120)
-            out = pr.communicate(b"hello", timeout=120)[0].decode()
+            result = finish(p)
+            p.wait(timeout=120)
         finally:
-            pr.kill()
-            pr.wait()
-        counts = reader.counters()
-    assert done.returncode == 0 and pr.returncode == 0
+            p.kill()
+            p.wait()
+        return result, done.returncode, p.returncode, job.counters()
+
+
+PIPES = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_a_reader_waiting_in_fread_lets_another_job_have_the_token(seg, shim_lib, tmp_path):
+    out, other, status, counts = _while_asleep(
+        seg, [build("stdio", tmp_path), "read", "5"], "the reader asleep in fread",
+        lambda p: p.communicate(b"hello", timeout=120)[0].decode(), **PIPES)
+    assert other == 0 and status == 0
     assert out == f"read 5 sum {sum(b'hello')}\n"
     assert counts.revoked == 0, counts  # it had given its token up: nothing to take
 
@@ -88,43 +104,21 @@ def test_a_reader_waiting_in_fread_lets_another_job_have_the_token(seg, shim_lib
 def test_a_writer_waiting_on_a_full_pipe_lets_another_job_have_the_token(
         seg, shim_lib, tmp_path, mode):
     """fwrite, and printf and fprintf (formatted: their length is guessed, 512 bytes)."""
-    exe = build("stdio", tmp_path)
     n = 400_000  # several pipes full
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as writer, \
-            ShimJob(a) as other:
-        pw = subprocess.Popen([exe, mode, str(n)], env=environ(writer),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert pw.stderr.readline() == b"ready\n"
-            wait_until(lambda: _asleep(pw.pid), what="the writer asleep on the full pipe")
-            done = subprocess.run(["true"], env=environ(other), timeout=120)
-            out, err = pw.communicate(timeout=120)
-        finally:
-            pw.kill()
-            pw.wait()
-        counts = writer.counters()
-    assert done.returncode == 0 and pw.returncode == 0
+    (out, err), other, status, counts = _while_asleep(
+        seg, [build("stdio", tmp_path), mode, str(n)], "the writer asleep on the full pipe",
+        lambda p: p.communicate(timeout=120), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert other == 0 and status == 0
     assert len(out) == n and f"sum {sum(out)}" in err.decode()
     assert counts.revoked == 0, counts
 
 
 def test_a_line_reader_waiting_for_its_first_line_lets_another_job_have_the_token(
         seg, shim_lib, tmp_path):
-    exe = build("stdio", tmp_path)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as reader, \
-            ShimJob(a) as other:
-        pr = subprocess.Popen([exe, "lines", "6"], env=environ(reader), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert pr.stderr.readline() == b"ready\n"
-            wait_until(lambda: _asleep(pr.pid), what="the reader asleep before fgets")
-            done = subprocess.run(["true"], env=environ(other), timeout=120)
-            out = pr.communicate(b"hello\n", timeout=120)[0].decode()
-        finally:
-            pr.kill()
-            pr.wait()
-        counts = reader.counters()
-    assert done.returncode == 0 and pr.returncode == 0
+    out, other, status, counts = _while_asleep(
+        seg, [build("stdio", tmp_path), "lines", "6"], "the reader asleep before fgets",
+        lambda p: p.communicate(b"hello\n", timeout=120)[0].decode(), **PIPES)
+    assert other == 0 and status == 0
     assert out == "read 6 sum %d\n" % sum(b"hello\n")
     assert counts.revoked == 0, counts
 
@@ -132,23 +126,15 @@ def test_a_line_reader_waiting_for_its_first_line_lets_another_job_have_the_toke
 def test_a_record_reader_waiting_for_its_records_end_lets_another_job_have_the_token(
         seg, shim_lib, tmp_path):
     """getdelim on NUL: a record begun in the buffer and not ended there waits parked."""
-    exe = build("stdio", tmp_path)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as reader, \
-            ShimJob(a) as other:
-        pr = subprocess.Popen([exe, "records", "8"], env=environ(reader), stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert pr.stderr.readline() == b"ready\n"
-            pr.stdin.write(b"a\0b")
-            pr.stdin.flush()
-            wait_until(lambda: _asleep(pr.pid), what="the reader asleep in its second record")
-            done = subprocess.run(["true"], env=environ(other), timeout=120)
-            out = pr.communicate(b"b\0ccc\0", timeout=120)[0].decode()
-        finally:
-            pr.kill()
-            pr.wait()
-        counts = reader.counters()
-    assert done.returncode == 0 and pr.returncode == 0
+    def begin(p):
+        _said_ready(p)
+        p.stdin.write(b"a\0b")
+        p.stdin.flush()
+
+    out, other, status, counts = _while_asleep(
+        seg, [build("stdio", tmp_path), "records", "8"], "the reader asleep in its second record",
+        lambda p: p.communicate(b"b\0ccc\0", timeout=120)[0].decode(), start=begin, **PIPES)
+    assert other == 0 and status == 0
     assert out == "read 9 sum %d\n" % sum(b"a\0bb\0ccc\0")  # whole records: 2 + 3 + 4
     assert counts.revoked == 0, counts
 
@@ -156,27 +142,22 @@ def test_a_record_reader_waiting_for_its_records_end_lets_another_job_have_the_t
 def test_a_large_fwrite_to_a_socket_its_peer_does_not_read_yet_waits_parked(
         seg, shim_lib, tmp_path):
     """poll calls a socket writable while it has some room, not a large write's worth."""
-    exe = build("stdio", tmp_path)
     n = 4_000_000
     mine, theirs = socket.socketpair()
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as writer, \
-            ShimJob(a) as other, mine, theirs:
-        pw = subprocess.Popen([exe, "write", str(n)], env=environ(writer), stdout=theirs.fileno(),
-                              stderr=subprocess.PIPE)
-        try:
-            assert pw.stderr.readline() == b"ready\n"
-            wait_until(lambda: _asleep(pw.pid), what="the writer asleep on the full socket")
-            done = subprocess.run(["true"], env=environ(other), timeout=120)
-            theirs.close()
-            got = 0
-            while chunk := mine.recv(1 << 16):
-                got += len(chunk)
-            pw.wait(timeout=120)
-        finally:
-            pw.kill()
-            pw.wait()
-        counts = writer.counters()
-    assert done.returncode == 0 and pw.returncode == 0 and got == n
+
+    def drain(p) -> int:
+        theirs.close()
+        got = 0
+        while chunk := mine.recv(1 << 16):
+            got += len(chunk)
+        return got
+
+    with mine, theirs:
+        got, other, status, counts = _while_asleep(
+            seg, [build("stdio", tmp_path), "write", str(n)],
+            "the writer asleep on the full socket", drain, stdout=theirs.fileno(),
+            stderr=subprocess.PIPE)
+    assert other == 0 and status == 0 and got == n
     assert counts.revoked == 0, counts
 
 
@@ -185,18 +166,11 @@ def test_a_write_larger_than_the_pipes_room_waits_parked(seg, shim_lib, tmp_path
     128 KiB writes slept holding the token."""
     data = tmp_path / "data"
     data.write_bytes(b"x" * 3_000_000)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as writer, \
-            ShimJob(a) as other:
-        pw = subprocess.Popen(["cat", str(data)], env=environ(writer), stdout=subprocess.PIPE)
-        try:
-            first = pw.stdout.read(1)  # it runs, and fills the pipe
-            wait_until(lambda: _asleep(pw.pid), what="cat asleep on the full pipe")
-            done = subprocess.run(["true"], env=environ(other), timeout=120)
-            rest = pw.stdout.read()
-            pw.wait(timeout=120)
-        finally:
-            pw.kill()
-            pw.wait()
-        counts = writer.counters()
-    assert done.returncode == 0 and pw.returncode == 0 and len(first + rest) == 3_000_000
+    first = []
+    got, other, status, counts = _while_asleep(
+        seg, ["cat", str(data)], "cat asleep on the full pipe",
+        lambda p: len(first[0] + p.stdout.read()),
+        start=lambda p: first.append(p.stdout.read(1)),  # it runs, and fills the pipe
+        stdout=subprocess.PIPE)
+    assert other == 0 and status == 0 and got == 3_000_000
     assert counts.revoked == 0, counts
