@@ -275,8 +275,10 @@ static int writes_may_sleep(FILE *fp, size_t n, int nl)
     return fd >= 0 && !stays_buffered(fp, n, nl) && write_may_sleep(fp, fd, n);
 }
 #define CHAR(fp, c) writes_may_sleep(fp, 1, (c) == '\n')
-#define TEXT(fp, s, extra_nl) writes_may_sleep(fp, strlen(s) + (extra_nl), \
-                                               (extra_nl) || strchr(s, '\n') != NULL)
+/* a newline matters to a line-buffered stream alone: no search of the others' text */
+#define TEXT(fp, s, extra_nl) writes_may_sleep(fp, strlen(s) + (extra_nl), (extra_nl) \
+                                               || (((fp)->_flags & HS_IO_LINE_BUF) \
+                                                   && strchr(s, '\n') != NULL))
 #define DATA(fp, p, n) writes_may_sleep(fp, n, ((fp)->_flags & HS_IO_LINE_BUF) \
                                                && memchr(p, '\n', n) != NULL)
 
