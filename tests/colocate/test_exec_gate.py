@@ -82,8 +82,7 @@ def test_a_waiter_whose_gate_never_opens_runs_nothing(tmp_path):
     """colocate killed before the start: its end of the gate closes, and the waiters must
     read that as "no start", not as the gate opening."""
     marker = tmp_path / "ran"
-    spec = b"\0".join([b"0", shutil.which("touch").encode(), b"2", b"touch",
-                       bytes(marker)])
+    spec = execgate.encode(0, shutil.which("touch"), ["touch", str(marker)], {})
     gate_r, gate_w = os.pipe()
     ready_r, ready_w = os.pipe()
     spec_fd = os.memfd_create("test-spec", 0)

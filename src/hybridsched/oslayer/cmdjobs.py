@@ -75,9 +75,7 @@ _WAITER = (sys.executable or os.readlink("/proc/self/exe"), "-S", "-s")
 
 def _spec_file(j: int, launch: "Launch") -> int:
     """In the child: what the waiter runs (see :mod:`.execgate`), in a memfd at offset 0."""
-    env = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in launch.env.items()]
-    data = b"\0".join([str(j).encode(), os.fsencode(launch.path), str(len(launch.argv)).encode(),
-                       *map(os.fsencode, launch.argv), *env])
+    data = execgate.encode(j, launch.path, launch.argv, launch.env)
     fd = os.memfd_create("hybridsched-exec", 0)
     while data:
         data = data[os.write(fd, data):]

@@ -42,8 +42,15 @@ OPEN = b"g"  # one byte for each waiter: the gate is open
 _DEFAULTS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)
 
 
+def encode(job: int, path: str, argv, env: dict) -> bytes:
+    """What to run, as :func:`spec` reads it back (colocate writes it to fd 5)."""
+    return b"\0".join([str(job).encode(), os.fsencode(path), str(len(argv)).encode(),
+                       *map(os.fsencode, argv),
+                       *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())])
+
+
 def spec(data: bytes) -> tuple:
-    """(job, path, argv, env) from the NUL-separated fields of fd 5."""
+    """(job, path, argv, env) from the NUL-separated fields of fd 5 (:func:`encode`)."""
     job, path, count, *rest = data.split(b"\0")
     n = int(count)
     return int(job), path, rest[:n], dict(e.split(b"=", 1) for e in rest[n:])
