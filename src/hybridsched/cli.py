@@ -162,6 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.unraisablehook = old_hook
 
 
+def _no_colour_reset() -> None:
+    """numba's error highlighting starts colorama at its first compilation, and colorama
+    then writes a colour reset (ESC [0m) to a terminal's stdout at exit: after every
+    ``coop exec``, even of ``true`` (its arbiter's rules compile). We print no colour."""
+    colorama = sys.modules.get("colorama.initialise")
+    if colorama is not None:
+        atexit.unregister(colorama.reset_all)
+
+
 def entry() -> None:
     """The ``hybridsched`` command and ``python -m hybridsched``: :func:`main`'s status as
     the process's, with the exit handlers run and the streams flushed, but without the
@@ -172,6 +181,7 @@ def entry() -> None:
     With a thread of ours still running (none should be), or MPI initialised (MPI_Finalize
     is collective: every rank must reach it), the ordinary exit runs instead."""
     code = main()
+    _no_colour_reset()
     others = [t for t in threading.enumerate()
               if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if others or "mpi4py.MPI" in sys.modules:

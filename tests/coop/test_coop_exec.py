@@ -41,6 +41,28 @@ def test_a_command_killed_by_a_signal_gives_128_plus_it(seg, shim_lib):
     assert p.returncode == 128 + signal.SIGUSR1
 
 
+def test_nothing_of_ours_reaches_a_terminal(seg, shim_lib):
+    """On a terminal, `coop exec -- true` wrote a colour reset (ESC [0m) at exit: numba's
+    error highlighting starts colorama when the arbiter's rules compile."""
+    import pty
+
+    main, sub = pty.openpty()
+    try:
+        p = subprocess.run([*CLI, "--segment", seg, "--", "true"], stdout=sub,
+                           stderr=subprocess.PIPE, timeout=300)
+        os.close(sub)
+        sub = -1
+        out = b""
+        with contextlib.suppress(OSError):  # EIO: the terminal's other end is closed
+            while chunk := os.read(main, 4096):
+                out += chunk
+    finally:
+        os.close(main)
+        if sub >= 0:
+            os.close(sub)
+    assert p.returncode == 0 and out == b"" and p.stderr == b""
+
+
 @pytest.mark.parametrize("closed", [1, 2])
 def test_a_closed_stdout_or_stderr_leaves_the_status_the_commands(seg, shim_lib, closed):
     """`coop exec ... >&-` (or `2>&-`): Python's stream for it is None; the status was
