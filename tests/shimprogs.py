@@ -781,14 +781,36 @@ int main(int argc, char **argv) {
     # getline, getc and getchar, "records" with getdelim on NUL; "write" writes a known sequence with fwrite only, "fmt" with printf and
     # fprintf, "put" with fputs, putc, fputc, putchar and puts (a newline every ~60 bytes).
     "stdio": r"""
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 static unsigned long add(unsigned long sum, const char *b, long n)
 { for (long i = 0; i < n; i++) sum += (unsigned char)b[i]; return sum; }
+#define LINE "0123456789abcdefghij\n"
+static long lines;
+static void *lines_out(void *unused)  /* mode threads: one of three writers of stdout */
+{
+    for (long i = 0; i < lines; i++) {
+        fwrite(LINE, 1, sizeof LINE - 1, stdout);
+        if (i % 1000 == 0) fflush(stdout);  /* a short write: a pipe page left part full */
+    }
+    return unused;
+}
 int main(int argc, char **argv) {
     long n = atol(argv[2]), done = 0, k = 0; unsigned long sum = 0;
     const char *mode = argv[1];
+    if (!strcmp(mode, "threads")) {
+        pthread_t t[3];
+        lines = n / 3 / (long)(sizeof LINE - 1);
+        fputs("ready\n", stderr);
+        for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, lines_out, NULL);
+        for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+        fflush(stdout);
+        fprintf(stderr, "wrote %ld sum %lu\n", 3 * lines * (long)(sizeof LINE - 1),
+                3 * lines * add(0, LINE, sizeof LINE - 1));
+        return 0;
+    }
     char buf[20000], *line = NULL; size_t cap = 0;
     for (size_t i = 0; i < sizeof buf - 1; i++) buf[i] = (char)('a' + i % 26);
     buf[sizeof buf - 1] = 0;
