@@ -837,6 +837,9 @@ int main(int argc, char **argv) {
             if (!strcmp(mode, "write")) {
                 put = left < 17000 ? left : 17000; fwrite(buf, 1, (size_t)put, stdout);
                 sum = add(sum, buf, put);
+            } else if (!strcmp(mode, "dfmt")) {
+                put = left < 300 ? left : 300; dprintf(1, "%.*s", (int)put, buf);
+                sum = add(sum, buf, put);
             } else if (!strcmp(mode, "fmt")) {
                 put = left < 300 ? left : 300;
                 if (k++ % 2) printf("%.*s", (int)put, buf); else fprintf(stdout, "%.*s", (int)put, buf);

@@ -112,10 +112,11 @@ def test_a_reader_waiting_in_fread_lets_another_job_have_the_token(seg, shim_lib
     assert counts.revoked == 0, counts  # it had given its token up: nothing to take
 
 
-@pytest.mark.parametrize("mode", ["write", "fmt"])
+@pytest.mark.parametrize("mode", ["write", "fmt", "dfmt"])
 def test_a_writer_waiting_on_a_full_pipe_lets_another_job_have_the_token(
         seg, shim_lib, tmp_path, mode):
-    """fwrite, and printf and fprintf (formatted: their length is guessed, 512 bytes)."""
+    """fwrite, printf and fprintf, and dprintf (formatted: their length is guessed, 512
+    bytes)."""
     n = 400_000  # several pipes full
     (out, err), other, status, counts = _while_asleep(
         seg, [build("stdio", tmp_path), mode, str(n)], "the writer asleep on the full pipe",

@@ -18,7 +18,10 @@
    pipe holding the token (the early look's "asleep" holder, then the watchdog's), as may a
    line longer than what has arrived. Streams that are wide-oriented, without a
    descriptor, at end of file, in error or not open that way go straight to libc's
-   functions; so do dprintf and vdprintf, which write to a descriptor. */
+   functions. dprintf and vdprintf, which format into a buffer of their own and write it to
+   a descriptor, are caught by the same guess. The flush of every stream at the process's
+   exit (libc's, after the destructors) comes once the shim's destructor has taken the
+   thread out of its job: it has no token to sleep with. */
 #include "wrap.h"
 #include <stdio.h>
 #include <sys/ioctl.h>
@@ -430,4 +433,23 @@ HS_EXPORT int __fprintf_chk(FILE *fp, int flag, const char *f, ...)
 HS_EXPORT int __printf_chk(int flag, const char *f, ...)
 {
     FORMATTED(stdout, __vfprintf_chk(stdout, flag, f, ap));
+}
+
+/* A descriptor's formatted write (the length guessed as for a stream's; storage, or a pipe
+   with a free page, takes it without a wait) */
+REAL(int, vdprintf, (int, const char *, va_list));
+REAL(int, __vdprintf_chk, (int, int, const char *, va_list));
+
+HS_EXPORT int vdprintf(int fd, const char *f, va_list ap)
+{
+    ENTER_PARKED_IF(int, hs_write_may_sleep(fd, FORMAT_GUESS), R(vdprintf)(fd, f, ap));
+}
+HS_EXPORT int __vdprintf_chk(int fd, int flag, const char *f, va_list ap)
+{
+    ENTER_PARKED_IF(int, hs_write_may_sleep(fd, FORMAT_GUESS), R(__vdprintf_chk)(fd, flag, f, ap));
+}
+HS_EXPORT int dprintf(int fd, const char *f, ...) { FORMATTED(fd, vdprintf(fd, f, ap)); }
+HS_EXPORT int __dprintf_chk(int fd, int flag, const char *f, ...)
+{
+    FORMATTED(fd, __vdprintf_chk(fd, flag, f, ap));
 }
