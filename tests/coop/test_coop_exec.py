@@ -186,6 +186,22 @@ def test_a_shim_that_cannot_be_had_is_refused_with_coop_execs_alternative(seg, t
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 
+def test_a_shim_built_without_the_owners_functions_is_refused_in_one_line(
+        seg, shim_lib, tmp_path, monkeypatch):
+    """A HYBRIDSCHED_COOP_SHIM from a hybridsched before coop exec ran on the shim's own
+    rules (no owner.c): refused before anything starts, naming the cause."""
+    from hybridsched.coop import shimbuild
+
+    monkeypatch.setattr(shimbuild, "SOURCES", tuple(n for n in shimbuild.SOURCES
+                                                     if n != "owner.c"))
+    old = str(tmp_path / "old-shim.so")
+    shimbuild._compile(shimbuild.compiler(), shimbuild.sources(), old)
+    p = coop_exec(seg, "true", env=dict(os.environ, HYBRIDSCHED_COOP_SHIM=old))
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+    assert "cannot serve coop exec" in p.stderr and "without `coop exec`" in p.stderr
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
+
+
 @pytest.mark.parametrize("argv, words", [([], "a command is required"), (["--"], "a command is required"),
                                          (["no-such-command-x"], "no such command"),
                                          (["--quantum-ms", "0", "true"], "--quantum-ms"),

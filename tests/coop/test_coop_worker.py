@@ -19,7 +19,7 @@ from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.barrier import TeamBarrier
 from hybridsched.coop.layout import BLOCKED, REVOKED, RUNNING, WAITING
 from hybridsched.coop.reclaim import reclaim
-from hybridsched.coop.worker import now_ns
+from hybridsched.coop.ops import now_ns
 from hybridsched.oslayer.cpus import usable_cpus
 from hybridsched.oslayer.procfs import thread_state
 

@@ -17,6 +17,7 @@ import pytest
 
 from hybridsched.coop import refusal, shimbuild
 from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.ops import CompiledOps, ShimOps
 from hybridsched.coop.shimjob import NUDGE_SIGNAL, WAIT_POLICY_ENV, ShimJob
 from hybridsched.errors import ShimUnavailable, UsageError
 from hybridsched.oslayer.cpus import usable_cpus
@@ -208,13 +209,17 @@ def test_a_holder_that_never_blocks_is_asked_to_rotate(seg, shim_lib, tmp_path, 
         assert counts.nudges == 0 and counts.revoked >= 1
 
 
-def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib, tmp_path):
+@pytest.mark.parametrize("owner", ["compiled", "shim"])
+def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib, tmp_path,
+                                                                    owner):
     """One job sleeps in open() of a FIFO (no wrapper sees it) holding the only token, until
-    the other job opens the FIFO, which needs the token: the watchdog revokes it."""
+    the other job opens the FIFO, which needs the token: the watchdog revokes it. The owner
+    of the jobs applies the rules compiled, or the shim's (coop exec's: no numba)."""
     exe = build("fifo", tmp_path)
     fifo = str(tmp_path / "the.fifo")
     os.mkfifo(fifo)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=0.005) as a, ShimJob(a) as reader, \
+    ops = ShimOps() if owner == "shim" else CompiledOps()
+    with Arbiter(cpus=ONE, path=seg, quantum_s=0.005, ops=ops) as a, ShimJob(a) as reader, \
             ShimJob(a) as writer:
         pr = subprocess.Popen([exe, fifo, "read"], env=environ(reader), stdout=subprocess.PIPE,
                               text=True)
@@ -230,8 +235,9 @@ def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib
     assert counts.revoked >= 1
 
 
+@pytest.mark.parametrize("owner", ["compiled", "shim"])
 def test_a_stopped_holders_token_goes_to_the_other_job_and_it_queues_once_continued(
-        seg, shim_lib, tmp_path):
+        seg, shim_lib, tmp_path, owner):
     """One job spins (calling nothing) on the only token and is stopped (Ctrl-Z, SIGSTOP,
     a debugger): it would keep the token until continued, the other job waiting as long
     (the watchdog acts on a running or sleeping holder only; its quantum here is too long
@@ -241,7 +247,8 @@ def test_a_stopped_holders_token_goes_to_the_other_job_and_it_queues_once_contin
     exe = build("spin_flag", tmp_path)
     flag = tmp_path / "flag"
     flag.write_bytes(b"\0" * 4)
-    with Arbiter(cpus=ONE, path=seg, quantum_s=10) as a, ShimJob(a) as spinner, \
+    ops = ShimOps() if owner == "shim" else CompiledOps()
+    with Arbiter(cpus=ONE, path=seg, quantum_s=10, ops=ops) as a, ShimJob(a) as spinner, \
             ShimJob(a) as setter:
         with spinning(exe, flag, "wait", spinner) as pw:
             os.kill(pw.pid, signal.SIGSTOP)

@@ -105,6 +105,9 @@ def apply(py: State, c: CRules, op: tuple, now: int, lib) -> tuple:
         return int(py.expired(w, now)), lib.hs_x_expired(c.view, w, ctypes.c_int64(now))
     if kind == "leave":
         return rules.leave_worker(*args_py, w, now, py.ws), lib.hs_x_leave_worker(c.view, w, ctypes.c_int64(now))
+    if kind == "revoke":  # the watchdog's act on a holder asleep in a call nothing sees
+        return (rules.revoke_holder(*args_py, w, now, py.ws),
+                lib.hs_x_revoke_holder(c.view, w, ctypes.c_int64(now)))
     if kind == "find":
         return py.find_job(args[0]), lib.hs_x_find_job(c.view, ctypes.c_int64(args[0]))
     if kind == "reclaim":
@@ -145,8 +148,8 @@ def next_op(rnd: random.Random, py: State, joined: list, threads: float = 0.5) -
         return (rnd.choice(("acquire", "release", "boundary", "park", "resume", "expired", "try",
                             "leave")), rnd.randrange(12))
     if by[1] and r < 0.55:  # a holder: blocks (lazily or not), hits a boundary, leaves
-        return (rnd.choice(("release", "park", "park", "boundary", "boundary", "expired", "leave")),
-                rnd.choice(by[1]))
+        return (rnd.choice(("release", "park", "park", "boundary", "boundary", "expired", "leave",
+                            "revoke")), rnd.choice(by[1]))
     if by[4] and r < 0.7:  # a parked holder wakes
         return ("resume", rnd.choice(by[4]))
     idle = by[3] + by[4]

@@ -7,7 +7,7 @@ import sys
 from ..coop.arbiter import check_quantum
 from ..coop.launch import exec_command
 from ..errors import UsageError
-from .common import PROG
+from .args import PROG
 
 
 def main(args) -> int:

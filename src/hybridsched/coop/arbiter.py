@@ -4,14 +4,16 @@ user, used by every cooperating worker of every process on the node.
 The segment is ``/dev/shm/hybridsched-coop.<uid>`` (mode 0600), created under an
 ``flock`` on its ``.lock`` file by the first participant and removed by the last one to
 leave (the flock orders attaching and detaching only). Every change of the state is made
-under the segment's own mutex, robust and process-shared (:mod:`native`): the kernel
+under the segment's own mutex, robust and process-shared (:mod:`oslayer.shmlock`): the kernel
 tells the next locker when a holder died, so a killed participant never wedges the
 others. A waiting worker sleeps on its own futex word in the segment; the worker that
 hands it a token sets the word and wakes it (nOS-V posts the next worker's semaphore the
 same way). Waiters look for holders that died and reclaim their tokens: one scan for the
 node every :data:`RECLAIM_POLL_S`, the other waiters backing off (:mod:`worker`), so a
 SIGKILLed job stalls the others for less than a second. The worker's own side (taking a
-token, the scheduling points, the waits) is :class:`worker.Worker`.
+token, the scheduling points, the waits) is :class:`worker.Worker`. What needs compiled
+code (the mutex, the rules an owner applies, a hand-off's wake-up) goes through
+:mod:`ops`: numba's, or for an owner of commands under the shim only, the shim's C.
 """
 from __future__ import annotations
 
@@ -24,21 +26,25 @@ import threading
 import time
 import weakref
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from ..errors import ResourceError, UsageError
-from ..oslayer import futex, native
+from ..oslayer import futex
+from ..oslayer.shmlock import DIED_AT, init_mutex
 from ..oslayer.procfs import pid_alive
 from ..oslayer.shm import unmap
-from . import handoff, warm
+from .existing import other_tables, refuse_unless_unused
 from .paths import UNFINISHED, segment_path, unfinished
 from .reclaim import reclaim
-from .state import ATTACHED, HEADER_DTYPE, MAGIC, VERSION, ArbiterError, State, nbytes, views
-from .worker import RECLAIM_POLL_S, Worker, now_ns
+from .state import ATTACHED, MAGIC, VERSION, ArbiterError, State, nbytes, views
+from .ops import RECLAIM_POLL_S, CompiledOps, Ops, now_ns
 
-__all__ = ["Arbiter", "Worker", "DEFAULT_QUANTUM_S", "RECLAIM_POLL_S", "segment_path"]
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["Arbiter", "DEFAULT_QUANTUM_S", "RECLAIM_POLL_S", "segment_path"]
 
 # nOS-V's default quantum (nosv.toml quantum_ns = 20 ms): long enough that a rotation costs
 # a small share of it (a hand-off is tens of microseconds), short enough that k > N static
@@ -67,12 +73,6 @@ MAX_JOBS = 1024
 MAX_WORKERS = 4096
 
 
-def _header(fd: int):
-    """A segment file's header record, or None when the file is shorter than one."""
-    buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
-    return np.frombuffer(buf, HEADER_DTYPE)[0] if len(buf) == HEADER_DTYPE.itemsize else None
-
-
 class Arbiter:
     """This process's attachment to the node's arbiter; a context manager.
 
@@ -82,19 +82,22 @@ class Arbiter:
     """
 
     def __init__(self, cpus: list[int] | None = None, quantum_s: float = DEFAULT_QUANTUM_S,
-                 path: str | None = None):
+                 path: str | None = None, ops: Ops | None = None):
         from ..oslayer.cpus import usable_cpus
 
         if not futex.available():
             raise ResourceError("--coop needs Linux futexes on this architecture")
         check_quantum(quantum_s)
-        warm.prepare()  # before any worker forks: no child compiles under the lock
+        # compiled (Python workers), or the shim's C (ops.ShimOps: only commands under the
+        # shim, no numba loaded)
+        self.ops: Ops = ops or CompiledOps()
+        self.ops.prepare()  # before any worker forks: no child compiles under the lock
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)
         self.path = path or segment_path()
         self._map: mmap.mmap | None = None
         self.state: State | None = None
-        self.regions: tuple = ()  # the state's arrays for the compiled paths (handoff)
+        self.regions: Any = ()  # what ops.post needs of the state (ops.bind)
         self._seat = -1  # this attachment's row in the job table
         self._local: dict[int, tuple[int, threading.Lock]] = {}  # pid -> (lock fd, thread lock)
         self._owner = os.getpid()
@@ -189,13 +192,13 @@ class Arbiter:
         woken: list[int] = []
         held = np.zeros(1, np.int8)  # set in the call that takes the mutex: see lock_into
         try:
-            native.lock_into(st.lock, held)
-            if st.lock[native.DIED_AT]:  # a dead owner's, now or noticed by a compiled path
+            self.ops.lock(st.lock, held)
+            if st.lock[DIED_AT]:  # a dead owner's, now or noticed by a compiled path
                 woken = reclaim(st, now_ns())
-                st.lock[native.DIED_AT] = 0
+                st.lock[DIED_AT] = 0
             yield st
         finally:
-            native.unlock_from(st.lock, held)
+            self.ops.unlock(st.lock, held)
             self.post(woken)
 
     # --- attach / detach --------------------------------------------------------------
@@ -232,8 +235,9 @@ class Arbiter:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
                     raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
-                if info.st_size != size or self._other_tables(fd):
-                    self._refuse_or_reset(fd, info.st_size, size)
+                tables = (len(self.cpus), MAX_JOBS, MAX_WORKERS)
+                if info.st_size != size or other_tables(fd, tables):
+                    refuse_unless_unused(self.path, fd, info.st_size, len(self.cpus), self.ops)
                     fresh = True
                 else:
                     self._map = mmap.mmap(fd, size)
@@ -284,17 +288,8 @@ class Arbiter:
                 raise ResourceError(f"coop: {exc}") from None
 
     def _initialise(self) -> None:
-        native.init_mutex(self.tables.lock)  # before the magic that lets others in
+        init_mutex(self.tables.lock)  # before the magic that lets others in
         self.tables.initialise(self.cpus, self.quantum_ns)
-
-    def _other_tables(self, fd: int) -> bool:
-        """Whether a segment of our size was made for other tables (sizes are padded: 1
-        and 2 CPUs take the same bytes), so that it must be refused or reset, not read."""
-        h = _header(fd)
-        if h is None or bytes(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
-            return False  # the checks that follow refuse it
-        return (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])) != \
-            (len(self.cpus), MAX_JOBS, MAX_WORKERS)
 
     def _unmap(self) -> None:
         self.state, self.regions = None, ()
@@ -302,8 +297,8 @@ class Arbiter:
         self._map = None
 
     def _bind(self) -> None:
-        self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS))
-        self.regions = handoff.regions(self.state)
+        self.state = State(views(self._map, len(self.cpus), MAX_JOBS, MAX_WORKERS), self.ops)
+        self.regions = self.ops.bind(self.state)
 
     def _create(self, size: int, replace: bool) -> None:
         """Make the segment whole under a name of its own, then put it at ``path`` (over a
@@ -364,40 +359,6 @@ class Arbiter:
         except OSError:
             pass
 
-    def _refuse_or_reset(self, fd: int, have: int, want: int) -> None:
-        """A segment of another size: made for other CPUs (or tables). Reusable only when
-        nobody is using it any more."""
-        if have < HEADER_DTYPE.itemsize:
-            raise UsageError(f"{self.path}: not a hybridsched coop segment ({have} bytes; remove "
-                             "it if no coop run is active): refusing it")
-        h = _header(fd)
-        if bytes(h["magic"]) != MAGIC:
-            raise UsageError(f"{self.path}: not a hybridsched coop segment (remove it if no "
-                             "coop run is active): refusing it")
-        if int(h["version"]) != VERSION:  # its tables cannot be read: never reset blindly
-            raise UsageError(f"{self.path}: coop segment version {int(h['version'])} (another "
-                             f"hybridsched), this one speaks {VERSION}: refusing it (remove it "
-                             "if no coop run is active)")
-        # the same version for other CPUs: see whether its workers live, under its lock
-        try:
-            m = mmap.mmap(fd, have)
-            s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])))
-            held = np.zeros(1, np.int8)
-            try:
-                native.lock_into(s.lock, held)
-                reclaim(s, now_ns())
-                busy = s.participants()
-            finally:
-                native.unlock_from(s.lock, held)
-            del s
-            m.close()
-        except (ValueError, OSError):  # its tables do not fit its header: never reset blindly
-            raise UsageError(f"{self.path}: a coop segment whose tables cannot be read "
-                             "(remove it if no coop run is active): refusing it") from None
-        if busy:
-            raise UsageError(f"{self.path}: a coop segment for {int(h['ncpu'])} CPUs is in "
-                             f"use by {busy} jobs; this run wants {len(self.cpus)} CPUs")
-
     def close(self) -> None:
         """Detach; the last participant removes the segment and its lock file. When the
         lock cannot be taken (something planted at its path), the seat is still given up
@@ -453,6 +414,11 @@ class Arbiter:
 
     def worker(self, job: int) -> "Worker":
         """Register the calling thread as a worker of ``job`` (blocked, no token yet)."""
+        if not isinstance(self.ops, CompiledOps):  # its hand-offs are numba's (handoff)
+            raise ResourceError("coop: a Python worker needs the compiled arbiter, not the "
+                                "shim's rules")
+        from .worker import Worker
+
         with self.locked() as st:
             try:
                 slot = st.join_worker(job, os.getpid())
@@ -468,7 +434,7 @@ class Arbiter:
         /proc for every participant, CPU taken from the token holders). True when this
         call made the period's scan."""
         h = self.tables.header
-        died = self.tables.lock[native.DIED_AT]  # a compiled hand-off took a dead owner's lock
+        died = self.tables.lock[DIED_AT]  # a compiled hand-off took a dead owner's lock
         if not died and now_ns() - int(h["reclaim_ns"][0]) < RECLAIM_POLL_S * 1e9:
             return False
         with self.locked() as st:  # reclaims at once if the death notice is up
@@ -495,4 +461,4 @@ class Arbiter:
     def post(self, slots: list[int]) -> None:
         """Wake the workers just granted a token (pinned to its CPU first: see handoff)."""
         for s in slots:
-            handoff.post(self.regions, s)
+            self.ops.post(self.regions, s)

@@ -29,6 +29,7 @@ from ..oslayer.procfs import children
 from ..oslayer.proctree import get_subreaper, prctl
 from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
+from .ops import ShimOps
 from .refusal import shim_refusal
 from .shimjob import WAIT_POLICY_ENV, ShimCounters, ShimJob
 from .sweep import sweep
@@ -64,8 +65,10 @@ def exec_command(argv: list[str], *, segment: str | None = None,
         # kept until the command runs, dropped once it has ended (a burst of SIGTERMs in
         # the teardown left the segment behind, and our exit status was no longer its)
         forwarded = stack.enter_context(Forwarded())
-        arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment))
         try:
+            # the shim's own rules (no Python worker here): numba never loads
+            ops = ShimOps()
+            arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment, ops=ops))
             shim = stack.enter_context(ShimJob(arbiter))
         except ShimUnavailable as exc:  # the build's refusal names colocate's --policy
             raise exc.instead(EXEC_ALTERNATIVE) from None

@@ -9,7 +9,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..oslayer.native import DIED_AT, LOCK_BYTES
+from ..oslayer.shmlock import DIED_AT, LOCK_BYTES
 
 # worker states; LAZY: parked (asleep in a primitive) but still holding its token, because
 # nobody waited when it parked; any worker that queues later revokes it (see rules)

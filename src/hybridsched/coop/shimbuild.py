@@ -13,6 +13,7 @@ into place: a concurrent first use builds at most twice and nobody loads half a 
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -24,12 +25,12 @@ import tempfile
 from importlib import resources
 
 from ..errors import ShimUnavailable
-from .layout import c_header
+from .layout import VERSION, c_header
 
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
 SOURCES = ("rules.c", "runtime.c", "early.c", "segment.c", "sud.c", "wrap_sync.c",
            "wrap_locks.c", "wrap_rwlocks.c", "wrap_io.c", "wrap_process.c", "wrap_exec.c",
-           "wrap_omp.c", "wrap_stdio.c", "watch.c")
+           "wrap_omp.c", "wrap_stdio.c", "watch.c", "owner.c")
 HEADERS = ("coop.h", "wrap.h")
 LAYOUT_HEADER = "hs_layout.h"
 # -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are
@@ -166,6 +167,27 @@ def _given(path: str) -> str:
         raise ShimUnavailable(f"{SHIM_ENV}={path}: a build of an older hybridsched's coop shim "
                               "(unset it to have one built)", NO_SHIM)
     return os.path.abspath(path)
+
+
+@functools.lru_cache(maxsize=8)
+def functions(path: str, names: tuple[str, ...], purpose: str) -> tuple:
+    """The shim's functions ``names`` from its library at ``path``, loaded dormant through
+    ctypes (its constructor acts only in a launched command), for ``purpose`` (what the
+    refusal names); ShimUnavailable for a build without them (another hybridsched's) or
+    one that reads another segment layout."""
+    try:
+        lib = ctypes.CDLL(path)
+        fns = tuple(getattr(lib, name) for name in names)
+        version = lib.hs_layout_version()
+    except (OSError, AttributeError) as exc:
+        raise ShimUnavailable(f"the coop shim {path} cannot serve {purpose} ({exc}): a build "
+                              f"of another hybridsched? unset {SHIM_ENV} or rebuild it",
+                              NO_SHIM) from None
+    if version != VERSION:  # it would read the tables at another layout's offsets
+        raise ShimUnavailable(f"the coop shim {path} reads segment layout {version}, this "
+                              f"hybridsched's is {VERSION}: unset {SHIM_ENV} or rebuild it",
+                              NO_SHIM)
+    return fns
 
 
 def available() -> bool:

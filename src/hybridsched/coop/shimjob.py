@@ -31,7 +31,7 @@ from .paths import SEGMENT_ENV
 from .shimbuild import NO_SHIM, shim_library
 from .state import ArbiterError
 from .watchlook import Act, NativeLook
-from .worker import now_ns
+from .ops import now_ns
 
 # the variables the shim reads in every process of the command (the segment's is the one
 # that names the arbiter for hybridsched's own commands too)

@@ -20,11 +20,10 @@ runnable (the caller posts their wake words). Times are integers in nanoseconds.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
-from . import rules
 from ..errors import ArbiterError
 from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
                      REVOKED, STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes,
@@ -39,7 +38,10 @@ ATTACHED = -1
 class State:
     """The rules over the regions of :func:`views` (shared or private)."""
 
-    def __init__(self, regions: dict[str, np.ndarray]):
+    def __init__(self, regions: dict[str, np.ndarray], ops: "OwnerRules | None" = None):
+        # the rules an owner applies (leave_worker, revoke_holder): numba's, or the shim's
+        # (ops.ShimOps) in a process that loads no numba
+        self.ops: OwnerRules = ops or CompiledRules()
         self.header = regions["header"]
         self.cpus = regions["cpus"]
         self.jobs = regions["jobs"]
@@ -120,7 +122,7 @@ class State:
         return w
 
     def leave_worker(self, w: int, now: int) -> list[int]:
-        return _one(rules.leave_worker(*self._args(), w, now, self.ws))
+        return _one(self.ops.leave_worker(self, w, now))
 
     def leave_job(self, j: int) -> None:
         if (self.workers["used"].astype(bool) & (self.workers["job"] == j)).any():
@@ -141,7 +143,7 @@ class State:
         """Take the token of worker ``w``, RUNNING but asleep in a call nothing sees (see
         rules.revoke_holder); the slot it went to."""
         self._check(w)
-        return _one(rules.revoke_holder(*self._args(), w, now, self.ws))
+        return _one(self.ops.revoke_holder(self, w, now))
 
     def participants(self) -> int:
         """Job-table rows in use: jobs and attached processes (ATTACHED)."""
@@ -149,36 +151,37 @@ class State:
 
     # --- the rules (bodies compiled in :mod:`rules`) -------------------------------
 
-    def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    def rule_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """What every compiled rule takes first: the tables and the high-water slot."""
         return self.header, self.cpus, self.jobs, self.workers, self.wake, int(self.header["hi"][0])
 
     def acquire(self, w: int, now: int) -> list[int]:
         """Worker w wants to run: a free token (its last CPU if free) or the queue."""
         self._check(w)
-        return _some(rules.acquire(*self._args(), w, now, self.hw, self.ws))
+        return _some(_rules().acquire(*self.rule_args(), w, now, self.hw, self.ws))
 
     def try_acquire(self, w: int, now: int) -> bool:
         """A free token for worker w if there is one and nobody queues for it (a BLAS call
         widening to the CPUs left idle); never queues."""
         self._check(w)
-        return bool(rules.try_acquire(self.header, self.cpus, self.workers, self.wake, w, now))
+        return bool(_rules().try_acquire(self.header, self.cpus, self.workers, self.wake, w, now))
 
     def release(self, w: int, now: int) -> list[int]:
         """Worker w blocks: its token goes to its own job's first waiter (keeping the
         job's quantum), else to the next job with a waiter, else it is freed."""
         self._check(w)
-        return _one(rules.release(*self._args(), w, now))
+        return _one(_rules().release(*self.rule_args(), w, now))
 
     def expired(self, w: int, now: int) -> bool:
         """Whether worker w's quantum has run out and someone waits: the lock-free test a
         worker makes at every chunk boundary before calling :meth:`boundary`."""
-        return bool(rules.expired(self.header, self.cpus, self.workers, w, now))
+        return bool(_rules().expired(self.header, self.cpus, self.workers, w, now))
 
     def boundary(self, w: int, now: int) -> list[int]:
         """A chunk boundary of worker w: rotate the token if the quantum has expired (to
         the next job in round-robin order, to its own job again only if no other waits)."""
         self._check(w)
-        return _some(rules.boundary(*self._args(), w, now, self.hw, self.ws))
+        return _some(_rules().boundary(*self.rule_args(), w, now, self.hw, self.ws))
 
     # --- the lazy park: lock-free, see :mod:`rules` -------------------------------------
 
@@ -186,12 +189,12 @@ class State:
         """Worker w is about to sleep in a primitive: keep its token (LAZY) if nobody
         waits. No lock. False: release it under the lock as usual (w may already have
         been revoked, BLOCKED, then)."""
-        return bool(rules.lazy_park(self.header, self.workers, self.wake, w, self.ws))
+        return bool(_rules().lazy_park(self.header, self.workers, self.wake, w, self.ws))
 
     def lazy_resume(self, w: int) -> bool:
         """A LAZY worker is wanted again: True if it still has its token (RUNNING now).
         No lock. False: it was revoked and must queue under the lock."""
-        return bool(rules.lazy_resume(self.workers, w, self.ws))
+        return bool(_rules().lazy_resume(self.workers, w, self.ws))
 
     def reclaim(self, alive: Callable[[int], bool], now: int,
                 thread_alive: Callable[[int, int], bool] | None = None,
@@ -249,6 +252,32 @@ class State:
     def _check(self, w: int) -> None:
         if not (0 <= w < len(self.workers)) or not self.workers["used"][w]:
             raise ArbiterError(f"worker slot {w} is not registered")
+
+
+class OwnerRules(Protocol):
+    """The rules the owner of jobs applies to the tables (ops.Ops has them too)."""
+
+    def leave_worker(self, st: State, w: int, now: int) -> int: ...
+
+    def revoke_holder(self, st: State, w: int, now: int) -> int: ...
+
+
+class CompiledRules:
+    """:mod:`rules`' (numba), loaded on first use."""
+
+    def leave_worker(self, st: State, w: int, now: int) -> int:
+        return int(_rules().leave_worker(*st.rule_args(), w, now, st.ws))
+
+    def revoke_holder(self, st: State, w: int, now: int) -> int:
+        return int(_rules().revoke_holder(*st.rule_args(), w, now, st.ws))
+
+
+def _rules():
+    """The compiled rules (numba), loaded by the first Python worker's call: an owner with
+    the shim's rules (ops.ShimOps) never loads them."""
+    from . import rules
+
+    return rules
 
 
 def _one(w: int) -> list[int]:

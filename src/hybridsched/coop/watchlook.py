@@ -14,9 +14,7 @@ from typing import Iterable, NamedTuple
 
 import numpy as np
 
-from ..errors import ShimUnavailable
-from .layout import VERSION
-from .shimbuild import NO_SHIM, SHIM_ENV, shim_library
+from .shimbuild import functions, shim_library
 
 # watch.c's struct hs_watch_seen and struct hs_watch_act, field for field
 SEEN_DTYPE = np.dtype([("slot", "<i4"), ("signalled", "<i4"), ("acquired", "<i8"),
@@ -42,17 +40,7 @@ class Act(NamedTuple):
 @functools.lru_cache(maxsize=4)
 def _functions(path: str) -> tuple:
     """hs_watch_look and hs_watch_wait of the shim at ``path``."""
-    try:
-        lib = ctypes.CDLL(path)
-        look, wait, version = lib.hs_watch_look, lib.hs_watch_wait, lib.hs_layout_version()
-    except (OSError, AttributeError) as exc:
-        raise ShimUnavailable(f"the coop shim {path} cannot serve the watchdog ({exc}): a build "
-                              f"of another hybridsched? unset {SHIM_ENV} or rebuild it",
-                              NO_SHIM) from None
-    if version != VERSION:  # its looks would read the tables at another layout's offsets
-        raise ShimUnavailable(f"the coop shim {path} reads segment layout {version}, this "
-                              f"hybridsched's is {VERSION}: unset {SHIM_ENV} or rebuild it",
-                              NO_SHIM)
+    look, wait = functions(path, ("hs_watch_look", "hs_watch_wait"), "the watchdog")
     p, i, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int32, ctypes.c_int64
     look.restype = wait.restype = ctypes.c_int
     look.argtypes = [p, p, i, p, i, p, i, p, i64, i64, p, p, p]

@@ -15,6 +15,7 @@ from typing import Protocol
 from ..errors import ResourceError
 from . import handoff, rules
 from .layout import REVOKED
+from .ops import RECLAIM_POLL_S, now_ns
 from .state import RUNNING, STATE_NAMES, WAITING, State
 
 
@@ -35,10 +36,6 @@ class Seat(Protocol):
 
     def reclaim_due(self) -> bool: ...
 
-# How long a waiting worker sleeps before checking for dead token holders: the bound on
-# how long a killed job can stall the others (issue: within a second), against one lock
-# round per period per waiting worker.
-RECLAIM_POLL_S = 0.2
 _RECLAIM_POLL_NS = int(RECLAIM_POLL_S * 1e9)
 # The longest a waiter sleeps once its wake-ups find the period's scan already made: the
 # waiter that made the last scan keeps the period, so one scan per period still happens
@@ -56,10 +53,6 @@ _IDLE_POLL_NS = int(0.5e9)
 # Restored on leave. The trade-off: a coop worker woken by a non-coop event waits for the
 # running thread's tick instead of preempting it.
 HANDOFF_POLICY = getattr(os, "SCHED_BATCH", None)
-
-
-def now_ns() -> int:
-    return time.monotonic_ns()
 
 
 class Worker:

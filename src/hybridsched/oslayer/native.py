@@ -15,25 +15,20 @@ guaranteed; uncontended it is a compare-exchange in user space instead of two sy
 """
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 
 import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-from ..errors import ResourceError
 from . import futex
 from .atomics import intrinsic
+from .shmlock import DIED_AT, EOWNERDEAD, LOCK_BYTES, init_mutex, lock_with  # noqa: F401
 
-# A glibc pthread_mutex_t (40 bytes) and the death notice (DIED_AT) on a cache line of its own
-LOCK_BYTES = 64
 
 _SYS_FUTEX = -1 if futex.SYS_FUTEX is None else futex.SYS_FUTEX  # unused where unavailable
 _FUTEX_WAIT, _FUTEX_WAKE = futex.FUTEX_WAIT, futex.FUTEX_WAKE
-EOWNERDEAD = errno.EOWNERDEAD
 # futex_wait results: woken (or spurious), the timeout ran out, the word was not the
 # expected one, a signal came, any other error (a bad address or timeout)
 WOKEN, TIMED_OUT, CHANGED, INTERRUPTED, FAILED = 0, 1, 2, 3, 4
@@ -134,10 +129,6 @@ mutex_unlock = _pthread("pthread_mutex_unlock")
 _consistent = _pthread("pthread_mutex_consistent")
 
 
-# A byte of the lock region past glibc's pthread_mutex_t (40 bytes): set by whoever takes
-# the mutex from a dead owner, cleared by the reclaim scan that follows (Arbiter.reclaim_due
-# runs it at once when set), so a death noticed by a compiled hand-off is not lost.
-DIED_AT = 48
 
 
 @numba.njit(cache=True)
@@ -195,12 +186,6 @@ def monotonic_ns(typingctx):
 
 # --- from Python ------------------------------------------------------------------------
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-# How long a Python locker waits in one compiled call before it looks at signals: the delay
-# a Ctrl-C sees while another participant holds the lock, against a wake-up per slice.
-_SLICE_NS = 50_000_000
-
 
 @intrinsic
 def _timedlock(typingctx, region, ns):
@@ -249,34 +234,9 @@ def _unlock(region):
     return mutex_unlock(region)
 
 
-def init_mutex(region) -> None:
-    """Make ``region`` (a uint8 view of LOCK_BYTES of a shared mapping) a robust,
-    process-shared mutex; nobody may be using it."""
-    region[DIED_AT] = 0
-    attr = ctypes.create_string_buffer(64)  # pthread_mutexattr_t is 4 bytes on glibc
-    addr = ctypes.c_void_p(region.ctypes.data)
-    for step, rc in (("attr_init", _libc.pthread_mutexattr_init(attr)),
-                     ("setpshared", _libc.pthread_mutexattr_setpshared(attr, 1)),  # PTHREAD_PROCESS_SHARED
-                     ("setrobust", _libc.pthread_mutexattr_setrobust(attr, 1)),    # PTHREAD_MUTEX_ROBUST
-                     # PTHREAD_MUTEX_ERRORCHECK: relocking by its owner fails (EDEADLK), not hangs
-                     ("settype", _libc.pthread_mutexattr_settype(attr, 2)),
-                     ("init", _libc.pthread_mutex_init(addr, attr))):
-        if rc:
-            raise ResourceError(f"coop: pthread_mutex{step} failed: {os.strerror(rc)}")
-    _libc.pthread_mutexattr_destroy(attr)
-
-
 def lock_into(region, held) -> bool:
-    """Lock from Python; ``held[0]`` becomes 1 in the same compiled call that takes the
-    mutex, so a caller that unlocks in ``finally`` when it is set never leaks the lock,
-    whenever an exception (a Ctrl-C) comes. Waits in slices, so a signal gets through
-    while another participant holds it. True if the last owner died holding it."""
-    rc = int(_try_into(region, held))
-    while rc == errno.EBUSY or rc == errno.ETIMEDOUT:
-        rc = int(_wait_into(region, held, _SLICE_NS))
-    if rc and rc != EOWNERDEAD:
-        raise ResourceError(f"coop: cannot lock the arbiter ({os.strerror(rc)})")
-    return rc == EOWNERDEAD
+    """Lock from Python (:func:`shmlock.lock_with` over the compiled calls)."""
+    return lock_with(_try_into, _wait_into, region, held)
 
 
 def unlock_from(region, held) -> None:

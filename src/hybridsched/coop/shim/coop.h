@@ -233,6 +233,8 @@ static inline void hs_note_rt_sigaction(long sig, long act)
         hs_note_handler((int)sig, ((void *const *)act)[0], ((const unsigned long *)act)[1]);
 }
 HS_HIDDEN void hs_resolve(void);
+/* pin the slot's thread to its token's CPU, then wake it (runtime.c; owner.c's too) */
+HS_HIDDEN void hs_post(struct hs_view *v, int slot);
 HS_HIDDEN int hs_launcher_pid(void);
 
 /* one more entry into the shim (the worker's `entries`; its own thread is the only writer):

@@ -165,12 +165,12 @@ static void cs_lock(struct hs_cs *cs)
 }
 
 /* handoff._wake: pin the new holder to its token's CPU, then wake it */
-static void post(int slot)
+void hs_post(struct hs_view *v, int slot)
 {
-    struct hs_worker *r = &hs_v.workers[slot];
+    struct hs_worker *r = &v->workers[slot];
     int ci = r->cpu;
     if (r->used == 1 && r->tid > 0 && ci >= 0) {
-        int c = hs_v.cpus[ci].cpu;
+        int c = v->cpus[ci].cpu;
         if (r->pinned != c && c >= 0 && c < CPU_SETSIZE) {
             cpu_set_t s;
             CPU_ZERO(&s);
@@ -179,14 +179,14 @@ static void post(int slot)
                 r->pinned = c;
         }
     }
-    hs_raw(SYS_futex, (long)&hs_v.wake[slot], FUTEX_WAKE, 1, 0, 0, 0);
+    hs_raw(SYS_futex, (long)&v->wake[slot], FUTEX_WAKE, 1, 0, 0, 0);
 }
 
 static void cs_unlock(struct hs_cs *cs)
 {
     hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
     for (int i = 0; i < cs->n; i++)
-        post(cs->woken[i]);
+        hs_post(&hs_v, cs->woken[i]);
     /* A stopped thread takes the signal once continued, and queues for a token at once
        (hs_rotate) rather than running without one until its next call. */
     for (int i = 0; i < cs->nrevoked; i++)

@@ -1,0 +1,66 @@
+"""A segment file already at the arbiter's path, looked at before it is used: whether it
+was made for other tables (other CPUs), and whether one that was may be reset (nobody
+left using it) or must be refused. Under the flock that orders attaching (Arbiter)."""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from ..errors import UsageError
+from .layout import HEADER_DTYPE, MAGIC, VERSION, views
+from .ops import Ops, now_ns
+from .reclaim import reclaim
+from .state import State
+
+
+def header(fd: int):
+    """A segment file's header record, or None when the file is shorter than one."""
+    buf = os.pread(fd, HEADER_DTYPE.itemsize, 0)
+    return np.frombuffer(buf, HEADER_DTYPE)[0] if len(buf) == HEADER_DTYPE.itemsize else None
+
+
+def other_tables(fd: int, tables: tuple[int, int, int]) -> bool:
+    """Whether a segment of our size was made for other ``tables`` (CPUs, jobs, workers;
+    sizes are padded: 1 and 2 CPUs take the same bytes), so that it must be refused or
+    reset, not read."""
+    h = header(fd)
+    if h is None or bytes(h["magic"]) != MAGIC or int(h["version"]) != VERSION:
+        return False  # the checks that follow refuse it
+    return (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])) != tables
+
+
+def refuse_unless_unused(path: str, fd: int, have: int, ncpu: int, ops: Ops) -> None:
+    """A segment of another size (``have`` bytes): made for other CPUs (or tables).
+    Reusable (the call returns) only when nobody is using it any more; else UsageError."""
+    if have < HEADER_DTYPE.itemsize:
+        raise UsageError(f"{path}: not a hybridsched coop segment ({have} bytes; remove "
+                         "it if no coop run is active): refusing it")
+    h = header(fd)
+    if bytes(h["magic"]) != MAGIC:
+        raise UsageError(f"{path}: not a hybridsched coop segment (remove it if no "
+                         "coop run is active): refusing it")
+    if int(h["version"]) != VERSION:  # its tables cannot be read: never reset blindly
+        raise UsageError(f"{path}: coop segment version {int(h['version'])} (another "
+                         f"hybridsched), this one speaks {VERSION}: refusing it (remove it "
+                         "if no coop run is active)")
+    # the same version for other CPUs: see whether its workers live, under its lock
+    try:
+        m = mmap.mmap(fd, have)
+        s = State(views(m, int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])), ops)
+        held = np.zeros(1, np.int8)
+        try:
+            ops.lock(s.lock, held)
+            reclaim(s, now_ns())
+            busy = s.participants()
+        finally:
+            ops.unlock(s.lock, held)
+        del s
+        m.close()
+    except (ValueError, OSError):  # its tables do not fit its header: never reset blindly
+        raise UsageError(f"{path}: a coop segment whose tables cannot be read "
+                         "(remove it if no coop run is active): refusing it") from None
+    if busy:
+        raise UsageError(f"{path}: a coop segment for {int(h['ncpu'])} CPUs is in "
+                         f"use by {busy} jobs; this run wants {ncpu} CPUs")
