@@ -837,9 +837,15 @@ int main(int argc, char **argv) {
             if (!strcmp(mode, "write")) {
                 put = left < 17000 ? left : 17000; fwrite(buf, 1, (size_t)put, stdout);
                 sum = add(sum, buf, put);
-            } else if (!strcmp(mode, "dfmt")) {
-                put = left < 300 ? left : 300; dprintf(1, "%.*s", (int)put, buf);
+            } else if (!strcmp(mode, "dfmt") || !strcmp(mode, "dlong")) {
+                long most = mode[1] == 'l' ? 19000 : 300;  /* dlong: past any guess */
+                put = left < most ? left : most; dprintf(1, "%.*s", (int)put, buf);
                 sum = add(sum, buf, put);
+            } else if (!strcmp(mode, "lfmt")) {  /* line-buffered: each newline flushes */
+                if (k++ == 0) setvbuf(stdout, NULL, _IOLBF, 0);
+                put = left < 300 ? left : 300;
+                printf("%.*s\n", (int)put - 1, buf);
+                sum = add(sum, buf, put - 1) + '\n';
             } else if (!strcmp(mode, "fmt")) {
                 put = left < 300 ? left : 300;
                 if (k++ % 2) printf("%.*s", (int)put, buf); else fprintf(stdout, "%.*s", (int)put, buf);

@@ -112,11 +112,12 @@ def test_a_reader_waiting_in_fread_lets_another_job_have_the_token(seg, shim_lib
     assert counts.revoked == 0, counts  # it had given its token up: nothing to take
 
 
-@pytest.mark.parametrize("mode", ["write", "fmt", "dfmt"])
+@pytest.mark.parametrize("mode", ["write", "fmt", "lfmt", "dfmt", "dlong"])
 def test_a_writer_waiting_on_a_full_pipe_lets_another_job_have_the_token(
         seg, shim_lib, tmp_path, mode):
-    """fwrite, printf and fprintf, and dprintf (formatted: their length is guessed, 512
-    bytes)."""
+    """fwrite; printf and fprintf (their length guessed, 512 bytes), on a line-buffered
+    stream too, where the text may hold the newline that flushes it; dprintf (its length
+    measured), of short pieces and of pieces longer than any guess."""
     n = 400_000  # several pipes full
     (out, err), other, status, counts = _while_asleep(
         seg, [build("stdio", tmp_path), mode, str(n)], "the writer asleep on the full pipe",
