@@ -93,3 +93,20 @@ def test_an_arbiter_on_the_shims_rules_takes_no_python_worker(seg, shim_lib):
         w = a.worker(job)
         w.leave()
         a.leave_job(job)
+
+
+def test_coop_execs_sweep_of_a_dead_runs_segment_loads_no_numba(seg, shim_lib):
+    """coop exec, and its guardian once it is killed, sweep the segment of runs that died
+    outright: with the shim's rules, with no numba loaded (the guardian imported it and
+    spent ~3 s of a CPU on it after a kill -9: the review)."""
+    left = subprocess.run(
+        [sys.executable, "-c", "import os, signal\nfrom hybridsched.coop.arbiter import Arbiter\n"
+         f"a = Arbiter(path={seg!r}).__enter__()\na.join_job()\n"
+         "os.kill(os.getpid(), signal.SIGKILL)"], timeout=300)
+    assert left.returncode == -9 and os.path.exists(seg)
+    code = ("import sys\nfrom hybridsched.coop.ops import ShimOps\n"
+            "from hybridsched.coop.sweep import sweep\n"
+            f"sweep({seg!r}, ShimOps())\nprint('numba' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.stdout == "False\n", p.stdout + p.stderr
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")

@@ -56,19 +56,23 @@ def exec_command(argv: list[str], *, segment: str | None = None,
     why = shim_refusal(argv, EXEC_ALTERNATIVE)
     if why:
         raise ShimUnavailable(why)
-    sweep(segment)  # a segment whose participants all died outright
+    try:
+        # the shim's own rules (no Python worker here): numba never loads, in the guardian
+        # either
+        ops = ShimOps()
+    except ShimUnavailable as exc:  # the build's refusal names colocate's --policy
+        raise exc.instead(EXEC_ALTERNATIVE) from None
+    sweep(segment, ops)  # a segment whose participants all died outright
     with contextlib.ExitStack() as stack:
         # forked while we have no other thread; should we be killed, it sweeps the segment
         # once the command is gone (every participant may be dead then)
-        guardian = stack.enter_context(Guardian(after=functools.partial(sweep, segment)))
+        guardian = stack.enter_context(Guardian(after=functools.partial(sweep, segment, ops)))
         # from here to the last file removed, a signal for the command never interrupts us:
         # kept until the command runs, dropped once it has ended (a burst of SIGTERMs in
         # the teardown left the segment behind, and our exit status was no longer its)
         forwarded = stack.enter_context(Forwarded())
+        arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment, ops=ops))
         try:
-            # the shim's own rules (no Python worker here): numba never loads
-            ops = ShimOps()
-            arbiter = stack.enter_context(Arbiter(quantum_s=quantum_s, path=segment, ops=ops))
             shim = stack.enter_context(ShimJob(arbiter))
         except ShimUnavailable as exc:  # the build's refusal names colocate's --policy
             raise exc.instead(EXEC_ALTERNATIVE) from None

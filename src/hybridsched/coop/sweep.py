@@ -5,16 +5,18 @@ import fcntl
 import os
 
 from ..errors import ResourceError, UsageError
+from .ops import Ops
 from .paths import segment_path, unfinished
 
 
-def sweep(path: str | None = None) -> None:
+def sweep(path: str | None = None, ops: Ops | None = None) -> None:
     """Remove this user's segment when every participant died without leaving (a
     SIGKILLed run, a killed MPI job): attaching reclaims the dead and the last one to
     leave removes the segment. Also what a creator killed while it made the segment left:
     its lock file and its unfinished ``.new.<pid>`` file (the attach removes those of dead
     creators). A segment still in use, or one that cannot be attached, is left alone,
-    silently. Costs nothing (no arbiter code loaded) when there is none."""
+    silently. Costs nothing (no arbiter code loaded) when there is none. ``ops``: the
+    arbiter's (ops.ShimOps where the caller loads no numba: coop exec and its guardian)."""
     path = path or segment_path()
     if not (os.path.exists(path) or os.path.exists(path + ".lock") or unfinished(path)):
         return
@@ -23,7 +25,7 @@ def sweep(path: str | None = None) -> None:
     from .arbiter import Arbiter
 
     try:
-        with Arbiter(path=path):
+        with Arbiter(path=path, ops=ops):
             pass
     except (UsageError, ResourceError, OSError):
         pass
