@@ -186,6 +186,16 @@ def test_a_shim_that_cannot_be_had_is_refused_with_coop_execs_alternative(seg, t
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 
+def test_coop_exec_inside_a_coop_job_is_refused_in_one_line(seg, shim_lib):
+    """A command of a coop job that runs coop exec itself (`coop exec -- make`, a recipe
+    of which does): the inner one died of the shim's rotation signal, unsaid (185)."""
+    p = coop_exec(seg, "--", sys.executable, "-m", "hybridsched", "coop", "exec", "--segment",
+                  seg, "--", "echo", "inner")
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+    assert "already a command of a coop job" in p.stderr and "run echo inner" in p.stderr
+    assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
+
+
 def test_a_shim_built_without_the_owners_functions_is_refused_in_one_line(
         seg, shim_lib, tmp_path, monkeypatch):
     """A HYBRIDSCHED_COOP_SHIM from a hybridsched before coop exec ran on the shim's own

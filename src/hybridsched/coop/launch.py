@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -31,7 +32,7 @@ from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .ops import ShimOps
 from .refusal import shim_refusal
-from .shimjob import WAIT_POLICY_ENV, ShimCounters, ShimJob
+from .shimjob import JOB_ENV, WAIT_POLICY_ENV, ShimCounters, ShimJob
 from .sweep import sweep
 
 EXEC_ALTERNATIVE = "run it without `coop exec`"
@@ -53,6 +54,10 @@ def exec_command(argv: list[str], *, segment: str | None = None,
     the shim, the runtimes' wait policies set to block (:data:`WAIT_POLICY_ENV`) unless
     ``keep_env``. Refused (ShimUnavailable, nothing started) where the shim cannot
     manage it; a new segment gets ``quantum_s``."""
+    if os.environ.get(JOB_ENV):  # its rotation signal then killed the inner one, unsaid
+        raise UsageError(f"coop exec: this is already a command of a coop job ({JOB_ENV} is "
+                         f"set): run {shlex.join(argv)} without `coop exec`, and it runs in "
+                         "that job")
     why = shim_refusal(argv, EXEC_ALTERNATIVE)
     if why:
         raise ShimUnavailable(why)
