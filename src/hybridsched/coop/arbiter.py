@@ -78,7 +78,9 @@ class Arbiter:
 
     ``cpus`` are the CPUs the tokens stand for (default: the usable ones). A segment made
     for other CPUs, by another user, or not ours at all is refused with a UsageError; a
-    stale one (every participant dead) is reinitialised.
+    stale one (every participant dead) is reinitialised. ``ops``: how the compiled needs
+    are met (:mod:`ops`): numba's by default, which Python workers need; ``ShimOps()``
+    for a process whose jobs are all commands under the shim.
     """
 
     def __init__(self, cpus: list[int] | None = None, quantum_s: float = DEFAULT_QUANTUM_S,
