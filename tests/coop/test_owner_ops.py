@@ -60,7 +60,16 @@ def test_the_shims_lock_and_the_compiled_one_are_one_mutex(region, shim_lib):
     assert native.lock_into(region, other) is False and other[0] == 1
     assert _from_another_thread(lambda: shim._try(region, held)) == errno.EBUSY
     assert held[0] == 0
+    shim.unlock(region, held)  # not taken (held[0] == 0): gives back nothing
+    native.unlock_from(region, np.zeros(1, np.int8))  # likewise
+    assert _from_another_thread(lambda: shim._try(region, held)) == errno.EBUSY
     native.unlock_from(region, other)
+    assert other[0] == 0
+    def take_and_give_back():
+        got = int(native._try_into(region, other))
+        native.unlock_from(region, other)
+        return got, int(other[0])
+    assert _from_another_thread(take_and_give_back) == (0, 0)
 
 
 def test_a_lock_owner_that_died_is_told_to_the_next_locker(region, shim_lib):

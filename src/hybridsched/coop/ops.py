@@ -105,7 +105,7 @@ def _library(path: str) -> Any:
     fns = functions(path, _OWNER, "coop exec")
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
     types: tuple[tuple[list[Any], Any], ...] = (
-        ([p, p], i), ([p, p, i64], i), ([p], i), ([p, i], None), ([p, i, i64], i),
+        ([p, p], i), ([p, p, i64], i), ([p, p], i), ([p, i], None), ([p, i, i64], i),
         ([p, i, i64], i), ([p, p, i, i, i], ctypes.c_size_t), ([], ctypes.c_size_t))
     for fn, (args, res) in zip(fns, types):
         fn.argtypes, fn.restype = args, res
@@ -130,7 +130,7 @@ class ShimOps:
         only, no reference to the mapping, which must stay free to be unmapped."""
         view = ctypes.create_string_buffer(self._lib.view_size())
         self._lib.bind(view, st.header.ctypes.data, len(st.cpus), len(st.jobs),
-                            len(st.workers))
+                       len(st.workers))
         return view
 
     def lock(self, region: Any, held: Any) -> bool:
@@ -143,9 +143,7 @@ class ShimOps:
         return self._lib.lock_wait(region.ctypes.data, held.ctypes.data, ns)
 
     def unlock(self, region: Any, held: Any) -> None:
-        if held[0]:
-            held[0] = 0
-            self._lib.unlock(region.ctypes.data)
+        self._lib.unlock(region.ctypes.data, held.ctypes.data)
 
     def post(self, bound: Any, slot: int) -> None:
         self._lib.post(bound, slot)

@@ -230,8 +230,13 @@ def _wait_into(region, held, ns):
 
 
 @numba.njit(nogil=False, cache=True)
-def _unlock(region):
-    return mutex_unlock(region)
+def _unlock_from(region, held):
+    """The mutex given back if ``held[0]`` says it was taken, and the flag cleared, in one
+    call: a Ctrl-C between the two can neither leak it nor give it back twice."""
+    if held[0]:
+        held[0] = 0
+        return mutex_unlock(region)
+    return 0
 
 
 def lock_into(region, held) -> bool:
@@ -240,9 +245,7 @@ def lock_into(region, held) -> bool:
 
 
 def unlock_from(region, held) -> None:
-    if held[0]:
-        held[0] = 0
-        _unlock(region)
+    _unlock_from(region, held)
 
 
 def prepare() -> None:

@@ -52,8 +52,13 @@ HS_EXPORT int hs_x_lock_wait(uint8_t *region, int8_t *held, int64_t ns)
     return r;
 }
 
-HS_EXPORT int hs_x_unlock(uint8_t *region)
+/* The mutex given back if `*held` says it was taken, and `*held` cleared, in one call: a
+   Ctrl-C between the two can neither leak it nor give it back twice */
+HS_EXPORT int hs_x_unlock(uint8_t *region, int8_t *held)
 {
+    if (!*held)
+        return 0;
+    *held = 0;
     return R(pthread_mutex_unlock)((pthread_mutex_t *)region);
 }
 
