@@ -841,6 +841,14 @@ int main(int argc, char **argv) {
                 long most = mode[1] == 'l' ? 19000 : 300;  /* dlong: past any guess */
                 put = left < most ? left : most; dprintf(1, "%.*s", (int)put, buf);
                 sum = add(sum, buf, put);
+            } else if (!strcmp(mode, "sfmt") || !strcmp(mode, "lsfmt")) {
+                /* long strings through %s: 8 KB lines, past the guessed length */
+                if (k++ == 0 && mode[0] == 'l') setvbuf(stdout, NULL, _IOLBF, 4096);
+                put = left < 8001 ? left : 8001;
+                char c = buf[put - 1]; buf[put - 1] = 0;
+                printf("%s\n", buf);
+                buf[put - 1] = c;
+                sum = add(sum, buf, put - 1) + '\n';
             } else if (!strcmp(mode, "lfmt")) {  /* line-buffered: each newline flushes */
                 if (k++ == 0) setvbuf(stdout, NULL, _IOLBF, 0);
                 put = left < 300 ? left : 300;
