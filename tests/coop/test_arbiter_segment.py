@@ -288,6 +288,22 @@ def test_a_segment_of_the_same_size_for_other_cpus_is_not_read_as_ours(seg):
         assert list(two.state.cpus["cpu"]) == CPUS[:2] and not two.state.check_invariants()
 
 
+def test_a_segment_in_use_with_other_tables_is_refused_naming_them(seg, monkeypatch):
+    """Two builds of one layout version with other table sizes (MAX_JOBS): the refusal said
+    "for 1 CPUs ... wants 1 CPUs" (the review); it names the tables."""
+    from hybridsched.coop import arbiter
+
+    cpus = CPUS[:1]
+    monkeypatch.setattr(arbiter, "MAX_JOBS", 8)
+    with Arbiter(cpus=cpus, path=seg):
+        monkeypatch.undo()
+        with pytest.raises(UsageError) as err:
+            with Arbiter(cpus=cpus, path=seg):
+                pass
+    words = str(err.value)
+    assert "tables of 8 jobs" in words and f"this one's are {arbiter.MAX_JOBS}" in words, words
+
+
 def test_the_sweep_skips_names_no_process_can_have(seg):
     junk = seg + ".new.99999999999999999999"
     open(junk, "w").close()

@@ -208,7 +208,7 @@ def test_a_shim_built_without_the_owners_functions_is_refused_in_one_line(
     shimbuild._compile(shimbuild.compiler(), shimbuild.sources(), old)
     p = coop_exec(seg, "true", env=dict(os.environ, HYBRIDSCHED_COOP_SHIM=old))
     assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
-    assert "cannot serve coop exec" in p.stderr and "without `coop exec`" in p.stderr
+    assert "cannot serve an owner of jobs" in p.stderr and "without `coop exec`" in p.stderr
     assert not os.path.exists(seg) and not os.path.exists(seg + ".lock")
 
 

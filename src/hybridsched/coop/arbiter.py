@@ -239,7 +239,7 @@ class Arbiter:
                     raise UsageError(f"{self.path}: not a private coop segment of this user: refusing it")
                 tables = (len(self.cpus), MAX_JOBS, MAX_WORKERS)
                 if info.st_size != size or other_tables(fd, tables):
-                    refuse_unless_unused(self.path, fd, info.st_size, len(self.cpus), self.ops)
+                    refuse_unless_unused(self.path, fd, info.st_size, tables, self.ops)
                     fresh = True
                 else:
                     self._map = mmap.mmap(fd, size)

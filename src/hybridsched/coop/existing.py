@@ -31,9 +31,11 @@ def other_tables(fd: int, tables: tuple[int, int, int]) -> bool:
     return (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"])) != tables
 
 
-def refuse_unless_unused(path: str, fd: int, have: int, ncpu: int, ops: Ops) -> None:
-    """A segment of another size (``have`` bytes): made for other CPUs (or tables).
-    Reusable (the call returns) only when nobody is using it any more; else UsageError."""
+def refuse_unless_unused(path: str, fd: int, have: int, tables: tuple[int, int, int],
+                         ops: Ops) -> None:
+    """A segment of another size (``have`` bytes), or made for other ``tables`` (CPUs,
+    jobs, workers). Reusable (the call returns) only when nobody is using it any more;
+    else UsageError."""
     if have < HEADER_DTYPE.itemsize:
         raise UsageError(f"{path}: not a hybridsched coop segment ({have} bytes; remove "
                          "it if no coop run is active): refusing it")
@@ -62,5 +64,10 @@ def refuse_unless_unused(path: str, fd: int, have: int, ncpu: int, ops: Ops) -> 
         raise UsageError(f"{path}: a coop segment whose tables cannot be read "
                          "(remove it if no coop run is active): refusing it") from None
     if busy:
-        raise UsageError(f"{path}: a coop segment for {int(h['ncpu'])} CPUs is in "
-                         f"use by {busy} jobs; this run wants {ncpu} CPUs")
+        theirs = (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"]))
+        if theirs[0] != tables[0]:
+            raise UsageError(f"{path}: a coop segment for {theirs[0]} CPUs is in use by "
+                             f"{busy} jobs; this run wants {tables[0]} CPUs")
+        raise UsageError(f"{path}: a coop segment with tables of {theirs[1]} jobs and "
+                         f"{theirs[2]} workers (another hybridsched build's) is in use by "
+                         f"{busy} jobs; this one's are {tables[1]} and {tables[2]}")

@@ -102,7 +102,8 @@ _OWNER = ("hs_x_lock_try", "hs_x_lock_wait", "hs_x_unlock", "hs_x_post", "hs_x_r
 @functools.lru_cache(maxsize=4)
 def _library(path: str) -> Any:
     """The shim at ``path`` with owner.c's functions typed, by name."""
-    fns = functions(path, _OWNER, "coop exec")
+    fns = functions(path, _OWNER, "an owner of jobs (coop exec)",
+                    "use the arbiter's compiled rules (Arbiter's default ops) instead")
     p, i, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
     types: tuple[tuple[list[Any], Any], ...] = (
         ([p, p], i), ([p, p, i64], i), ([p, p], i), ([p, i], None), ([p, i, i64], i),
@@ -117,7 +118,8 @@ class ShimOps:
     library stays dormant here (its constructor acts only in a launched command)."""
 
     def __init__(self, library: str | None = None):
-        self._lib = _library(library or shim_library())
+        """``library``: the shim's path (default: :func:`shimbuild.shim_library`'s)."""
+        self._lib = _library(shim_library() if library is None else library)
 
     def prepare(self) -> None:
         pass

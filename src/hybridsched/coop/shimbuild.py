@@ -170,23 +170,29 @@ def _given(path: str) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def functions(path: str, names: tuple[str, ...], purpose: str) -> tuple:
+def functions(path: str, names: tuple[str, ...], purpose: str,
+              alternative: str = NO_SHIM) -> tuple:
     """The shim's functions ``names`` from its library at ``path``, loaded dormant through
     ctypes (its constructor acts only in a launched command), for ``purpose`` (what the
-    refusal names); ShimUnavailable for a build without them (another hybridsched's) or
-    one that reads another segment layout."""
+    refusal names, with ``alternative``); ShimUnavailable for a library that cannot be
+    loaded, a build without them (another hybridsched's) or one that reads another segment
+    layout."""
     try:
         lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise ShimUnavailable(f"the coop shim {path!r} cannot be loaded ({exc})",
+                              alternative) from None
+    try:
         fns = tuple(getattr(lib, name) for name in names)
         version = lib.hs_layout_version()
-    except (OSError, AttributeError) as exc:
-        raise ShimUnavailable(f"the coop shim {path} cannot serve {purpose} ({exc}): a build "
-                              f"of another hybridsched? unset {SHIM_ENV} or rebuild it",
-                              NO_SHIM) from None
+    except AttributeError as exc:
+        raise ShimUnavailable(f"the coop shim {path!r} cannot serve {purpose} ({exc}): a "
+                              f"build of another hybridsched? unset {SHIM_ENV} or rebuild it",
+                              alternative) from None
     if version != VERSION:  # it would read the tables at another layout's offsets
-        raise ShimUnavailable(f"the coop shim {path} reads segment layout {version}, this "
+        raise ShimUnavailable(f"the coop shim {path!r} reads segment layout {version}, this "
                               f"hybridsched's is {VERSION}: unset {SHIM_ENV} or rebuild it",
-                              NO_SHIM)
+                              alternative)
     return fns
 
 
