@@ -789,6 +789,7 @@ static unsigned long add(unsigned long sum, const char *b, long n)
 { for (long i = 0; i < n; i++) sum += (unsigned char)b[i]; return sum; }
 #define LINE "0123456789abcdefghij\n"
 static long lines;
+static char record[8193];  /* mode lrecords: a line of two pages and a byte */
 static void *lines_out(void *unused)  /* mode threads: one of three writers of stdout */
 {
     for (long i = 0; i < lines; i++) {
@@ -797,18 +798,31 @@ static void *lines_out(void *unused)  /* mode threads: one of three writers of s
     }
     return unused;
 }
+static void *records_out(void *unused)  /* mode lrecords: one of three writers of stdout */
+{
+    for (long i = 0; i < lines; i++)
+        fwrite(record, 1, sizeof record, stdout);
+    return unused;
+}
 int main(int argc, char **argv) {
     long n = atol(argv[2]), done = 0, k = 0; unsigned long sum = 0;
     const char *mode = argv[1];
-    if (!strcmp(mode, "threads")) {
+    if (!strcmp(mode, "threads") || !strcmp(mode, "lrecords")) {
+        /* lrecords: each fwrite on a line-buffered stream writes two pages, then its
+           newline alone, a page left part full */
+        int recs = mode[0] == 'l';
+        const char *text = recs ? record : LINE;
+        long size = recs ? (long)sizeof record : (long)(sizeof LINE - 1);
+        memset(record, 'r', sizeof record - 1);
+        record[sizeof record - 1] = '\n';
+        if (recs) setvbuf(stdout, NULL, _IOLBF, 4096);
         pthread_t t[3];
-        lines = n / 3 / (long)(sizeof LINE - 1);
+        lines = n / 3 / size;
         fputs("ready\n", stderr);
-        for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, lines_out, NULL);
+        for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, recs ? records_out : lines_out, NULL);
         for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
         fflush(stdout);
-        fprintf(stderr, "wrote %ld sum %lu\n", 3 * lines * (long)(sizeof LINE - 1),
-                3 * lines * add(0, LINE, sizeof LINE - 1));
+        fprintf(stderr, "wrote %ld sum %lu\n", 3 * lines * size, 3 * lines * add(0, text, size));
         return 0;
     }
     char buf[20000], *line = NULL; size_t cap = 0;

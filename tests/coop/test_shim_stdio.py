@@ -49,6 +49,19 @@ def test_fread_and_fwrite_through_a_pipe_pass_every_byte_and_never_sleep_holding
     assert counts.calls > 25 and counts.revoked == 0, counts
 
 
+def test_threads_writing_records_to_a_line_buffered_stdout_never_sleep_holding(
+        seg, shim_lib, tmp_path):
+    """Three threads fwrite 8193-byte lines to a line-buffered stdout: each call writes two
+    pages and then its newline alone, a page left part full that no whole page joins, so
+    the pipe's unread bytes filled more pages than they counted; the writers slept holding
+    the token, revoked 26-35 times in a 0.3-0.4 s run (0.03 s now)."""
+    exe = build("stdio", tmp_path)
+    with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as job:
+        _pipeline(exe, "lrecords", "read", 3 * 8193 * 160, job)
+        counts = job.counters()
+    assert counts.revoked == 0, counts
+
+
 def test_threads_writing_one_stdout_never_sleep_holding(seg, shim_lib, tmp_path):
     """Three threads fwrite short lines to one stdout, each flushing now and then: a waiter
     for the stream's lock made its whole call parked, and a write of the full buffer was
