@@ -59,7 +59,7 @@ class Ops(Protocol):
         """Take the token of holder ``w``: the slot woken, or -1."""
 
 
-class CompiledOps:
+class CompiledOps(CompiledRules):
     """numba's: the arbiter's compiled paths (warm, handoff, rules, native). Imported on
     first use, so that a process with :class:`ShimOps` never loads numba."""
 
@@ -87,12 +87,6 @@ class CompiledOps:
         from . import handoff
 
         handoff.post(bound, slot)
-
-    def leave_worker(self, st: Any, w: int, now: int) -> int:
-        return CompiledRules().leave_worker(st, w, now)
-
-    def revoke_holder(self, st: Any, w: int, now: int) -> int:
-        return CompiledRules().revoke_holder(st, w, now)
 
 
 _OWNER = ("hs_x_lock_try", "hs_x_lock_wait", "hs_x_unlock", "hs_x_post", "hs_x_revoke_holder",

@@ -24,7 +24,7 @@ from numba.core import cgutils
 
 from . import futex
 from .atomics import intrinsic
-from .shmlock import DIED_AT, EOWNERDEAD, LOCK_BYTES, init_mutex, lock_with  # noqa: F401
+from .shmlock import DIED_AT, EOWNERDEAD, LOCK_BYTES, init_mutex, lock_with
 
 
 _SYS_FUTEX = -1 if futex.SYS_FUTEX is None else futex.SYS_FUTEX  # unused where unavailable
@@ -129,8 +129,6 @@ mutex_unlock = _pthread("pthread_mutex_unlock")
 _consistent = _pthread("pthread_mutex_consistent")
 
 
-
-
 @numba.njit(cache=True)
 def _took(region, r):
     """After a lock call returned ``r``: whether the mutex is now ours; from a dead owner
@@ -185,7 +183,6 @@ def monotonic_ns(typingctx):
 
 
 # --- from Python ------------------------------------------------------------------------
-
 
 @intrinsic
 def _timedlock(typingctx, region, ns):
