@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,48 @@ def test_no_module_over_500_lines_and_no_function_over_80():
                     long.append(f"{name}.{node.name}: {n} lines")
     assert big == [] and long == []
 
+
+
+_C_NOISE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def c_function_lengths(source: str) -> dict[str, int]:
+    """The lines of each function body at file level in C `source` (comments, strings and
+    characters blanked first, newlines kept): a top-level brace block after a ``)``."""
+    lines = _C_NOISE.sub(lambda m: "\n" * m.group().count("\n"), source).splitlines()
+    out, depth, start, name = {}, 0, 0, None
+    for lineno, line in enumerate(lines, 1):
+        for i, ch in enumerate(line):
+            if ch == "{":
+                if depth == 0:  # the declaration since the last statement or directive
+                    head = " ".join(x for x in lines[max(0, lineno - 12):lineno - 1]
+                                    if not x.lstrip().startswith("#")) + " " + line[:i]
+                    head = re.split(r"[;}]", head)[-1]
+                    found = re.search(r"(\w+)\s*\(", head)
+                    name = found.group(1) if found and head.rstrip().endswith(")") else None
+                    start = lineno
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0 and name:
+                    out[name] = lineno - start + 1
+    return out
+
+
+def test_the_c_check_measures_a_function():
+    src = "static int f(int x)\n{\n    /* { */\n    return x ? '}' : 1;\n}\nstruct s { int a; };\n"
+    assert c_function_lengths(src) == {"f": 4}
+
+
+def test_no_shim_source_over_500_lines_and_no_function_over_80():
+    big, long = [], []
+    for p in sorted((PKG / "coop" / "shim").glob("*.[ch]")):
+        text = p.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            big.append(f"{p.name}: {len(text.splitlines())} lines")
+        long += [f"{p.name}:{f}: {n} lines" for f, n in c_function_lengths(text).items()
+                 if n > MAX_FUNCTION_LINES]
+    assert big == [] and long == []
 
 # --- capabilities are asked, not tested (core/capabilities.py) ---------------------------
 

@@ -28,10 +28,10 @@ from ..errors import ShimUnavailable
 from .layout import VERSION, c_header
 
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
-SOURCES = ("rules.c", "runtime.c", "early.c", "segment.c", "sud.c", "wrap_sync.c",
-           "wrap_locks.c", "wrap_rwlocks.c", "wrap_io.c", "wrap_process.c", "wrap_exec.c",
-           "wrap_omp.c", "wrap_stdio.c", "watch.c", "owner.c")
-HEADERS = ("coop.h", "wrap.h")
+SOURCES = ("rules.c", "runtime.c", "cs.c", "members.c", "early.c", "segment.c", "sud.c",
+           "wrap_sync.c", "wrap_locks.c", "wrap_rwlocks.c", "wrap_io.c", "wrap_process.c",
+           "wrap_exec.c", "wrap_omp.c", "wrap_stdio.c", "wrap_printf.c", "watch.c", "owner.c")
+HEADERS = ("coop.h", "wrap.h", "wrap_stdio.h")
 LAYOUT_HEADER = "hs_layout.h"
 # -fvisibility=hidden: only the interposed functions (and the hs_x_ test entry points) are
 # exported, so the shim's own calls between its files never go through the PLT;

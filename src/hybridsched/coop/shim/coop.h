@@ -233,9 +233,30 @@ static inline void hs_note_rt_sigaction(long sig, long act)
         hs_note_handler((int)sig, ((void *const *)act)[0], ((const unsigned long *)act)[1]);
 }
 HS_HIDDEN void hs_resolve(void);
-/* pin the slot's thread to its token's CPU, then wake it (runtime.c; owner.c's too) */
+/* pin the slot's thread to its token's CPU, then wake it (cs.c; owner.c's too) */
 HS_HIDDEN void hs_post(struct hs_view *v, int slot);
 HS_HIDDEN int hs_launcher_pid(void);
+
+/* cs.c: a critical section on the arbiter's mutex */
+/* slots woken by one critical section: a grant or two, or one per dead holder reclaimed;
+   a waiter beyond finds its grant at its next poll */
+#define HS_MAX_WOKEN 64
+
+struct hs_cs {
+    int32_t woken[HS_MAX_WOKEN];
+    int n;
+    /* shim threads whose token a reclaim took (stopped), to nudge once the lock is let go:
+       read under the lock, as the slot may be someone else's by then */
+    struct { int32_t pid, tid; int64_t key; } revoked[HS_MAX_WOKEN];
+    int nrevoked;
+};
+HS_HIDDEN void hs_cs_lock(struct hs_cs *cs);
+HS_HIDDEN void hs_cs_unlock(struct hs_cs *cs);  /* then wakes what it collected */
+HS_HIDDEN void hs_cs_add(struct hs_cs *cs, int w);  /* a slot to wake (-1: none) */
+HS_HIDDEN void hs_cs_reclaim(struct hs_cs *cs, int64_t now);
+HS_HIDDEN int hs_own(int me);  /* the slot is still the calling thread's */
+HS_HIDDEN extern int hs_pid;   /* this process's (members.c) */
+HS_HIDDEN void hs_acquire(int me);  /* runtime.c: wait for a token, then hold it */
 
 /* one more entry into the shim (the worker's `entries`; its own thread is the only writer):
    a thread that enters it is not in a spin that calls nothing (early.c) */

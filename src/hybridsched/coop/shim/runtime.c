@@ -1,10 +1,10 @@
 /* One thread's side of the node's arbiter, inside an unmodified program (the cooperative
-   shim, LD_PRELOADed by hybridsched's ShimJob): the process maps the arbiter's segment,
-   finds its command's job by key, and registers each of its threads as a worker of it;
-   a thread runs while it holds a token, gives it up before every call that can block
-   (hs_park) and takes one again after (hs_resume). The rules are rules.c's, the same as the
-   Python workers'. Everything here runs with hs_t.depth > 0, so a call the shim makes
-   itself, or a signal handler's, passes straight through the wrappers. */
+   shim, LD_PRELOADed by hybridsched's ShimJob): a thread runs while it holds a token, gives
+   it up before every call that can block (hs_park) and takes one again after (hs_resume).
+   The rules are rules.c's, the same as the Python workers'; the critical sections on the
+   arbiter's mutex are cs.c's; the process and its threads join the job in members.c.
+   Everything here runs with hs_t.depth > 0, so a call the shim makes itself, or a signal
+   handler's, passes straight through the wrappers. */
 #include "coop.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -22,9 +22,6 @@ __thread struct hs_thread hs_t __attribute__((tls_model("initial-exec"))) = {.sl
 int hs_on;
 struct hs_view hs_v;
 int hs_job = -1;
-static int64_t hs_key;
-static int hs_pid;
-static pthread_key_t hs_exit_key;
 
 /* How long a waiter sleeps before it looks for dead holders, and the longest it backs off
    to once another waiter made the period's scan: the Python workers' figures (worker.py),
@@ -48,19 +45,6 @@ static pthread_key_t hs_exit_key;
    for the running thread's tick, and numpy's J = 2 run under coop took 2.7 s instead of
    1.5 s so. The price: a granted thread may preempt the one that woke it (the J = 2
    barrier loop ~3 % slower). */
-/* slots woken by one critical section: a grant or two, or one per dead holder reclaimed;
-   a waiter beyond finds its grant at its next poll */
-#define MAX_WOKEN 64
-
-struct hs_cs {
-    int32_t woken[MAX_WOKEN];
-    int n;
-    /* shim threads whose token a reclaim took (stopped), to nudge once the lock is let go:
-       read under the lock, as the slot may be someone else's by then */
-    struct { int32_t pid, tid; int64_t key; } revoked[MAX_WOKEN];
-    int nrevoked;
-};
-
 long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int saved = errno;
@@ -80,126 +64,6 @@ void hs_count(int which)
     __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
 }
 
-/* the pid that registered the job, as it was when this image attached: a watchdog's
-   signal still in flight when its job's row went to another job stays recognised (not
-   ours, it would now take the signal's default action) */
-static int hs_launcher = -1;
-
-int hs_launcher_pid(void)
-{
-    return hs_launcher;
-}
-
-int hs_self_pid(void)
-{
-    return hs_pid;
-}
-
-int64_t hs_job_key(void)
-{
-    return hs_key;
-}
-
-/* the rotation signal is the shim's when the job's launcher (its watchdog) sent it, or a
-   thread of the job queued it with the job's key as the cookie (early_look) */
-int hs_nudge_is_ours(const siginfo_t *si)
-{
-    if (si->si_code == SI_TKILL)
-        return si->si_pid == hs_launcher_pid();
-    return si->si_code == SI_QUEUE && (intptr_t)si->si_value.sival_ptr == (intptr_t)hs_key;
-}
-
-/* --- the mutex and the wake-ups ---------------------------------------------------------- */
-
-static void fatal(const char *what, int err)
-{
-    dprintf(2, "hybridsched coop shim: %s (%s); stopping rather than running unlocked\n",
-            what, strerror(err));
-    abort();
-}
-
-static void cs_add(struct hs_cs *cs, int w)
-{
-    if (w >= 0 && cs->n < MAX_WOKEN)
-        cs->woken[cs->n++] = w;
-}
-
-/* hs_reclaim within a critical section: the slots woken, and the shim threads among the
-   holders it took a token from (stopped), to be nudged once the lock is let go */
-static void cs_reclaim(struct hs_cs *cs, int64_t now)
-{
-    int32_t held[MAX_WOKEN];
-    int n = 0;
-    for (int ci = 0; ci < hs_v.ncpu && n < MAX_WOKEN; ci++) {
-        int h = hs_v.cpus[ci].holder;
-        if (h >= 0 && hs_v.workers[h].thread == 1 && hs_ld(&hs_v.workers[h].state) == HS_RUNNING)
-            held[n++] = h;
-    }
-    cs->n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs->woken + cs->n, MAX_WOKEN - cs->n);
-    /* under the lock, only a reclaim makes a holder BLOCKED */
-    for (int i = 0; i < n && cs->nrevoked < MAX_WOKEN; i++) {
-        struct hs_worker *r = &hs_v.workers[held[i]];
-        if (r->used == 1 && hs_ld(&r->state) == HS_BLOCKED) {
-            cs->revoked[cs->nrevoked].pid = r->pid;
-            cs->revoked[cs->nrevoked].tid = r->tid;
-            cs->revoked[cs->nrevoked++].key = hs_v.jobs[r->job].key;
-        }
-    }
-}
-
-static void cs_lock(struct hs_cs *cs)
-{
-    pthread_mutex_t *m = (pthread_mutex_t *)hs_v.lock;
-    cs->n = cs->nrevoked = 0;
-    int r = hs_real_mutex_lock(m);
-    if (r == EOWNERDEAD) {  /* its owner died in the middle: the next step reclaims it */
-        hs_real_mutex_consistent(m);
-        hs_v.lock[HS_DIED_AT] = 1;
-    } else if (r != 0) {
-        fatal("cannot lock the arbiter's mutex", r);
-    }
-    if (hs_v.lock[HS_DIED_AT]) {
-        cs_reclaim(cs, hs_now_ns());
-        hs_v.lock[HS_DIED_AT] = 0;
-    }
-}
-
-/* handoff._wake: pin the new holder to its token's CPU, then wake it */
-void hs_post(struct hs_view *v, int slot)
-{
-    struct hs_worker *r = &v->workers[slot];
-    int ci = r->cpu;
-    if (r->used == 1 && r->tid > 0 && ci >= 0) {
-        int c = v->cpus[ci].cpu;
-        if (r->pinned != c && c >= 0 && c < CPU_SETSIZE) {
-            cpu_set_t s;
-            CPU_ZERO(&s);
-            CPU_SET(c, &s);
-            if (hs_real_setaffinity(r->tid, sizeof s, &s) == 0)
-                r->pinned = c;
-        }
-    }
-    hs_raw(SYS_futex, (long)&v->wake[slot], FUTEX_WAKE, 1, 0, 0, 0);
-}
-
-static void cs_unlock(struct hs_cs *cs)
-{
-    hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
-    for (int i = 0; i < cs->n; i++)
-        hs_post(&hs_v, cs->woken[i]);
-    /* A stopped thread takes the signal once continued, and queues for a token at once
-       (hs_rotate) rather than running without one until its next call. */
-    for (int i = 0; i < cs->nrevoked; i++)
-        hs_nudge(cs->revoked[i].pid, cs->revoked[i].tid, cs->revoked[i].key);
-}
-
-/* the slot is still this thread's (not reclaimed, not someone else's since) */
-static int own(int me)
-{
-    struct hs_worker *r = &hs_v.workers[me];
-    return me >= 0 && r->used == 1 && r->pid == hs_pid && r->tid == hs_t.tid && r->thread == 1;
-}
-
 /* the slot was taken away (the job ended under us): this thread runs unmanaged */
 static void lost(void)
 {
@@ -213,14 +77,14 @@ static int reclaim_due(void)
         return 0;
     struct hs_cs cs;
     int did = 0;
-    cs_lock(&cs);
+    hs_cs_lock(&cs);
     int64_t now = hs_now_ns();
     if (now - h->reclaim_ns >= RECLAIM_POLL_NS) {
         h->reclaim_ns = now;
-        cs_reclaim(&cs, now);
+        hs_cs_reclaim(&cs, now);
         did = 1;
     }
-    cs_unlock(&cs);
+    hs_cs_unlock(&cs);
     return did;
 }
 
@@ -291,15 +155,15 @@ static void wait_token(int me, int queued)
         if (st != HS_WAITING) {  /* not queued (never so in practice): ask again */
             struct hs_cs cs;
             int w2[2];
-            cs_lock(&cs);
-            if (own(me) && hs_ld(&r->state) != HS_WAITING) {
+            hs_cs_lock(&cs);
+            if (hs_own(me) && hs_ld(&r->state) != HS_WAITING) {
                 hs_cas(&r->state, HS_LAZY, HS_RUNNING);
                 hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
                 if (w2[0] != me)
-                    cs_add(&cs, w2[0]);
-                cs_add(&cs, w2[1]);
+                    hs_cs_add(&cs, w2[0]);
+                hs_cs_add(&cs, w2[1]);
             }
-            cs_unlock(&cs);
+            hs_cs_unlock(&cs);
             continue;
         }
         queued = 1;
@@ -370,13 +234,13 @@ static void unpin_tids(const int *tids, int n)
         hs_real_setaffinity(tids[i], sizeof all, &all);  /* one gone meanwhile: ESRCH */
 }
 
-static void acquire(int me)
+void hs_acquire(int me)
 {
     struct hs_cs cs;
     int w2[2], lazy[HS_LAZY_TRACK], tids[HS_LAZY_TRACK];
-    cs_lock(&cs);
-    if (!own(me)) {
-        cs_unlock(&cs);
+    hs_cs_lock(&cs);
+    if (!hs_own(me)) {
+        hs_cs_unlock(&cs);
         lost();
         return;
     }
@@ -387,9 +251,9 @@ static void acquire(int me)
     int nrevoked = revoked_tids(lazy, nlazy, tids);
     int queued = hs_ld(state) == HS_WAITING;
     if (w2[0] != me)
-        cs_add(&cs, w2[0]);
-    cs_add(&cs, w2[1]);
-    cs_unlock(&cs);
+        hs_cs_add(&cs, w2[0]);
+    hs_cs_add(&cs, w2[1]);
+    hs_cs_unlock(&cs);
     unpin_tids(tids, nrevoked);
     wait_token(me, queued);
 }
@@ -397,9 +261,9 @@ static void acquire(int me)
 static void release(int me)
 {
     struct hs_cs cs;
-    cs_lock(&cs);
-    if (!own(me)) {
-        cs_unlock(&cs);
+    hs_cs_lock(&cs);
+    if (!hs_own(me)) {
+        hs_cs_unlock(&cs);
         lost();
         return;
     }
@@ -407,8 +271,8 @@ static void release(int me)
     int w = hs_rule_release(&hs_v, me, hs_now_ns());
     if (w >= 0)
         hs_count(HS_C_HANDOFFS);
-    cs_add(&cs, w);
-    cs_unlock(&cs);
+    hs_cs_add(&cs, w);
+    hs_cs_unlock(&cs);
 }
 
 /* lock-free paths first check the slot is ours (it changes hands only when reclaimed) */
@@ -457,7 +321,7 @@ void hs_resume(void)
     hs_t.parked = HS_PARK_NONE;
     if (lazy && hs_rule_lazy_resume(&hs_v, me))
         return;
-    acquire(me);
+    hs_acquire(me);
 }
 
 /* a rotation (sched_yield in a spin, or the watchdog's signal): to another job's waiter
@@ -468,16 +332,16 @@ void hs_rotate(void)
     if (me < 0 || !mine_unlocked(me))
         return;
     if (hs_ld(&hs_v.workers[me].state) == HS_BLOCKED) {  /* outside the shim: its token */
-        acquire(me);  /* was taken while it was stopped (hs_reclaim) */
+        hs_acquire(me);  /* was taken while it was stopped (hs_reclaim) */
         return;
     }
     if (hs_ld(&hs_v.h->waiting) <= 0)
         return;
     struct hs_cs cs;
     int w2[2] = {-1, -1};
-    cs_lock(&cs);
-    if (!own(me)) {
-        cs_unlock(&cs);
+    hs_cs_lock(&cs);
+    if (!hs_own(me)) {
+        hs_cs_unlock(&cs);
         lost();
         return;
     }
@@ -485,14 +349,14 @@ void hs_rotate(void)
     int rotated = hs_ld(&hs_v.workers[me].state) == HS_WAITING;
     if (rotated)
         hs_count(HS_C_HANDOFFS);
-    cs_add(&cs, w2[0]);
-    cs_add(&cs, w2[1]);
-    cs_unlock(&cs);
+    hs_cs_add(&cs, w2[0]);
+    hs_cs_add(&cs, w2[1]);
+    hs_cs_unlock(&cs);
     if (rotated) {
         wait_token(me, 1);
     } else if (hs_ld(&hs_v.h->waiting) > 0) {
         release(me);
-        acquire(me);
+        hs_acquire(me);
     }
 }
 
@@ -537,161 +401,4 @@ void hs_release_point(void)
         return;
     if (hs_ld(&hs_v.workers[me].state) == HS_RUNNING && hs_rule_expired(&hs_v, me, hs_now_ns()))
         hs_rotate();
-}
-
-/* --- threads and processes --------------------------------------------------------------- */
-
-static void reset_thread(void)
-{
-    hs_t.tid = gettid();
-    hs_t.slot = -1;
-    hs_t.parked = HS_PARK_NONE;
-    hs_t.yields = 0;
-    hs_t.releases = 0;
-    hs_t.spin_at = 0;
-    hs_t.unsignalled = NULL;
-    hs_t.has_mask = 0;
-    hs_t.pending = HS_PEND_NONE;
-    hs_t.armed = 0;
-    hs_t.selector = HS_SUD_ALLOW;
-}
-
-static void start(int slot)
-{
-    hs_t.slot = slot;
-    pthread_setspecific(hs_exit_key, (void *)1);  /* hs_thread_end at the thread's exit */
-    hs_sud_arm();
-}
-
-/* the calling thread (new, or the child of a fork) joins the job and waits for a token */
-void hs_thread_begin(void)
-{
-    if (!hs_on)
-        return;
-    reset_thread();
-    hs_t.depth = 1;
-    struct hs_cs cs;
-    int w = -1;
-    cs_lock(&cs);
-    if (hs_v.jobs[hs_job].used == 1 && hs_v.jobs[hs_job].key == hs_key)
-        w = hs_join_worker(&hs_v, hs_job, hs_pid, hs_t.tid, 1);
-    cs_unlock(&cs);
-    if (w >= 0) {  /* else the job is gone, or the tables are full: unmanaged */
-        hs_count(HS_C_THREADS);
-        start(w);
-        acquire(w);
-    }
-    hs_exit();
-}
-
-/* at the thread's exit (a TLS destructor), at _exit and at the process's exit */
-void hs_thread_end(void *unused)
-{
-    (void)unused;
-    int me = hs_t.slot;
-    /* a vfork child shares its parent thread's TLS: the slot there is the parent's */
-    if (!hs_on || me < 0 || getpid() != hs_pid)
-        return;
-    hs_t.depth++;
-    hs_sud_disarm();
-    int signaller = me;  /* its slot may go to a thread that never signalled */
-    __atomic_compare_exchange_n(&hs_last_signaller, &signaller, -1, 0, __ATOMIC_RELAXED,
-                                __ATOMIC_RELAXED);
-    struct hs_cs cs;
-    cs_lock(&cs);
-    if (own(me)) {
-        int w = hs_rule_leave_worker(&hs_v, me, hs_now_ns());
-        if (w >= 0)
-            hs_count(HS_C_HANDOFFS);
-        cs_add(&cs, w);
-    }
-    cs_unlock(&cs);
-    hs_t.slot = -1;
-    hs_t.depth--;
-}
-
-/* The process's first thread: after an exec, the exec'ing thread finds its slot (and its
-   token) under its pid and tid and keeps it; the slots of the threads the exec ended are
-   given up. Otherwise it joins like any thread. */
-static void main_thread_begin(void)
-{
-    reset_thread();
-    hs_t.depth = 1;
-    struct hs_cs cs;
-    int mine = -1;
-    cs_lock(&cs);
-    for (int w = 0; w < hs_v.h->hi; w++) {
-        struct hs_worker *r = &hs_v.workers[w];
-        if (r->used != 1 || r->pid != hs_pid || r->job != hs_job || !r->thread)
-            continue;
-        if (r->tid == hs_t.tid && mine < 0)
-            mine = w;
-        else
-            cs_add(&cs, hs_rule_leave_worker(&hs_v, w, hs_now_ns()));
-    }
-    cs_unlock(&cs);
-    if (mine < 0) {
-        hs_t.depth = 0;
-        hs_thread_begin();
-        return;
-    }
-    start(mine);
-    acquire(mine);  /* held already (RUNNING): keeps it, pinned where it was */
-    hs_exit();
-}
-
-static void atfork_child(void)
-{
-    if (!hs_on)
-        return;
-    hs_pid = getpid();
-    hs_thread_begin();  /* a new thread: the parent's slot stays the parent's */
-}
-
-/* the segment mapped and checked (segment.c), then the command's job found by its key */
-static int attach(const char *path, int64_t key)
-{
-    size_t size = hs_map_segment(path);
-    if (!size)
-        return -1;
-    struct hs_cs cs;
-    cs_lock(&cs);
-    hs_job = hs_find_job(&hs_v, key);
-    if (hs_job >= 0)
-        hs_launcher = hs_v.jobs[hs_job].pid;
-    cs_unlock(&cs);
-    if (hs_job < 0) {
-        munmap(hs_v.h, size);
-        hs_warn("no job %s on %s (its launcher has gone)", getenv("HYBRIDSCHED_COOP_JOB"), path);
-        return -1;
-    }
-    hs_key = key;
-    return 0;
-}
-
-__attribute__((constructor)) static void hs_init(void)
-{
-    const char *seg = getenv("HYBRIDSCHED_COOP_SEGMENT"), *key = getenv("HYBRIDSCHED_COOP_JOB");
-    if (!seg || !key || !*seg || !*key)
-        return;  /* loaded but not launched by hybridsched (a test's ctypes): dormant */
-    hs_resolve();
-    if (attach(seg, strtoll(key, NULL, 10)) != 0)
-        return;
-    hs_natural_cpus(getenv("HYBRIDSCHED_COOP_CPUS"));
-    hs_pid = getpid();
-    if (pthread_key_create(&hs_exit_key, hs_thread_end) != 0) {
-        hs_warn("no thread-specific key left%s%s", "", "");
-        return;
-    }
-    hs_signals_setup();
-    hs_sud_setup();
-    pthread_atfork(NULL, NULL, atfork_child);
-    hs_on = 1;
-    main_thread_begin();
-    hs_signals_start();
-}
-
-__attribute__((destructor)) static void hs_fini(void)
-{
-    hs_thread_end(NULL);
 }

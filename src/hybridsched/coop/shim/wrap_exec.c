@@ -1,5 +1,5 @@
 /* The interposed libc functions, part 4: exec. The exec'ing thread keeps its token and
-   its slot through the exec (runtime.c, main_thread_begin); what must not go through is a
+   its slot through the exec (members.c, main_thread_begin); what must not go through is a
    rotation request, so the nudge signal is ignored from just before the exec until the new
    image's shim takes it again (sud.c, hs_nudge_hold). glibc's exec functions call its
    internal execve, which cannot be interposed: each is wrapped. */

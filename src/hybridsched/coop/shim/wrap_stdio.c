@@ -13,7 +13,7 @@
    pipe, socket or terminal runs parked, the whole call, as read() and write() do
    (wrap_io.c): libc's own wait then takes signals as it would. Reads and writes of a line
    or a character, of a string, fread and fwrite, and formatted output (printf, fprintf,
-   their v- and fortified forms) are caught; the last by its length, measured where it
+   their v- and fortified forms, in wrap_printf.c) are caught; the last by its length, measured where it
    converts a string, else guessed (FORMAT_GUESS): a longer one may still flush on a full
    pipe holding the token (the early look's "asleep" holder, then the watchdog's), as may a
    line longer than what has arrived. Streams that are wide-oriented, without a
@@ -22,8 +22,7 @@
    a descriptor, are caught by the length they will write, measured first. The flush of
    every stream at the process's exit (libc's, after the destructors) comes once the
    shim's destructor has taken the thread out of its job: it has no token to sleep with. */
-#include "wrap.h"
-#include <stdio.h>
+#include "wrap_stdio.h"
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 /* functions that bits/stdio.h makes macros of when optimising */
@@ -39,11 +38,6 @@
 #undef putc
 #undef getc
 
-/* glibc's FILE flags (libio, a stable ABI), of which the public header names only some */
-#define HS_IO_UNBUFFERED 0x0002
-#define HS_IO_NO_READS 0x0004
-#define HS_IO_NO_WRITES 0x0008
-#define HS_IO_LINE_BUF 0x0200
 /* the unit a pipe holds its bytes in: its reader's current page is not written to again */
 #define PIPE_PAGE 4096
 /* how many of a pipe's pages its unread bytes are taken to fill, per page of them, for a
@@ -70,7 +64,7 @@ static size_t pending(FILE *fp)  /* bytes written to the buffer, not yet to the 
    a line-buffered stream (a terminal's) keeps its write end at its write pointer, so that
    every write reaches libc's check for a newline, and goes out at one; an unbuffered one
    writes everything at once. */
-static int stays_buffered(FILE *fp, size_t n, int nl)
+int hs_stays_buffered(FILE *fp, size_t n, int nl)
 {
     if (fp->_flags & HS_IO_UNBUFFERED)
         return 0;
@@ -80,7 +74,7 @@ static int stays_buffered(FILE *fp, size_t n, int nl)
 }
 
 /* the stream's descriptor where it may sleep on it for `events`, else -1 */
-static int caught_fd(FILE *fp, short events)
+int hs_stream_fd(FILE *fp, short events)
 {
     int no = events == POLLIN ? HS_IO_NO_READS | _IO_EOF_SEEN : HS_IO_NO_WRITES;
     return fp->_mode > 0 || (fp->_flags & (no | _IO_ERR_SEEN)) ? -1 : fp->_fileno;
@@ -167,7 +161,7 @@ int hs_write_may_sleep(int fd, size_t n)
    where it has a free page (poll), however full its other pages. Counted in bytes, such a
    write looked as if it fit where earlier short writes (fflush) had left pages part full:
    three threads writing one stdout through one token slept in write holding it. */
-static int write_may_sleep(FILE *fp, int fd, size_t need)
+int hs_stream_write_may_sleep(FILE *fp, int fd, size_t need)
 {
     size_t size = (size_t)(fp->_IO_buf_end - fp->_IO_buf_base), all;
     if (__builtin_add_overflow(pending(fp), need, &all))
@@ -187,44 +181,12 @@ static int write_may_sleep(FILE *fp, int fd, size_t need)
     return may_sleep_writing(fd, all, partial ? PARTIAL_PAGES_PER_PAGE : 1);
 }
 
-/* `call` as libc's, given up the token around it where it may sleep (`sleeps`, looked at
-   with the stream's lock held: another thread may change it). A thread that finds that
-   lock held waits for it parked (its holder may be parked in a write, needing a token back
-   before it lets it go), then makes its call holding a token again, `sleeps` looked at as
-   for any other: made parked whole, the call wrote without a token, filling the pipe that
-   a holder had just found room in, which then slept holding its token until the
-   watchdog's bound (three threads writing one stdout through one token, 72-87 times in a
-   0.8 s run). The _unlocked forms leave the lock to their caller, as libc does
-   (ENTER_PARKED_IF). */
-#define CAUGHT(type, fp, sleeps, call)                                                        \
-    do {                                                                                      \
-        if (!hs_enter())                                                                      \
-            return call;                                                                      \
-        if (ftrylockfile(fp) != 0) {                                                          \
-            hs_park();                                                                        \
-            flockfile(fp);                                                                    \
-            hs_resume();                                                                      \
-        }                                                                                     \
-        int park_ = (sleeps);                                                                 \
-        if (park_)                                                                            \
-            hs_park();                                                                        \
-        type r_ = (call);                                                                     \
-        int e_ = errno;                                                                       \
-        if (park_)                                                                            \
-            hs_resume();                                                                      \
-        funlockfile(fp);                                                                      \
-        hs_exit();                                                                            \
-        errno = e_;                                                                           \
-        return r_;                                                                            \
-    } while (0)
-#define CAUGHT_UNLOCKED(type, fp, sleeps, call) ENTER_PARKED_IF(type, sleeps, call)
-
 /* --- reads --------------------------------------------------------------------------------- */
 
 /* a read from `fp` of `want` bytes, or (`delim` >= 0) of bytes up to `delim`, may sleep */
 static int reads_may_sleep(FILE *fp, size_t want, int delim)
 {
-    int fd = caught_fd(fp, POLLIN);
+    int fd = hs_stream_fd(fp, POLLIN);
     if (fd < 0)
         return 0;
     size_t have = buffered(fp);
@@ -312,8 +274,8 @@ HS_EXPORT int __underflow(FILE *fp) { CAUGHT_UNLOCKED(int, fp, BYTES(fp, 1), R(_
 /* a write of `n` bytes to `fp` (`nl`: a newline among them) may sleep */
 static int writes_may_sleep(FILE *fp, size_t n, int nl)
 {
-    int fd = caught_fd(fp, POLLOUT);
-    return fd >= 0 && !stays_buffered(fp, n, nl) && write_may_sleep(fp, fd, n);
+    int fd = hs_stream_fd(fp, POLLOUT);
+    return fd >= 0 && !hs_stays_buffered(fp, n, nl) && hs_stream_write_may_sleep(fp, fd, n);
 }
 #define CHAR(fp, c) writes_may_sleep(fp, 1, (c) == '\n')
 /* a newline matters to a line-buffered stream alone: no search of the others' text */
@@ -326,8 +288,8 @@ static int writes_may_sleep(FILE *fp, size_t n, int nl)
 /* a flush of what `fp` holds may sleep */
 static int flush_may_sleep(FILE *fp)
 {
-    int fd = caught_fd(fp, POLLOUT);
-    return fd >= 0 && pending(fp) && write_may_sleep(fp, fd, 0);
+    int fd = hs_stream_fd(fp, POLLOUT);
+    return fd >= 0 && pending(fp) && hs_stream_write_may_sleep(fp, fd, 0);
 }
 
 REAL(size_t, fwrite, (const void *, size_t, size_t, FILE *));
@@ -399,125 +361,3 @@ HS_EXPORT int fflush_unlocked(FILE *fp)
 }
 /* its flush (the stream is gone after it: no lock of ours to give back) */
 HS_EXPORT int fclose(FILE *fp) { CAUGHT_UNLOCKED(int, fp, flush_may_sleep(fp), R(fclose)(fp)); }
-
-/* --- formatted output ---------------------------------------------------------------------- */
-
-/* The length of a formatted write with no string in it (numbers, characters, pointers),
-   known only once made: one whose buffer has this much room left is taken to fit it;
-   one that has less runs parked where the pipe cannot take what is buffered and this much
-   more. Larger makes more of them wait for the pipe's room (a park, and a hand-off where
-   others wait); smaller lets more longer ones flush on a full pipe holding the token. */
-#define FORMAT_GUESS 512
-
-/* the length of what `f` makes of `ap`: formatted once more, with no buffer of ours */
-static size_t formatted_length(const char *f, va_list ap)
-{
-    va_list copy;
-    va_copy(copy, ap);
-    int e = errno, n = vsnprintf(NULL, 0, f, copy);
-    errno = e;
-    va_end(copy);
-    return n < 0 ? 0 : (size_t)n;
-}
-
-/* a character of a conversion before its letter: flags, width, precision, length */
-static int in_conversion(char c)
-{
-    return (c >= '0' && c <= '9') || (c && strchr(".*-+ #'$IhlLqjzt", c));
-}
-
-/* whether `f` converts a string (%s, %ls, %S), the one conversion of no bounded length.
-   (strspn here cost 18 % of a short printf's time: glibc builds a table each call.) */
-static int converts_string(const char *f)
-{
-    for (const char *p = strchr(f, '%'); p; p = strchr(p, '%')) {
-        p++;
-        if (*p == '%') {
-            p++;
-            continue;
-        }
-        while (in_conversion(*p))
-            p++;
-        if (*p == 's' || *p == 'S')
-            return 1;
-    }
-    return 0;
-}
-
-/* What a formatted write adds: measured where a string may make it long (printf of 8 KB
-   lines flushed on a full pipe holding the token, revoked 31 times in 1.4 s against
-   0.03 s plain: the review), else guessed, saving the second formatting of the common
-   line of numbers. On a line-buffered stream the text may hold a newline, which flushes
-   it. */
-static int formats_may_sleep(FILE *fp, const char *f, va_list ap)
-{
-    int fd = caught_fd(fp, POLLOUT);
-    if (fd < 0)
-        return 0;
-    size_t n = converts_string(f) ? formatted_length(f, ap) : FORMAT_GUESS;
-    return !stays_buffered(fp, n, (fp->_flags & HS_IO_LINE_BUF) != 0)
-           && write_may_sleep(fp, fd, n);
-}
-
-REAL(int, vfprintf, (FILE *, const char *, va_list));
-REAL(int, __vfprintf_chk, (FILE *, int, const char *, va_list));
-
-HS_EXPORT int vfprintf(FILE *fp, const char *f, va_list ap)
-{
-    CAUGHT(int, fp, formats_may_sleep(fp, f, ap), R(vfprintf)(fp, f, ap));
-}
-HS_EXPORT int vprintf(const char *f, va_list ap)
-{
-    CAUGHT(int, stdout, formats_may_sleep(stdout, f, ap), R(vfprintf)(stdout, f, ap));
-}
-HS_EXPORT int __vfprintf_chk(FILE *fp, int flag, const char *f, va_list ap)
-{
-    CAUGHT(int, fp, formats_may_sleep(fp, f, ap), R(__vfprintf_chk)(fp, flag, f, ap));
-}
-HS_EXPORT int __vprintf_chk(int flag, const char *f, va_list ap)
-{
-    CAUGHT(int, stdout, formats_may_sleep(stdout, f, ap), R(__vfprintf_chk)(stdout, flag, f, ap));
-}
-
-/* the variadic forms, by way of the va_list ones (as libc's own are) */
-#define FORMATTED(fp, call_ap)                                                                \
-    do {                                                                                      \
-        va_list ap;                                                                           \
-        va_start(ap, f);                                                                      \
-        int r = call_ap;                                                                      \
-        va_end(ap);                                                                           \
-        return r;                                                                             \
-    } while (0)
-
-HS_EXPORT int fprintf(FILE *fp, const char *f, ...) { FORMATTED(fp, vfprintf(fp, f, ap)); }
-HS_EXPORT int printf(const char *f, ...) { FORMATTED(stdout, vfprintf(stdout, f, ap)); }
-HS_EXPORT int __fprintf_chk(FILE *fp, int flag, const char *f, ...)
-{
-    FORMATTED(fp, __vfprintf_chk(fp, flag, f, ap));
-}
-HS_EXPORT int __printf_chk(int flag, const char *f, ...)
-{
-    FORMATTED(stdout, __vfprintf_chk(stdout, flag, f, ap));
-}
-
-/* A descriptor's formatted write: its length measured first (formatted twice, with no
-   buffer of ours: dprintf is for what cannot allocate), then looked at as write() looks at
-   its bytes. A guessed length instead let lines of 8-70 KB sleep on a full pipe holding
-   the token, revoked at every line (the review: 12 s against 2 s uncaught). */
-REAL(int, vdprintf, (int, const char *, va_list));
-REAL(int, __vdprintf_chk, (int, int, const char *, va_list));
-
-HS_EXPORT int vdprintf(int fd, const char *f, va_list ap)
-{
-    ENTER_PARKED_IF(int, hs_write_may_sleep(fd, formatted_length(f, ap)), R(vdprintf)(fd, f, ap));
-}
-HS_EXPORT int __vdprintf_chk(int fd, int flag, const char *f, va_list ap)
-{
-    ENTER_PARKED_IF(int, hs_write_may_sleep(fd, formatted_length(f, ap)),
-                    R(__vdprintf_chk)(fd, flag, f, ap));
-}
-HS_EXPORT int dprintf(int fd, const char *f, ...) { FORMATTED(fd, vdprintf(fd, f, ap)); }
-HS_EXPORT int __dprintf_chk(int fd, int flag, const char *f, ...)
-{
-    FORMATTED(fd, __vdprintf_chk(fd, flag, f, ap));
-}

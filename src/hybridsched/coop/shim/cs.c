@@ -1,0 +1,100 @@
+/* The arbiter's mutex held by one of the shim's threads: a critical section collects the
+   slots its rules woke and the stopped holders a reclaim took a token from, and wakes them
+   only once the mutex is let go, so that nobody woken waits for the mutex at once. A dead
+   owner's mutex is made consistent and the segment reclaimed in the next section. */
+#include "coop.h"
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+static void fatal(const char *what, int err)
+{
+    dprintf(2, "hybridsched coop shim: %s (%s); stopping rather than running unlocked\n",
+            what, strerror(err));
+    abort();
+}
+
+void hs_cs_add(struct hs_cs *cs, int w)
+{
+    if (w >= 0 && cs->n < HS_MAX_WOKEN)
+        cs->woken[cs->n++] = w;
+}
+
+/* hs_reclaim within a critical section: the slots woken, and the shim threads among the
+   holders it took a token from (stopped), to be nudged once the lock is let go */
+void hs_cs_reclaim(struct hs_cs *cs, int64_t now)
+{
+    int32_t held[HS_MAX_WOKEN];
+    int n = 0;
+    for (int ci = 0; ci < hs_v.ncpu && n < HS_MAX_WOKEN; ci++) {
+        int h = hs_v.cpus[ci].holder;
+        if (h >= 0 && hs_v.workers[h].thread == 1 && hs_ld(&hs_v.workers[h].state) == HS_RUNNING)
+            held[n++] = h;
+    }
+    cs->n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs->woken + cs->n, HS_MAX_WOKEN - cs->n);
+    /* under the lock, only a reclaim makes a holder BLOCKED */
+    for (int i = 0; i < n && cs->nrevoked < HS_MAX_WOKEN; i++) {
+        struct hs_worker *r = &hs_v.workers[held[i]];
+        if (r->used == 1 && hs_ld(&r->state) == HS_BLOCKED) {
+            cs->revoked[cs->nrevoked].pid = r->pid;
+            cs->revoked[cs->nrevoked].tid = r->tid;
+            cs->revoked[cs->nrevoked++].key = hs_v.jobs[r->job].key;
+        }
+    }
+}
+
+void hs_cs_lock(struct hs_cs *cs)
+{
+    pthread_mutex_t *m = (pthread_mutex_t *)hs_v.lock;
+    cs->n = cs->nrevoked = 0;
+    int r = hs_real_mutex_lock(m);
+    if (r == EOWNERDEAD) {  /* its owner died in the middle: the next step reclaims it */
+        hs_real_mutex_consistent(m);
+        hs_v.lock[HS_DIED_AT] = 1;
+    } else if (r != 0) {
+        fatal("cannot lock the arbiter's mutex", r);
+    }
+    if (hs_v.lock[HS_DIED_AT]) {
+        hs_cs_reclaim(cs, hs_now_ns());
+        hs_v.lock[HS_DIED_AT] = 0;
+    }
+}
+
+/* handoff._wake: pin the new holder to its token's CPU, then wake it */
+void hs_post(struct hs_view *v, int slot)
+{
+    struct hs_worker *r = &v->workers[slot];
+    int ci = r->cpu;
+    if (r->used == 1 && r->tid > 0 && ci >= 0) {
+        int c = v->cpus[ci].cpu;
+        if (r->pinned != c && c >= 0 && c < CPU_SETSIZE) {
+            cpu_set_t s;
+            CPU_ZERO(&s);
+            CPU_SET(c, &s);
+            if (hs_real_setaffinity(r->tid, sizeof s, &s) == 0)
+                r->pinned = c;
+        }
+    }
+    hs_raw(SYS_futex, (long)&v->wake[slot], FUTEX_WAKE, 1, 0, 0, 0);
+}
+
+void hs_cs_unlock(struct hs_cs *cs)
+{
+    hs_real_mutex_unlock((pthread_mutex_t *)hs_v.lock);
+    for (int i = 0; i < cs->n; i++)
+        hs_post(&hs_v, cs->woken[i]);
+    /* A stopped thread takes the signal once continued, and queues for a token at once
+       (hs_rotate) rather than running without one until its next call. */
+    for (int i = 0; i < cs->nrevoked; i++)
+        hs_nudge(cs->revoked[i].pid, cs->revoked[i].tid, cs->revoked[i].key);
+}
+
+/* the slot is still this thread's (not reclaimed, not someone else's since) */
+int hs_own(int me)
+{
+    struct hs_worker *r = &hs_v.workers[me];
+    return me >= 0 && r->used == 1 && r->pid == hs_pid && r->tid == hs_t.tid && r->thread == 1;
+}
