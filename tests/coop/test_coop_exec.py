@@ -154,6 +154,38 @@ def test_coop_exec_killed_before_it_told_its_guardian_leaves_no_command_behind(s
             q.kill()
 
 
+
+def test_a_guardian_killed_outright_leaves_the_status_the_commands(seg, shim_lib, tmp_path):
+    """`kill -9` of the guardian's group: coop exec carries on without it, and its status
+    is still the command's (its next word to the guardian raised BrokenPipeError: 141)."""
+    stop = tmp_path / "stop"
+    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
+                          f"while [ ! -e {stop} ]; do sleep 0.02; done; exit 5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def guardian() -> psutil.Process | None:  # coop exec's fork, in a group of its own
+        with contextlib.suppress(psutil.Error, OSError):
+            me = psutil.Process(p.pid)
+            for c in me.children():
+                with contextlib.suppress(psutil.Error, OSError):
+                    if c.exe() == me.exe():
+                        return c
+        return None
+
+    try:
+        wait_until(lambda: guardian() and command_group(p.pid), "the guardian and the command")
+        g = guardian()
+        os.killpg(g.pid, signal.SIGKILL)
+        wait_until(lambda: not g.is_running() or g.status() == psutil.STATUS_ZOMBIE,
+                   "the guardian dead")
+        stop.touch()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 5 and err == ""
+    assert not os.path.exists(seg)
+
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
     exe = build("omp_bsp", tmp_path)
     ps = [subprocess.Popen([*CLI, "--segment", seg, "--counters", exe, "400", "200"],

@@ -60,8 +60,15 @@ class Guardian:
         return self
 
     def _say(self, line: bytes) -> None:
-        if self._w >= 0:
+        if self._w < 0:
+            return
+        try:
             os.write(self._w, line + b"\n")  # one short write on a pipe: atomic
+        except BrokenPipeError:
+            # The guardian was killed (a `kill -9` of its group): we carry on without it,
+            # only our own death without a goodbye then uncovered. Raised, the error ended
+            # `coop exec` with 141 as its command finished, its status and its reap lost.
+            pass
 
     def watch(self, pgid: int) -> None:
         """Have group ``pgid`` killed and continued should we die before :meth:`release`."""
@@ -85,10 +92,7 @@ class Guardian:
             return
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
-            try:
-                self._say(_BYE)
-            except OSError:
-                pass  # the guardian is gone already: nothing to tell it
+            self._say(_BYE)  # a guardian gone already is told nothing
             os.close(self._w)
             self._w = -1
             while True:
