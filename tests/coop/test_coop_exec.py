@@ -180,6 +180,7 @@ def test_a_guardian_killed_outright_leaves_the_status_the_commands(seg, shim_lib
         stop.touch()
         out, err = p.communicate(timeout=120)
     finally:
+        stop.touch()  # the command ends, whatever became of coop exec
         if p.poll() is None:
             p.kill()
             p.wait()
