@@ -326,6 +326,19 @@ def test_the_job_is_found_by_its_key_and_given_back(seg, shim_lib):
         assert job.final is not None and job.counters() == job.final
 
 
+@pytest.mark.parametrize("unset", ["HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_SEGMENT"])
+def test_a_dormant_shim_passes_a_programs_futex_calls_on(shim_lib, tmp_path, unset):
+    """Loaded with no job (a variable unset, as `env -u` in a command of a job leaves it):
+    the shim's syscall() wrapper jumped to address 0 (SIGSEGV), the real functions never
+    looked up."""
+    exe = build("futexcall", tmp_path)
+    env = {**os.environ, "LD_PRELOAD": shim_lib, "HYBRIDSCHED_COOP_SEGMENT": "/dev/shm/none",
+           "HYBRIDSCHED_COOP_JOB": "1"}
+    del env[unset]
+    p = subprocess.run([exe], env=env, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (0, "wake 0 wait -1\n", "")
+
+
 def test_the_signal_numbers_agree(shim_lib):
     import ctypes
 

@@ -64,8 +64,6 @@ HS_EXPORT int hs_x_unlock(uint8_t *region, int8_t *held)
 
 HS_EXPORT void hs_x_post(struct hs_view *v, int slot)
 {
-    if (!hs_real_setaffinity)
-        hs_resolve();
     hs_post(v, slot);
 }
 

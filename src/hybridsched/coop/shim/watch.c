@@ -100,8 +100,6 @@ HS_EXPORT int hs_watch_wait(const struct hs_header *h, const struct hs_cpu *cpus
                             int64_t pause, int64_t bound, int64_t quantum, int64_t *waited_at,
                             int64_t *due, struct hs_watch_act *act, int32_t *ctl, int32_t gen)
 {
-    if (!hs_real_syscall)  /* dormant here (not a command's process): no constructor ran */
-        hs_resolve();
     for (;;) {
         if (pause > 0) {
             struct timespec ts = {pause / 1000000000LL, pause % 1000000000LL};
