@@ -811,19 +811,24 @@ static void *lines_out(void *unused)  /* mode threads: one of three writers of s
     }
     return unused;
 }
+static int locked;  /* mode flrecords: each record written under the program's flockfile */
 static void *records_out(void *unused)  /* mode lrecords: one of three writers of stdout */
 {
-    for (long i = 0; i < lines; i++)
+    for (long i = 0; i < lines; i++) {
+        if (locked) flockfile(stdout);
         fwrite(record, 1, sizeof record, stdout);
+        if (locked) funlockfile(stdout);
+    }
     return unused;
 }
 int main(int argc, char **argv) {
     long n = atol(argv[2]), done = 0, k = 0; unsigned long sum = 0;
     const char *mode = argv[1];
-    if (!strcmp(mode, "threads") || !strcmp(mode, "lrecords")) {
+    if (!strcmp(mode, "threads") || !strcmp(mode, "lrecords") || !strcmp(mode, "flrecords")) {
         /* lrecords: each fwrite on a line-buffered stream writes two pages, then its
            newline alone, a page left part full */
-        int recs = mode[0] == 'l';
+        int recs = mode[0] != 't';
+        locked = mode[0] == 'f';
         const char *text = recs ? record : LINE;
         long size = recs ? (long)sizeof record : (long)(sizeof LINE - 1);
         memset(record, 'r', sizeof record - 1);

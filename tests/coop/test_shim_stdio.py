@@ -49,15 +49,18 @@ def test_fread_and_fwrite_through_a_pipe_pass_every_byte_and_never_sleep_holding
     assert counts.calls > 25 and counts.revoked == 0, counts
 
 
+@pytest.mark.parametrize("mode", ["lrecords", "flrecords"])
 def test_threads_writing_records_to_a_line_buffered_stdout_never_sleep_holding(
-        seg, shim_lib, tmp_path):
+        seg, shim_lib, tmp_path, mode):
     """Three threads fwrite 8193-byte lines to a line-buffered stdout: each call writes two
     pages and then its newline alone, a page left part full that no whole page joins, so
     the pipe's unread bytes filled more pages than they counted; the writers slept holding
-    the token, revoked 26-35 times in a 0.3-0.4 s run (0.03 s now)."""
+    the token, revoked 26-35 times in a 0.3-0.4 s run (0.03 s now). `flrecords`: each
+    record under the program's own flockfile, whose wait slept holding the token (revoked
+    40-42 times, the review)."""
     exe = build("stdio", tmp_path)
     with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as job:
-        _pipeline(exe, "lrecords", "read", 3 * 8193 * 160, job)
+        _pipeline(exe, mode, "read", 3 * 8193 * 160, job)
         counts = job.counters()
     assert counts.revoked == 0, counts
 

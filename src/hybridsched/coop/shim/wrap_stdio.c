@@ -181,6 +181,27 @@ int hs_stream_write_may_sleep(FILE *fp, int fd, size_t need)
     return may_sleep_writing(fd, all, partial ? PARTIAL_PAGES_PER_PAGE : 1);
 }
 
+/* A program's own hold of a stream's lock (flockfile around a run of putc_unlocked, say):
+   one another thread holds is waited for parked, as the wrappers wait (CAUGHT), since its
+   holder may be parked in a write and need a token back before it lets go. Three threads
+   taking stdout's lock around each 8193-byte record through one token slept in flockfile
+   holding theirs: 1.6-1.7 s and revoked 40-42 times, against 0.07 s plain (the review). */
+REAL(void, flockfile, (FILE *));
+
+HS_EXPORT void flockfile(FILE *fp)
+{
+    if (!hs_enter()) {
+        R(flockfile)(fp);
+        return;
+    }
+    if (ftrylockfile(fp) != 0) {
+        hs_park();
+        R(flockfile)(fp);
+        hs_resume();
+    }
+    hs_exit();
+}
+
 /* --- reads --------------------------------------------------------------------------------- */
 
 /* a read from `fp` of `want` bytes, or (`delim` >= 0) of bytes up to `delim`, may sleep */
