@@ -17,6 +17,7 @@ import pytest
 
 from hybridsched.coop import refusal, shimbuild
 from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.layout import RUNNING
 from hybridsched.coop.ops import CompiledOps, ShimOps
 from hybridsched.coop.shimjob import NUDGE_SIGNAL, WAIT_POLICY_ENV, ShimJob
 from hybridsched.errors import ShimUnavailable, UsageError
@@ -48,10 +49,17 @@ def spinning(exe: str, flag, mode: str, job: ShimJob) -> Iterator[subprocess.Pop
                           text=True)
     try:
         assert pw.stdout.readline() == "spinning\n"
+        # its line is out before the write's lazy park ends (nobody waited): past it
+        wait_until(lambda: holds_token(job), "the spinner holding its token")
         yield pw
     finally:
         pw.kill()
         pw.wait()
+
+
+def holds_token(job: ShimJob) -> bool:
+    w = job.arbiter.state.workers
+    return bool(((w["used"] == 1) & (w["job"] == job.job) & (w["state"] == RUNNING)).any())
 
 
 def job_slots(a: Arbiter, job: ShimJob) -> int:
@@ -225,6 +233,7 @@ def test_a_holder_asleep_where_the_shim_cannot_see_loses_its_token(seg, shim_lib
                               text=True)
         try:
             assert pr.stdout.readline() == "opening\n"
+            wait_until(lambda: holds_token(reader), "the reader holding its token")
             pw = run_under(writer, [exe, fifo, "write"])
             out = pr.communicate(timeout=120)[0]
         finally:
@@ -499,9 +508,23 @@ def test_a_thread_posted_work_by_its_spinning_sibling_takes_another_process_toke
     on one token ("apart", as the older shim printed)."""
     exe = build("proc_gang", tmp_path)
     with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=10.0) as a, ShimJob(a) as job:
-        p = run_under(job, [exe, "5"])
+        p = subprocess.Popen([exe, "5"], env=environ(job), stdout=subprocess.PIPE, text=True)
+        whole = 0  # looks at the tokens that found both with one process's threads
+        try:
+            while p.poll() is None:
+                st = a.state
+                holders = st.cpus["holder"]
+                if (holders >= 0).all() and len({int(st.workers["pid"][h]) for h in holders}) == 1:
+                    whole += 1
+                time.sleep(0.0002)
+            out = p.communicate(timeout=120)[0]
+        finally:
+            p.kill()
+            p.wait()
         counts = job.counters()
-    assert p.returncode == 0 and p.stdout == "gang\n", (p.stdout, p.stderr, counts)
+    # "gang": the program saw its two threads run at once; on a loaded machine they may
+    # never both have a CPU within its window, the tokens' holders say it then
+    assert p.returncode == 0 and (out == "gang\n" or whole > 0), (out, whole, counts)
     assert counts.signals == 0, counts
 
 

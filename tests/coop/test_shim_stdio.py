@@ -46,7 +46,9 @@ def test_fread_and_fwrite_through_a_pipe_pass_every_byte_and_never_sleep_holding
     with Arbiter(cpus=ONE, path=seg, quantum_s=QUANTUM_S) as a, ShimJob(a) as job:
         _pipeline(exe, "write", "read", 1_500_000, job)  # ~25 pipes full, each side waits
         counts = job.counters()
-    assert counts.calls > 25 and counts.revoked == 0, counts
+    # (a side asleep in libc's write or read holding the token is revoked: 30-80 times
+    # before stdio was caught)
+    assert counts.threads >= 2 and counts.revoked == 0, counts
 
 
 @pytest.mark.parametrize("mode", ["lrecords", "flrecords"])

@@ -115,17 +115,38 @@ static inline void *sym(const char *name)
         PARKED(type, call);                                                                   \
     } while (0)
 
-/* the same where `sleeps` (looked at inside the shim) says the call may sleep; else
-   `call` straight through, keeping the token */
+/* Whether the call to come is made with the token kept lazily (hs_park_lazy: two atomic
+   operations), whatever it may do: where nobody waits for a token, instead of a look at
+   whether it may sleep (a poll or an ioctl, each a system call). 200 000 line-buffered
+   lines to `cat` with nobody waiting took 0.186 s so, 0.136 s now, 0.124 s plain; 300 000
+   unbuffered putc to /dev/null 0.188, 0.092 and 0.072 s (the review's case; coop exec's
+   own start-up apart); `yes | head -c | sha256sum`, two at once: 0.583 s against 0.602,
+   env's 0.367. A thread that comes to wait meanwhile takes the token, as from any lazy
+   park; hs_resume after the call. */
+static inline int hs_idle_park(void)
+{
+    return hs_ld(&hs_v.h->waiting) <= 0 && hs_park_lazy();
+}
+
+/* the same where `sleeps` (looked at inside the shim, where others wait) says the call may
+   sleep; else `call` straight through, keeping the token */
 #define ENTER_PARKED_IF(type, sleeps, call)                                                   \
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return call;                                                                      \
-        if (!(sleeps)) {                                                                      \
-            hs_exit();                                                                        \
-            return call;                                                                      \
+        if (!hs_idle_park()) {                                                                \
+            if (!(sleeps)) {                                                                  \
+                hs_exit();                                                                    \
+                return call;                                                                  \
+            }                                                                                 \
+            hs_park();                                                                        \
         }                                                                                     \
-        PARKED(type, call);                                                                   \
+        type r_ = (call);                                                                     \
+        int e_ = errno;                                                                       \
+        hs_resume();                                                                          \
+        hs_exit();                                                                            \
+        errno = e_;                                                                           \
+        return r_;                                                                            \
     } while (0)
 
 /* the same with the `probe` that never blocks tried first (TRY_THEN_PARK) */

@@ -18,7 +18,8 @@ HS_HIDDEN int hs_stays_buffered(FILE *fp, size_t n, int nl);
 HS_HIDDEN int hs_stream_write_may_sleep(FILE *fp, int fd, size_t need);
 
 /* `call` as libc's, given up the token around it where it may sleep (`sleeps`, looked at
-   with the stream's lock held: another thread may change it). A thread that finds that
+   with the stream's lock held: another thread may change it), or kept lazily around it
+   where nobody waits (hs_idle_park). A thread that finds that
    lock held waits for it parked (its holder may be parked in a write, needing a token back
    before it lets it go), then makes its call holding a token again, `sleeps` looked at as
    for any other: made parked whole, the call wrote without a token, filling the pipe that
@@ -35,9 +36,11 @@ HS_HIDDEN int hs_stream_write_may_sleep(FILE *fp, int fd, size_t need);
             flockfile(fp);                                                                    \
             hs_resume();                                                                      \
         }                                                                                     \
-        int park_ = (sleeps);                                                                 \
-        if (park_)                                                                            \
+        int park_ = hs_idle_park();                                                           \
+        if (!park_ && (sleeps)) {                                                             \
             hs_park();                                                                        \
+            park_ = 1;                                                                        \
+        }                                                                                     \
         type r_ = (call);                                                                     \
         int e_ = errno;                                                                       \
         if (park_)                                                                            \
