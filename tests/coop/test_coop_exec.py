@@ -187,6 +187,18 @@ def test_a_guardian_killed_outright_leaves_the_status_the_commands(seg, shim_lib
     assert p.returncode == 5 and err == ""
     assert not os.path.exists(seg)
 
+
+def test_a_relative_segment_is_found_by_a_command_that_changed_folder(seg, shim_lib, tmp_path):
+    """`--segment NAME` relative to coop exec's folder: the command was handed the name as
+    given, and a process it started after a `cd` ran unmanaged ("cannot open the coop
+    segment"; the review)."""
+    show = "import os; print(os.environ['HYBRIDSCHED_COOP_SEGMENT'])"
+    p = subprocess.run([*CLI, "--segment", os.path.basename(seg), "--counters", "--", "sh",
+                        "-c", f"cd / && exec {sys.executable} -c \"{show}\""],
+                       cwd=os.path.dirname(seg), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout == seg + "\n", (p.stdout, p.stderr)
+    assert p.stderr.startswith("hybridsched coop: threads ") and "cannot" not in p.stderr
+
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
     exe = build("omp_bsp", tmp_path)
     ps = [subprocess.Popen([*CLI, "--segment", seg, "--counters", exe, "400", "200"],

@@ -423,9 +423,12 @@ def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_l
     data = tmp_path / "data"
     data.write_text("x")
     data.chmod(0o755)
+    fifo = tmp_path / "fifo"  # executable: its read for the check waited for ever (the review)
+    os.mkfifo(fifo)
+    fifo.chmod(0o755)
     for argv, words in (([static], "statically linked"), ([str(script)], "statically linked"),
                         ([str(data)], "neither a program"), (["no-such-command-x"], "no such command"),
-                        ([str(tmp_path)], "not an executable")):
+                        ([str(tmp_path)], "not an executable"), ([str(fifo)], "not an executable")):
         why = refusal.shim_refusal(argv)
         assert why and "\n" not in why and words in why, (argv, why)
     assert refusal.shim_refusal(["sh"]) is None and refusal.shim_refusal(["/usr/bin/env"]) is None
@@ -457,17 +460,33 @@ def test_env_options_on_a_scripts_line_are_skipped_to_its_interpreter(tmp_path, 
     assert "statically linked" in refusal.shim_refusal([str(script)])
 
 
-def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative(monkeypatch, shim_lib):
+def test_no_compiler_or_no_syscall_user_dispatch_is_refused_with_the_alternative(
+        monkeypatch, shim_lib, tmp_path):
     monkeypatch.setattr(refusal, "sud_available", lambda: False)
     why = refusal.shim_refusal(["sh"])
     assert "Syscall User Dispatch" in why and why.endswith(shimbuild.NO_SHIM)
     monkeypatch.undo()
     monkeypatch.delenv(shimbuild.SHIM_ENV)
     monkeypatch.setenv("CC", "no-such-compiler-x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no build cached there
     why = refusal.shim_refusal(["sh"], alternative="use something else")
     assert "C compiler" in why and why.endswith("use something else")
     with pytest.raises(ShimUnavailable, match="C compiler"):
         shimbuild.shim_library()
+
+
+def test_a_cached_build_serves_where_no_compiler_is_on_path(tmp_path, shim_lib, monkeypatch):
+    """A build made with cc, looked up again with no compiler on PATH (a job's environment
+    without it): it was refused as "needs a C compiler, which this machine lacks" (the
+    review), the cache's name holding the compiler's version."""
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    built = shimbuild.shim_library()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("CC", raising=False)
+    assert shimbuild.compiler() is None
+    assert shimbuild.available() and refusal.shim_refusal(["/bin/sh"]) is None
+    assert shimbuild.shim_library() == built
 
 
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,

@@ -96,7 +96,8 @@ class Arbiter:
         self.ops.prepare()  # before any worker forks: no child compiles under the lock
         self.cpus = sorted(cpus if cpus is not None else usable_cpus())
         self.quantum_ns = int(quantum_s * 1e9)
-        self.path = path or segment_path()
+        # absolute: its jobs' processes find it by this name whatever folder they go to
+        self.path = os.path.abspath(path or segment_path())
         self._map: mmap.mmap | None = None
         self.state: State | None = None
         self.regions: Any = ()  # what ops.post needs of the state (ops.bind)
@@ -276,7 +277,7 @@ class Arbiter:
             self._initialise()
         elif list(self.tables.cpus["cpu"]) != self.cpus:
             raise UsageError(f"{self.path}: the running coop jobs use CPUs "
-                             f"{list(self.tables.cpus['cpu'])}, not {self.cpus}")
+                             f"{[int(c) for c in self.tables.cpus['cpu']]}, not {self.cpus}")
         self._take_seat()
 
     def _take_seat(self) -> None:

@@ -56,6 +56,7 @@ def refuse_unless_unused(path: str, fd: int, have: int, tables: tuple[int, int, 
             ops.lock(s.lock, held)
             reclaim(s, now_ns())
             busy = s.participants()
+            users = len({int(p) for p in s.jobs["pid"][s.jobs["used"] == 1]})
         finally:
             ops.unlock(s.lock, held)
         del s
@@ -67,7 +68,11 @@ def refuse_unless_unused(path: str, fd: int, have: int, tables: tuple[int, int, 
         theirs = (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"]))
         if theirs[0] != tables[0]:
             raise UsageError(f"{path}: a coop segment for {theirs[0]} CPUs is in use by "
-                             f"{busy} jobs; this run wants {tables[0]} CPUs")
+                             f"{_processes(users)}; this run wants {tables[0]} CPUs")
         raise UsageError(f"{path}: a coop segment with tables of {theirs[1]} jobs and "
                          f"{theirs[2]} workers (another hybridsched build's) is in use by "
-                         f"{busy} jobs; this one's are {tables[1]} and {tables[2]}")
+                         f"{_processes(users)}; this one's are {tables[1]} and {tables[2]}")
+
+
+def _processes(n: int) -> str:
+    return f"{n} hybridsched process{'es' if n != 1 else ''}"

@@ -102,7 +102,8 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
         return f"{command}: {NOT_FOUND}"
     try:
         st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode) or not os.access(path, os.X_OK):
+        # a FIFO or device too: exec refuses them, and a read of a FIFO waits for a writer
+        if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
             return f"{path}: {NOT_EXECUTABLE}"
         with open(path, "rb") as fh:
             head = fh.read(256)
@@ -147,8 +148,7 @@ def shim_refusal(argv: list[str], alternative: str = shimbuild.NO_SHIM) -> str |
         why = ("this kernel has no Syscall User Dispatch (Linux 5.11 or later), without which "
                "the coop shim cannot see libgomp's waits and its threads would sleep holding tokens")
     elif not shimbuild.available():
-        why = ("the coop shim is built on first use and needs a C compiler (cc), which this "
-               f"machine lacks (or set {shimbuild.SHIM_ENV} to a built one)")
+        why = f"{shimbuild.NO_COMPILER} (install one, or set {shimbuild.SHIM_ENV} to a built one)"
     else:
         why = program
     return None if why is None else f"coop: {why}; {alternative}"

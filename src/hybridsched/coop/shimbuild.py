@@ -13,6 +13,7 @@ into place: a concurrent first use builds at most twice and nobody loads half a 
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -48,6 +49,8 @@ _WATCH_MARK = b"hs_watch_wait"
 _MAX_SHIM_BYTES = 16 << 20  # a build is ~100 KiB; more than this is not one
 # what to use instead, in every refusal's line
 NO_SHIM = "use --policy env or gang, which need no shim"
+NO_COMPILER = ("the coop shim is built on first use with a C compiler, and neither cc nor $CC "
+               "is on PATH, nor is a build of this version cached")
 
 
 def sources() -> dict[str, str]:
@@ -96,13 +99,37 @@ def _version(cc: str) -> str:
         return cc
 
 
-def build_key(files: dict[str, str], cc: str) -> str:
+def source_key(files: dict[str, str]) -> str:
+    """What a build is made of, but the compiler: the sources, flags and platform."""
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    h.update(" ".join(CFLAGS + LIBS).encode() + b"\0" + _version(cc).encode())
+    h.update(" ".join(CFLAGS + LIBS).encode() + b"\0")
     h.update(platform.machine().encode() + " ".join(platform.libc_ver()).encode())
     return h.hexdigest()[:16]
+
+
+def build_key(files: dict[str, str], cc: str) -> str:
+    """A build's name in the cache: its sources' key, then its compiler's."""
+    return f"{source_key(files)}-{hashlib.sha256(_version(cc).encode()).hexdigest()[:8]}"
+
+
+def _cached(folder: str, files: dict[str, str]) -> str | None:
+    """A build of ``files`` in ``folder`` by any compiler (the newest), this user's; None.
+    What serves where no compiler is on PATH now (a job's environment without it)."""
+    prefix, suffix = f"coopshim-{source_key(files)}-", f"-{platform.machine()}.so"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(suffix)]
+    except OSError:
+        return None
+    found = []
+    for name in names:
+        path = os.path.join(folder, name)
+        with contextlib.suppress(OSError):
+            st = os.stat(path, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                found.append((st.st_mtime, path))
+    return max(found)[1] if found else None
 
 
 def _compile(cc: str, files: dict[str, str], out: str) -> None:
@@ -140,13 +167,15 @@ def shim_library(cache: str | None = None) -> str:
     given = os.environ.get(SHIM_ENV) if cache is None else None
     if given:
         return _given(given)
-    cc = compiler()
-    if cc is None:
-        raise ShimUnavailable("the coop shim is built on first use and needs a C compiler "
-                              f"(cc), which this machine lacks; install one or set {SHIM_ENV}",
-                              NO_SHIM)
     files = sources()
     folder = cache or cache_dir()
+    cc = compiler()
+    if cc is None:
+        built = _cached(folder, files)
+        if built is None:
+            raise ShimUnavailable(f"{NO_COMPILER}; install one or set {SHIM_ENV}", NO_SHIM)
+        _private_dir(folder)
+        return built
     _private_dir(folder)
     path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
     try:
@@ -210,4 +239,5 @@ def functions(path: str, names: tuple[str, ...], purpose: str,
 def available() -> bool:
     """Whether the shim can be had without building anything new: a given or cached one,
     or a C compiler to build it (cheap: used to refuse before anything starts)."""
-    return bool(os.environ.get(SHIM_ENV)) or compiler() is not None
+    return (bool(os.environ.get(SHIM_ENV)) or compiler() is not None
+            or _cached(cache_dir(), sources()) is not None)

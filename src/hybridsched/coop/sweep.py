@@ -17,7 +17,7 @@ def sweep(path: str | None = None, ops: Ops | None = None) -> None:
     creators). A segment still in use, or one that cannot be attached, is left alone,
     silently. Costs nothing (no arbiter code loaded) when there is none. ``ops``: the
     arbiter's (ops.ShimOps where the caller loads no numba: coop exec and its guardian)."""
-    path = path or segment_path()
+    path = os.path.abspath(path or segment_path())
     if not (os.path.exists(path) or os.path.exists(path + ".lock") or unfinished(path)):
         return
     if _in_use_now(path + ".lock"):
