@@ -188,6 +188,32 @@ def test_a_guardian_killed_outright_leaves_the_status_the_commands(seg, shim_lib
     assert not os.path.exists(seg)
 
 
+
+GUARDIAN_GONE_FIRST = """
+import os, signal, sys
+from hybridsched.cli import main
+from hybridsched.coop import launch
+enter = launch.Command.__enter__
+def first_kill_the_guardian(self):
+    os.kill(self.guardian.pid, signal.SIGKILL)
+    stat = f"/proc/{self.guardian.pid}/stat"
+    while open(stat).read().rsplit(") ", 1)[1][0] != "Z":  # dead (not yet reaped by us)
+        pass
+    return enter(self)
+launch.Command.__enter__ = first_kill_the_guardian
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_guardian_gone_before_the_command_starts_leaves_it_run(seg, shim_lib):
+    """The command's child tells the guardian its group before it execs, SIGPIPE's default
+    action given back to it by then: a guardian already dead killed it unexec'd, and coop
+    exec ended 141, the command never run (the second review)."""
+    p = subprocess.run([sys.executable, "-c", GUARDIAN_GONE_FIRST, "coop", "exec", "--segment",
+                        seg, "--", "sh", "-c", "echo ran; exit 7"],
+                       capture_output=True, text=True, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (7, "ran\n", "")
+
 def test_a_relative_segment_is_found_by_a_command_that_changed_folder(seg, shim_lib, tmp_path):
     """`--segment NAME` relative to coop exec's folder: the command was handed the name as
     given, and a process it started after a `cd` ran unmanaged ("cannot open the coop

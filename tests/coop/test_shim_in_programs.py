@@ -348,6 +348,40 @@ def test_a_dormant_shim_passes_a_programs_futex_calls_on(shim_lib, tmp_path, uns
     assert (p.returncode, p.stdout, p.stderr) == (0, "wake 0 wait -1\n", "")
 
 
+EARLY_LIB = r"""
+#include <linux/futex.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int word;
+__attribute__((constructor)) static void early(void)
+{ printf("early %ld\n", syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0)); }
+"""
+
+
+@pytest.mark.parametrize("launched", [False, True])
+def test_a_futex_call_from_a_library_constructor_before_the_shims_is_passed_on(
+        seg, shim_lib, tmp_path, launched):
+    """The program's own libraries' constructors run before the preloaded shim's: a futex
+    call through syscall() there jumped to address 0, libc not looked up yet (SIGSEGV,
+    dormant or launched; the second review)."""
+    (tmp_path / "early.c").write_text(EARLY_LIB)
+    (tmp_path / "main.c").write_text("int main(void) { return 0; }\n")
+    for argv in (["-shared", "-fPIC", "early.c", "-o", "libearly.so"],
+                 ["main.c", "-o", "main", "-L.", "-Wl,--no-as-needed", "-learly",
+                  f"-Wl,-rpath,{tmp_path}"]):
+        if subprocess.run(["cc", *argv], cwd=tmp_path, capture_output=True).returncode != 0:
+            pytest.skip("cc could not build the library and its program")
+    exe = str(tmp_path / "main")
+    if launched:
+        p = subprocess.run([sys.executable, "-m", "hybridsched", "coop", "exec", "--segment", seg,
+                            "--", exe], capture_output=True, text=True, timeout=300)
+    else:
+        p = subprocess.run([exe], env={**os.environ, "LD_PRELOAD": shim_lib}, capture_output=True,
+                           text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, "early 0\n"), p.stderr
+
+
 def test_the_signal_numbers_agree(shim_lib):
     import ctypes
 
@@ -487,6 +521,14 @@ def test_a_cached_build_serves_where_no_compiler_is_on_path(tmp_path, shim_lib, 
     assert shimbuild.compiler() is None
     assert shimbuild.available() and refusal.shim_refusal(["/bin/sh"]) is None
     assert shimbuild.shim_library() == built
+    # a newer file of that name that is no build (cut short) is passed over
+    junk = built.replace(built.rsplit("-", 2)[1], "ffffffff")
+    open(junk, "wb").close()
+    os.utime(junk, (os.stat(built).st_mtime + 60,) * 2)
+    assert shimbuild.shim_library() == built
+    monkeypatch.setenv("CC", "ccache cc")  # a command with arguments: named as such
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "none"))
+    assert "CC='ccache cc' names no program" in refusal.shim_refusal(["/bin/sh"])
 
 
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,

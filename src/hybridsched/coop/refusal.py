@@ -148,7 +148,7 @@ def shim_refusal(argv: list[str], alternative: str = shimbuild.NO_SHIM) -> str |
         why = ("this kernel has no Syscall User Dispatch (Linux 5.11 or later), without which "
                "the coop shim cannot see libgomp's waits and its threads would sleep holding tokens")
     elif not shimbuild.available():
-        why = f"{shimbuild.NO_COMPILER} (install one, or set {shimbuild.SHIM_ENV} to a built one)"
+        why = f"{shimbuild.no_compiler()} (install one, or set {shimbuild.SHIM_ENV} to a built one)"
     else:
         why = program
     return None if why is None else f"coop: {why}; {alternative}"

@@ -49,8 +49,8 @@ _WATCH_MARK = b"hs_watch_wait"
 _MAX_SHIM_BYTES = 16 << 20  # a build is ~100 KiB; more than this is not one
 # what to use instead, in every refusal's line
 NO_SHIM = "use --policy env or gang, which need no shim"
-NO_COMPILER = ("the coop shim is built on first use with a C compiler, and neither cc nor $CC "
-               "is on PATH, nor is a build of this version cached")
+NO_COMPILER = ("the coop shim is built on first use with a C compiler, and no cc is on PATH, "
+               "nor is a build of this version cached")
 
 
 def sources() -> dict[str, str]:
@@ -64,6 +64,15 @@ def sources() -> dict[str, str]:
 def compiler() -> str | None:
     """The C compiler's path ($CC, else cc), or None."""
     return shutil.which(os.environ.get("CC") or "cc")
+
+
+def no_compiler() -> str:
+    """Why there is no shim to be had, :func:`compiler` having found none."""
+    given = os.environ.get("CC")
+    if given:  # a command with its arguments (`ccache cc`) is not taken
+        return (f"the coop shim is built on first use with a C compiler, and CC={given!r} "
+                "names no program on PATH, nor is a build of this version cached")
+    return NO_COMPILER
 
 
 def cache_dir() -> str:
@@ -129,7 +138,19 @@ def _cached(folder: str, files: dict[str, str]) -> str | None:
             st = os.stat(path, follow_symlinks=False)
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
                 found.append((st.st_mtime, path))
-    return max(found)[1] if found else None
+    # the newest that is a whole build (an empty or foreign file beside a good one was
+    # taken, and refused as a library that cannot be loaded: the review)
+    return next((path for _, path in sorted(found, reverse=True) if _is_build(path)), None)
+
+
+def _is_build(path: str) -> bool:
+    """Whether ``path`` holds a build of these sources' kind (an ELF file with the marks)."""
+    try:
+        with open(path, "rb") as fh:
+            body = fh.read(_MAX_SHIM_BYTES)
+    except OSError:
+        return False
+    return body.startswith(b"\x7fELF") and _SHIM_MARK in body and _WATCH_MARK in body
 
 
 def _compile(cc: str, files: dict[str, str], out: str) -> None:
@@ -147,7 +168,7 @@ def _compile(cc: str, files: dict[str, str], out: str) -> None:
         for p in [*runs, _cc(cc, tmp, ["-shared", "-o", lib, *objects, *LIBS])]:
             if p.returncode != 0:
                 first = next((ln for ln in p.stderr.splitlines() if "error" in ln),
-                             p.stderr.strip()[:200])
+                             p.stderr.strip()[:200]) or f"exit status {p.returncode}"
                 raise ShimUnavailable(f"the coop shim did not build with {cc}: {first}", NO_SHIM)
         os.chmod(lib, 0o755)
         os.replace(lib, out)  # atomic: whoever loads it sees all of it
@@ -173,7 +194,7 @@ def shim_library(cache: str | None = None) -> str:
     if cc is None:
         built = _cached(folder, files)
         if built is None:
-            raise ShimUnavailable(f"{NO_COMPILER}; install one or set {SHIM_ENV}", NO_SHIM)
+            raise ShimUnavailable(f"{no_compiler()}; install one or set {SHIM_ENV}", NO_SHIM)
         _private_dir(folder)
         return built
     _private_dir(folder)

@@ -78,7 +78,15 @@ class Guardian:
         """In a child we forked, before it execs, once it made its own group (a system call
         only): have that group watched from now. Told by the child, the guardian knows the
         group before anything runs in it, where we could die before :meth:`watch`."""
-        self._say(b"+%d" % os.getpid())
+        # subprocess gave the child SIGPIPE's default action back before this runs: a word
+        # to a guardian already dead killed it unexec'd (coop exec then ended 141, the
+        # command never run; the review); ignored, the signal is dropped, not kept pending
+        # across the exec
+        old = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        try:
+            self._say(b"+%d" % os.getpid())
+        finally:
+            signal.signal(signal.SIGPIPE, old)
 
     def release(self, pgid: int) -> None:
         """We have dealt with group ``pgid`` ourselves (it is killed; not yet reaped)."""

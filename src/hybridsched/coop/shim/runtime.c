@@ -48,6 +48,10 @@ int hs_job = -1;
 long hs_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
 {
     int saved = errno;
+    /* a futex call made through syscall() by a library's constructor that ran before ours
+       (the program's own libraries' run first) came here before hs_init looked libc up */
+    if (__builtin_expect(!hs_real_syscall, 0))
+        hs_resolve();
     long r = hs_real_syscall(nr, a1, a2, a3, a4, a5, a6);
     if (r == -1)
         r = -errno;
