@@ -122,6 +122,20 @@ def test_the_cpu_time_of_what_a_command_waits_for_is_the_jobs():
     assert rec.verified and rec.cpu_s >= 0.3
 
 
+def test_a_group_slow_to_go_does_not_lengthen_the_other_jobs_times():
+    """Job 0 leaves a killed member in its group that its parent (which left the group)
+    never reaps, so the group stays until colocate gives up on it (_GROUP_GONE_S): waited
+    for as job 0 ended, that wait timed job 1's `sleep 0.5` at 5.2 s, verified (the
+    review)."""
+    linger = ("import os, time\nif os.fork() == 0:\n    time.sleep(100); os._exit(0)\n"
+              "os.setsid(); time.sleep(100)")
+    spec = _spec([f"sh -c {shlex.quote(f'{PY} -c {shlex.quote(linger)} & sleep 0.2')}",
+                  "sleep 0.5"], ["linux"], reps=1)
+    first, second = run_commands_once(spec, "linux", 0)
+    assert first.verified and second.verified
+    assert second.time_s < 0.5 + cmdjobs._GROUP_GONE_S / 2, second
+
+
 def _writes_affinity(tmp_path) -> str:
     code = ("import os, sys; open(os.path.join(sys.argv[1], str(os.getpid())), 'w')"
             ".write(' '.join(map(str, sorted(os.sched_getaffinity(0)))))")

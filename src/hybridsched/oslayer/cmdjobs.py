@@ -52,6 +52,9 @@ _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
 _GROUP_GONE_S = 5.0
+# Between two looks at a killed group still there: a killed member goes within a few ms,
+# and each look is two system calls
+_DYING_POLL_S = 0.001
 # Between the SIGTERM at a job's deadline and the SIGKILL for a job still running: long
 # enough for a command's own clean-up on a TERM (temporary files, a child's exit), short
 # enough that a command that ignores it holds the node only this much past --timeout.
@@ -126,6 +129,7 @@ class CommandJobs:
         self.killed: set[int] = set()      # of them, those still running after the grace
         self._files: list[tuple] = []   # (stdout, stderr) temporary files per job
         self._waiter_use: dict[int, tuple[float, int]] = {}  # job -> its waiter's start-up
+        self._dying: dict[int, float] = {}  # killed groups not gone yet -> when to give up
         # the gate (its writing end ours alone), and where the waiters say they are ready
         self._gate_r = self._gate = self._ready_r = self._ready_w = -1
         self._stack = contextlib.ExitStack()
@@ -293,9 +297,21 @@ class CommandJobs:
             elif grace is not None and now >= grace:
                 grace = None
                 self.killed |= self._signal_running(signal.SIGKILL)  # running since the deadline
-            due = [t for t in (deadline, grace) if t is not None]
-            events.once(max(0.0, min(due) - now) if due else None)
+            self._reap_dying()
+            due = [t - now for t in (deadline, grace) if t is not None]
+            if self._dying:
+                due.append(_DYING_POLL_S)
+            events.once(max(0.0, min(due)) if due else None)
+        for pgid in list(self._dying):
+            _reap_group(pgid, self._dying.pop(pgid))
         return self.exits
+
+    def _reap_dying(self) -> None:
+        """One look at the killed groups not gone yet, reaping what came to us; those gone,
+        or past their time, are forgotten."""
+        for pgid, until in list(self._dying.items()):
+            if _group_gone(pgid) or time.monotonic() > until:
+                del self._dying[pgid]
 
     def _signal_running(self, sig: int) -> set[int]:
         """``sig`` (then SIGCONT) to the group of every job still running; those jobs."""
@@ -309,11 +325,15 @@ class CommandJobs:
         events.discard(fd)
         end = perf_counter()
         on_end(j)
-        self._finish(j, end)
+        self._finish(j, end, wait_group=False)
 
-    def _finish(self, j: int, end: float | None = None) -> Exit:
+    def _finish(self, j: int, end: float | None = None, wait_group: bool = True) -> Exit:
         """Job j's command has exited (a zombie: its group number is still ours): kill what
-        is left of its group, reap it with its rusage, then the rest of the group."""
+        is left of its group, reap it with its rusage, then the rest of the group: waited
+        for here, or (``wait_group`` false: the other jobs' ends are being timed) looked at
+        between :meth:`wait`'s events. Waited for here, a group slow to go (a member of
+        6 GB, one whose parent left the group and does not reap it) delayed the other jobs'
+        ends by its wait: their times 0.12 s, or 5 s, too long (the review)."""
         pid = self.pids[j]
         _kill_group(pid)
         self.guardian.release(pid)
@@ -327,7 +347,10 @@ class CommandJobs:
         self.exits[j] = Exit(exit_code(status), perf_counter() if end is None else end,
                              max(0.0, ru.ru_utime + ru.ru_stime - cpu),
                              max(0, int(ru.ru_nivcsw) - nivcsw))
-        _reap_group(pid)
+        if wait_group:
+            _reap_group(pid)
+        elif not _group_gone(pid):
+            self._dying[pid] = time.monotonic() + _GROUP_GONE_S
         return self.exits[j]
 
     def stdout_lines(self, j: int) -> Iterator[str | None]:
@@ -366,6 +389,8 @@ class CommandJobs:
             for j in range(len(self.pids)):
                 if j not in self.exits:
                     self._finish(j)
+            for pgid in list(self._dying):  # wait() left early (an exception)
+                _reap_group(pgid, self._dying.pop(pgid))
             reap_escaped(self._before | {self.guardian.pid})
             for fd in self.pidfds:
                 os.close(fd)
@@ -384,23 +409,27 @@ def _kill_group(pgid: int, first: int = signal.SIGKILL) -> None:
             pass
 
 
-def _reap_group(pgid: int) -> None:
+def _reap_group(pgid: int, until: float | None = None) -> None:
     """Reap the killed group's members that come to us (orphans, as subreaper) until the
-    group is gone (zombies of other parents included) or a member will not go."""
-    deadline = time.monotonic() + _GROUP_GONE_S
-    while True:
-        try:
-            while os.waitpid(-pgid, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
+    group is gone (zombies of other parents included) or a member will not go (``until``,
+    monotonic time: _GROUP_GONE_S from now by default)."""
+    until = time.monotonic() + _GROUP_GONE_S if until is None else until
+    while not _group_gone(pgid) and time.monotonic() <= until:
+        time.sleep(_DYING_POLL_S)
+
+
+def _group_gone(pgid: int) -> bool:
+    """One look at a killed group: its members that came to us reaped; whether it is gone."""
+    try:
+        while os.waitpid(-pgid, os.WNOHANG)[0]:
             pass
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.001)
+    except ChildProcessError:
+        pass
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    return False
 
 
 def reap_escaped(mine: set[int]) -> None:
