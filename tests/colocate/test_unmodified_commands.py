@@ -606,6 +606,8 @@ WHAT_CANNOT_RUN = {  # kind: (the file's bytes or None for a directory, its mode
     "a missing interpreter": (b"#!/no/such/interpreter -x\necho hi\n", 0o755,
                               "#! interpreter /no/such/interpreter is not an executable"),
     "an empty #! line": (b"#!\necho hi\n", 0o755, "names no interpreter"),
+    # the kernel looks for `/bin/sh\r`: it ran, and failed 127 every repetition (the review)
+    "Windows line endings": (b"#!/bin/sh\r\necho hi\r\n", 0o755, "ends in a carriage return"),
     "an ELF header cut short": (b"\x7fELF\x02\x01\x01", 0o755, "cut short"),
 }
 

@@ -457,12 +457,16 @@ def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_l
     data = tmp_path / "data"
     data.write_text("x")
     data.chmod(0o755)
+    crlf = tmp_path / "crlf.sh"  # the kernel looks for `/bin/sh\r` (the third review)
+    crlf.write_bytes(b"#!/bin/sh\r\necho hi\r\n")
+    crlf.chmod(0o755)
     fifo = tmp_path / "fifo"  # executable: its read for the check waited for ever (the review)
     os.mkfifo(fifo)
     fifo.chmod(0o755)
     for argv, words in (([static], "statically linked"), ([str(script)], "statically linked"),
                         ([str(data)], "neither a program"), (["no-such-command-x"], "no such command"),
-                        ([str(tmp_path)], "not an executable"), ([str(fifo)], "not an executable")):
+                        ([str(tmp_path)], "not an executable"), ([str(fifo)], "not an executable"),
+                        ([str(crlf)], "ends in a carriage return")):
         why = refusal.shim_refusal(argv)
         assert why and "\n" not in why and words in why, (argv, why)
     assert refusal.shim_refusal(["sh"]) is None and refusal.shim_refusal(["/usr/bin/env"]) is None

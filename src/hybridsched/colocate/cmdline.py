@@ -8,6 +8,7 @@ import shutil
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..oslayer.shebang import HEAD_BYTES, carriage_return, shebang
 
 MAX_COMMAND = 512  # bytes of the command as given, stored with every row of its job
 
@@ -69,16 +70,17 @@ def _not_executable(path: str) -> str:
         return ""
     if head.startswith(b"\x7fELF"):
         return "" if len(head) >= _ELF_HEADER else "an ELF file cut short (not a complete program)"
-    if not head.startswith(b"#!"):
+    words = shebang(head)
+    if words is None:
         return "neither a binary nor a script with a #! line (name its interpreter first)"
-    words = head[2:].split(b"\n", 1)[0].split()
     if not words:
         return "its #! line names no interpreter"
     interp = os.fsdecode(words[0])
     if not os.path.isfile(interp) or not os.access(interp, os.X_OK):
-        return f"its #! interpreter {interp} is not an executable file"
+        shown = repr(interp) if "\r" in interp else interp
+        return f"its #! interpreter {shown} is not an executable file{carriage_return(words[0])}"
     return ""
 
 
 _ELF_HEADER = 64   # bytes of a 64-bit ELF header; fewer cannot be executed
-_HEAD = 256        # the kernel reads a #! line up to this many bytes (BINPRM_BUF_SIZE)
+_HEAD = HEAD_BYTES

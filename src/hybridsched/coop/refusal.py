@@ -11,6 +11,7 @@ import shutil
 import stat
 import struct
 
+from ..oslayer.shebang import HEAD_BYTES, carriage_return, shebang
 from . import shimbuild
 
 # prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0) succeeds on a kernel
@@ -106,16 +107,22 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
         if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
             return f"{path}: {NOT_EXECUTABLE}"
         with open(path, "rb") as fh:
-            head = fh.read(256)
+            head = fh.read(HEAD_BYTES)
     except OSError as exc:
         return f"{path}: cannot be read ({exc.strerror})"
     if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
         return f"{path} is setuid or setgid: the loader ignores LD_PRELOAD for it"
-    if head[:2] == b"#!":
-        words = head[2:].split(b"\n")[0].decode(errors="replace").split()
-        if not words or _depth >= _MAX_SHEBANGS:
+    line = shebang(head)
+    if line is not None:
+        if not line or _depth >= _MAX_SHEBANGS:
             return f"{path}: a #! line that cannot be followed"
-        program = _env_program(words[1:]) if os.path.basename(words[0]) == "env" else words[0]
+        if carriage_return(line[0]):  # the command cannot run at all: no alternative
+            return (f"{path}: its #! line ends in a carriage return (Windows line endings), "
+                    f"so its interpreter {os.fsdecode(line[0])!r} is {NOT_FOUND}")
+        words = [os.fsdecode(w) for w in line]
+        # `env -S a b` (the kernel's one argument, split again by env itself)
+        program = _env_program(" ".join(words[1:]).split()) \
+            if os.path.basename(words[0]) == "env" else words[0]
         if program is None:
             return f"{path}: a #! line that cannot be followed"
         return program_refusal(program, _depth + 1)
