@@ -501,6 +501,20 @@ def test_cli_stores_the_commands_and_reports_them(tmp_path, capsys):
     assert list((tmp_path / "c_report").glob("colocate_cmd_J2_*.png"))
 
 
+def test_a_command_gone_during_the_study_ends_it_1_keeping_its_rows(tmp_path, capsys):
+    """Looked up again for every repetition: one that deleted itself (or a binary being
+    rebuilt) ended the study as bad input, status 2, a study left behind (the review)."""
+    script = tmp_path / "once.sh"
+    script.write_text('#!/bin/sh\nrm -f "$0"\necho ok\n')
+    script.chmod(0o755)
+    out = tmp_path / "s.h5"
+    assert main(["colocate", "--cmd", str(script), "--policy", "linux,env", "--reps", "2",
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "no such file, since the study began" in err and "Traceback" not in err, err
+    assert len(read_colocate(str(out))) == 1
+
+
 def test_a_failing_job_makes_the_exit_status_1_and_is_reported(tmp_path, capsys):
     out = str(tmp_path / "f.h5")
     assert main(["colocate", "--cmd", "sh -c 'echo broken >&2; exit 4'", "--policy", "linux",
@@ -508,6 +522,11 @@ def test_a_failing_job_makes_the_exit_status_1_and_is_reported(tmp_path, capsys)
     captured = capsys.readouterr()
     assert "FAILED exited with status 4; its stderr ends: broken" in captured.err
     assert "failed: linux rep 0 job 0 exited with status 4; its stderr ends: `broken`" in captured.out
+    # named though no repetition verified: the title said "1 co-located commands:" and no
+    # more (the review)
+    from hybridsched.results.colocate_report import summary
+    (rec,) = summary(read_colocate(out), 2)
+    assert rec["commands"] == "sh -c 'echo broken >&2; exit 4'" and rec["reps"] == 0
 
 
 def test_a_job_failing_beside_one_that_verified_leaves_a_study_report_reads(tmp_path, capsys):

@@ -16,6 +16,7 @@ import re
 import signal
 from collections.abc import Iterable
 
+from ..errors import ResourceError, UsageError
 from ..oslayer.cmdjobs import LINE_MAX, TIMEOUT_GRACE_S, CommandJobs, Exit, Launch
 from ..oslayer.cpus import usable_cpus
 from .cmdline import parse_command
@@ -30,7 +31,11 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
     """Every job of ``spec`` together under policy ``name``; one record per job."""
     cpus = cpus or usable_cpus()
     policy = CMD_POLICIES[name]
-    commands = [parse_command(c) for c in spec.commands]
+    try:
+        commands = [parse_command(c) for c in spec.commands]
+    except UsageError as exc:  # checked as the study began (spec.validate): changed since
+        raise ResourceError(f"{exc}, since the study began; the repetitions run so far are "
+                            "kept") from None
     setup = Setup(cpus, spec.jobs, spec.quantum_s, [list(c.argv) for c in commands],
                   arbiter_path)
     with contextlib.ExitStack() as stack:

@@ -39,14 +39,17 @@ def _mean_counters(rows: np.ndarray) -> dict:
     return {k: float(np.mean(v)) for k, v in sorted(sums.items())}
 
 
-def cmd_fields(ok: np.ndarray) -> dict:
+def cmd_fields(ok: np.ndarray, every: np.ndarray) -> dict:
     """The summary's fields for commands (NaN or empty for the built-in workloads), over the
-    verified repetitions' rows ``ok``."""
-    cmd = len(ok) and str(ok["workload"][0]) == CMD
+    verified repetitions' rows ``ok``; the commands named from all the policy's rows
+    ``every`` (from ``ok`` alone, an experiment no repetition of which verified had none:
+    "4 co-located commands:" and nothing after, the review)."""
+    cmd = len(every) and str(every["workload"][0]) == CMD
+    measured = cmd and len(ok)
     return dict(
-        commands=" + ".join(dict.fromkeys(_commands(ok))) if cmd else "",
-        cpu_s=float(ok["cpu_s"].mean()) if cmd else math.nan,
-        nivcsw=float(ok["nivcsw"].mean()) if cmd else math.nan,
+        commands=" + ".join(dict.fromkeys(_commands(every))) if cmd else "",
+        cpu_s=float(ok["cpu_s"].mean()) if measured else math.nan,
+        nivcsw=float(ok["nivcsw"].mean()) if measured else math.nan,
         counters=json.dumps(_mean_counters(ok), sort_keys=True) if cmd else "")
 
 

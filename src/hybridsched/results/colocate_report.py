@@ -81,7 +81,7 @@ def summary(rows: np.ndarray, n: int) -> list[dict]:
                 invol_ctx=float(ok["invol_ctx"].mean()) if len(ok) else math.nan,
                 runq_wait_s=float(ok["runq_wait_s"].mean()) if len(ok) else math.nan,
                 spin_s=float(ok["spin_s"].mean()) if len(ok) else math.nan,
-                **cmd_fields(ok)))
+                **cmd_fields(ok, p)))
     return out
 
 
