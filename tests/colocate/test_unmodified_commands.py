@@ -33,6 +33,8 @@ from hybridsched.oslayer.cpus import n_cpus, usable_cpus
 from repo import FIXTURES, ROOT
 
 N = n_cpus()
+BURN = ("import sys, time\nt = time.process_time()\n"
+        "while time.process_time() - t < float(sys.argv[1]): pass")
 EX = ROOT / "examples" / "unmodified"
 PY = shlex.quote(sys.executable)
 CC = shutil.which("gcc") or shutil.which("cc")
@@ -273,6 +275,18 @@ def test_gang_switches_early_away_from_a_blocked_job():
     first = json.loads(recs[0].counters)
     assert first["early_switches"] >= 1 and first["sigstops"] >= 1
     assert recs[0].makespan_s < 1.0  # one after the other would be 1 s at least
+
+
+def test_gang_sees_a_process_its_job_left_running_in_its_group():
+    """Orphaned to colocate (`(cmd &)`), a process of the job's group was missed by the
+    early switch's look at the job's tree: the job was switched out at every look while
+    that process computed, and the other job ran nearly alone (0.69 s for 0.6 s of CPU,
+    the review). Given its slices, the other job shares the node."""
+    burn = f"{PY} -c {shlex.quote(BURN)} 0.6"
+    spec = _spec([f"sh -c {shlex.quote(f'({burn} >/dev/null &); sleep 3')}", burn], ["gang"],
+                 reps=1, quantum_s=0.1)
+    _, other = run_commands_once(spec, "gang", 0)
+    assert other.verified and other.time_s > 1.5 * other.cpu_s, other
 
 
 def test_serial_runs_the_jobs_one_after_the_other():

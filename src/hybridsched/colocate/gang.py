@@ -13,13 +13,14 @@ makes sure that no job is ever left stopped.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 from time import perf_counter
 
 from ..errors import HybridschedError
-from ..oslayer.procfs import all_threads_blocked
+from ..oslayer.procfs import all_threads_blocked, children
 from ..oslayer.signals import leave_signals_to_main_thread
 
 # How often the running job's threads are read for an early switch: each look reads a
@@ -117,7 +118,7 @@ class GangScheduler:
                     self._wake.clear()
                     continue
                 if self.early_switch and perf_counter() - self.since < self.quantum_s \
-                        and all_threads_blocked(self.pgids[cur]):
+                        and _group_blocked(self.pgids[cur]):
                     self._switch(cur, early=True)
         except BaseException as exc:  # noqa: BLE001 - reported by __exit__; no job left stopped
             self.error = exc
@@ -167,3 +168,17 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
+
+
+def _group_blocked(pgid: int) -> bool | None:
+    """all_threads_blocked over the job's tree (its leader is ``pgid``) and over the
+    processes of its group orphaned to us (colocate is the jobs' subreaper): they run, and
+    are stopped, with the group. The tree alone missed a `(cmd &)`: its job was switched
+    out at every look while that ran (7 early switches in 0.6 s, the review)."""
+    roots = {pgid}
+    for c in children(os.getpid()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(c) == pgid:
+                roots.add(c)
+    seen = [all_threads_blocked(r) for r in roots]
+    return False if False in seen else (True if True in seen else None)
