@@ -175,10 +175,12 @@ def _group_blocked(pgid: int) -> bool | None:
     processes of its group orphaned to us (colocate is the jobs' subreaper): they run, and
     are stopped, with the group. The tree alone missed a `(cmd &)`: its job was switched
     out at every look while that ran (7 early switches in 0.6 s, the review)."""
-    roots = {pgid}
-    for c in children(os.getpid()):
+    tree = all_threads_blocked(pgid)
+    if tree is False:  # the common look, at a job computing: no more to read
+        return False
+    seen: list[bool | None] = [tree]
+    for c in children(os.getpid()) - {pgid}:
         with contextlib.suppress(OSError):
             if os.getpgid(c) == pgid:
-                roots.add(c)
-    seen = [all_threads_blocked(r) for r in roots]
+                seen.append(all_threads_blocked(c))
     return False if False in seen else (True if True in seen else None)
