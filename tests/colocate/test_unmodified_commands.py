@@ -129,8 +129,8 @@ def test_a_group_slow_to_go_does_not_lengthen_the_other_jobs_times():
     never reaps, so the group stays until colocate gives up on it (_GROUP_GONE_S): waited
     for as job 0 ended, that wait timed job 1's `sleep 0.5` at 5.2 s, verified (the
     review)."""
-    linger = ("import os, time\nif os.fork() == 0:\n    time.sleep(100); os._exit(0)\n"
-              "os.setsid(); time.sleep(100)")
+    linger = ("import os, signal\nif os.fork() == 0:\n    signal.pause(); os._exit(0)\n"
+              "os.setsid(); signal.pause()")  # both until killed
     spec = _spec([f"sh -c {shlex.quote(f'{PY} -c {shlex.quote(linger)} & sleep 0.2')}",
                   "sleep 0.5"], ["linux"], reps=1)
     first, second = run_commands_once(spec, "linux", 0)
