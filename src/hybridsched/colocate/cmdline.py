@@ -65,7 +65,7 @@ def _not_executable(path: str) -> str:
     Nothing to say when it cannot be read (an execute-only binary)."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(_HEAD)
+            head = fh.read(HEAD_BYTES)
     except OSError:
         return ""
     if head.startswith(b"\x7fELF"):
@@ -83,4 +83,3 @@ def _not_executable(path: str) -> str:
 
 
 _ELF_HEADER = 64   # bytes of a 64-bit ELF header; fewer cannot be executed
-_HEAD = HEAD_BYTES
