@@ -1,6 +1,6 @@
 """``python -m hybridsched`` and the ``hybridsched`` command (``entry``): the command line's
-modules load with Ctrl-C and SIGTERM held back, so one that comes early ends the command
-with one line and 130 (SIGTERM: as its default action does) instead of a traceback from
+modules load with Ctrl-C, SIGTERM and SIGHUP held back, so one that comes early ends the
+command with one line and 130 (the others: as their default action does) instead of a traceback from
 the middle of an import (numpy turns one into an ImportError that names its C extensions).
 
 Only ``_signal`` and ``os`` here, both loaded with the interpreter: the ``signal`` module
@@ -27,7 +27,8 @@ def entry() -> None:
     _closed_streams_to_null()
     held: list[int] = []
     old = {}
-    for sig in (_signal.SIGINT, _signal.SIGTERM):
+    # oslayer.signals.ENDING, not imported from there: importing the package is what this holds
+    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
         handler = _signal.getsignal(sig)
         if handler in (_signal.default_int_handler, _signal.SIG_DFL):  # not SIG_IGN (`&`)
             old[sig] = _signal.signal(sig, lambda signum, frame: held.append(signum))
@@ -42,7 +43,7 @@ def entry() -> None:
         print("hybridsched: interrupted", file=sys.stderr, flush=True)
         os._exit(130)
     if held:
-        os.kill(os.getpid(), held[0])  # SIGTERM's default action: the process ends by it
+        os.kill(os.getpid(), held[0])  # SIGTERM's/SIGHUP's default action: ends the process
     run()
 
 

@@ -3,7 +3,7 @@
 module of :mod:`commands`, imported only when it runs. Nothing imports this module.
 
 Exit statuses, the same for every subcommand: 0 everything ran (and verified), 1 a run,
-job or rank failed, 2 bad input (one line on stderr), 130 Ctrl-C, 143 SIGTERM.
+job or rank failed, 2 bad input (one line on stderr), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
 """
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ from .commands.args import PROG, Parser
 from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
 from .errors import INTERRUPTS, HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
-from .oslayer.signals import honour_pending, pending, raising, signals_held, taken
+from .oslayer.signals import ENDING, honour_pending, pending, raising, signals_held, taken
 from .version import __version__
 
 _KEPT = "; completed runs are kept in the output file"
+_ENDED: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
+                         signal.SIGHUP: "hung up"}
 
 
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -72,17 +74,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _handlers() -> dict:
-    """SIGTERM raises Terminated and Ctrl-C KeyboardInterrupt, each remembered until the
-    command takes it (oslayer.signals: an exception Python drops is raised again); a
-    signal we were started ignoring (a background job's SIGINT, a SIGTERM ignored on
-    purpose) stays ignored, also by what we run. Returns the old ones."""
-    old = {}
-    if signal.getsignal(signal.SIGTERM) != signal.SIG_IGN:
-        old[signal.SIGTERM] = signal.signal(signal.SIGTERM,
-                                            raising(lambda signum: Terminated(128 + signum)))
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        old[signal.SIGINT] = signal.signal(signal.SIGINT,
-                                           raising(lambda signum: KeyboardInterrupt()))
+    """Each :data:`ENDING` signal raises an exception, remembered until the command takes it
+    (oslayer.signals: an exception Python drops is raised again): Ctrl-C KeyboardInterrupt,
+    SIGTERM and SIGHUP Terminated. A signal we were started ignoring (a background job's
+    SIGINT, `nohup`'s SIGHUP, a SIGTERM ignored on purpose) stays ignored, also by what we
+    run. Returns the old ones."""
+    old: dict[int, object] = {}
+    for sig in ENDING:
+        if sig == signal.SIGINT:
+            if signal.getsignal(sig) is signal.default_int_handler:
+                old[sig] = signal.signal(sig, raising(lambda signum: KeyboardInterrupt()))
+        elif signal.getsignal(sig) != signal.SIG_IGN:
+            old[sig] = signal.signal(sig, raising(lambda signum: Terminated(128 + signum)))
     return old
 
 
@@ -96,7 +99,7 @@ def _unraisable(hook):
 
 
 def _signalled(argv: list[str]) -> int | None:
-    """The status of a SIGINT or SIGTERM whose exception another one replaced on the way
+    """The status of an :data:`ENDING` signal whose exception another one replaced on the way
     out (raised in threading's `with lock:` as a thread started, CPython's __exit__
     released a lock it never took: RuntimeError; or an error of ours raised while
     unwinding), reported in one line; None when no signal came."""
@@ -105,10 +108,13 @@ def _signalled(argv: list[str]) -> int | None:
 
 
 def _ended_by(argv: list[str], signum: int) -> int:
-    """The command ends by SIGINT or SIGTERM: the signal taken, one line, its status."""
+    """The command ends by an :data:`ENDING` signal: the signal taken, one line (none where
+    the terminal is gone: SIGHUP), its status."""
     taken()
-    word = "interrupted" if signum == signal.SIGINT else "terminated"
-    print(f"{PROG}: {word}{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
+    try:
+        print(f"{PROG}: {_ENDED[signum]}{_KEPT if _is_run(argv) else ''}", file=sys.stderr)
+    except OSError:
+        pass
     return 128 + signum
 
 
@@ -146,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _ended_by(argv, signal.SIGINT)
     except SystemExit as exc:
-        if exc.code == 128 + signal.SIGTERM:
-            _ended_by(argv, signal.SIGTERM)
+        if isinstance(exc, Terminated):
+            _ended_by(argv, int(exc.code) - 128)  # type: ignore[arg-type]
         raise
     except BrokenPipeError:
         return 141

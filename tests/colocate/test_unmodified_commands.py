@@ -454,8 +454,11 @@ def test_colocate_killed_outright_under_coop_leaves_no_job_and_no_segment(tmp_pa
 
 
 @pytest.mark.parametrize("policy", ["linux", "gang", "coop"])
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path, request):
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129)])
+def test_ctrl_c_sigterm_and_sighup_end_every_jobs_group(sig, code, policy, tmp_path, request):
+    """SIGHUP: the terminal or ssh session of a run started without nohup gone; before,
+    colocate died of it at once and left its study's lock behind."""
     if policy == "coop":
         request.getfixturevalue("shim_lib")
     pipeline = f"sh -c {shlex.quote(LONG + ' | cat')}"  # a group of three processes
@@ -475,6 +478,7 @@ def test_ctrl_c_and_sigterm_end_every_jobs_group(sig, code, policy, tmp_path, re
     assert proc.returncode == code, err
     assert err.strip().splitlines()[-1].startswith("hybridsched: ")
     assert _all_gone(pids), [(p, _state(p)) for p in pids]
+    assert not list(tmp_path.glob("*.lock"))
 
 
 def test_what_a_job_printed_reaches_the_terminal_escaped(tmp_path, capsys):

@@ -113,10 +113,10 @@ def test_1_when_a_rank_failed(mpi, tmp_path):
     assert p.returncode == 1, p.stderr
 
 
-@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                    (signal.SIGHUP, 129)], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 @pytest.mark.parametrize("name", ["run", "colocate", "ge"])
-def test_130_and_143_for_the_signals(name, sig, rc, tmp_path):
+def test_130_143_and_129_for_the_signals(name, sig, rc, tmp_path):
     """The signal arrives once the command is known to be inside its runs (a committed row,
     or the jobs' processes), and each command has work for minutes on any machine, so it
     cannot end on its own first. The child starts with SIGINT at its default whatever this
@@ -146,3 +146,4 @@ def test_130_and_143_for_the_signals(name, sig, rc, tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == rc, err
+    assert not os.path.exists(out + ".lock")

@@ -22,6 +22,7 @@ from .base import Job
 from .chunkloop import run_chunks
 from ..coop.seat import Seated
 from ..oslayer.procfs import thread_usage
+from ..oslayer.signals import ENDING
 from ..records import trace_table, worker_table
 
 
@@ -41,7 +42,7 @@ def make_dispenser(job: Job, workers: int) -> dispatch.Dispenser:
 # the worst-case delay before Ctrl-C/SIGTERM takes effect, against one GIL acquisition of a
 # few microseconds per period.
 _SIGNAL_POLL_S = 0.1
-_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_HELD_SIGNALS = set(ENDING)
 # After Ctrl-C/SIGTERM (or any error), how long the team waits for each worker to finish
 # its current chunk before abandoning it as stuck in user code (a kernel, or a technique's
 # chunk(), that does not return). Longer lets a slow chunk end cleanly; shorter answers

@@ -14,6 +14,7 @@ from ..errors import HybridschedError, UsageError
 from ..mpi.ranks import Solo, World, abort_on_error, agree, world
 from ..mpi.runs import check_split, run_split
 from ..mpi.watchdog import RankWatchdog
+from ..oslayer.signals import ENDING
 from ..results.summary import run_summary
 from ..store import StudyLock, check_output
 from ..study.options import build_spec
@@ -25,12 +26,13 @@ from .common import check_test_hooks, load, load_checked, out_name
 def main_mpi(args, w: World) -> int:
     """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
     # A rank blocked in an MPI call (a collective, waiting for a dead peer) never returns to
-    # Python to run a handler, so Ctrl-C and SIGTERM keep their default action and end the
-    # rank at once. Nothing is lost: each run is stored when it ends, the slab's names are
-    # gone already, forked workers die with their parent, and the study lock is removed by
-    # the rank's watchdog.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Python to run a handler, so Ctrl-C, SIGTERM and SIGHUP (unless `nohup` ignores it) keep
+    # their default action and end the rank at once. Nothing is lost: each run is stored
+    # when it ends, the slab's names are gone already, forked workers die with their parent,
+    # and the study lock is removed by the rank's watchdog.
+    for sig in ENDING:
+        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
     spec = _agreed_spec(args, w)
     configs = spec.configurations()
     _same_everywhere(w, dict(spec.to_dict(), split=args.split, out=args.out,

@@ -41,8 +41,9 @@ from .events import EventLoop, readable
 from .guardian import Guardian
 from .procfs import children
 from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
+from .signals import ENDING
 
-_DEFERRED = {signal.SIGINT, signal.SIGTERM}
+_DEFERRED = set(ENDING)
 # signals whose disposition CPython changes at start-up (SIGPIPE ignored) or that a test
 # harness may: a command must start with the defaults, as from a shell (`yes | head` ends
 # by SIGPIPE)

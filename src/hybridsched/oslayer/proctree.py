@@ -42,6 +42,7 @@ from .cpus import pin_current
 from .events import EventLoop
 from .procfs import thread_usage
 from .shm import SharedArrays, shared_zeros
+from .signals import ENDING
 from .waitstatus import describe_status, ending
 
 FAULT_ENV = "HYBRIDSCHED_FAULT"
@@ -49,7 +50,7 @@ FAULT_ENV = "HYBRIDSCHED_FAULT"
 # Worker states in the shared ``state`` table.
 STARTING, RUNNING, DONE, FAILED = 0, 1, 2, 3
 
-_DEFERRED = {signal.SIGINT, signal.SIGTERM}
+_DEFERRED = set(ENDING)
 _ERRLEN = 200  # bytes of the exception text a failing worker leaves for the parent
 # bytes of its traceback's tail (WorkerLost.remote_traceback): shared memory per worker
 # against how many of the innermost frames reach the parent
@@ -262,6 +263,7 @@ class ProcessTeam:
             if os.getppid() != forker:
                 os._exit(1)
             signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)   # and the terminal's hang-up
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # no inherited SystemExit handler
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

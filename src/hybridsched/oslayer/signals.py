@@ -1,6 +1,6 @@
-"""Holding SIGINT and SIGTERM over a few steps that must not be cut in half (a snapshot
-being published, an attachment and its release being registered), and handlers whose
-signal is never lost on its way up."""
+"""The signals that end a command, held over a few steps that must not be cut in half (a
+snapshot being published, an attachment and its release being registered), and handlers
+whose signal is never lost on its way up."""
 from __future__ import annotations
 
 import ctypes
@@ -11,11 +11,18 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+# The signals that end a command by unwinding it (jobs and workers killed and reaped,
+# segments and the study's lock removed, committed rows kept): Ctrl-C, SIGTERM (a batch
+# system's, `kill`'s) and SIGHUP (the terminal or the ssh session of a run started without
+# nohup gone). SIGQUIT keeps its default action: whoever sends it asks for a core, now;
+# what it leaves (a lock file) the next writer takes over, and a guardian kills the jobs.
+ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 @contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for the duration of the block, then replay the first one to the
-    handler that was installed. Python handlers always run in the main thread, so swapping
+    """Hold the :data:`ENDING` signals for the duration of the block, then replay the first
+    one to the handler that was installed. Python handlers always run in the main thread, so swapping
     them (unlike masking, which other threads would bypass) holds the signal everywhere."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -23,7 +30,7 @@ def signals_held() -> Iterator[None]:
     got: list[int] = []
     old: dict[int, Any] = {}  # signal -> the handler it had
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in ENDING:
             # an ignored one stays ignored: held, it would come first and hide the other
             # (a background job's SIGINT, then a SIGTERM that was then never replayed)
             if signal.getsignal(sig) != signal.SIG_IGN:
