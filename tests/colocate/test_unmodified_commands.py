@@ -755,7 +755,7 @@ def test_a_line_too_long_to_search_never_verifies_a_job():
     spec = _spec([f"sh -c {shlex.quote(line)}"], ["linux"], expect=r"^x+END$", reps=1)
     (rec,) = run_commands_once(spec, "linux", 0)
     assert rec.exit_status == 0 and not rec.verified
-    assert "1 lines over 4 MiB were not searched" in rec.error, rec.error
+    assert "1 line over 4 MiB was not searched" in rec.error, rec.error
 
 
 def test_every_snapshot_holds_whole_repetitions(tmp_path, monkeypatch, capsys):
@@ -839,3 +839,63 @@ def test_policy_given_twice_runs_both(tmp_path, capsys):
     assert main(["colocate", "--cmd", "true", "--policy", "linux", "--policy", "gang,linux",
                  "--reps", "1", "-o", out]) == 0
     assert read_colocate(out)["policy"].tolist() == ["linux", "gang"]
+
+
+def _segment() -> str:
+    from hybridsched.coop.paths import segment_path
+
+    return segment_path()
+
+
+@pytest.mark.parametrize("cause", ["no such shim", "not a shim", "a cache path with a space"])
+def test_a_coop_refusal_comes_before_any_policy_runs(cause, tmp_path, capsys, monkeypatch):
+    """Found only as coop's turn came (the review): the linux rows were written, the exit
+    status 2, and the segment made for the session was left behind."""
+    from hybridsched.coop import shimbuild
+
+    _not_started(monkeypatch)
+    cache = tmp_path / "a cache"
+    if cause == "a cache path with a space":
+        monkeypatch.delenv(shimbuild.SHIM_ENV, raising=False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    else:
+        monkeypatch.setenv(shimbuild.SHIM_ENV, "/no/such/shim.so" if cause == "no such shim"
+                           else "/bin/true")
+    out = tmp_path / "x.h5"
+    assert main(["colocate", "--cmd", "true", "--policy", "linux,coop", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--policy env or gang" in err, err
+    assert not out.exists() and not os.path.exists(out.with_suffix(".h5.lock"))
+    assert not os.path.exists(_segment()) and not os.path.exists(_segment() + ".lock")
+    assert not cache.exists()  # nothing built where LD_PRELOAD could not have carried it
+
+
+def test_a_segment_in_use_with_another_quantum_is_refused(shim_lib, tmp_path, capsys,
+                                                          monkeypatch):
+    """The jobs keep the quantum of the segment they joined: the study recorded 7 ms where
+    the run had 20 (the review)."""
+    from hybridsched.coop.arbiter import Arbiter
+
+    _not_started(monkeypatch)
+    out = tmp_path / "x.h5"
+    with Arbiter(quantum_s=0.020):  # another coop run's, still going
+        assert main(["colocate", "--cmd", "true", "--policy", "linux,coop",
+                     "--quantum-ms", "7", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "in use with a 20 ms quantum" in err, err
+    assert not out.exists()
+
+
+def test_colocate_in_a_coop_job_is_refused(tmp_path, capsys, monkeypatch):
+    """Its jobs inherited the job's shim, so "linux" was not plain Linux, and under coop
+    they died of the outer shim's rotation signal (the review)."""
+    from hybridsched.coop.shimjob import JOB_ENV
+
+    _not_started(monkeypatch)
+    monkeypatch.setenv(JOB_ENV, "12345")
+    out = tmp_path / "x.h5"
+    for argv in (["--cmd", "true", "--policy", "linux"], ["--workload", "bsp"]):
+        assert main(["colocate", *argv, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "outside `coop exec`" in err, err
+        assert not out.exists()

@@ -503,3 +503,16 @@ def test_a_dead_ranks_lock_goes_with_the_temporary_files_it_left(tmp_path):
     assert remove_left_by(str(lock), dead.pid)
     assert not lock.exists() and not mine.exists()
     assert other.exists() and study.exists()
+
+
+def test_merge_refuses_a_study_and_a_hard_link_to_it(tmp_path, capsys):
+    """The same file under two names (a hard link: neither is a symbolic link, so their real
+    paths differ) would count its runs twice (the review found them merged)."""
+    a, link, out = str(tmp_path / "a.h5"), str(tmp_path / "a-too.h5"), str(tmp_path / "m.h5")
+    assert cli.main(["run", *TINY, "-o", a]) == 0
+    os.link(a, link)
+    capsys.readouterr()
+    assert cli.main(["merge", a, link, "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "given twice" in err, err
+    assert not os.path.exists(out) and not os.path.exists(out + ".lock")

@@ -28,7 +28,7 @@ from typing import Callable, cast
 
 from ..coop.arbiter import MAX_JOBS, Arbiter
 from ..coop.refusal import shim_refusal
-from ..coop.shimjob import WAIT_POLICY_ENV, ShimJob
+from ..coop.shimjob import WAIT_POLICY_ENV, ShimJob, preflight
 from ..coop.sweep import sweep
 from .gang import GangScheduler
 from .placement import partition
@@ -92,6 +92,11 @@ class CommandPolicy:
     def refusal(self, argvs: list) -> str | None:
         """Why these jobs (one argv each) cannot run under this policy; None if they can."""
         return None
+
+    def ready(self, setup: Setup) -> None:
+        """Refuse (UsageError) what a session with ``setup`` would, before an experiment
+        writes anything or runs another policy: what needs the node's state (a segment in
+        use) or a build, which :meth:`refusal` does not look at."""
 
     def environment(self) -> dict:
         """The variables this policy sets in every job's environment (stored in the study)."""
@@ -185,10 +190,14 @@ class _CoopSession(Session):
 
     def __enter__(self) -> "_CoopSession":
         setup = self.setup
-        arbiter = self.arbiter = self.stack.enter_context(
-            Arbiter(setup.cpus, setup.quantum_s, setup.arbiter_path))
-        self.shims = [self.stack.enter_context(ShimJob(arbiter, cpus=setup.cpus))
-                      for _ in range(setup.jobs)]
+        try:
+            arbiter = self.arbiter = self.stack.enter_context(
+                Arbiter(setup.cpus, setup.quantum_s, setup.arbiter_path))
+            self.shims = [self.stack.enter_context(ShimJob(arbiter, cpus=setup.cpus))
+                          for _ in range(setup.jobs)]
+        except BaseException:  # no __exit__ for a failed __enter__: the segment went with it
+            self.stack.close()
+            raise
         return self
 
     def env(self, j: int) -> dict:
@@ -218,6 +227,9 @@ class Coop(Env):
             return (f"--policy coop runs at most {MAX_JOBS - 1} jobs (the arbiter's table holds "
                     f"colocate's own seat too), got {len(argvs)}")
         return next((why for why in map(shim_refusal, argvs) if why), None)
+
+    def ready(self, setup: Setup) -> None:
+        preflight(setup.cpus, setup.quantum_s, setup.arbiter_path)
 
 
 CMD_POLICIES = {p.name: p for p in (CommandPolicy(), Env(), Partition(), Gang(), Serial(), Coop())}

@@ -36,8 +36,7 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
     except UsageError as exc:  # checked as the study began (spec.validate): changed since
         raise ResourceError(f"{exc}, since the study began; the repetitions run so far are "
                             "kept") from None
-    setup = Setup(cpus, spec.jobs, spec.quantum_s, [list(c.argv) for c in commands],
-                  arbiter_path)
+    setup = _setup(spec, cpus, arbiter_path, [list(c.argv) for c in commands])
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(policy.session(setup))
         launches = []
@@ -56,6 +55,19 @@ def run_commands_once(spec: ColocateSpec, name: str, rep: int, cpus: list[int] |
         return _records(spec, name, rep, jobs, exits, t0, session)
 
 
+def _setup(spec: ColocateSpec, cpus: list[int], arbiter_path: str | None,
+           argvs: list[list[str]]) -> Setup:
+    return Setup(cpus, spec.jobs, spec.quantum_s, argvs, arbiter_path)
+
+
+def ready(spec: ColocateSpec, cpus: list[int], arbiter_path: str | None = None) -> None:
+    """Every policy of ``spec`` ready to run its commands here (UsageError if one is not)."""
+    setup = _setup(spec, cpus, arbiter_path,
+                   [list(parse_command(c).argv) for c in spec.commands])
+    for name in spec.policies:
+        CMD_POLICIES[name].ready(setup)
+
+
 def _verdict(spec: ColocateSpec, job: int, ex: Exit, stdout: Iterable[str | None]) -> str:
     """Why job ``ex`` does not verify ("" when it does); ``stdout``: its lines, all of
     them, which --expect is searched in one by one (None: a line too long to search)."""
@@ -72,7 +84,8 @@ def _verdict(spec: ColocateSpec, job: int, ex: Exit, stdout: Iterable[str | None
             elif pattern.search(line):
                 return ""
         why = f"its stdout does not match --expect {expect!r}"
-        return why + (f" ({unsearched} lines over {LINE_MAX >> 20} MiB were not searched)"
+        return why + (f" ({unsearched} line{'s' * (unsearched > 1)} over {LINE_MAX >> 20} MiB "
+                      f"{'were' if unsearched > 1 else 'was'} not searched)"
                       if unsearched else "")
     return ""
 

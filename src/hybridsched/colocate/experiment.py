@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from ..coop.arbiter import Arbiter
+from ..coop.shimjob import preflight
 from ..oslayer import futex
 from ..oslayer.cpus import usable_cpus
 from ..oslayer.events import readable
@@ -166,12 +167,28 @@ def _records(spec, policy, rep, sh, kind, ctx, failed, t0, P) -> list[JobRecord]
     return out
 
 
+def check_ready(spec: ColocateSpec, cpus: list[int] | None = None,
+                arbiter_path: str | None = None) -> None:
+    """Refuse now (UsageError) what a policy of ``spec`` would refuse only as its turn came,
+    other policies' repetitions run and stored by then: the coop shim (built here if
+    missing) and the node's arbiter (another user's segment, other CPUs or another quantum
+    while in use)."""
+    cpus = cpus or usable_cpus()
+    if spec.commands:
+        from .cmdrun import ready
+
+        ready(spec, cpus, arbiter_path)
+    elif any(POLICIES[name].coop for name in spec.policies):
+        preflight(cpus, spec.quantum_s, arbiter_path, shim=False)
+
+
 def run_colocate(spec: ColocateSpec, on_records: Callable[[list[JobRecord]], None],
                  cpus: list[int] | None = None, arbiter_path: str | None = None) -> list[JobRecord]:
     """Every policy x repetition, interleaved (rep 0 of each policy, then rep 1, ...) so a
-    slow drift of the machine does not favour one policy."""
+    slow drift of the machine does not favour one policy; :func:`check_ready` first."""
     from .work import iters_per_us
 
+    check_ready(spec, cpus, arbiter_path)
     if spec.commands:  # unmodified commands: their own runtimes, their own policies
         from .cmdrun import run_commands_once
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..coop.arbiter import DEFAULT_QUANTUM_S, MAX_JOBS as COOP_TABLE, check_quantum
 from ..coop.barrier import POLICIES as BARRIERS
+from ..coop.shimjob import JOB_ENV
 from ..errors import UsageError
 from .cmdline import parse_command
 from .cmdpolicy import CMD_POLICIES
@@ -72,6 +73,10 @@ class ColocateSpec:
     timeout_s: float = 0.0           # cmd: a job still running this long is killed (0: never)
 
     def validate(self, n: int) -> None:
+        if os.environ.get(JOB_ENV):  # inherited: "linux" would not be plain Linux
+            raise UsageError(f"colocate: this is a command of a coop job ({JOB_ENV} is set), "
+                             "whose shim its jobs would run under whatever the policy: run "
+                             "colocate outside `coop exec`")
         if self.commands:
             self._validate_commands()
             return
@@ -140,16 +145,16 @@ class ColocateSpec:
         if bad or not self.policies:
             raise UsageError(f"unknown policy {bad[0] if bad else ''!r} for --cmd; choose from "
                              f"{', '.join(CMD_POLICIES)}")
-        for name in self.policies:
-            why = CMD_POLICIES[name].refusal(argvs)
-            if why:
-                raise UsageError(why)
         check_quantum(self.quantum_s)
         if self.reps < 1:
             raise UsageError(f"--reps must be at least 1, got {self.reps}")
         if not 0 <= self.timeout_s <= MAX_TIMEOUT_S:
             raise UsageError(f"--timeout must be above 0 and at most {MAX_TIMEOUT_S:g} s, "
                              f"got {self.timeout_s:g}")
+        for name in self.policies:
+            why = CMD_POLICIES[name].refusal(argvs)
+            if why:
+                raise UsageError(why)
         for pattern in self.expect if isinstance(self.expect, list) else [self.expect]:
             try:
                 pattern.encode("utf-8")  # matched against output decoded as UTF-8

@@ -1,9 +1,10 @@
 """`hybridsched colocate`: co-located jobs under Linux, the coop arbiter or a partition."""
 from __future__ import annotations
 
+import shlex
 import sys
 
-from ..colocate.experiment import run_colocate
+from ..colocate.experiment import check_ready, run_colocate
 from ..colocate.output import ColocateWriter, read_colocate
 from ..colocate.spec import CMD_DEFAULT_POLICIES, ColocateSpec
 from ..coop.sweep import sweep as sweep_coop
@@ -62,6 +63,7 @@ def main(args) -> int:
     out = out_name(args.out, "hybridsched-colocate")
     check_output(out)
     sweep_coop()  # a coop segment whose participants all died outright
+    check_ready(spec)  # before the file: a coop refusal after other policies' rows left it
     failed = 0
     with ColocateWriter(out, this_machine(), spec.to_dict(), args.overwrite) as writer:
         def on_records(recs):
@@ -76,7 +78,7 @@ def main(args) -> int:
         records = run_colocate(spec, on_records)
     print(markdown(read_colocate(out), n)[0])
     print(f"{len(records)} job records ({failed} failed) written to {out}; "
-          f"`{PROG} report {out}` for the plots", file=sys.stderr)
+          f"`{PROG} report {shlex.quote(out)}` for the plots", file=sys.stderr)
     return 1 if failed else 0
 
 

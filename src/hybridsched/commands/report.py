@@ -30,5 +30,6 @@ def main(args) -> int:
         print(f"{args.file}: the study holds no runs yet")
         return 0
     print(text)
-    print(f"{PROG}: {len(files)} files written to {out_dir}", file=sys.stderr)
+    print(f"{PROG}: {len(files)} file{'s' * (len(files) != 1)} written to {out_dir}",
+          file=sys.stderr)
     return 0

@@ -187,9 +187,9 @@ def shim_library(cache: str | None = None) -> str:
     ShimUnavailable."""
     given = os.environ.get(SHIM_ENV) if cache is None else None
     if given:
-        return _given(given)
+        return _carried(_given(given))
     files = sources()
-    folder = cache or cache_dir()
+    folder = _carried(cache or cache_dir())
     cc = compiler()
     if cc is None:
         built = _cached(folder, files)
@@ -206,6 +206,16 @@ def shim_library(cache: str | None = None) -> str:
         return path
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         raise ShimUnavailable(f"{path} is not this user's file: refusing to load it", NO_SHIM)
+    return path
+
+
+def _carried(path: str) -> str:
+    """``path``, refused before anything is built there when LD_PRELOAD cannot carry it (its
+    list is split at spaces and colons)."""
+    if any(c in path for c in " :"):
+        raise ShimUnavailable(f"the coop shim's path {path} has a space or a colon, which "
+                              f"LD_PRELOAD cannot carry; set XDG_CACHE_HOME (or {SHIM_ENV}) "
+                              "elsewhere", NO_SHIM)
     return path
 
 

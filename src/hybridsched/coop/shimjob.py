@@ -21,14 +21,14 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from ..errors import ResourceError, ShimUnavailable, UsageError
+from ..errors import ResourceError, UsageError
 from ..oslayer import futex
 from ..oslayer.procfs import thread_state
 from ..oslayer.signals import leave_signals_to_main_thread, signals_held, tgkill
 from .arbiter import Arbiter
 from .layout import JOB_COUNTERS, NUDGE_SIGNAL, RUNNING
 from .paths import SEGMENT_ENV
-from .shimbuild import NO_SHIM, shim_library
+from .shimbuild import shim_library
 from .state import ArbiterError
 from .watchlook import Act, NativeLook
 from .ops import now_ns
@@ -102,10 +102,6 @@ class ShimJob:
 
     def __enter__(self) -> "ShimJob":
         self.library = shim_library()
-        if any(c in self.library for c in " :"):
-            raise ShimUnavailable(f"the coop shim's path {self.library} has a space or a colon, "
-                                  "which LD_PRELOAD cannot carry; set XDG_CACHE_HOME elsewhere",
-                                  NO_SHIM)
         with signals_held(), self.arbiter.locked() as st:
             if self.key is not None and st.find_job(self.key) >= 0:
                 raise UsageError(f"coop job key {self.key} is in use on {self.arbiter.path}")
@@ -297,3 +293,23 @@ class _Watchdog(threading.Thread):
 
 
 os.register_at_fork(after_in_child=_Watchdog._forget_after_fork)
+
+
+def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
+              shim: bool = True) -> None:
+    """Refuse now what a run on the arbiter at ``path`` (default the node's) with
+    ``quantum_s`` would refuse when it came to it: the shim (``shim``: built or found, its
+    path one LD_PRELOAD can carry), the segment (another user's, other CPUs while in use),
+    and a segment already in use with another quantum (a study would record a quantum it
+    did not run with). For an experiment, before it writes anything or runs another
+    policy; it attaches and leaves (the segment goes again if nobody else uses it)."""
+    with Arbiter(cpus, quantum_s, path) as arbiter:
+        with arbiter.locked() as st:
+            used = int(st.header["quantum_ns"][0])
+        if used != arbiter.quantum_ns:
+            raise UsageError(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
+                             f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "
+                             f"use --quantum-ms {used / 1e6:g}, or wait for them to end")
+        if shim:
+            with ShimJob(arbiter, cpus=cpus, watchdog=False):
+                pass

@@ -52,8 +52,9 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
     """
     if not inputs:
         raise UsageError("merge: no input files")
-    if len({os.path.realpath(p) for p in inputs}) < len(inputs):
-        raise UsageError("merge: the same file is given twice (its runs would count twice)")
+    for i, p in enumerate(inputs):  # by inode: a hard link or another spelling is the same
+        if any(same_file(p, q) for q in inputs[:i]):
+            raise UsageError(f"merge: {p} is given twice (its runs would count twice)")
     tensors: dict[tuple, str] = {}
     for p in inputs:
         check_ours(p)
