@@ -535,6 +535,19 @@ def test_a_cached_build_serves_where_no_compiler_is_on_path(tmp_path, shim_lib, 
     assert "CC='ccache cc' names no program" in refusal.shim_refusal(["/bin/sh"])
 
 
+def test_cc_with_options_builds_its_own_shim(tmp_path, shim_lib, monkeypatch):
+    """CC as make takes it, a command with options (`gcc -O1`): it was refused as naming
+    no program (the review); its build is kept apart from plain cc's."""
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "cc -O1")
+    assert shimbuild.compiler()[1:] == ("-O1",)
+    with_options = shimbuild.shim_library()
+    assert shimbuild._is_build(with_options)
+    monkeypatch.setenv("CC", "cc")
+    assert shimbuild.shim_library() != with_options
+
+
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,
                                                                            tmp_path):
     """OpenBLAS's caller spins, calling nothing, until its own workers have run; they wait

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import stat
 import subprocess
@@ -61,15 +62,21 @@ def sources() -> dict[str, str]:
     return out
 
 
-def compiler() -> str | None:
-    """The C compiler's path ($CC, else cc), or None."""
-    return shutil.which(os.environ.get("CC") or "cc")
+def compiler() -> tuple[str, ...] | None:
+    """The C compiler's command: $CC (with its options, as make takes it: ``gcc -O0``,
+    ``ccache cc``), else cc, its program found on PATH; None where it is not."""
+    try:
+        words = shlex.split(os.environ.get("CC") or "cc")
+    except ValueError:  # an unbalanced quote: no command to run
+        return None
+    path = shutil.which(words[0]) if words else None
+    return (path, *words[1:]) if path else None
 
 
 def no_compiler() -> str:
     """Why there is no shim to be had, :func:`compiler` having found none."""
     given = os.environ.get("CC")
-    if given:  # a command with its arguments (`ccache cc`) is not taken
+    if given:
         return (f"the coop shim is built on first use with a C compiler, and CC={given!r} "
                 "names no program on PATH, nor is a build of this version cached")
     return NO_COMPILER
@@ -97,15 +104,17 @@ def _private_dir(path: str) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _version(cc: str) -> str:
-    """The compiler's first line of `--version`, asked once per process and compiler: a
-    coop start looks the library up twice (the refusal's check, then the job), and each
-    asking forked a large process (~20-30 ms)."""
+def _version(cc: tuple[str, ...]) -> str:
+    """The compiler's first line of `--version` and its options, asked once per process and
+    compiler: a coop start looks the library up twice (the refusal's check, then the job),
+    and each asking forked a large process (~20-30 ms)."""
+    options = " ".join(cc[1:])
     try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
-        return out.stdout.splitlines()[0] if out.stdout else cc
+        out = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
+        first = out.stdout.splitlines()[0] if out.stdout else cc[0]
     except (OSError, subprocess.SubprocessError):
-        return cc
+        first = cc[0]
+    return f"{first} {options}".rstrip()
 
 
 def source_key(files: dict[str, str]) -> str:
@@ -118,7 +127,7 @@ def source_key(files: dict[str, str]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_key(files: dict[str, str], cc: str) -> str:
+def build_key(files: dict[str, str], cc: tuple[str, ...]) -> str:
     """A build's name in the cache: its sources' key, then its compiler's."""
     return f"{source_key(files)}-{hashlib.sha256(_version(cc).encode()).hexdigest()[:8]}"
 
@@ -153,7 +162,7 @@ def _is_build(path: str) -> bool:
     return body.startswith(b"\x7fELF") and _SHIM_MARK in body and _WATCH_MARK in body
 
 
-def _compile(cc: str, files: dict[str, str], out: str) -> None:
+def _compile(cc: tuple[str, ...], files: dict[str, str], out: str) -> None:
     with tempfile.TemporaryDirectory(prefix="coopshim-", dir=os.path.dirname(out)) as tmp:
         for name, text in files.items():
             with open(os.path.join(tmp, name), "w") as fh:
@@ -169,16 +178,18 @@ def _compile(cc: str, files: dict[str, str], out: str) -> None:
             if p.returncode != 0:
                 first = next((ln for ln in p.stderr.splitlines() if "error" in ln),
                              p.stderr.strip()[:200]) or f"exit status {p.returncode}"
-                raise ShimUnavailable(f"the coop shim did not build with {cc}: {first}", NO_SHIM)
+                raise ShimUnavailable(f"the coop shim did not build with {shlex.join(cc)}: {first}",
+                                      NO_SHIM)
         os.chmod(lib, 0o755)
         os.replace(lib, out)  # atomic: whoever loads it sees all of it
 
 
-def _cc(cc: str, cwd: str, args: list[str]) -> subprocess.CompletedProcess:
+def _cc(cc: tuple[str, ...], cwd: str, args: list[str]) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([cc, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+        return subprocess.run([*cc, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise ShimUnavailable(f"the coop shim did not build ({cc}: {exc})", NO_SHIM) from None
+        raise ShimUnavailable(f"the coop shim did not build ({shlex.join(cc)}: {exc})",
+                              NO_SHIM) from None
 
 
 def shim_library(cache: str | None = None) -> str:
