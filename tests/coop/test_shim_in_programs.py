@@ -409,7 +409,7 @@ def test_the_compiler_is_asked_its_version_once_per_process(shim_lib, monkeypatc
     shimbuild._version.cache_clear()
     files, cc = shimbuild.sources(), shimbuild.compiler()
     assert shimbuild.build_key(files, cc) == shimbuild.build_key(files, cc)
-    assert [a for a in calls if "--version" in a] == [[cc, "--version"]]
+    assert [a for a in calls if "--version" in a] == [[*cc, "--version"]]
 
 
 def test_a_cache_folder_others_may_write_is_refused(tmp_path, shim_lib, monkeypatch):
