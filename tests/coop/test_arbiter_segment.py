@@ -284,8 +284,8 @@ def test_a_segment_of_the_same_size_for_other_cpus_is_not_read_as_ours(seg):
                 pass
         # one process on it (its attachment's row and no job: it said "by 1 jobs", and
         # by 2 for a coop exec, the review)
-        assert "for 1 CPUs is in use by 1 hybridsched process;" in str(err.value)
-        assert "wants 2 CPUs" in str(err.value)
+        assert "for 1 CPU is in use by 1 hybridsched process;" in str(err.value)
+        assert "wants 2 CPUs" in str(err.value) and "an arbiter of their own" in str(err.value)
         assert not one.state.check_invariants()
     with Arbiter(cpus=CPUS[:2], path=seg) as two:  # nobody on it any more: made afresh
         assert list(two.state.cpus["cpu"]) == CPUS[:2] and not two.state.check_invariants()
@@ -298,6 +298,7 @@ def test_a_segment_in_use_for_other_cpus_names_them_as_numbers(seg):
             with Arbiter(cpus=CPUS[1:2], path=seg):
                 pass
     assert f"use CPUs {CPUS[:1]}, not {CPUS[1:2]}" in str(err.value), str(err.value)  # np.int32(0)
+    assert "an arbiter of their own" in str(err.value)  # the way out (the review)
 
 
 def test_a_segment_in_use_with_other_tables_is_refused_naming_them(seg, monkeypatch):

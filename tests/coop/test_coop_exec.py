@@ -700,3 +700,51 @@ def test_a_signal_is_kept_until_the_command_runs_and_dropped_once_it_ended():
         assert got == [signal.SIGHUP]
     finally:
         signal.signal(signal.SIGHUP, old)
+
+
+def test_the_command_starts_with_sigpipes_default_action(seg, shim_lib):
+    """It ran with SIGPIPE ignored (the guardian's word from the child put back the SIG_IGN
+    of Python's table): `yes | head -1` wrote "Broken pipe" and ended 1, and a shell loop
+    feeding `head` wrote errors for ever (the review)."""
+    p = coop_exec(seg, "--", "sh", "-c", "grep SigIgn /proc/self/status; yes | head -n 1")
+    ignored = int(p.stdout.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)), p.stdout
+    assert p.returncode == 0 and p.stdout.endswith("\ny\n") and p.stderr == "", p.stderr
+
+
+def test_the_callers_descriptors_reach_the_command_and_no_others(seg, shim_lib, tmp_path):
+    """A descriptor handed down (`3>file`, a process substitution's /dev/fd/63, make's
+    jobserver) was closed: `diff <(a) <(b)` found no file (the review). None of ours is
+    handed on."""
+    out = tmp_path / "three"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        show = (f"import os; os.write({fd}, b'to{fd}\\n'); "
+                "print(sorted(int(f) for f in os.listdir('/proc/self/fd')))")
+        p = coop_exec(seg, "--", sys.executable, "-c", show, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == f"to{fd}\n"
+    assert eval(p.stdout) == sorted({0, 1, 2, 3, fd}), p.stdout  # 3: listdir's own
+
+
+def test_usr1_usr2_and_alrm_reach_the_command(seg, shim_lib):
+    """A batch system's checkpoint warning (`--signal=USR1@60`) killed coop exec with 138,
+    and its guardian the command (the review): they are passed on like SIGTERM."""
+    script = ('trap "echo usr1" USR1; trap "echo alrm" ALRM; trap "echo usr2; exit 5" USR2; '
+              'echo ready; while :; do sleep 0.05; done')
+    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c", script],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        for sig, line in ((signal.SIGUSR1, "usr1\n"), (signal.SIGALRM, "alrm\n")):
+            p.send_signal(sig)
+            assert p.stdout.readline() == line
+        p.send_signal(signal.SIGUSR2)
+        assert p.stdout.readline() == "usr2\n"
+        assert p.wait(timeout=120) == 5
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()

@@ -36,7 +36,7 @@ from ..oslayer.shmlock import DIED_AT, init_mutex
 from ..oslayer.procfs import pid_alive
 from ..oslayer.shm import unmap
 from .existing import other_tables, refuse_unless_unused
-from .paths import UNFINISHED, segment_path, unfinished
+from .paths import OWN_ARBITER, UNFINISHED, segment_path, unfinished
 from .reclaim import reclaim
 from .state import ATTACHED, MAGIC, VERSION, ArbiterError, State, nbytes, views
 from .ops import RECLAIM_POLL_S, CompiledOps, Ops, now_ns
@@ -277,7 +277,8 @@ class Arbiter:
             self._initialise()
         elif list(self.tables.cpus["cpu"]) != self.cpus:
             raise UsageError(f"{self.path}: the running coop jobs use CPUs "
-                             f"{[int(c) for c in self.tables.cpus['cpu']]}, not {self.cpus}")
+                             f"{[int(c) for c in self.tables.cpus['cpu']]}, not {self.cpus}; "
+                             f"{OWN_ARBITER}")
         self._take_seat()
 
     def _take_seat(self) -> None:

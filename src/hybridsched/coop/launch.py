@@ -3,8 +3,8 @@ under the cooperative shim, so that jobs started independently — two terminals
 jobs sharing a node — cooperate on the same tokens.
 
 The command runs in a process group of its own (given the terminal while it runs, when
-we had it); SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to us are passed to that group; its
-exit status is ours (128 + N when signal N ended it). When it ends, whatever it left in
+we had it); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to us are
+passed to that group; its exit status is ours (128 + N when signal N ended it). When it ends, whatever it left in
 its group is killed and reaped, then its job and tokens are freed, and the segment goes
 with its last participant. Should we be killed outright (SIGKILL), a guardian process
 (:class:`oslayer.guardian.Guardian`, forked before anything else) kills the command's
@@ -97,7 +97,10 @@ def _in_own_group(argv: list[str], env: dict[str, str], tty: bool,
     on). ``tty``: the child also makes that group the terminal's foreground before it
     execs, so the command never runs in the background of our terminal (its first read of
     it would stop it with SIGTTIN, and what it printed first came before it had it)."""
-    return subprocess.Popen(argv, env=env,
+    # close_fds=False: the caller's descriptors pass through, as under `env` or `nice` (a
+    # process substitution's /dev/fd/63, make's jobserver, a launcher's PMI_FD: all were
+    # closed; the review); ours are close-on-exec, as Python opens every descriptor
+    return subprocess.Popen(argv, env=env, close_fds=False,
                             preexec_fn=functools.partial(_child_start, tty, watched))
 
 

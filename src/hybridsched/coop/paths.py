@@ -11,6 +11,9 @@ from ..errors import UsageError
 # own here; a name outside /dev/shm is refused (the segment is memory, not a file on disk).
 SEGMENT_ENV = "HYBRIDSCHED_COOP_SEGMENT"
 UNFINISHED = ".new."  # a segment being made: <path>.new.<creator's pid>
+# What a refusal for another run's CPUs or tables names as the way out
+OWN_ARBITER = (f"jobs on other CPUs need an arbiter of their own: set {SEGMENT_ENV}="
+               "/dev/shm/hybridsched-coop.<uid>.<name>, or `coop exec --segment` it")
 
 
 def unfinished(path: str) -> list[tuple[str, int]]:

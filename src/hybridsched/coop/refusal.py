@@ -127,7 +127,8 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
             return f"{path}: a #! line that cannot be followed"
         return program_refusal(program, _depth + 1)
     if head[:4] != b"\x7fELF":
-        return f"{path} is neither a program nor a script with a #! line"
+        return (f"{path} is neither a program nor a script with a #! line (a shell runs "
+                f"such a script: name it, as in `sh {path}`)")
     loader, why = _elf_loader(path, head)
     if why:
         return why

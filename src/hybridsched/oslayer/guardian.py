@@ -81,12 +81,14 @@ class Guardian:
         # subprocess gave the child SIGPIPE's default action back before this runs: a word
         # to a guardian already dead killed it unexec'd (coop exec then ended 141, the
         # command never run; the review); ignored, the signal is dropped, not kept pending
-        # across the exec
-        old = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        # across the exec. Then the default again, not what Python's table says it was
+        # (its own SIG_IGN, which subprocess reset behind it: the command ran with SIGPIPE
+        # ignored, and `yes | head -1` in it wrote "Broken pipe" for ever; the review)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         try:
             self._say(b"+%d" % os.getpid())
         finally:
-            signal.signal(signal.SIGPIPE, old)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     def release(self, pgid: int) -> None:
         """We have dealt with group ``pgid`` ourselves (it is killed; not yet reaped)."""

@@ -51,7 +51,10 @@ def signals_held() -> Iterator[None]:
 # kernel hands a process-directed signal to any thread that does not block it; taken by a
 # helper thread, it interrupts nothing in the main thread, whose handler then runs only
 # once its blocking call (a waitpid) returns for some other reason -- too late to act first.
-HANDLED_IN_MAIN = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# USR1, USR2 and ALRM too: `coop exec` passes them on (a batch system's checkpoint warning,
+# `--signal=USR1@60`, killed the command: the review).
+HANDLED_IN_MAIN = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                   signal.SIGUSR2, signal.SIGALRM)
 
 
 def leave_signals_to_main_thread() -> None:
