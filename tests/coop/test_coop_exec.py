@@ -748,3 +748,19 @@ def test_usr1_usr2_and_alrm_reach_the_command(seg, shim_lib):
         p.kill()
         p.wait()
         p.stdout.close()
+
+
+@pytest.mark.parametrize("allowed", ["", "gettid"])
+def test_threads_a_seccomp_filter_leaves_unmanageable_run_unmanaged(seg, shim_lib, tmp_path,
+                                                                     allowed):
+    """A sandbox's allowlist, installed after the shim's start, refused gettid (or the open
+    of /proc): the threads joined with id -1, held tokens nobody could reclaim, and the
+    program hung for ever (the review). They run unmanaged, said once."""
+    exe = build("seccomp_threads", tmp_path)
+    plain = subprocess.run([exe, allowed], capture_output=True, text=True, timeout=60)
+    if plain.returncode != 0:
+        pytest.skip(f"this libc needs calls the test's allowlist lacks: {plain.stderr[:200]}")
+    p = coop_exec(seg, "--", exe, allowed)
+    assert (p.returncode, p.stdout) == (0, "c=900\n"), p.stderr
+    assert p.stderr.count("\n") == 1 and "run unmanaged" in p.stderr, p.stderr
+

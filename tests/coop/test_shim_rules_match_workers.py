@@ -218,7 +218,7 @@ def test_the_shim_compiles_without_a_warning(shim_lib, tmp_path):
 
     for name, text in shimbuild.sources().items():
         (tmp_path / name).write_text(text)
-    p = subprocess.run([shimbuild.compiler(), *shimbuild.CFLAGS, "-shared", "-Werror", "-o", "shim.so",
+    p = subprocess.run([*shimbuild.compiler(), *shimbuild.CFLAGS, "-shared", "-Werror", "-o", "shim.so",
                         *shimbuild.SOURCES, *shimbuild.LIBS], cwd=tmp_path, capture_output=True,
                        text=True)
     assert p.returncode == 0, p.stderr[-2000:]

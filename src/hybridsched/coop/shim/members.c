@@ -3,7 +3,11 @@
    up when it ends, the exec'ing thread keeping its slot across an exec, a fork's child
    joining as a new thread. */
 #include "coop.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -62,6 +66,38 @@ static void start(int slot)
     hs_sud_arm();
 }
 
+/* Whether the calling thread can be managed. A seccomp filter the program installs after
+   our start (a sandbox's allowlist) may refuse what the rules need to tell its liveness:
+   its thread id, its /proc files. Such a thread joined with id -1, held a token nobody
+   could reclaim, and the program hung (the review): it runs unmanaged instead, said once. */
+static int manageable(void)
+{
+    static int said;
+    const char *what = NULL;
+    int err = 0, fd;
+    if (hs_t.tid <= 0) {
+        what = "gettid";
+        err = hs_t.tid < 0 ? -hs_t.tid : EPERM;  /* glibc's gives the raw -errno back */
+    } else if ((fd = open("/", O_PATH | O_CLOEXEC)) >= 0) {  /* the cheapest open there is:
+                                                                 /proc's file cost 30 µs */
+        close(fd);
+    } else if (errno == EPERM || errno == EACCES || errno == ENOSYS) {
+        what = "open";
+        err = errno;
+    }
+    if (!what)
+        return 1;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+        char line[200];  /* one write: not through the stdio we wrap */
+        int n = snprintf(line, sizeof line, "hybridsched coop shim: %s refused here (%s: a "
+                         "seccomp filter?); threads started from now run unmanaged\n", what,
+                         strerror(err));
+        if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
+            return 0;  /* nowhere to say it */
+    }
+    return 0;
+}
+
 /* the calling thread (new, or the child of a fork) joins the job and waits for a token */
 void hs_thread_begin(void)
 {
@@ -71,6 +107,10 @@ void hs_thread_begin(void)
     hs_t.depth = 1;
     struct hs_cs cs;
     int w = -1;
+    if (!manageable()) {
+        hs_exit();
+        return;
+    }
     hs_cs_lock(&cs);
     if (hs_v.jobs[hs_job].used == 1 && hs_v.jobs[hs_job].key == hs_key)
         w = hs_join_worker(&hs_v, hs_job, hs_pid, hs_t.tid, 1);
