@@ -764,3 +764,17 @@ def test_threads_a_seccomp_filter_leaves_unmanageable_run_unmanaged(seg, shim_li
     assert (p.returncode, p.stdout) == (0, "c=900\n"), p.stderr
     assert p.stderr.count("\n") == 1 and "run unmanaged" in p.stderr, p.stderr
 
+
+
+def test_a_process_in_another_pid_namespace_runs_unmanaged(seg, shim_lib):
+    """Its thread ids name other threads to the arbiter: two such jobs at once crashed on
+    each other's ids (status 139, the review). Its shim stays dormant, said once."""
+    import shutil
+
+    ns = ["unshare", "--fork", "--pid", "--mount-proc"]
+    if shutil.which("unshare") is None or subprocess.run(
+            [*ns, "true"], capture_output=True, timeout=60).returncode != 0:
+        pytest.skip("no PID namespace to be had here (unshare --pid refused)")
+    p = coop_exec(seg, "--", *ns, "sh", "-c", "echo inside")
+    assert (p.returncode, p.stdout) == (0, "inside\n"), p.stderr
+    assert p.stderr.count("\n") == 1 and "another PID namespace" in p.stderr, p.stderr

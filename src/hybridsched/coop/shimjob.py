@@ -36,6 +36,11 @@ from .ops import now_ns
 # the variables the shim reads in every process of the command (the segment's is the one
 # that names the arbiter for hybridsched's own commands too)
 JOB_ENV, CPUS_ENV = "HYBRIDSCHED_COOP_JOB", "HYBRIDSCHED_COOP_CPUS"
+# The PID namespace the arbiter's ids mean (its /proc/self/ns/pid inode): a process of the
+# job in another one (`unshare --pid`, a container's) would register ids that name other
+# threads here, and two such jobs crashed on each other's ids (the review); its shim stays
+# dormant instead, said once
+PIDNS_ENV = "HYBRIDSCHED_COOP_PIDNS"
 # How long a holder may keep its token, in quanta, while others wait, before the watchdog
 # acts: a holder reaches no scheduling point of its own only when it never blocks, and
 # one quantum more than the arbiter's own rotation leaves a holder that does block time to.
@@ -71,6 +76,14 @@ class ShimCounters:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace, as the inode of /proc/self/ns/pid ("" if unknown)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
 
 
 class ShimJob:
@@ -125,7 +138,7 @@ class ShimJob:
         before = (os.environ if base is None else base).get("LD_PRELOAD", "")
         return {"LD_PRELOAD": self.library + (f":{before}" if before else ""),
                 SEGMENT_ENV: self.arbiter.path, JOB_ENV: str(self.key),
-                CPUS_ENV: ",".join(map(str, self.cpus))}
+                CPUS_ENV: ",".join(map(str, self.cpus)), PIDNS_ENV: _pid_namespace()}
 
     def counters(self) -> ShimCounters:
         """The job's counts so far (after exit: as they were when it was left)."""

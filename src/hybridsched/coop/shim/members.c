@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int64_t hs_key;
@@ -208,6 +209,16 @@ static int attach(const char *path, int64_t key)
     return 0;
 }
 
+/* whether this process's PID namespace is not `want` (its /proc/self/ns/pid inode, given
+   by the launcher; unknown either way: as before, the same) */
+static int other_pid_namespace(const char *want)
+{
+    struct stat st;
+    if (!want || !*want || stat("/proc/self/ns/pid", &st) != 0)
+        return 0;
+    return (unsigned long long)st.st_ino != strtoull(want, NULL, 10);
+}
+
 __attribute__((constructor)) static void hs_init(void)
 {
     /* first, dormant or not: the wrappers that pass a dormant process's calls on make them
@@ -216,6 +227,11 @@ __attribute__((constructor)) static void hs_init(void)
     const char *seg = getenv("HYBRIDSCHED_COOP_SEGMENT"), *key = getenv("HYBRIDSCHED_COOP_JOB");
     if (!seg || !key || !*seg || !*key)
         return;  /* loaded but not launched by hybridsched (a test's ctypes): dormant */
+    if (other_pid_namespace(getenv("HYBRIDSCHED_COOP_PIDNS"))) {
+        hs_warn("this process is in another PID namespace than its job's arbiter, whose "
+                "thread ids name other threads%s%s", "", "");
+        return;
+    }
     if (attach(seg, strtoll(key, NULL, 10)) != 0)
         return;
     hs_natural_cpus(getenv("HYBRIDSCHED_COOP_CPUS"));
