@@ -77,8 +77,9 @@ def _handlers() -> dict:
     """Each :data:`ENDING` signal raises an exception, remembered until the command takes it
     (oslayer.signals: an exception Python drops is raised again): Ctrl-C KeyboardInterrupt,
     SIGTERM and SIGHUP Terminated. A signal we were started ignoring (a background job's
-    SIGINT, `nohup`'s SIGHUP, a SIGTERM ignored on purpose) stays ignored, also by what we
-    run. Returns the old ones."""
+    SIGINT, `nohup`'s SIGHUP, a SIGTERM ignored on purpose) stays ignored; `nohup`'s SIGHUP
+    also by the commands we run (colocate's jobs start with the others' defaults, as from
+    a shell). Returns the old ones."""
     old: dict[int, object] = {}
     for sig in ENDING:
         if sig == signal.SIGINT:
@@ -152,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _ended_by(argv, signal.SIGINT)
     except SystemExit as exc:
-        if isinstance(exc, Terminated):
-            _ended_by(argv, int(exc.code) - 128)  # type: ignore[arg-type]
+        if isinstance(exc, Terminated):  # a status, as for Ctrl-C: entry() then ends at once
+            return _ended_by(argv, int(exc.code) - 128)  # type: ignore[arg-type]
         raise
     except BrokenPipeError:
         return 141
@@ -193,7 +194,11 @@ def entry() -> None:
     if others or "mpi4py.MPI" in sys.modules:
         sys.exit(code)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    # after an ending signal, what stdout still holds is dropped: a reader that stalled
+    # (a stopped terminal, a pipe nobody reads) kept the command blocked in its flush, the
+    # signal's line printed and the signal taken (the review)
+    ended = code - 128 in _ENDED
+    for stream in (sys.stderr,) if ended else (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`| head`): nothing more to say

@@ -899,3 +899,16 @@ def test_colocate_in_a_coop_job_is_refused(tmp_path, capsys, monkeypatch):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "outside `coop exec`" in err, err
         assert not out.exists()
+
+
+def test_under_nohup_the_jobs_keep_sighup_ignored(tmp_path):
+    """`nohup hybridsched colocate ...`: the jobs started with SIGHUP's default action (the
+    third review), so a job's group orphaned with a member stopped, which the kernel sends
+    SIGHUP, died of it."""
+    out = str(tmp_path / "n.h5")
+    p = subprocess.run([sys.executable, "-m", "hybridsched", "colocate", "--cmd",
+                        "sh -c 'grep SigIgn /proc/self/status'", "--policy", "linux,gang",
+                        "--reps", "1", "--expect", r"^SigIgn:\s+[0-9a-f]*[13579bdf]$", "-o", out],
+                       capture_output=True, text=True, timeout=300,
+                       preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    assert p.returncode == 0, p.stderr

@@ -12,7 +12,7 @@ import pytest
 from hybridsched.cli import main
 from hybridsched.commands.parsers import SUBCOMMANDS
 from hybridsched.oslayer.proctree import FAULT_ENV
-from waiting import DEADLINE_S, default_sigint, wait_for_descendants, wait_for_rows
+from waiting import DEADLINE_S, default_sigint, wait_for_descendants, wait_for_rows, wait_until
 
 TINY = ["-k", "2", "-L", "6", "--height", "4", "--width", "8", "--reps", "1"]
 
@@ -147,3 +147,34 @@ def test_130_143_and_129_for_the_signals(name, sig, rc, tmp_path):
             proc.communicate()
     assert proc.returncode == rc, err
     assert not os.path.exists(out + ".lock")
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+                         ids=["SIGTERM", "SIGHUP"])
+def test_an_ending_signal_ends_a_command_whose_stdout_is_stalled(sig, rc, tmp_path):
+    """stdout a terminal whose output is stopped (Ctrl-S): the command said its line, then
+    stayed blocked flushing what its line-buffered stdout still held, the signal taken
+    (the review). What stdout still holds is dropped."""
+    import pty
+    import termios
+
+    main_fd, sub = pty.openpty()
+    termios.tcflow(sub, termios.TCOOFF)  # the terminal's output stopped: writes block
+    out = str(tmp_path / "s.h5")
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "serial",
+                             *TINY, "-o", out], stdout=sub, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    os.close(sub)
+    try:
+        def writing() -> bool:  # blocked in write(1, ...): system call 1, its fd 0x1
+            with open(f"/proc/{proc.pid}/syscall") as fh:
+                return fh.read().startswith("1 0x1 ")
+        wait_until(writing, "the command blocked writing its report", proc=proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(main_fd)
+    assert proc.returncode == rc, err

@@ -548,6 +548,25 @@ def test_cc_with_options_builds_its_own_shim(tmp_path, shim_lib, monkeypatch):
     assert shimbuild.shim_library() != with_options
 
 
+def test_a_build_no_program_can_load_is_refused_and_not_cached(tmp_path, shim_lib,
+                                                              monkeypatch):
+    """`CC='cc -fsanitize=address'` built a shim that every command then failed to start
+    with (the sanitizer's runtime must come first; the review): refused as it is built."""
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "cc -fsanitize=address")
+    with pytest.raises(ShimUnavailable, match="does not load into a program|did not build"):
+        shimbuild.shim_library()
+    assert not list((tmp_path / "hybridsched").glob("coopshim-*.so"))
+
+
+def test_cc_with_an_unbalanced_quote_is_said_so(tmp_path, monkeypatch):
+    monkeypatch.delenv(shimbuild.SHIM_ENV, raising=False)
+    monkeypatch.setenv("CC", 'gcc "')
+    assert shimbuild.compiler() is None
+    assert "an unbalanced quote" in shimbuild.no_compiler()
+
+
 def test_a_holder_spinning_for_its_waiting_sibling_is_asked_to_rotate_by_it(seg, shim_lib,
                                                                            tmp_path):
     """OpenBLAS's caller spins, calling nothing, until its own workers have run; they wait

@@ -23,6 +23,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -77,8 +78,13 @@ def no_compiler() -> str:
     """Why there is no shim to be had, :func:`compiler` having found none."""
     given = os.environ.get("CC")
     if given:
+        try:
+            shlex.split(given)
+            what = "names no program on PATH"
+        except ValueError:
+            what = "cannot be split into words (an unbalanced quote)"
         return (f"the coop shim is built on first use with a C compiler, and CC={given!r} "
-                "names no program on PATH, nor is a build of this version cached")
+                f"{what}, nor is a build of this version cached")
     return NO_COMPILER
 
 
@@ -181,7 +187,24 @@ def _compile(cc: tuple[str, ...], files: dict[str, str], out: str) -> None:
                 raise ShimUnavailable(f"the coop shim did not build with {shlex.join(cc)}: {first}",
                                       NO_SHIM)
         os.chmod(lib, 0o755)
+        _loads(cc, lib)
         os.replace(lib, out)  # atomic: whoever loads it sees all of it
+
+
+def _loads(cc: tuple[str, ...], lib: str) -> None:
+    """Refuse a build that a program cannot load, before it is cached: one made with options
+    that change what it needs (`CC='gcc -fsanitize=address'` built, and then every command
+    failed with the sanitizer's complaint; the review). Tried in a child: a dormant load."""
+    try:
+        p = subprocess.run([sys.executable, "-S", "-c", ""], env={"LD_PRELOAD": lib},
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ShimUnavailable(f"the coop shim built with {shlex.join(cc)} could not be tried "
+                              f"({exc})", NO_SHIM) from None
+    if p.returncode != 0 or p.stderr:
+        first = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[0][:200]
+        raise ShimUnavailable(f"the coop shim built with {shlex.join(cc)} does not load into "
+                              f"a program: {first}", NO_SHIM)
 
 
 def _cc(cc: tuple[str, ...], cwd: str, args: list[str]) -> subprocess.CompletedProcess:

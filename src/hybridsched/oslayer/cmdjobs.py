@@ -206,7 +206,10 @@ class CommandJobs:
             if os.getppid() != self._parent:
                 os._exit(1)
             for sig in _RESET:
-                signal.signal(sig, signal.SIG_DFL)
+                # but nohup's SIGHUP: a job's group orphaned with a member stopped (gang)
+                # gets one from the kernel, which `nohup colocate` means to survive
+                if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+                    signal.signal(sig, signal.SIG_DFL)
             if launch.cpus:
                 os.sched_setaffinity(0, launch.cpus)
             # the waiter's descriptors to its numbers, by way of numbers above them all

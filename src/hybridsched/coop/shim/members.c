@@ -228,8 +228,12 @@ __attribute__((constructor)) static void hs_init(void)
     if (!seg || !key || !*seg || !*key)
         return;  /* loaded but not launched by hybridsched (a test's ctypes): dormant */
     if (other_pid_namespace(getenv("HYBRIDSCHED_COOP_PIDNS"))) {
-        hs_warn("this process is in another PID namespace than its job's arbiter, whose "
-                "thread ids name other threads%s%s", "", "");
+        dprintf(2, "hybridsched coop shim: this process is in another PID namespace than its "
+                "job's arbiter, whose thread ids name other threads; it runs unmanaged, and "
+                "so does what it starts\n");
+        /* what it starts: dormant without a word (once per job, not per program; the
+           review), and a `coop exec` inside with an arbiter of its own is no nested one */
+        unsetenv("HYBRIDSCHED_COOP_JOB");
         return;
     }
     if (attach(seg, strtoll(key, NULL, 10)) != 0)
