@@ -101,3 +101,15 @@ def waits_in_kernel(pid: int, where: str, tid: int | None = None) -> bool:
             return where in fh.read()
     except OSError:
         return False
+
+
+def signalled(proc: subprocess.Popen, sig: int, timeout: float = 60.0) -> tuple[int, str]:
+    """Send ``sig`` to ``proc`` and wait for its end: (its status, its stderr, if piped).
+    Killed and reaped if it outlives ``timeout`` (the assertion on its status then fails)."""
+    try:
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return proc.returncode, err or ""

@@ -12,7 +12,8 @@ import pytest
 from hybridsched.cli import main
 from hybridsched.commands.parsers import SUBCOMMANDS
 from hybridsched.oslayer.proctree import FAULT_ENV
-from waiting import DEADLINE_S, default_sigint, wait_for_descendants, wait_for_rows, wait_until
+from waiting import (DEADLINE_S, default_sigint, signalled, wait_for_descendants, wait_for_rows,
+                     wait_until)
 
 TINY = ["-k", "2", "-L", "6", "--height", "4", "--width", "8", "--reps", "1"]
 
@@ -165,16 +166,15 @@ def test_an_ending_signal_ends_a_command_whose_stdout_is_stalled(sig, rc, tmp_pa
                              *TINY, "-o", out], stdout=sub, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     os.close(sub)
+    def writing() -> bool:  # blocked in write(1, ...): system call 1, its fd 0x1
+        with open(f"/proc/{proc.pid}/syscall") as fh:
+            return fh.read().startswith("1 0x1 ")
     try:
-        def writing() -> bool:  # blocked in write(1, ...): system call 1, its fd 0x1
-            with open(f"/proc/{proc.pid}/syscall") as fh:
-                return fh.read().startswith("1 0x1 ")
         wait_until(writing, "the command blocked writing its report", proc=proc)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
+        status, err = signalled(proc, sig)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
         os.close(main_fd)
-    assert proc.returncode == rc, err
+    assert status == rc, err
