@@ -1,7 +1,7 @@
 """``python -m hybridsched`` and the ``hybridsched`` command (``entry``): the command line's
 modules load with Ctrl-C, SIGTERM and SIGHUP held back, so one that comes early ends the
-command with one line and 130 (the others: as their default action does) instead of a traceback from
-the middle of an import (numpy turns one into an ImportError that names its C extensions).
+command with one line and 130 (the others: as their default action does) instead of a
+traceback from the middle of an import (numpy turns one into an ImportError that names its C extensions).
 
 Only ``_signal`` and ``os`` here, both loaded with the interpreter: the ``signal`` module
 imports ``enum`` (7 ms), a window in which a Ctrl-C would still print a traceback."""

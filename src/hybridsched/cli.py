@@ -152,10 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return _ended_by(argv, signal.SIGINT)
-    except SystemExit as exc:
-        if isinstance(exc, Terminated):  # a status, as for Ctrl-C: entry() then ends at once
-            return _ended_by(argv, int(exc.code) - 128)  # type: ignore[arg-type]
-        raise
+    except Terminated as exc:  # a status, as for Ctrl-C: entry() then ends at once
+        return _ended_by(argv, int(exc.code) - 128)  # type: ignore[arg-type]
     except BrokenPipeError:
         return 141
     except Exception:

@@ -185,10 +185,10 @@ def check_ready(spec: ColocateSpec, cpus: list[int] | None = None,
 def run_colocate(spec: ColocateSpec, on_records: Callable[[list[JobRecord]], None],
                  cpus: list[int] | None = None, arbiter_path: str | None = None) -> list[JobRecord]:
     """Every policy x repetition, interleaved (rep 0 of each policy, then rep 1, ...) so a
-    slow drift of the machine does not favour one policy; :func:`check_ready` first."""
+    slow drift of the machine does not favour one policy. A caller that stores the records
+    calls :func:`check_ready` before it makes its file (the CLI does)."""
     from .work import iters_per_us
 
-    check_ready(spec, cpus, arbiter_path)
     if spec.commands:  # unmodified commands: their own runtimes, their own policies
         from .cmdrun import run_commands_once
 

@@ -4,12 +4,12 @@ jobs sharing a node — cooperate on the same tokens.
 
 The command runs in a process group of its own (given the terminal while it runs, when
 we had it); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to us are
-passed to that group; its exit status is ours (128 + N when signal N ended it). When it ends, whatever it left in
-its group is killed and reaped, then its job and tokens are freed, and the segment goes
-with its last participant. Should we be killed outright (SIGKILL), a guardian process
-(:class:`oslayer.guardian.Guardian`, forked before anything else) kills the command's
-group; its tokens come back by the arbiter's liveness per thread, and the next run sweeps
-the segment.
+passed to that group; its exit status is ours (128 + N when signal N ended it). When it
+ends, whatever it left in its group is killed and reaped, then its job and tokens are
+freed, and the segment goes with its last participant. Should we be killed outright
+(SIGKILL), a guardian process (:class:`oslayer.guardian.Guardian`, forked before anything
+else) kills the command's group; its tokens come back by the arbiter's liveness per
+thread, and the next run sweeps the segment.
 """
 from __future__ import annotations
 

@@ -316,13 +316,11 @@ def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
     and a segment already in use with another quantum (a study would record a quantum it
     did not run with). For an experiment, before it writes anything or runs another
     policy; it attaches and leaves (the segment goes again if nobody else uses it)."""
-    with Arbiter(cpus, quantum_s, path) as arbiter:
-        with arbiter.locked() as st:
-            used = int(st.header["quantum_ns"][0])
-        if used != arbiter.quantum_ns:
-            raise UsageError(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
-                             f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "
-                             f"use --quantum-ms {used / 1e6:g}, or wait for them to end")
-        if shim:
-            with ShimJob(arbiter, cpus=cpus, watchdog=False):
-                pass
+    if shim:
+        shim_library()  # first: a shim that cannot be had makes no segment
+    with Arbiter(cpus, quantum_s, path) as arbiter, arbiter.locked() as st:
+        used = int(st.header["quantum_ns"][0])
+    if used != arbiter.quantum_ns:
+        raise UsageError(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
+                         f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "
+                         f"use --quantum-ms {used / 1e6:g}, or wait for them to end")

@@ -22,8 +22,9 @@ ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 @contextmanager
 def signals_held() -> Iterator[None]:
     """Hold the :data:`ENDING` signals for the duration of the block, then replay the first
-    one to the handler that was installed. Python handlers always run in the main thread, so swapping
-    them (unlike masking, which other threads would bypass) holds the signal everywhere."""
+    one to the handler that was installed. Python handlers always run in the main thread,
+    so swapping them (unlike masking, which other threads would bypass) holds the signal
+    everywhere."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -93,8 +93,9 @@ static int manageable(void)
         int n = snprintf(line, sizeof line, "hybridsched coop shim: %s refused here (%s: a "
                          "seccomp filter?); threads started from now run unmanaged\n", what,
                          strerror(err));
-        if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
-            return 0;  /* nowhere to say it */
+        if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
+            /* nowhere to say it */
+        }
     }
     return 0;
 }
