@@ -1,5 +1,5 @@
 """``python -m hybridsched`` and the ``hybridsched`` command (``entry``): the command line's
-modules load with Ctrl-C, SIGTERM and SIGHUP held back, so one that comes early ends the
+modules load with Ctrl-C and the other ending signals held back, so one that comes early ends the
 command with one line and 130 (the others: as their default action does) instead of a
 traceback from the middle of an import (numpy turns one into an ImportError that names its C extensions).
 
@@ -28,7 +28,8 @@ def entry() -> None:
     held: list[int] = []
     old = {}
     # oslayer.signals.ENDING, not imported from there: importing the package is what this holds
-    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGUSR1,
+                _signal.SIGUSR2, _signal.SIGALRM):
         handler = _signal.getsignal(sig)
         if handler in (_signal.default_int_handler, _signal.SIG_DFL):  # not SIG_IGN (`&`)
             old[sig] = _signal.signal(sig, lambda signum, frame: held.append(signum))
@@ -43,7 +44,7 @@ def entry() -> None:
         print("hybridsched: interrupted", file=sys.stderr, flush=True)
         os._exit(130)
     if held:
-        os.kill(os.getpid(), held[0])  # SIGTERM's/SIGHUP's default action: ends the process
+        os.kill(os.getpid(), held[0])  # its default action: ends the process
     run()
 
 

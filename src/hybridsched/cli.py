@@ -3,7 +3,8 @@
 module of :mod:`commands`, imported only when it runs. Nothing imports this module.
 
 Exit statuses, the same for every subcommand: 0 everything ran (and verified), 1 a run,
-job or rank failed, 2 bad input (one line on stderr), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
+job or rank failed, 2 bad input (one line on stderr), 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP,
+138, 140 and 142 SIGUSR1, SIGUSR2 and SIGALRM (a batch system's warning).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from .version import __version__
 
 _KEPT = "; completed runs are kept in the output file"
 _ENDED: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated",
-                         signal.SIGHUP: "hung up"}
+                         signal.SIGHUP: "hung up", signal.SIGUSR1: "ended by SIGUSR1",
+                         signal.SIGUSR2: "ended by SIGUSR2", signal.SIGALRM: "ended by SIGALRM"}
 
 
 def make_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -76,7 +78,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _handlers() -> dict:
     """Each :data:`ENDING` signal raises an exception, remembered until the command takes it
     (oslayer.signals: an exception Python drops is raised again): Ctrl-C KeyboardInterrupt,
-    SIGTERM and SIGHUP Terminated. A signal we were started ignoring (a background job's
+    the others Terminated. A signal we were started ignoring (a background job's
     SIGINT, `nohup`'s SIGHUP, a SIGTERM ignored on purpose) stays ignored; `nohup`'s SIGHUP
     also by the commands we run (colocate's jobs start with the others' defaults, as from
     a shell). Returns the old ones."""

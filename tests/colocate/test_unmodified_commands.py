@@ -455,10 +455,11 @@ def test_colocate_killed_outright_under_coop_leaves_no_job_and_no_segment(tmp_pa
 
 @pytest.mark.parametrize("policy", ["linux", "gang", "coop"])
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
-                                       (signal.SIGHUP, 129)])
+                                       (signal.SIGHUP, 129), (signal.SIGUSR1, 138)])
 def test_ctrl_c_sigterm_and_sighup_end_every_jobs_group(sig, code, policy, tmp_path, request):
-    """SIGHUP: the terminal or ssh session of a run started without nohup gone; before,
-    colocate died of it at once and left its study's lock behind."""
+    """SIGHUP: the terminal or ssh session of a run started without nohup gone; SIGUSR1: a
+    batch system's warning before the time limit. Before, colocate died of either at once
+    and left its study's lock behind."""
     if policy == "coop":
         request.getfixturevalue("shim_lib")
     pipeline = f"sh -c {shlex.quote(LONG + ' | cat')}"  # a group of three processes

@@ -115,7 +115,8 @@ def test_1_when_a_rank_failed(mpi, tmp_path):
 
 
 @pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
-                                    (signal.SIGHUP, 129)], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+                                    (signal.SIGHUP, 129), (signal.SIGUSR1, 138)],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1"])
 @pytest.mark.parametrize("name", ["run", "colocate", "ge"])
 def test_130_143_and_129_for_the_signals(name, sig, rc, tmp_path):
     """The signal arrives once the command is known to be inside its runs (a committed row,
@@ -148,6 +149,34 @@ def test_130_143_and_129_for_the_signals(name, sig, rc, tmp_path):
             proc.communicate()
     assert proc.returncode == rc, err
     assert not os.path.exists(out + ".lock")
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGUSR1, 138), (signal.SIGUSR2, 140),
+                                    (signal.SIGALRM, 142)], ids=["SIGUSR1", "SIGUSR2", "SIGALRM"])
+def test_a_batch_systems_warning_to_every_process_ends_run_cleanly(sig, rc, tmp_path):
+    """Slurm's `--signal=USR1@60` or `scancel --signal=USR1`: the signal reaches every
+    process of the job, forked workers too. It ended the study at once, its lock left
+    behind; now the command stops as for SIGTERM (its workers ignore it: they are the
+    parent's to stop), and what it stored is kept for `--resume`."""
+    out = str(tmp_path / "w.h5")
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", "-s", "prolific",
+                             "-k", "2", "-L", "2000", "--height", "64", "--width", "64",
+                             "--reps", "2000", "-o", out], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_rows(out, 1, proc)
+        wait_for_descendants(proc.pid, 1, proc)  # its forked workers, in its group
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == rc, err
+    assert err.strip().splitlines()[-1] == \
+        f"hybridsched: ended by {signal.Signals(sig).name}; completed runs are kept in the output file"
+    assert not os.path.exists(out + ".lock")
+    assert main(["report", "--no-plots", out]) == 0
 
 
 @pytest.mark.parametrize("sig,rc", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)],

@@ -21,6 +21,7 @@ from ..store.files import remove_left_by
 from ..oslayer.events import readable
 from ..oslayer.waitstatus import killed_by
 from ..oslayer.shm import SharedArrays
+from ..oslayer.signals import ENDING
 from ..coop.sweep import sweep
 
 # The longest the marker of a death stays, so that the watchdogs of the ranks the launcher
@@ -91,7 +92,7 @@ class RankWatchdog:
 
     def _watch(self, rank_pid: int) -> None:
         os.setsid()  # out of the rank's process group: a kill of the group does not take us
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        for sig in (*ENDING, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_IGN)
         try:
             fd = os.pidfd_open(rank_pid)

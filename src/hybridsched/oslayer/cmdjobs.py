@@ -47,8 +47,7 @@ _DEFERRED = set(ENDING)
 # signals whose disposition CPython changes at start-up (SIGPIPE ignored) or that a test
 # harness may: a command must start with the defaults, as from a shell (`yes | head` ends
 # by SIGPIPE)
-_RESET = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT,
-          signal.SIGHUP)
+_RESET = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGQUIT, *ENDING)
 _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine

@@ -8,8 +8,9 @@ registered, sends SIGKILL and then SIGCONT, so no job is left running on its own
 stopped (SIGSTOP) for ever; once those groups are gone it runs the owner's ``after``, if
 it gave one (the coop arbiter's segment is swept so: its participants all died).
 
-The guardian is in a process group of its own and ignores SIGINT, SIGTERM and SIGHUP, so a
-Ctrl-C at the terminal or a signal to our group does not take it down before it has done
+The guardian is in a process group of its own and ignores the ending signals (SIGINT,
+SIGTERM, SIGHUP, a batch system's SIGUSR1...), so a Ctrl-C at the terminal or a signal to
+our group or to every process of a batch job does not take it down before it has done
 its work; it exits as soon as we say goodbye or its work is done. It keeps no descriptor of
 ours but its end of the pipe (a study's lock file, say).
 """
@@ -21,6 +22,7 @@ import time
 from typing import Callable
 
 from ..errors import ResourceError
+from .signals import ENDING
 
 _BYE = b"q"
 _MAX_FD = 1 << 20  # close_range covers the whole table whatever `ulimit -n` says
@@ -122,7 +124,7 @@ def _guard(r: int, w: int, after: Callable[[], None] | None) -> None:
     code = 0
     try:
         os.setpgid(0, 0)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in ENDING:
             signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         os.close(w)

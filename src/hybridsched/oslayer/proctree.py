@@ -262,8 +262,11 @@ class ProcessTeam:
             prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != forker:
                 os._exit(1)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)   # and the terminal's hang-up
+            # the parent handles Ctrl-C, the terminal's hang-up and a batch system's
+            # warning (sent to every process of the job: a worker had died of it first)
+            for sig in ENDING:
+                if sig != signal.SIGTERM:
+                    signal.signal(sig, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # no inherited SystemExit handler
             if old_mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)

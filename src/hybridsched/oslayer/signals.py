@@ -13,10 +13,15 @@ from typing import Any, Iterator
 
 # The signals that end a command by unwinding it (jobs and workers killed and reaped,
 # segments and the study's lock removed, committed rows kept): Ctrl-C, SIGTERM (a batch
-# system's, `kill`'s) and SIGHUP (the terminal or the ssh session of a run started without
-# nohup gone). SIGQUIT keeps its default action: whoever sends it asks for a core, now;
-# what it leaves (a lock file) the next writer takes over, and a guardian kills the jobs.
-ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# system's, `kill`'s), SIGHUP (the terminal or the ssh session of a run started without
+# nohup gone), and SIGUSR1, SIGUSR2 and SIGALRM, whose default action ends a process too:
+# a batch system's warning before the time limit (Slurm's `--signal=USR1@60`, `scancel
+# --signal`) ended a study at once, its lock left for the next writer to take over, where
+# now it stops and `run --resume` goes on from what it stored. SIGQUIT keeps its default
+# action: whoever sends it asks for a core, now; what it leaves (a lock file) the next
+# writer takes over, and a guardian kills the jobs.
+ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+          signal.SIGALRM)
 
 
 @contextmanager
