@@ -305,3 +305,41 @@ def test_random_damage_to_a_study_is_never_a_traceback(base, tmp_path, capsys):
             if name == "merge" and rc == 2 and os.path.exists(argv[-1]):
                 bad.append(f"{case} merge: refused, but left {argv[-1]}")
     assert not bad, "\n".join(bad)
+
+
+def test_random_damage_to_a_side_table_study_is_never_a_traceback(tmp_path, capsys):
+    """A `colocate --cmd` study with bits flipped at random (seeded), merged with a sound
+    one and reported: read, or refused in one line with status 2. `merge` read each side
+    table's spec through root attributes whose damaged storage h5py reports as
+    RuntimeError ("Error iterating over attributes"): 5 of 40 copies came out as
+    tracebacks (the review of 2026-12-07)."""
+    import random
+
+    base, sound = str(tmp_path / "c.h5"), str(tmp_path / "s.h5")
+    for path in (base, sound):
+        assert cli.main(["colocate", "--cmd", "true", "--jobs", "2", "--policy", "linux,env",
+                         "--reps", "1", "-o", path]) == 0
+    capsys.readouterr()
+    original = open(base, "rb").read()
+    bad = []
+    for case in range(FUZZ_CASES):
+        rng = random.Random(case)
+        data = bytearray(original)
+        for _ in range(20):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        path = str(tmp_path / f"d{case}.h5")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        merged = str(tmp_path / f"m{case}.h5")
+        for argv in (["merge", path, sound, "-o", merged], ["report", "--no-plots", path]):
+            try:
+                rc = cli.main(argv)
+            except Exception as exc:  # noqa: BLE001 - what the test is about
+                bad.append(f"{case} {argv[0]}: {type(exc).__name__}: {exc}")
+                continue
+            err = capsys.readouterr().err
+            if rc not in (0, 2) or (rc == 2 and len(err.strip().splitlines()) != 1):
+                bad.append(f"{case} {argv[0]}: status {rc}: {err[-200:]}")
+            if argv[0] == "merge" and rc == 2 and os.path.exists(merged):
+                bad.append(f"{case} merge: refused, but left {merged}")
+    assert not bad, "\n".join(bad)

@@ -216,8 +216,9 @@ def read_runs(path: str) -> np.ndarray:
 
 
 def read_attrs(path: str) -> dict:
-    """Root attributes, byte strings decoded (BadStudy if one is not UTF-8)."""
-    with open_ours(path) as h5:
+    """Root attributes, byte strings decoded (BadStudy if one is not UTF-8, or if the file's
+    attribute storage is damaged: every reader of a side table's spec comes here)."""
+    with open_ours(path) as h5, reading(path, "its attributes"):
         return _attrs(path, h5)
 
 
