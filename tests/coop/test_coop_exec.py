@@ -404,6 +404,31 @@ def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
     assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
 
 
+def test_a_command_stopped_by_sigstop_at_a_terminal_gives_the_shell_its_prompt(seg, shim_lib):
+    """A command that stops itself with SIGSTOP (or is sent one from elsewhere) in front of
+    a terminal: coop exec stops too, as bash does for a command it runs, so the shell gets
+    its prompt back (it waited for ever, and Ctrl-C and Ctrl-Z did nothing: the review);
+    `fg` continues both, and the command has the terminal again."""
+    import shlex
+
+    seen = bytearray()
+    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "echo started; kill -STOP $$; read x; echo got-$x; exit 3"])
+        os.write(fd, cmd.encode() + b"\n")
+        _read_until(fd, b"started\r\n", seen)
+        _read_until(fd, b"Stopped", seen)
+        os.write(fd, b"fg\n")
+        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
+        os.write(fd, b"hello\n")
+        _read_until(fd, b"got-hello", seen)
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, b"rc=3", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
 def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
     """A command whose group someone stopped (SIGSTOP) still gets the SIGTERM passed on to
     it: it is continued after it (the signal stayed pending, and coop exec waited for

@@ -233,10 +233,13 @@ class Command:
             self._stopped(pid, os.WSTOPSIG(status))
 
     def _stopped(self, pid: int, sig: int) -> None:
-        """The command stopped with ``sig``. Stopped by its terminal (Ctrl-Z), it stops us
-        the same way, so that the shell sees its job stopped and gets its prompt back;
-        continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
-        Any other stop (a SIGSTOP someone sent) is theirs to end: we wait on.
+        """The command stopped with ``sig``. Stopped by its terminal (Ctrl-Z) or, in front
+        of one, by a SIGSTOP (the command's own `raise(SIGSTOP)`, a `kill -STOP` from
+        elsewhere), it stops us the same way, so that the shell sees its job stopped and
+        gets its prompt back (it waited for ever, its terminal held by a stopped group:
+        the review); continued (`fg`, `bg`), we continue it, in front of the terminal
+        again if we are. Without a terminal in front, a SIGSTOP is its sender's to end: we
+        wait on.
 
         One stop is not copied: the first after we continued the command from a copied
         stop, where a signal was passed on since we stopped. `kill %1` of the stopped job
@@ -250,7 +253,7 @@ class Command:
         if raced:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
-        elif self._tty and sig in _TERMINAL_STOPS:
+        elif self._tty and (sig in _TERMINAL_STOPS or sig == signal.SIGSTOP):
             _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             self._ending = False
             os.kill(os.getpid(), sig)  # returns once we are continued
