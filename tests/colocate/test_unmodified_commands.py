@@ -626,6 +626,10 @@ def _not_started(monkeypatch):
     (["--cmd", "true", "--expect", "\udcff"], "not UTF-8"),
     (["--cmd", "true", "--expect", "a{99999999999}"], "not a regular expression"),
     (["--cmd", "true", "--expect", "(" * 2000 + ")" * 2000], "not a regular expression"),
+    # grep's class, a set of '[', ':', 'a'... to re (a FutureWarning and its source line
+    # printed, then every job failed: the review)
+    (["--cmd", "true", "--expect", "[[:alpha:]]+"], "otherwise than grep"),
+    (["--cmd", "/dev/null"], "not a regular file"),  # it said "chmod +x it"
 ])
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(argv, words, tmp_path, capsys,
                                                          monkeypatch):

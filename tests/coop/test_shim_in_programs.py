@@ -463,7 +463,11 @@ def test_programs_the_shim_cannot_enter_are_refused_in_one_line(tmp_path, shim_l
     fifo = tmp_path / "fifo"  # executable: its read for the check waited for ever (the review)
     os.mkfifo(fifo)
     fifo.chmod(0o755)
+    lost = tmp_path / "lost.sh"  # the refusal named the interpreter only (the review)
+    lost.write_text("#!/no/such/interpreter\necho hi\n")
+    lost.chmod(0o755)
     for argv, words in (([static], "statically linked"), ([str(script)], "statically linked"),
+                        ([str(lost)], f"{lost}: its #! interpreter /no/such/interpreter: no such"),
                         ([str(data)], "neither a program"), (["no-such-command-x"], "no such command"),
                         ([str(tmp_path)], "not an executable"), ([str(fifo)], "not an executable"),
                         ([str(crlf)], "ends in a carriage return")):

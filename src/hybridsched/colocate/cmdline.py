@@ -43,6 +43,8 @@ def parse_command(text: str, path_env: str | None = None) -> Command:
             raise UsageError(f"{shown}: {exe}: no such file")
         if os.path.isdir(path):
             raise UsageError(f"{shown}: {exe}: is a directory")
+        if not os.path.isfile(path):  # /dev/null: no chmod makes it a program
+            raise UsageError(f"{shown}: {exe}: not a regular file (a device, a FIFO or a socket)")
         if not os.access(path, os.X_OK):
             raise UsageError(f"{shown}: {exe}: not executable (chmod +x it, or name its "
                              "interpreter first)")

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -158,9 +159,17 @@ class ColocateSpec:
         for pattern in self.expect if isinstance(self.expect, list) else [self.expect]:
             try:
                 pattern.encode("utf-8")  # matched against output decoded as UTF-8
-                re.compile(pattern)
+                with warnings.catch_warnings():
+                    # re's FutureWarning ("Possible nested set"): grep's [[:alpha:]], which
+                    # re reads as a set of '[', ':', 'a'... and matched nothing it meant
+                    warnings.simplefilter("error", FutureWarning)
+                    re.compile(pattern)
             except UnicodeEncodeError:
                 raise UsageError(f"--expect {pattern!r}: not UTF-8 text") from None
+            except FutureWarning as exc:
+                raise UsageError(f"--expect {pattern[:60]!r}: Python's re would read it otherwise "
+                                 f"than grep does ({exc}); write [A-Za-z] or \\w for "
+                                 "[[:alpha:]], \\d for [[:digit:]]") from None
             except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}; (((...)))
                 what = exc if isinstance(exc, re.error) else type(exc).__name__
                 raise UsageError(f"--expect {pattern[:60]!r}: not a regular expression we can "

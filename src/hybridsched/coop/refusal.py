@@ -125,7 +125,10 @@ def program_refusal(command: str, _depth: int = 0) -> str | None:
             if os.path.basename(words[0]) == "env" else words[0]
         if program is None:
             return f"{path}: a #! line that cannot be followed"
-        return program_refusal(program, _depth + 1)
+        why = program_refusal(program, _depth + 1)
+        if why is not None and why.endswith((NOT_FOUND, NOT_EXECUTABLE)):
+            return f"{path}: its #! interpreter {why}"  # the script named, not only its interpreter
+        return why
     if head[:4] != b"\x7fELF":
         return (f"{path} is neither a program nor a script with a #! line (a shell runs "
                 f"such a script: name it, as in `sh {path}`)")
