@@ -520,6 +520,27 @@ def test_cli_stores_the_commands_and_reports_them(tmp_path, capsys):
     assert list((tmp_path / "c_report").glob("colocate_cmd_J2_*.png"))
 
 
+def test_a_policy_with_no_verified_repetition_gets_no_bar_and_none_at_all_no_plot(tmp_path,
+                                                                                  capsys):
+    """Every repetition failed: the report drew an empty plot on a -0.04..0.04 axis (the
+    review); a policy whose repetitions all failed has no bar beside those that ran."""
+    import matplotlib.image
+
+    out, both = str(tmp_path / "f.h5"), str(tmp_path / "b.h5")
+    assert main(["colocate", "--cmd", "false", "--policy", "linux,env", "--reps", "1",
+                 "-o", out]) == 1
+    assert main(["report", out]) == 0
+    assert not list((tmp_path / "f_report").glob("colocate_cmd_*.png"))
+    assert "- failed: linux rep 0 job 0 exited with status 1" in capsys.readouterr().out
+    # env's runs fail (its variable is checked), linux's verify: one bar
+    cmd = "sh -c 'test -z \"$OMP_WAIT_POLICY\"'"
+    assert main(["colocate", "--cmd", cmd, "--policy", "linux,env", "--reps", "1",
+                 "-o", both]) == 1
+    assert main(["report", both]) == 0
+    png, = (tmp_path / "b_report").glob("colocate_cmd_*.png")
+    assert matplotlib.image.imread(png).size  # drawn
+
+
 def test_a_command_gone_during_the_study_ends_it_1_keeping_its_rows(tmp_path, capsys):
     """Looked up again for every repetition: one that deleted itself (or a binary being
     rebuilt) ended the study as bad input, status 2, a study left behind (the review)."""
