@@ -31,6 +31,29 @@ def coop_exec(seg, *argv, **kw) -> subprocess.CompletedProcess:
                           timeout=300, **kw)
 
 
+def test_a_quantum_the_segment_in_use_does_not_have_is_said(seg, shim_lib):
+    """`coop exec --quantum-ms 50` beside a job that made the segment with 5 ms: the jobs
+    keep 5 ms (the documented rule), and now that is said in one line on stderr rather
+    than kept without a word (the review); the same quantum, or none asked for, says
+    nothing."""
+    first = subprocess.Popen([*CLI, "--segment", seg, "--quantum-ms", "5", "--", "sh", "-c",
+                              "echo ready; exec sleep 300"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "ready\n"
+        other = coop_exec(seg, "--quantum-ms", "50", "--", "true")
+        assert other.returncode == 0
+        assert other.stderr == (f"hybridsched coop: --quantum-ms 50 not applied: the arbiter "
+                                f"{os.path.abspath(seg)} is in use with a 5 ms quantum, which "
+                                "its jobs keep\n")
+        for argv in (["--quantum-ms", "5"], []):
+            same = coop_exec(seg, *argv, "--", "true")
+            assert same.returncode == 0 and same.stderr == "", same.stderr
+    finally:
+        first.terminate()  # ends as its command does, the segment removed
+        first.wait(timeout=60)
+        first.stdout.close()
+
+
 def test_the_exit_status_is_the_commands(seg, shim_lib):
     p = coop_exec(seg, "--", "sh", "-c", "echo out; exit 7")
     assert p.returncode == 7 and p.stdout == "out\n" and p.stderr == ""

@@ -18,9 +18,10 @@ def main(args) -> int:
         raise UsageError(f"{PROG} coop exec: a command is required ({PROG} coop exec [--] CMD ...)")
     if args.segment is not None and not args.segment.strip():
         raise UsageError(f"{PROG} coop exec: --segment: an empty path (leave it out for the node's)")
-    check_quantum(args.quantum_ms / 1e3)
-    result = exec_command(argv, segment=args.segment, quantum_s=args.quantum_ms / 1e3,
-                          keep_env=args.keep_env)
+    quantum_s = None if args.quantum_ms is None else args.quantum_ms / 1e3
+    if quantum_s is not None:
+        check_quantum(quantum_s)
+    result = exec_command(argv, segment=args.segment, quantum_s=quantum_s, keep_env=args.keep_env)
     if args.counters:
         print(f"{PROG} coop: " + ", ".join(f"{k} {v}" for k, v in result.counters.as_dict().items()),
               file=sys.stderr)

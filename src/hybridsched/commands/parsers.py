@@ -260,9 +260,10 @@ def add_coop(sub) -> None:
     ex = actions.add_parser("exec", help="run one unmodified command as a job of the node's "
                             "arbiter, under the cooperative shim (an LD_PRELOAD library); its "
                             "exit status is the command's")
-    ex.add_argument("--quantum-ms", type=float, default=20.0,
+    ex.add_argument("--quantum-ms", type=float, default=None,
                     help="a job's time on a CPU before it yields to a waiting job, when this "
-                    "command creates the segment (default 20)")
+                    "command creates the segment (default 20; a segment in use keeps its "
+                    "own, said on stderr)")
     ex.add_argument("--segment", metavar="PATH",
                     help="the arbiter's segment: jobs cooperate when they share one (default: "
                     "the node's, /dev/shm/hybridsched-coop.<uid>)")
