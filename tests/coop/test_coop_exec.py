@@ -401,45 +401,30 @@ def _read_until(fd: int, want: bytes, seen: bytearray, deadline_s: float = 120) 
             seen += os.read(fd, 4096)
 
 
-def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
-    """In an interactive shell, Ctrl-Z stops the command's group; coop exec stops too, so
-    the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
-    command the terminal again, which it then reads; the exit status is still the
-    command's."""
+# how the command is stopped: (its script's start, the keystroke that stops it or None)
+STOPS = {"ctrl-z": ("echo started", b"\x1a"),
+         # itself (or from elsewhere): the shell waited for ever, its terminal held by the
+         # stopped group, and Ctrl-C and Ctrl-Z did nothing (the review)
+         "sigstop": ("echo started; kill -STOP $$", None)}
+
+
+@pytest.mark.parametrize("how", list(STOPS))
+def test_a_stop_at_a_terminal_stops_the_job_and_fg_continues_it(how, seg, shim_lib):
+    """In an interactive shell, Ctrl-Z stops the command's group, or the command stops
+    itself with SIGSTOP; coop exec stops too, as bash does for a command it runs, so the
+    shell gets its prompt back; `fg` continues both and gives the command the terminal
+    again, which it then reads; the exit status is still the command's."""
     import shlex
 
+    begin, keys = STOPS[how]
     seen = bytearray()
     with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
         cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "echo started; read x; echo got-$x; exit 3"])
+                          f"{begin}; read x; echo got-$x; exit 3"])
         os.write(fd, cmd.encode() + b"\n")
         _read_until(fd, b"started\r\n", seen)
-        os.write(fd, b"\x1a")
-        _read_until(fd, b"Stopped", seen)
-        os.write(fd, b"fg\n")
-        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
-        os.write(fd, b"hello\n")
-        _read_until(fd, b"got-hello", seen)
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, b"rc=3", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
-
-
-def test_a_command_stopped_by_sigstop_at_a_terminal_gives_the_shell_its_prompt(seg, shim_lib):
-    """A command that stops itself with SIGSTOP (or is sent one from elsewhere) in front of
-    a terminal: coop exec stops too, as bash does for a command it runs, so the shell gets
-    its prompt back (it waited for ever, and Ctrl-C and Ctrl-Z did nothing: the review);
-    `fg` continues both, and the command has the terminal again."""
-    import shlex
-
-    seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
-        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "echo started; kill -STOP $$; read x; echo got-$x; exit 3"])
-        os.write(fd, cmd.encode() + b"\n")
-        _read_until(fd, b"started\r\n", seen)
+        if keys:
+            os.write(fd, keys)
         _read_until(fd, b"Stopped", seen)
         os.write(fd, b"fg\n")
         _read_until(fd, b"sh -c", seen)  # bash names the job it continues

@@ -272,6 +272,25 @@ def test_version_1_fixture_reads_back_everywhere(fixture, tmp_path, capsys):
 FUZZ_CASES = 40  # corrupted copies: a hostile user's 40 found 4 tracebacks in report
 
 
+def _read_or_refused(case: int, commands: dict[str, list[str]], capsys) -> list[str]:
+    """Each command on a damaged copy: what went wrong, where one did not read it (status
+    0) or refuse it in one line with status 2 (a traceback, another status, a merge's
+    output left after its refusal)."""
+    bad = []
+    for name, argv in commands.items():
+        try:
+            rc = cli.main(argv)
+        except Exception as exc:  # noqa: BLE001 - what the tests are about
+            bad.append(f"{case} {name}: {type(exc).__name__}: {exc}")
+            continue
+        err = capsys.readouterr().err
+        if rc not in (0, 2) or (rc == 2 and len(err.strip().splitlines()) != 1):
+            bad.append(f"{case} {name}: status {rc}: {err[-200:]}")
+        if name == "merge" and rc == 2 and os.path.exists(argv[-1]):
+            bad.append(f"{case} merge: refused, but left {argv[-1]}")
+    return bad
+
+
 def test_random_damage_to_a_study_is_never_a_traceback(base, tmp_path, capsys):
     """Bytes flipped at random in a study (seeded, so every run damages the same way): each
     command reads it (status 0, the damage missed whatever it reads) or refuses it in one
@@ -291,19 +310,8 @@ def test_random_damage_to_a_study_is_never_a_traceback(base, tmp_path, capsys):
         commands = dict(_commands(path, tmp_path), trace=["trace", path, "--run", "2", "--png",
                                                           str(tmp_path / f"t{case}.png")])
         commands["merge"][-1] = str(tmp_path / f"merged{case}.h5")
-        for name, argv in commands.items():
-            if name == "resume":
-                continue  # it writes into the file: covered by the crafted cases above
-            try:
-                rc = cli.main(argv)
-            except Exception as exc:  # noqa: BLE001 - what the test is about
-                bad.append(f"{case} {name}: {type(exc).__name__}: {exc}")
-                continue
-            err = capsys.readouterr().err
-            if rc not in (0, 2) or (rc == 2 and len(err.strip().splitlines()) != 1):
-                bad.append(f"{case} {name}: status {rc}: {err[-200:]}")
-            if name == "merge" and rc == 2 and os.path.exists(argv[-1]):
-                bad.append(f"{case} merge: refused, but left {argv[-1]}")
+        del commands["resume"]  # it writes into the file: covered by the crafted cases above
+        bad += _read_or_refused(case, commands, capsys)
     assert not bad, "\n".join(bad)
 
 
@@ -330,16 +338,7 @@ def test_random_damage_to_a_side_table_study_is_never_a_traceback(tmp_path, caps
         path = str(tmp_path / f"d{case}.h5")
         with open(path, "wb") as fh:
             fh.write(data)
-        merged = str(tmp_path / f"m{case}.h5")
-        for argv in (["merge", path, sound, "-o", merged], ["report", "--no-plots", path]):
-            try:
-                rc = cli.main(argv)
-            except Exception as exc:  # noqa: BLE001 - what the test is about
-                bad.append(f"{case} {argv[0]}: {type(exc).__name__}: {exc}")
-                continue
-            err = capsys.readouterr().err
-            if rc not in (0, 2) or (rc == 2 and len(err.strip().splitlines()) != 1):
-                bad.append(f"{case} {argv[0]}: status {rc}: {err[-200:]}")
-            if argv[0] == "merge" and rc == 2 and os.path.exists(merged):
-                bad.append(f"{case} merge: refused, but left {merged}")
+        bad += _read_or_refused(case, {"merge": ["merge", path, sound, "-o",
+                                                 str(tmp_path / f"m{case}.h5")],
+                                       "report": ["report", "--no-plots", path]}, capsys)
     assert not bad, "\n".join(bad)
