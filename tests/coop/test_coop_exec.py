@@ -401,30 +401,20 @@ def _read_until(fd: int, want: bytes, seen: bytearray, deadline_s: float = 120) 
             seen += os.read(fd, 4096)
 
 
-# how the command is stopped: (its script's start, the keystroke that stops it or None)
-STOPS = {"ctrl-z": ("echo started", b"\x1a"),
-         # itself (or from elsewhere): the shell waited for ever, its terminal held by the
-         # stopped group, and Ctrl-C and Ctrl-Z did nothing (the review)
-         "sigstop": ("echo started; kill -STOP $$", None)}
-
-
-@pytest.mark.parametrize("how", list(STOPS))
-def test_a_stop_at_a_terminal_stops_the_job_and_fg_continues_it(how, seg, shim_lib):
-    """In an interactive shell, Ctrl-Z stops the command's group, or the command stops
-    itself with SIGSTOP; coop exec stops too, as bash does for a command it runs, so the
-    shell gets its prompt back; `fg` continues both and gives the command the terminal
-    again, which it then reads; the exit status is still the command's."""
+def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
+    """In an interactive shell, Ctrl-Z stops the command's group; coop exec stops too, so
+    the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
+    command the terminal again, which it then reads; the exit status is still the
+    command's."""
     import shlex
 
-    begin, keys = STOPS[how]
     seen = bytearray()
     with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
         cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          f"{begin}; read x; echo got-$x; exit 3"])
+                          "echo started; read x; echo got-$x; exit 3"])
         os.write(fd, cmd.encode() + b"\n")
         _read_until(fd, b"started\r\n", seen)
-        if keys:
-            os.write(fd, keys)
+        os.write(fd, b"\x1a")
         _read_until(fd, b"Stopped", seen)
         os.write(fd, b"fg\n")
         _read_until(fd, b"sh -c", seen)  # bash names the job it continues
@@ -432,6 +422,44 @@ def test_a_stop_at_a_terminal_stops_the_job_and_fg_continues_it(how, seg, shim_l
         _read_until(fd, b"got-hello", seen)
         os.write(fd, b"echo rc=$?\n")
         _read_until(fd, b"rc=3", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
+@pytest.mark.parametrize("then", ["continued by its sender", "ctrl-c"])
+def test_a_sigstop_at_a_terminal_leaves_it_to_ctrl_c_and_to_its_sender(then, seg, shim_lib):
+    """A command stopped by SIGSTOP (its own here) in front of a terminal: coop exec waits
+    on, taking the terminal back meanwhile. Before, the stopped group held it, Ctrl-C and
+    Ctrl-Z went to that group and the shell waited for ever (the review); stopping coop
+    exec too, as bash does, left it stopped once the sender continued the command (the
+    second review). Continued, the command has the terminal again and reads it; Ctrl-C
+    ends it, 130."""
+    import shlex
+
+    seen = bytearray()
+    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
+                          "echo started; kill -STOP $$; read x; echo got-$x; exit 3"])
+        os.write(fd, cmd.encode() + b"\n")
+        _read_until(fd, b"started\r\n", seen)
+
+        def stopped() -> list[psutil.Process]:
+            return [q for q in psutil.process_iter(["cmdline", "status"])
+                    if q.info["cmdline"] and q.info["cmdline"][-1].startswith("echo started; kill")
+                    and q.info["status"] == psutil.STATUS_STOPPED]
+        wait_until(lambda: stopped(), what="the command's stop")
+        wait_until(lambda: os.tcgetpgrp(fd) != stopped()[0].pid, what="the terminal taken back")
+        if then == "ctrl-c":
+            os.write(fd, b"\x03")
+            want = b"rc=130"
+        else:
+            stopped()[0].resume()
+            os.write(fd, b"hello\n")
+            _read_until(fd, b"got-hello", seen)
+            want = b"rc=3"
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, want, seen)
         os.write(fd, b"exit\n")
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]

@@ -342,3 +342,25 @@ def test_random_damage_to_a_side_table_study_is_never_a_traceback(tmp_path, caps
                                                  str(tmp_path / f"m{case}.h5")],
                                        "report": ["report", "--no-plots", path]}, capsys)
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name, damaged", [(b"machine.hostname", b"machine.hostn\xe5me"),
+                                           (b"chunk_used", b"chunk_us\xe5d")],
+                         ids=["an attribute's name", "a field's name of /runs"])
+def test_a_name_that_is_not_utf8_is_refused_in_one_line(name, damaged, tmp_path, capsys):
+    """One bit flipped in a name (a root attribute's, a field's of /runs): h5py hands over
+    bytes where a str was due, or raises UnicodeDecodeError; merge came out with a
+    traceback and status 1 for both (the second review)."""
+    path, sound = str(tmp_path / "a.h5"), str(tmp_path / "b.h5")
+    for p in (path, sound):
+        assert cli.main(["run", *TINY, "--out", p]) == 0
+    data = open(path, "rb").read()
+    assert data.count(name) == 1
+    with open(path, "wb") as fh:
+        fh.write(data.replace(name, damaged))
+    capsys.readouterr()
+    merged = str(tmp_path / "m.h5")
+    for argv in (["merge", path, sound, "-o", merged], ["report", "--no-plots", path]):
+        rc = cli.main(argv)
+        _one_line(rc, capsys.readouterr())
+    assert not os.path.exists(merged)

@@ -26,12 +26,13 @@ from .common import check_test_hooks, load, load_checked, out_name
 def main_mpi(args, w: World) -> int:
     """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
     # A rank blocked in an MPI call (a collective, waiting for a dead peer) never returns to
-    # Python to run a handler, so the ending signals (SIGHUP unless `nohup` ignores it) keep
+    # Python to run a handler, so the ending signals (the others than SIGINT and SIGTERM
+    # unless we were started ignoring them: `nohup`, a batch script's `trap '' USR1`) keep
     # their default action and end the rank at once. Nothing is lost: each run is stored
     # when it ends, the slab's names are gone already, forked workers die with their parent,
     # and the study lock is removed by the rank's watchdog.
     for sig in ENDING:
-        if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+        if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
     spec = _agreed_spec(args, w)
     configs = spec.configurations()

@@ -210,6 +210,8 @@ class Command:
         self._subreaper = False
         self._ending = False   # a signal was passed on since we last stopped ourselves
         self._resumed = False  # we continued the command after our own copied stop
+        self._holding = False  # we took the terminal back from the stopped command
+        self._handed_back = False  # and gave it back at its continue, no stop seen since
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
@@ -243,20 +245,26 @@ class Command:
         """The command's return code (Popen's), its stops dealt with by :meth:`_stopped`."""
         pid = self.proc.pid
         while True:
-            _, status = os.waitpid(pid, os.WUNTRACED)
-            if not os.WIFSTOPPED(status):
+            _, status = os.waitpid(pid, os.WUNTRACED | os.WCONTINUED)
+            if os.WIFCONTINUED(status):
+                self._continued(pid)
+            elif os.WIFSTOPPED(status):
+                self._stopped(pid, os.WSTOPSIG(status))
+            else:
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 return self.proc.returncode
-            self._stopped(pid, os.WSTOPSIG(status))
 
     def _stopped(self, pid: int, sig: int) -> None:
-        """The command stopped with ``sig``. Stopped by its terminal (Ctrl-Z) or, in front
-        of one, by a SIGSTOP (the command's own `raise(SIGSTOP)`, a `kill -STOP` from
-        elsewhere), it stops us the same way, so that the shell sees its job stopped and
-        gets its prompt back (it waited for ever, its terminal held by a stopped group:
-        the review); continued (`fg`, `bg`), we continue it, in front of the terminal
-        again if we are. Without a terminal in front, a SIGSTOP is its sender's to end: we
-        wait on.
+        """The command stopped with ``sig``. Stopped by its terminal (Ctrl-Z), it stops us
+        the same way, so that the shell sees its job stopped and gets its prompt back;
+        continued (`fg`, `bg`), we continue it, in front of the terminal again if we are.
+        Any other stop (a SIGSTOP: the command's own `raise(SIGSTOP)`, a `kill -STOP` from
+        elsewhere, a debugger) is its sender's to end: we wait on, and take the terminal
+        back from the stopped group meanwhile, so that Ctrl-C and Ctrl-Z reach us (they
+        went to the stopped group, which held the terminal, and nothing could end it
+        there: the review); its SIGCONT gives it back (:meth:`_continued`). Stopping us
+        too, as bash does, left us stopped once its sender continued it (the second
+        review).
 
         One stop is not copied: the first after we continued the command from a copied
         stop, where a signal was passed on since we stopped. `kill %1` of the stopped job
@@ -266,11 +274,22 @@ class Command:
         stop is continued instead, for the command to take the signal. (Entering this
         function runs the handlers of signals that came meanwhile.)"""
         raced = self._resumed and self._ending
+        handed_back, self._handed_back = self._handed_back, False
         self._resumed = False
         if raced:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
-        elif self._tty and (sig in _TERMINAL_STOPS or sig == signal.SIGSTOP):
+        elif sig in (signal.SIGTTIN, signal.SIGTTOU) and (self._holding or handed_back):
+            # it used the terminal while we had it (taken back at its SIGSTOP, its SIGCONT
+            # not yet seen, or seen and the terminal handed back since): the terminal is
+            # its own, and it goes on
+            self._holding = False
+            _hand_terminal(pid, os.getpgrp())
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGCONT)
+        elif self._tty and sig not in _TERMINAL_STOPS:
+            self._holding = _hand_terminal(os.getpgrp(), pid)
+        elif self._tty:
             _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             self._ending = False
             os.kill(os.getpid(), sig)  # returns once we are continued
@@ -278,6 +297,13 @@ class Command:
             _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
+
+    def _continued(self, pid: int) -> None:
+        """The command was continued: the terminal we took back at its stop is its again
+        (a continue of ours, after a stop we copied, hands it over itself)."""
+        if self._holding:
+            self._holding = False
+            self._handed_back = _hand_terminal(pid, os.getpgrp())
 
     def _pass_on(self, signum: int) -> None:
         self._ending = True

@@ -48,6 +48,11 @@ _DEFERRED = set(ENDING)
 # harness may: a command must start with the defaults, as from a shell (`yes | head` ends
 # by SIGPIPE)
 _RESET = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGQUIT, *ENDING)
+# but those we were started ignoring: nohup's SIGHUP (a job's group orphaned with a member
+# stopped, gang, gets one from the kernel, which `nohup colocate` means to survive), and a
+# batch script's `trap '' USR1` (its jobs were killed by the warning it meant to ignore:
+# the review)
+_KEPT_IF_IGNORED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
 _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
@@ -205,9 +210,7 @@ class CommandJobs:
             if os.getppid() != self._parent:
                 os._exit(1)
             for sig in _RESET:
-                # but nohup's SIGHUP: a job's group orphaned with a member stopped (gang)
-                # gets one from the kernel, which `nohup colocate` means to survive
-                if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN:
+                if sig not in _KEPT_IF_IGNORED or signal.getsignal(sig) != signal.SIG_IGN:
                     signal.signal(sig, signal.SIG_DFL)
             if launch.cpus:
                 os.sched_setaffinity(0, launch.cpus)

@@ -211,7 +211,7 @@ def numbers_object(text: str) -> bool:
 def read_runs(path: str) -> np.ndarray:
     """The ``/runs`` table of a study as a numpy structured array (strings decoded to str),
     every field checked."""
-    with open_ours(path) as h5:
+    with open_ours(path) as h5, reading(path, "its runs"):  # a field name not UTF-8, say
         return _rows(path, h5)
 
 
@@ -225,6 +225,8 @@ def read_attrs(path: str) -> dict:
 def _attrs(path: str, h5: h5py.File) -> dict:
     out = {}
     for k, v in h5.attrs.items():
+        if not isinstance(k, str):  # h5py hands over a name that is not UTF-8 as bytes
+            raise BadStudy(f"{path}: an attribute's name is not UTF-8 text: {k!r}")
         if isinstance(v, bytes):
             try:
                 v = v.decode("utf-8")
