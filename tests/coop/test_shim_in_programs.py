@@ -727,13 +727,15 @@ def test_a_holder_that_computed_and_then_spins_is_still_asked_to_rotate(seg, shi
 def test_a_holder_spinning_for_a_thread_of_its_job_in_another_process_is_asked_too(
         seg, shim_lib, tmp_path):
     """The job's first waiter asks a spinning holder in another process of the same
-    command (here `sh -c 'a & b'`) as in its own: the run ends long before the
-    watchdog's bound (10 s), with none of its signals."""
+    command (here a pipeline) as in its own: the run ends long before the watchdog's
+    bound (10 s), with none of its signals. The setter starts once the spinner has said
+    it spins (it holds the only token then): started together (`a & b`), the setter
+    sometimes ran first, under a loaded CI, and nobody spun."""
     exe = build("spin_flag", tmp_path)
     flag = tmp_path / "flag"
     flag.write_bytes(b"\0" * 4)
     with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
-        p = run_under(job, ["sh", "-c", f"{exe} {flag} wait & {exe} {flag} set; wait"])
+        p = run_under(job, ["sh", "-c", f"{exe} {flag} wait | {{ read line; {exe} {flag} set; cat; }}"])
         counts = job.counters()
     assert p.returncode == 0 and "released" in p.stdout, (p.stdout, p.stderr)
     assert counts.nudges >= 1 and counts.signals == 0, counts
