@@ -401,18 +401,26 @@ def _read_until(fd: int, want: bytes, seen: bytearray, deadline_s: float = 120) 
             seen += os.read(fd, 4096)
 
 
+def _bash():
+    """An interactive bash in a pty of its own (:func:`_in_a_pty`), its prompt `$ `."""
+    return _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ "))
+
+
+def _coop_exec_line(seg: str, script: str) -> bytes:
+    """The line to type at that shell: `coop exec -- sh -c SCRIPT` on ``seg``."""
+    import shlex
+
+    return shlex.join([*CLI, "--segment", seg, "--", "sh", "-c", script]).encode() + b"\n"
+
+
 def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
     """In an interactive shell, Ctrl-Z stops the command's group; coop exec stops too, so
     the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
     command the terminal again, which it then reads; the exit status is still the
     command's."""
-    import shlex
-
     seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
-        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "echo started; read x; echo got-$x; exit 3"])
-        os.write(fd, cmd.encode() + b"\n")
+    with _bash() as (pid, fd):
+        os.write(fd, _coop_exec_line(seg, "echo started; read x; echo got-$x; exit 3"))
         _read_until(fd, b"started\r\n", seen)
         os.write(fd, b"\x1a")
         _read_until(fd, b"Stopped", seen)
@@ -435,13 +443,9 @@ def test_a_sigstop_at_a_terminal_leaves_it_to_ctrl_c_and_to_its_sender(then, seg
     exec too, as bash does, left it stopped once the sender continued the command (the
     second review). Continued, the command has the terminal again and reads it; Ctrl-C
     ends it, 130."""
-    import shlex
-
     seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
-        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "echo started; kill -STOP $$; read x; echo got-$x; exit 3"])
-        os.write(fd, cmd.encode() + b"\n")
+    with _bash() as (pid, fd):
+        os.write(fd, _coop_exec_line(seg, "echo started; kill -STOP $$; read x; echo got-$x; exit 3"))
         _read_until(fd, b"started\r\n", seen)
 
         def stopped() -> list[psutil.Process]:
@@ -513,15 +517,11 @@ def test_kill_of_a_stopped_coop_exec_leaves_the_shell_its_terminal(seg, shim_lib
     shell keeps the terminal. coop exec's exit took the terminal for its own group from
     whoever had it, the shell among them, which then read an end of input (half the
     tries)."""
-    import shlex
-
     seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+    with _bash() as (pid, fd):
         os.write(fd, b"set -b\n")  # job notices at once, not at the next prompt
-        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "echo started; read x; echo got-$x"])
         for n in range(3):
-            os.write(fd, cmd.encode() + b"\n")
+            os.write(fd, _coop_exec_line(seg, "echo started; read x; echo got-$x"))
             _read_until(fd, b"started\r\n", seen)
             os.write(fd, b"\x1a")
             _read_until(fd, b"Stopped", seen)
@@ -556,7 +556,7 @@ def test_the_stop_right_after_kill_of_a_stopped_job_is_not_copied():
     import shlex
 
     seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+    with _bash() as (pid, fd):
         os.write(fd, b"set -b\n")
         os.write(fd, shlex.join([sys.executable, "-c", _AFTER_A_PASSED_ON_SIGNAL]).encode() + b"\n")
         _read_until(fd, b"Stopped", seen)
@@ -607,13 +607,10 @@ def test_ctrl_z_after_a_signal_the_command_outlived_stops_the_job(seg, shim_lib)
     """A command that traps SIGTERM lives on after coop exec passed one on; a Ctrl-Z later
     stops the job and gives the shell its prompt, as without the SIGTERM. (A first version
     of the rule above continued the first stop after any passed-on signal, this one.)"""
-    import shlex
-
     seen = bytearray()
-    with _in_a_pty(["bash", "--norc", "--noprofile", "-i"], dict(os.environ, PS1="$ ")) as (pid, fd):
+    with _bash() as (pid, fd):
         os.write(fd, b"set -b\n")  # job notices at once, not at the next prompt
-        cmd = shlex.join([*CLI, "--segment", seg, "--", "sh", "-c", _TRAPS_TERM])
-        os.write(fd, cmd.encode() + b"\n")
+        os.write(fd, _coop_exec_line(seg, _TRAPS_TERM))
         _read_until(fd, b"started\r\n", seen)
         _coop_exec_of(pid).send_signal(signal.SIGTERM)
         _read_until(fd, b"caught-42", seen)

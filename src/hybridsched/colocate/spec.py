@@ -49,10 +49,10 @@ POLICIES = {p.name: p for p in (
 
 
 # The longest --timeout accepted: a week, past any run one would leave unattended
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 # grep's character classes, which Python's re reads as a set of their letters
 _POSIX_CLASS = re.compile(r"\[:(alnum|alpha|blank|cntrl|digit|graph|lower|print|punct|space|"
                           r"upper|xdigit):\]")
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 @dataclass

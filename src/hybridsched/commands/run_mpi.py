@@ -14,7 +14,7 @@ from ..errors import HybridschedError, UsageError
 from ..mpi.ranks import Solo, World, abort_on_error, agree, world
 from ..mpi.runs import check_split, run_split
 from ..mpi.watchdog import RankWatchdog
-from ..oslayer.signals import ENDING
+from ..oslayer.signals import ENDING, KEPT_IF_IGNORED
 from ..results.summary import run_summary
 from ..store import StudyLock, check_output
 from ..study.options import build_spec
@@ -26,13 +26,13 @@ from .common import check_test_hooks, load, load_checked, out_name
 def main_mpi(args, w: World) -> int:
     """`run` on every rank of an MPI job: all ranks run, rank 0 alone writes and prints."""
     # A rank blocked in an MPI call (a collective, waiting for a dead peer) never returns to
-    # Python to run a handler, so the ending signals (the others than SIGINT and SIGTERM
-    # unless we were started ignoring them: `nohup`, a batch script's `trap '' USR1`) keep
-    # their default action and end the rank at once. Nothing is lost: each run is stored
+    # Python to run a handler, so the ending signals keep their default action and end the
+    # rank at once (but one of KEPT_IF_IGNORED we were started ignoring: `nohup`, a batch
+    # script's `trap '' USR1`). Nothing is lost: each run is stored
     # when it ends, the slab's names are gone already, forked workers die with their parent,
     # and the study lock is removed by the rank's watchdog.
     for sig in ENDING:
-        if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) != signal.SIG_IGN:
+        if sig not in KEPT_IF_IGNORED or signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
     spec = _agreed_spec(args, w)
     configs = spec.configurations()

@@ -308,6 +308,12 @@ class _Watchdog(threading.Thread):
 os.register_at_fork(after_in_child=_Watchdog._forget_after_fork)
 
 
+def quantum_in_use_ns(arbiter: Arbiter) -> int:
+    """The quantum the jobs of ``arbiter``'s segment run with (its creator's)."""
+    with arbiter.locked() as st:
+        return int(st.header["quantum_ns"][0])
+
+
 def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
               shim: bool = True) -> None:
     """Refuse now what a run on the arbiter at ``path`` (default the node's) with
@@ -318,8 +324,8 @@ def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
     policy; it attaches and leaves (the segment goes again if nobody else uses it)."""
     if shim:
         shim_library()  # first: a shim that cannot be had makes no segment
-    with Arbiter(cpus, quantum_s, path) as arbiter, arbiter.locked() as st:
-        used = int(st.header["quantum_ns"][0])
+    with Arbiter(cpus, quantum_s, path) as arbiter:
+        used = quantum_in_use_ns(arbiter)
     if used != arbiter.quantum_ns:
         raise UsageError(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
                          f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "

@@ -41,18 +41,16 @@ from .events import EventLoop, readable
 from .guardian import Guardian
 from .procfs import children
 from .proctree import _PR_SET_CHILD_SUBREAPER, _PR_SET_PDEATHSIG, get_subreaper, prctl
-from .signals import ENDING
+from .signals import ENDING, KEPT_IF_IGNORED
 
 _DEFERRED = set(ENDING)
 # signals whose disposition CPython changes at start-up (SIGPIPE ignored) or that a test
 # harness may: a command must start with the defaults, as from a shell (`yes | head` ends
 # by SIGPIPE)
 _RESET = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGQUIT, *ENDING)
-# but those we were started ignoring: nohup's SIGHUP (a job's group orphaned with a member
-# stopped, gang, gets one from the kernel, which `nohup colocate` means to survive), and a
-# batch script's `trap '' USR1` (its jobs were killed by the warning it meant to ignore:
-# the review)
-_KEPT_IF_IGNORED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+# but not those of KEPT_IF_IGNORED we were started ignoring: nohup's SIGHUP (a job's group
+# orphaned with a member stopped, gang, gets one from the kernel, which `nohup colocate`
+# means to survive), a batch script's `trap '' USR1`
 _MAX_FD = 1 << 20
 # How long a killed group may take to disappear before we stop waiting for it (a member in
 # uninterruptible sleep): generous, since it is only ever spent on a broken machine
@@ -210,7 +208,7 @@ class CommandJobs:
             if os.getppid() != self._parent:
                 os._exit(1)
             for sig in _RESET:
-                if sig not in _KEPT_IF_IGNORED or signal.getsignal(sig) != signal.SIG_IGN:
+                if sig not in KEPT_IF_IGNORED or signal.getsignal(sig) != signal.SIG_IGN:
                     signal.signal(sig, signal.SIG_DFL)
             if launch.cpus:
                 os.sched_setaffinity(0, launch.cpus)

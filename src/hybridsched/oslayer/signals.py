@@ -22,6 +22,11 @@ from typing import Any, Iterator
 # writer takes over, and a guardian kills the jobs.
 ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
           signal.SIGALRM)
+# Of them, those that what we start (commands, MPI ranks) keep ignored when we were started
+# ignoring them: nohup's SIGHUP, a batch script's `trap '' USR1` (its jobs were killed by
+# the warning it meant to ignore: the review). SIGINT and SIGTERM get their default action
+# back whatever we had, as from a shell.
+KEPT_IF_IGNORED = tuple(s for s in ENDING if s not in (signal.SIGINT, signal.SIGTERM))
 
 
 @contextmanager
