@@ -47,6 +47,13 @@ HS_HIDDEN int hs_rule_revoke_holder(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN int hs_holds_another(struct hs_view *v, int32_t pid, int but);
 HS_HIDDEN int hs_find_job(struct hs_view *v, int64_t key);
 HS_HIDDEN int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thread);
+/* dead, stopped: n (pid, tid) pairs each; (pid, 0) is a process, (pid, tid) a thread */
+struct hs_listed {
+    const int32_t *dead, *stopped;
+    int ndead, nstopped;
+};
+/* an hs_alive_fn over such lists (ctx): alive unless listed (rules.c) */
+HS_HIDDEN int hs_alive_unless_listed(void *ctx, int32_t pid, int32_t tid);
 HS_HIDDEN int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx,
                          int32_t *woken, int max);
 
@@ -218,6 +225,8 @@ HS_HIDDEN void hs_natural_mask(cpu_set_t *out, int own);
 /* segment.c */
 HS_HIDDEN size_t hs_map_segment(const char *path);
 HS_HIDDEN int hs_alive(void *ctx, int32_t pid, int32_t tid);
+HS_HIDDEN int hs_traced(int32_t pid, int32_t tid);  /* in a tracer's stop (state t) */
+HS_HIDDEN int hs_self_traced(int tid);  /* this process's thread `tid` has a tracer */
 HS_HIDDEN ssize_t hs_task_file(int pid, int tid, const char *name, char *buf, size_t size);
 HS_HIDDEN void hs_natural_cpus(const char *list);
 HS_HIDDEN void hs_warn(const char *fmt, const char *a, const char *b);
@@ -253,7 +262,20 @@ struct hs_cs {
 HS_HIDDEN void hs_cs_lock(struct hs_cs *cs);
 HS_HIDDEN void hs_cs_unlock(struct hs_cs *cs);  /* then wakes what it collected */
 HS_HIDDEN void hs_cs_add(struct hs_cs *cs, int w);  /* a slot to wake (-1: none) */
-HS_HIDDEN void hs_cs_reclaim(struct hs_cs *cs, int64_t now);
+/* The registered processes and threads found dead or stopped, read from /proc before the
+   arbiter's mutex is taken: a thread stopped while it holds the mutex holds it for as
+   long as it stays stopped, and strace -f stops each system call, so a scan that read
+   /proc under the mutex was stopped there, and its tracer, which needed the mutex to let it
+   go on, waited for it forever. A slot taken after the census counts as alive until the
+   next scan; past HS_CENSUS_MAX of either kind, the rest wait for the next scan too. */
+#define HS_CENSUS_MAX 64
+struct hs_census {
+    int32_t dead[2 * HS_CENSUS_MAX], stopped[2 * HS_CENSUS_MAX];
+    int ndead, nstopped;
+};
+HS_HIDDEN void hs_census_take(struct hs_census *c);
+HS_HIDDEN void hs_cs_reclaim(struct hs_cs *cs, int64_t now, const struct hs_census *c);
+HS_HIDDEN void hs_reclaim_now(void);  /* runtime.c */
 HS_HIDDEN int hs_own(int me);  /* the slot is still the calling thread's */
 HS_HIDDEN extern int hs_pid;   /* this process's (members.c) */
 HS_HIDDEN void hs_acquire(int me);  /* runtime.c: wait for a token, then hold it */

@@ -23,9 +23,55 @@ void hs_cs_add(struct hs_cs *cs, int w)
         cs->woken[cs->n++] = w;
 }
 
-/* hs_reclaim within a critical section: the slots woken, and the shim threads among the
-   holders it took a token from (stopped), to be nudged once the lock is let go */
-void hs_cs_reclaim(struct hs_cs *cs, int64_t now)
+static void note(int32_t *pairs, int *n, int32_t pid, int32_t tid)
+{
+    for (int i = 0; i < *n; i++)
+        if (pairs[2 * i] == pid && pairs[2 * i + 1] == tid)
+            return;
+    if (*n < HS_CENSUS_MAX) {
+        pairs[2 * *n] = pid;
+        pairs[2 * *n + 1] = tid;
+        *n += 1;
+    }
+}
+
+static void census_one(struct hs_census *c, int32_t pid, int32_t tid)
+{
+    int a = hs_alive(NULL, pid, tid);
+    if (!a)
+        note(c->dead, &c->ndead, pid, tid);
+    else if (a == HS_STOPPED)
+        note(c->stopped, &c->nstopped, pid, tid);
+}
+
+/* (coop.h) the slots read without the mutex: one that changes meanwhile is read again at
+   the next scan; a job's process is read only while it has no worker, as hs_reclaim asks */
+void hs_census_take(struct hs_census *c)
+{
+    c->ndead = c->nstopped = 0;
+    int hi = hs_ld(&hs_v.h->hi);
+    for (int w = 0; w < hi && w < hs_v.nworkers; w++) {
+        struct hs_worker *r = &hs_v.workers[w];
+        int32_t pid = hs_ld(&r->pid), tid = hs_ld(&r->tid);
+        if (hs_ld(&r->used) != 1 || pid <= 0)
+            continue;
+        census_one(c, pid, 0);
+        if (r->thread && tid > 0)
+            census_one(c, pid, tid);
+    }
+    for (int j = 0; j < hs_v.njobs; j++) {
+        int32_t pid = hs_ld(&hs_v.jobs[j].pid), has = 0;
+        for (int w = 0; w < hi && w < hs_v.nworkers && !has; w++)
+            has = hs_ld(&hs_v.workers[w].used) && hs_v.workers[w].job == j;
+        if (hs_ld(&hs_v.jobs[j].used) == 1 && !has && pid > 0)
+            census_one(c, pid, 0);
+    }
+}
+
+/* hs_reclaim within a critical section, by a census taken before it: the slots woken, and
+   the shim threads among the holders it took a token from (stopped), to be nudged once
+   the lock is let go */
+void hs_cs_reclaim(struct hs_cs *cs, int64_t now, const struct hs_census *c)
 {
     int32_t held[HS_MAX_WOKEN];
     int n = 0;
@@ -34,7 +80,9 @@ void hs_cs_reclaim(struct hs_cs *cs, int64_t now)
         if (h >= 0 && hs_v.workers[h].thread == 1 && hs_ld(&hs_v.workers[h].state) == HS_RUNNING)
             held[n++] = h;
     }
-    cs->n += hs_reclaim(&hs_v, now, hs_alive, NULL, cs->woken + cs->n, HS_MAX_WOKEN - cs->n);
+    struct hs_listed d = {c->dead, c->stopped, c->ndead, c->nstopped};
+    cs->n += hs_reclaim(&hs_v, now, hs_alive_unless_listed, &d, cs->woken + cs->n,
+                        HS_MAX_WOKEN - cs->n);
     /* under the lock, only a reclaim makes a holder BLOCKED */
     for (int i = 0; i < n && cs->nrevoked < HS_MAX_WOKEN; i++) {
         struct hs_worker *r = &hs_v.workers[held[i]];
@@ -57,8 +105,10 @@ void hs_cs_lock(struct hs_cs *cs)
     } else if (r != 0) {
         fatal("cannot lock the arbiter's mutex", r);
     }
-    if (hs_v.lock[HS_DIED_AT]) {
-        hs_cs_reclaim(cs, hs_now_ns());
+    if (hs_v.lock[HS_DIED_AT]) {  /* rare: its census under the mutex */
+        struct hs_census c;
+        hs_census_take(&c);
+        hs_cs_reclaim(cs, hs_now_ns(), &c);
         hs_v.lock[HS_DIED_AT] = 0;
     }
 }
@@ -87,9 +137,14 @@ void hs_cs_unlock(struct hs_cs *cs)
     for (int i = 0; i < cs->n; i++)
         hs_post(&hs_v, cs->woken[i]);
     /* A stopped thread takes the signal once continued, and queues for a token at once
-       (hs_rotate) rather than running without one until its next call. */
+       (hs_rotate) rather than running without one until its next call. Not one its
+       tracer stopped (strace, gdb): the signal is a stop of its own for the tracer to
+       report (gdb stops there), after which a tracer in its job took that token back again
+       and nudged it again, without end (wrap_io.c, WAIT_THEN_PARK); continued, it runs
+       without its token until its next call that parks. */
     for (int i = 0; i < cs->nrevoked; i++)
-        hs_nudge(cs->revoked[i].pid, cs->revoked[i].tid, cs->revoked[i].key);
+        if (!hs_traced(cs->revoked[i].pid, cs->revoked[i].tid))
+            hs_nudge(cs->revoked[i].pid, cs->revoked[i].tid, cs->revoked[i].key);
 }
 
 /* the slot is still this thread's (not reclaimed, not someone else's since) */

@@ -432,12 +432,6 @@ HS_EXPORT int hs_x_join_worker(struct hs_view *v, int job, int pid, int tid, int
     return hs_join_worker(v, job, pid, tid, thread);
 }
 
-/* dead, stopped: n (pid, tid) pairs each; (pid, 0) is a process, (pid, tid) a thread */
-struct listed {
-    const int32_t *dead, *stopped;
-    int ndead, nstopped;
-};
-
 static int in_pairs(const int32_t *pairs, int n, int32_t pid, int32_t tid)
 {
     for (int i = 0; i < n; i++)
@@ -446,9 +440,9 @@ static int in_pairs(const int32_t *pairs, int n, int32_t pid, int32_t tid)
     return 0;
 }
 
-static int alive_unless_listed(void *ctx, int32_t pid, int32_t tid)
+int hs_alive_unless_listed(void *ctx, int32_t pid, int32_t tid)
 {
-    const struct listed *d = ctx;
+    const struct hs_listed *d = ctx;
     if (in_pairs(d->dead, d->ndead, pid, tid))
         return 0;
     return in_pairs(d->stopped, d->nstopped, pid, tid) ? HS_STOPPED : 1;
@@ -457,6 +451,6 @@ static int alive_unless_listed(void *ctx, int32_t pid, int32_t tid)
 HS_EXPORT int hs_x_reclaim(struct hs_view *v, int64_t now, const int32_t *dead, int ndead,
                            const int32_t *stopped, int nstopped, int32_t *woken, int max)
 {
-    struct listed d = {dead, stopped, ndead, nstopped};
-    return hs_reclaim(v, now, alive_unless_listed, &d, woken, max);
+    struct hs_listed d = {dead, stopped, ndead, nstopped};
+    return hs_reclaim(v, now, hs_alive_unless_listed, &d, woken, max);
 }

@@ -73,6 +73,21 @@ int hs_alive(void *ctx, int32_t pid, int32_t tid)
     return s == 'T' || s == 't' ? HS_STOPPED : 1;
 }
 
+int hs_traced(int32_t pid, int32_t tid)
+{
+    char s;
+    return task_state(pid, tid, &s) > 0 && s == 't';
+}
+
+int hs_self_traced(int tid)
+{
+    char buf[1024];
+    if (hs_task_file(hs_self_pid(), tid, "status", buf, sizeof buf) <= 0)
+        return 0;
+    const char *t = strstr(buf, "\nTracerPid:");
+    return t && atoi(t + 11) != 0;
+}
+
 void hs_warn(const char *fmt, const char *a, const char *b)
 {
     dprintf(2, "hybridsched coop shim: ");

@@ -81,30 +81,34 @@ static inline void *sym(const char *name)
     })
 #define R(name) RESOLVED(name, sym)
 
-/* give the token up around `call`, keeping the call's errno */
-#define PARKED(type, call)                                                                    \
+/* give the token up around `call`, keeping the call's errno; `then` runs once it returned
+   (its result in r_), before the token is asked for again */
+#define PARKED_THEN(type, call, then)                                                         \
     do {                                                                                      \
         type r_;                                                                              \
         int e_;                                                                               \
         hs_park();                                                                            \
         r_ = (call);                                                                          \
         e_ = errno;                                                                           \
+        then;                                                                                 \
         hs_resume();                                                                          \
         hs_exit();                                                                            \
         errno = e_;                                                                           \
         return r_;                                                                            \
     } while (0)
+#define PARKED(type, call) PARKED_THEN(type, call, (void)0)
 
 /* try `probe` (the call that never blocks) first: done if `done`, else park around `call` */
-#define TRY_THEN_PARK(type, probe, done, call)                                                \
+#define TRY_THEN_PARK_THEN(type, probe, done, call, then)                                     \
     do {                                                                                      \
         type p_ = (probe);                                                                    \
         if (done) {                                                                           \
             hs_exit();                                                                        \
             return p_;                                                                        \
         }                                                                                     \
-        PARKED(type, call);                                                                   \
+        PARKED_THEN(type, call, then);                                                        \
     } while (0)
+#define TRY_THEN_PARK(type, probe, done, call) TRY_THEN_PARK_THEN(type, probe, done, call, (void)0)
 
 /* a wrapper's whole body: `call` straight through where hs_enter refuses (the thread is not
    managed, or is inside the shim already), else with the token given up around it (PARKED) */
