@@ -608,9 +608,24 @@ def test_a_thread_posted_work_by_its_spinning_sibling_takes_another_process_toke
     it for a spinner, and its quantum is 10 s: without the look the two threads took turns
     on one token ("apart", as the older shim printed)."""
     exe = build("proc_gang", tmp_path)
+    # "gang": the program saw its two threads run at once; on a loaded machine they may
+    # never both have a CPU within its window, and the sampling below may miss the tokens'
+    # holders saying it (1 run in 3 of the whole suite on 2 CPUs): up to three tries, the
+    # first with either sign ending it; without the look, every try showed "apart"
+    for _ in range(3):
+        out, whole, counts, status = _proc_gang(exe, seg)
+        assert status == 0 and counts.signals == 0, (out, counts)
+        if out == "gang\n" or whole > 0:
+            break
+    assert out == "gang\n" or whole > 0, (out, whole, counts)
+
+
+def _proc_gang(exe, seg):
+    """One run of proc_gang on two tokens: its output, how many looks at the tokens found
+    both with one process's threads, the job's counters and the exit status."""
     with Arbiter(cpus=CPUS[:2], path=seg, quantum_s=10.0) as a, ShimJob(a) as job:
         p = subprocess.Popen([exe, "5"], env=environ(job), stdout=subprocess.PIPE, text=True)
-        whole = 0  # looks at the tokens that found both with one process's threads
+        whole = 0
         try:
             while p.poll() is None:
                 st = a.state
@@ -622,11 +637,7 @@ def test_a_thread_posted_work_by_its_spinning_sibling_takes_another_process_toke
         finally:
             p.kill()
             p.wait()
-        counts = job.counters()
-    # "gang": the program saw its two threads run at once; on a loaded machine they may
-    # never both have a CPU within its window, the tokens' holders say it then
-    assert p.returncode == 0 and (out == "gang\n" or whole > 0), (out, whole, counts)
-    assert counts.signals == 0, counts
+        return out, whole, job.counters(), p.returncode
 
 
 def test_a_deaf_spinning_holder_is_asked_once_per_holding(seg, shim_lib, tmp_path):
