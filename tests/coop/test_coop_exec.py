@@ -837,3 +837,75 @@ def test_a_process_in_another_pid_namespace_runs_unmanaged(seg, shim_lib):
     assert (p.returncode, p.stdout) == (0, "inside\n"), p.stderr
     # once, not once per program it runs (the third review counted one per program)
     assert p.stderr.count("\n") == 1 and "another PID namespace" in p.stderr, p.stderr
+
+
+def test_a_job_started_in_the_background_reads_the_terminal_once_brought_to_the_front(
+        seg, shim_lib):
+    """`coop exec CMD &` at an interactive shell: the command's read of the terminal stops
+    it (SIGTTIN, as any background job's), and coop exec with it, so the shell says the
+    job stopped; `fg` then gives the command the terminal and continues it. Before, coop
+    exec waited on, running, the command stopped in a group of its own that `fg` did not
+    reach: the job never ended."""
+    seen = bytearray()
+    with _bash() as (pid, fd):
+        os.write(fd, b"set -b\n")  # job changes said at once, not at the next prompt
+        os.write(fd, _coop_exec_line(seg, "echo started; read x; echo got-$x; exit 3")[:-1]
+                 + b" &\n")
+        _read_until(fd, b"started\r\n", seen)
+        _read_until(fd, b"Stopped", seen)
+        os.write(fd, b"fg\n")
+        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
+        os.write(fd, b"hello\n")
+        _read_until(fd, b"got-hello", seen)
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, b"rc=3", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
+def test_a_job_brought_to_the_front_passes_ctrl_z_and_ctrl_c_to_its_command(seg, shim_lib):
+    """`coop exec CMD &`, then `fg` before the command touched the terminal (bash gives it
+    to coop exec's group and sends no signal to a running job): Ctrl-Z stops the command
+    and the job, the prompt comes back; a second `fg` gives the command the terminal, and
+    Ctrl-C ends it, 130. Before, Ctrl-Z stopped coop exec alone, the command ran on."""
+    seen = bytearray()
+    with _bash() as (pid, fd):
+        os.write(fd, _coop_exec_line(seg, "echo started; sleep 300; printf 'z%sz\\n' slept")[:-1]
+                 + b" &\n")
+        _read_until(fd, b"started\r\n", seen)
+        os.write(fd, b"fg\n")
+        wait_until(lambda: _in_front(pid) not in (None, pid), what="the job to be in front")
+        os.write(fd, b"\x1a")
+        _read_until(fd, b"Stopped", seen)
+        wait_until(lambda: _in_front(pid) == pid, what="the shell to be in front again")
+        assert all(_status(q) == psutil.STATUS_STOPPED for q in _session(pid, "sleep"))
+        os.write(fd, b"fg\n")
+        wait_until(lambda: any(_in_front(pid) == q.pid for q in _session(pid, "sh")),
+                   what="the command's group to be in front")
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, b"rc=130", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+    assert b"zsleptz" not in seen  # the command line has z%sz
+
+
+def _session(sid: int, name: str) -> list[psutil.Process]:
+    """The processes of session ``sid`` named ``name``."""
+    found = []
+    for q in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(q.pid) == sid and q.name() == name:
+                found.append(q)
+    return found
+
+
+def _in_front(sid: int) -> int | None:
+    """The foreground group of the terminal of session ``sid`` (its leader's view)."""
+    try:
+        with open(f"/proc/{sid}/stat") as fh:  # tpgid (8)
+            return int(fh.read().rsplit(")", 1)[1].split()[5])
+    except OSError:
+        return None

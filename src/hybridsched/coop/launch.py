@@ -211,21 +211,28 @@ class Command:
         self._resumed = False  # we continued the command after our own copied stop
         self._holding = False  # we took the terminal back from the stopped command
         self._handed_back = False  # and gave it back at its continue, no stop seen since
+        self._for_terminal = False  # left stopped by its terminal until we are in front
+        self._theirs: dict[int, object] = {}  # the caller's SIGCONT and SIGTSTP handlers
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
-        tty = _terminal_in_front(os.getpgrp())
+        front = _terminal_in_front(os.getpgrp())
         try:
-            self.proc = _in_own_group(self.argv, self.env, tty, self.guardian.child_watch)
+            self.proc = _in_own_group(self.argv, self.env, front, self.guardian.child_watch)
         except (OSError, subprocess.SubprocessError) as exc:
             prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
-            if tty:  # the child may have taken the terminal before its exec failed
+            if front:  # the child may have taken the terminal before its exec failed
                 _hand_terminal(os.getpgrp(), None)
             why = getattr(exc, "strerror", None) or str(exc)
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
-        self._tty = tty
+        # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there
+        self._tty = _terminal_in_front(None)
+        if self._tty:
+            for sig, ours in ((signal.SIGCONT, self._on_continue),
+                              (signal.SIGTSTP, self._on_stop_key)):
+                self._theirs[sig] = signal.signal(sig, ours)
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
@@ -278,10 +285,12 @@ class Command:
         if raced:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGCONT)
-        elif sig in (signal.SIGTTIN, signal.SIGTTOU) and (self._holding or handed_back):
+        elif sig in (signal.SIGTTIN, signal.SIGTTOU) and (
+                self._holding or handed_back or _terminal_in_front(os.getpgrp())):
             # it used the terminal while we had it (taken back at its SIGSTOP, its SIGCONT
-            # not yet seen, or seen and the terminal handed back since): the terminal is
-            # its own, and it goes on
+            # not yet seen, or seen and the terminal handed back since; or given to our
+            # group by `fg` of a job that ran in the background, which bash continues with
+            # no signal): the terminal is its own, and it goes on
             self._holding = False
             _hand_terminal(pid, os.getpgrp())
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -291,11 +300,37 @@ class Command:
         elif self._tty:
             _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             self._ending = False
-            os.kill(os.getpid(), sig)  # returns once we are continued
+            with _default_action(sig):
+                os.kill(os.getpid(), sig)  # returns once we are continued
             self._resumed = True
-            _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group
+            _hand_terminal(pid, os.getpgrp())  # `fg` gave it to our group (or our SIGCONT
+            if sig == signal.SIGTSTP or _terminal_in_front(pid):  # handler handed it on)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGCONT)  # `fg`, or `bg` after a Ctrl-Z
+            else:  # `bg` after a read or write of the terminal, which would stop it again
+                self._for_terminal = True  # (or a stop the kernel dropped: an orphaned
+                # group's, whose SIGCONT would have it stop again at once, for ever)
+
+    def _on_continue(self, signum, frame) -> None:
+        """We were continued (`fg`, `bg`): in front of the terminal now, the command's
+        group is given it, and continued where its terminal alone stopped it. So `coop exec
+        CMD &`, then `fg`, gives the command the terminal, and Ctrl-C and Ctrl-Z reach it
+        as they would any foreground job's (they came to our group, never stopped)."""
+        if self._holding or not _hand_terminal(self.proc.pid, os.getpgrp()):
+            return
+        if self._for_terminal:
+            self._for_terminal = False
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, signal.SIGCONT)
+
+    def _on_stop_key(self, signum, frame) -> None:
+        """A Ctrl-Z that came to our group, in front of the terminal while the command's is
+        not (`fg` of a job that ran in the background, which bash continues with no
+        signal, so :meth:`_on_continue` never ran): passed on to the command's group, whose
+        stop :meth:`_stopped` then copies. Before, it stopped us alone, the command running
+        on while the shell said the job stopped."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGTSTP)
 
     def _continued(self, pid: int) -> None:
         """The command was continued: the terminal we took back at its stop is its again
@@ -311,6 +346,8 @@ class Command:
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
+        for sig, theirs in self._theirs.items():
+            signal.signal(sig, theirs)
         self.forwarded.to(None)  # before the reap: a group number never reused under us
         pgid = self.proc.pid
         if self._tty:  # back from the command's group only: a shell that has it keeps it
@@ -329,6 +366,16 @@ class Command:
                     continue
             reap_escaped(self._before | {self.guardian.pid})  # and those it setsid'd
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+
+
+@contextlib.contextmanager
+def _default_action(sig: int):
+    """``sig``'s default action meanwhile (a stop we send ourselves, whatever our handler)."""
+    theirs = signal.signal(sig, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(sig, theirs)
 
 
 def _hand_terminal(pgid: int, owner: int | None) -> bool:
