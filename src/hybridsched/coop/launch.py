@@ -23,6 +23,8 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Union
 
 from ..errors import ShimUnavailable, UsageError
 from ..oslayer.cmdjobs import reap_escaped
@@ -41,6 +43,8 @@ _FORWARDED = HANDLED_IN_MAIN  # passed on to the command's group
 # how a terminal stops its foreground group (Ctrl-Z; a background read or write)
 _TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _PR_SET_CHILD_SUBREAPER = 36
+# what signal.signal takes and gives back
+_Handler = Union[Callable[[int, "FrameType | None"], Any], int, signal.Handlers, None]
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,7 @@ class Command:
         self._holding = False  # we took the terminal back from the stopped command
         self._handed_back = False  # and gave it back at its continue, no stop seen since
         self._for_terminal = False  # left stopped by its terminal until we are in front
-        self._theirs: dict[int, object] = {}  # the caller's SIGCONT and SIGTSTP handlers
+        self._theirs: dict[int, _Handler] = {}  # the caller's SIGCONT and SIGTSTP handlers
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
