@@ -276,6 +276,7 @@ struct hs_census {
 HS_HIDDEN void hs_census_take(struct hs_census *c);
 HS_HIDDEN void hs_cs_reclaim(struct hs_cs *cs, int64_t now, const struct hs_census *c);
 HS_HIDDEN void hs_reclaim_now(void);  /* runtime.c */
+HS_HIDDEN void hs_reclaim_gone(int32_t pid);  /* runtime.c: a child reaped */
 HS_HIDDEN int hs_own(int me);  /* the slot is still the calling thread's */
 HS_HIDDEN extern int hs_pid;   /* this process's (members.c) */
 HS_HIDDEN void hs_acquire(int me);  /* runtime.c: wait for a token, then hold it */

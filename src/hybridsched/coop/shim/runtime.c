@@ -116,6 +116,22 @@ void hs_reclaim_now(void)
     hs_cs_unlock(&cs);
 }
 
+/* the slots of process `pid`, which a wait of this thread's reaped, freed now with their
+   tokens (wrap_io.c, after_wait): dead for certain, no /proc to read */
+void hs_reclaim_gone(int32_t pid)
+{
+    int hi = hs_ld(&hs_v.h->hi), ours = 0;
+    for (int w = 0; w < hi && w < hs_v.nworkers && !ours; w++)
+        ours = hs_ld(&hs_v.workers[w].used) == 1 && hs_ld(&hs_v.workers[w].pid) == pid;
+    if (!ours)
+        return;
+    struct hs_census c = {.dead = {pid, 0}, .ndead = 1, .nstopped = 0};
+    struct hs_cs cs;
+    hs_cs_lock(&cs);
+    hs_cs_reclaim(&cs, hs_now_ns(), &c);
+    hs_cs_unlock(&cs);
+}
+
 static void pin(int me)
 {
     int ci = hs_v.workers[me].cpu;
