@@ -315,7 +315,11 @@ class Arbiter:
             raise UsageError(f"{tmp}: in the way of creating the coop segment ({exc.strerror}): "
                              "refusing it") from None
         try:
-            os.ftruncate(fd, size)
+            try:
+                os.ftruncate(fd, size)
+            except OSError as exc:  # a file size limit (ulimit -f) below the segment's size
+                raise ResourceError(f"{self.path}: cannot make the coop segment {size} bytes "
+                                    f"({exc.strerror})") from None
             try:
                 os.posix_fallocate(fd, 0, size)  # a full /dev/shm is an error now, not SIGBUS later
             except OSError as exc:

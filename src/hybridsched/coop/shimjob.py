@@ -205,7 +205,11 @@ class _Watchdog(threading.Thread):
             dog = cls._running.get(shim.arbiter)
             if dog is None or not dog.is_alive():  # not alive: it ended before its first look
                 dog = cls(shim.arbiter)
-                dog.start()
+                try:
+                    dog.start()
+                except RuntimeError:  # a thread limit reached (ulimit -u, a cgroup's pids)
+                    raise ResourceError("coop: the OS refused to start the arbiter's watchdog "
+                                        "thread (a limit on processes: ulimit -u?)") from None
                 cls._running[shim.arbiter] = dog
             dog.jobs[shim.job] = shim
             dog._poke()

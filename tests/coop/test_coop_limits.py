@@ -1,0 +1,49 @@
+"""The cooperative arbiter under the limits a shared cluster sets (ulimit): one line and
+nothing left behind, never a traceback."""
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from hybridsched.coop import shimjob
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.coop.shimjob import ShimJob
+from hybridsched.errors import ResourceError
+from hybridsched.oslayer.cpus import usable_cpus
+
+CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
+
+
+def small_files() -> None:
+    """ulimit -f 100: no file over 100 KiB (the segment is ~400 KiB)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100 * 1024, 100 * 1024))
+
+
+def test_a_file_size_limit_below_the_segments_is_one_line(seg, shim_lib, tmp_path):
+    """Before: a traceback ending in ftruncate's `File too large`, status 1."""
+    p = subprocess.run([*CLI, "--segment", seg, "--", "echo", "ran"], capture_output=True,
+                       text=True, timeout=120, preexec_fn=small_files)
+    assert p.returncode == 1 and p.stdout == "", p.stderr
+    assert p.stderr.startswith(f"hybridsched: error: {os.path.abspath(seg)}: cannot make the "
+                               "coop segment ") and p.stderr.count("\n") == 1, p.stderr
+    assert "File too large" in p.stderr
+
+
+def test_a_watchdog_the_os_refuses_is_one_error_and_the_job_is_left(seg, shim_lib,
+                                                                    monkeypatch):
+    """A limit on processes (ulimit -u, a cgroup's pids.max) refuses the watchdog's thread:
+    a ResourceError naming it, the job's row freed. Before: RuntimeError's traceback."""
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(shimjob._Watchdog, "start", refused)
+    with Arbiter(cpus=usable_cpus()[:1], path=seg) as a:
+        before = int((a.state.jobs["used"] == 1).sum())  # the arbiter's own row
+        with pytest.raises(ResourceError, match="watchdog thread"):
+            with ShimJob(a):
+                pass
+        assert int((a.state.jobs["used"] == 1).sum()) == before
