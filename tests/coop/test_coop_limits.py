@@ -47,3 +47,16 @@ def test_a_watchdog_the_os_refuses_is_one_error_and_the_job_is_left(seg, shim_li
             with ShimJob(a):
                 pass
         assert int((a.state.jobs["used"] == 1).sum()) == before
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
+    """The XDG spec: a relative path in XDG_CACHE_HOME is invalid, to be ignored. Taken as
+    given, the shim's build linked in another folder and failed with the linker's message,
+    leaving ./rel/hybridsched behind (the hostile review)."""
+    from hybridsched.coop import shimbuild
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel")
+    assert shimbuild.cache_dir() == str(tmp_path / ".cache" / "hybridsched")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
+    assert shimbuild.cache_dir() == str(tmp_path / "abs" / "hybridsched")

@@ -314,3 +314,18 @@ def test_report_reads_the_study_once(kind, tmp_path, request, capsys):
         assert "## Every technique at k = N" in capsys.readouterr().out  # the portfolio's imbalances
     else:
         assert "colocate_summary.csv" in files
+
+
+@pytest.mark.parametrize("text, span", [
+    ("./a.out 3", "`./a.out 3`"),
+    ("echo `date`", "`` echo `date` ``"),
+    ("sh -c 'a ``b``'", "```sh -c 'a ``b``'```"),
+    ("`x`", "`` `x` ``"),
+])
+def test_a_command_is_one_code_span_whatever_backticks_it_has(text, span):
+    """A command's own backticks closed the report's code span early and broke its heading
+    (the hostile review): the fence is one backtick longer than the command's longest run,
+    padded where the command begins or ends with one."""
+    from hybridsched.results.data import code
+
+    assert code(text) == span

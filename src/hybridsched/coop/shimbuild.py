@@ -89,8 +89,12 @@ def no_compiler() -> str:
 
 
 def cache_dir() -> str:
-    """Where built shims are kept: $XDG_CACHE_HOME/hybridsched (~/.cache/hybridsched)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """Where built shims are kept: $XDG_CACHE_HOME/hybridsched (~/.cache/hybridsched). A
+    relative $XDG_CACHE_HOME is ignored, as the XDG spec says: taken as given, the build's
+    link step failed in another folder, with a linker's message and a folder left behind."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "hybridsched")
 
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from .data import fmt, shown
+from .data import code, fmt, shown
 
 CMD = "cmd"
 _FAILED_SHOWN = 5  # failed jobs listed under a table (all of them are in the study file)
@@ -25,8 +25,9 @@ def _commands(rows: np.ndarray) -> list[str]:
 def cmd_title(rows: np.ndarray, J: int) -> str:
     cmds = _commands(rows)
     if cmds and len(set(cmds)) == 1:
-        return f"cmd: {J} co-located jobs, each `{cmds[0]}`" if J > 1 else f"cmd: 1 job, `{cmds[0]}`"
-    return f"cmd: {J} co-located jobs: " + ", ".join(f"`{c}`" for c in cmds)
+        each = code(cmds[0])
+        return f"cmd: {J} co-located jobs, each {each}" if J > 1 else f"cmd: 1 job, {each}"
+    return f"cmd: {J} co-located jobs: " + ", ".join(code(c) for c in cmds)
 
 
 def _mean_counters(rows: np.ndarray) -> dict:
@@ -102,7 +103,7 @@ def cmd_table(recs: list[dict], rows: np.ndarray) -> list[str]:
         tail = [ln for ln in str(r["err_tail"]).strip().splitlines() if ln.strip()]
         lines.append(f"- failed: {r['policy']} rep {int(r['rep'])} job {int(r['job'])} "
                      f"{shown(str(r['error']))}"
-                     + (f"; its stderr ends: `{shown(tail[-1][:160])}`" if tail else ""))
+                     + (f"; its stderr ends: {code(shown(tail[-1][:160]))}" if tail else ""))
     if len(bad) > _FAILED_SHOWN:
         lines.append(f"- ... and {len(bad) - _FAILED_SHOWN} more failed jobs (`out_tail`, "
                      "`err_tail` in /colocate)")

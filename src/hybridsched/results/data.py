@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import ContextManager
 
@@ -373,6 +374,16 @@ def shown(text: str) -> str:
     must not retitle or recolour the reader's terminal."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode()
                    for c in text)
+
+
+def code(text: str) -> str:
+    """``text`` as a Markdown code span: fenced by one backtick more than its longest run of
+    them, padded where it begins or ends with one (a command's backticks closed the span
+    early and broke the heading; the hostile review)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def fmt(x: float, spec: str, unit: str = "") -> str:
