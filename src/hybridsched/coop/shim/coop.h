@@ -250,13 +250,17 @@ HS_HIDDEN int hs_launcher_pid(void);
 /* slots woken by one critical section: a grant or two, or one per dead holder reclaimed;
    a waiter beyond finds its grant at its next poll */
 #define HS_MAX_WOKEN 64
+/* stopped holders one critical section can nudge (a stopped job's tokens): past it, one
+   continued runs without its token until its next call that parks; more is 16 bytes each
+   of the stack of every thread in a critical section (threads of 16 KiB stacks run here) */
+#define HS_MAX_REVOKED 16
 
 struct hs_cs {
     int32_t woken[HS_MAX_WOKEN];
     int n;
     /* shim threads whose token a reclaim took (stopped), to nudge once the lock is let go:
        read under the lock, as the slot may be someone else's by then */
-    struct { int32_t pid, tid; int64_t key; } revoked[HS_MAX_WOKEN];
+    struct { int32_t pid, tid; int64_t key; } revoked[HS_MAX_REVOKED];
     int nrevoked;
 };
 HS_HIDDEN void hs_cs_lock(struct hs_cs *cs);
@@ -267,8 +271,10 @@ HS_HIDDEN void hs_cs_add(struct hs_cs *cs, int w);  /* a slot to wake (-1: none)
    long as it stays stopped, and strace -f stops each system call, so a scan that read
    /proc under the mutex was stopped there, and its tracer, which needed the mutex to let it
    go on, waited for it forever. A slot taken after the census counts as alive until the
-   next scan; past HS_CENSUS_MAX of either kind, the rest wait for the next scan too. */
-#define HS_CENSUS_MAX 64
+   next scan; past HS_CENSUS_MAX of either kind, the rest wait for the next scan too (a
+   larger one costs each thread that takes a census that much more of its stack: 8 bytes
+   a pair, threads of 16 KiB stacks run under the shim). */
+#define HS_CENSUS_MAX 32
 struct hs_census {
     int32_t dead[2 * HS_CENSUS_MAX], stopped[2 * HS_CENSUS_MAX];
     int ndead, nstopped;

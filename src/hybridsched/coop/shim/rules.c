@@ -327,7 +327,9 @@ int hs_join_worker(struct hs_view *v, int job, int32_t pid, int32_t tid, int thr
 int hs_reclaim(struct hs_view *v, int64_t now, hs_alive_fn alive, void *ctx, int32_t *woken, int max)
 {
     int n = 0;
-    int32_t got[256];  /* one per dead or stopped holder: beyond, a waiter finds its grant at its next poll */
+    int32_t got[HS_MAX_WOKEN];  /* one per dead or stopped holder, as many as a caller takes
+                                   (`max`, at most this): beyond, a waiter finds its grant at
+                                   its next poll */
     int ngot = 0;
     for (int w = 0; w < v->nworkers; w++) {
         struct hs_worker *r = &v->workers[w];

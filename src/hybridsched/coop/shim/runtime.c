@@ -74,7 +74,7 @@ static void lost(void)
     hs_t.slot = -1;
 }
 
-static int reclaim_due(void)
+static __attribute__((noinline)) int reclaim_due(void)
 {
     struct hs_header *h = hs_v.h;
     int64_t last = __atomic_load_n(&h->reclaim_ns, __ATOMIC_RELAXED), now = hs_now_ns();
@@ -175,6 +175,23 @@ void hs_exec_affinity(int before)
    as many as the CPUs this tracks (on a node with more, those past it stay pinned) */
 #define HS_LAZY_TRACK 256
 
+/* wait_token's request again, its critical section in a frame of its own */
+static __attribute__((noinline)) void ask_again(int me)
+{
+    struct hs_cs cs;
+    int w2[2];
+    struct hs_worker *r = &hs_v.workers[me];
+    hs_cs_lock(&cs);
+    if (hs_own(me) && hs_ld(&r->state) != HS_WAITING) {
+        hs_cas(&r->state, HS_LAZY, HS_RUNNING);
+        hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
+        if (w2[0] != me)
+            hs_cs_add(&cs, w2[0]);
+        hs_cs_add(&cs, w2[1]);
+    }
+    hs_cs_unlock(&cs);
+}
+
 static void wait_token(int me, int queued)
 {
     /* the node's schedule of scans, not this wait's: waits cut short by grants (threads
@@ -204,17 +221,7 @@ static void wait_token(int me, int queued)
         if (st == HS_BLOCKED && queued && hs_self_traced(hs_t.tid))
             return;
         if (st != HS_WAITING) {  /* not queued (never so in practice): ask again */
-            struct hs_cs cs;
-            int w2[2];
-            hs_cs_lock(&cs);
-            if (hs_own(me) && hs_ld(&r->state) != HS_WAITING) {
-                hs_cas(&r->state, HS_LAZY, HS_RUNNING);
-                hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
-                if (w2[0] != me)
-                    hs_cs_add(&cs, w2[0]);
-                hs_cs_add(&cs, w2[1]);
-            }
-            hs_cs_unlock(&cs);
+            ask_again(me);
             continue;
         }
         queued = 1;
@@ -242,10 +249,10 @@ static void wait_token(int me, int queued)
 
 /* The holders asleep with their token kept (lazily parked), before an acquire may take
    one of those tokens away (the rule's revoke_lazy) */
-static int lazy_holders(int me, int out[HS_LAZY_TRACK])
+static int lazy_holders(int me, int out[], int max)
 {
     int n = 0;
-    for (int ci = 0; ci < hs_v.ncpu && n < HS_LAZY_TRACK; ci++) {
+    for (int ci = 0; ci < hs_v.ncpu && n < max; ci++) {
         int h = hs_v.cpus[ci].holder;
         if (h >= 0 && h != me && hs_ld(&hs_v.workers[h].state) == HS_LAZY)
             out[n++] = h;
@@ -259,7 +266,7 @@ static int lazy_holders(int me, int out[HS_LAZY_TRACK])
    of the arbiter's CPUs instead (two co-located barrier loops 2 % faster, 2026-12-06; a
    lazy park itself costs nothing more); its next grant pins it again. Called under the
    mutex with the holders lazy_holders saw; the tids to unpin go to `tids`. */
-static int revoked_tids(const int *lazy, int n, int tids[HS_LAZY_TRACK])
+static int revoked_tids(const int *lazy, int n, int tids[])
 {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -285,19 +292,23 @@ static void unpin_tids(const int *tids, int n)
         hs_real_setaffinity(tids[i], sizeof all, &all);  /* one gone meanwhile: ESRCH */
 }
 
-void hs_acquire(int me)
+/* The acquire's critical section, apart from the wait that may follow it (its arrays, one
+   slot per CPU, off the stack meanwhile: threads of 16 KiB stacks run under the shim):
+   whether it queued, -1 if the slot is no longer this thread's. */
+static __attribute__((noinline)) int acquire_section(int me)
 {
     struct hs_cs cs;
-    int w2[2], lazy[HS_LAZY_TRACK], tids[HS_LAZY_TRACK];
+    int track = hs_v.ncpu < 1 ? 1 : hs_v.ncpu < HS_LAZY_TRACK ? hs_v.ncpu : HS_LAZY_TRACK;
+    int w2[2], lazy[track], tids[track];
     hs_cs_lock(&cs);
     if (!hs_own(me)) {
         hs_cs_unlock(&cs);
         lost();
-        return;
+        return -1;
     }
     int32_t *state = &hs_v.workers[me].state;
     hs_cas(state, HS_LAZY, HS_RUNNING);  /* taken lazily by the watchdog while we ran: ours */
-    int nlazy = lazy_holders(me, lazy);
+    int nlazy = lazy_holders(me, lazy, track);
     hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
     int nrevoked = revoked_tids(lazy, nlazy, tids);
     int queued = hs_ld(state) == HS_WAITING;
@@ -306,7 +317,14 @@ void hs_acquire(int me)
     hs_cs_add(&cs, w2[1]);
     hs_cs_unlock(&cs);
     unpin_tids(tids, nrevoked);
-    wait_token(me, queued);
+    return queued;
+}
+
+void hs_acquire(int me)
+{
+    int queued = acquire_section(me);
+    if (queued >= 0)
+        wait_token(me, queued);
 }
 
 static void release(int me)

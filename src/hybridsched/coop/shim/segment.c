@@ -81,7 +81,7 @@ int hs_traced(int32_t pid, int32_t tid)
 
 int hs_self_traced(int tid)
 {
-    char buf[1024];
+    char buf[320];  /* TracerPid is its eighth line: ~150 bytes in */
     if (hs_task_file(hs_self_pid(), tid, "status", buf, sizeof buf) <= 0)
         return 0;
     const char *t = strstr(buf, "\nTracerPid:");
