@@ -60,3 +60,36 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
     assert shimbuild.cache_dir() == str(tmp_path / ".cache" / "hybridsched")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
     assert shimbuild.cache_dir() == str(tmp_path / "abs" / "hybridsched")
+
+
+def test_a_wake_up_the_arbiters_mutex_never_got_does_not_hang_its_waiter(seg, shim_lib,
+                                                                         tmp_path):
+    """The mutex's word freed and its waiter never woken, as when the unlocker is stopped
+    by its tracer between the two (strace -f stops that FUTEX_WAKE): a command starting
+    meanwhile, asleep on the word, takes the mutex at its next look (LOCK_LOOK_NS), where
+    it slept for ever (a tracer waiting there for the tracee it alone could continue: 4
+    runs in 6 of strace -f of a 16-thread mutex loop inside the job hung; the second
+    hostile review). Here this test's thread is the unlocker that never wakes."""
+    import ctypes
+    import time
+
+    from waiting import wait_until
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with Arbiter(cpus=usable_cpus()[:1], path=seg) as a, ShimJob(a) as job:
+        word = a.state.lock.ctypes.data  # glibc's pthread_mutex_t begins with its lock word
+        assert libc.pthread_mutex_lock(ctypes.c_void_p(word)) == 0
+        env = dict(os.environ, **job.env())
+        p = subprocess.Popen(["sh", "-c", "echo started"], env=env, stdout=subprocess.PIPE,
+                             text=True)
+        try:
+            lock = ctypes.c_int32.from_address(word)
+            wait_until(lambda: lock.value & 0x80000000 or p.poll() is not None,
+                       what="the command to wait for the arbiter's mutex")
+            assert p.poll() is None, "the command did not wait for the mutex"
+            lock.value = 0  # freed, its waiter not woken
+            out = p.communicate(timeout=120)[0]
+        finally:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0 and out == "started\n"

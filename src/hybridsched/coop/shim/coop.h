@@ -280,6 +280,8 @@ struct hs_census {
     int ndead, nstopped;
 };
 HS_HIDDEN void hs_census_take(struct hs_census *c);
+/* the same of the tokens' holders alone (a read each): how many it found dead or stopped */
+HS_HIDDEN int hs_census_holders(struct hs_census *c);
 HS_HIDDEN void hs_cs_reclaim(struct hs_cs *cs, int64_t now, const struct hs_census *c);
 HS_HIDDEN void hs_reclaim_now(void);  /* runtime.c */
 HS_HIDDEN void hs_reclaim_gone(int32_t pid);  /* runtime.c: a child reaped */
@@ -372,6 +374,7 @@ HS_HIDDEN int hs_app_sigaction(int sig, const struct sigaction *act, struct siga
 extern int (*hs_real_mutex_lock)(pthread_mutex_t *);
 extern int (*hs_real_mutex_unlock)(pthread_mutex_t *);
 extern int (*hs_real_mutex_consistent)(pthread_mutex_t *);
+extern int (*hs_real_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
 extern ssize_t (*hs_real_read)(int, void *, size_t);
 extern long (*hs_real_syscall)(long, ...);
 extern int (*hs_real_setaffinity)(pid_t, size_t, const cpu_set_t *);

@@ -74,6 +74,22 @@ void hs_census_take(struct hs_census *c)
     }
 }
 
+/* (coop.h) the census of the tokens' holders alone: whether one is dead or stopped */
+int hs_census_holders(struct hs_census *c)
+{
+    c->ndead = c->nstopped = 0;
+    for (int ci = 0; ci < hs_v.ncpu; ci++) {
+        int h = hs_ld(&hs_v.cpus[ci].holder);
+        if (h < 0 || h >= hs_v.nworkers)
+            continue;
+        struct hs_worker *r = &hs_v.workers[h];
+        int32_t pid = hs_ld(&r->pid), tid = hs_ld(&r->tid);
+        if (hs_ld(&r->used) == 1 && r->thread && pid > 0 && tid > 0)
+            census_one(c, pid, tid);
+    }
+    return c->ndead + c->nstopped;
+}
+
 /* hs_reclaim within a critical section, by a census taken before it: the slots woken, and
    the shim threads among the holders it took a token from (stopped), to be nudged once
    the lock is let go */
@@ -100,11 +116,36 @@ void hs_cs_reclaim(struct hs_cs *cs, int64_t now, const struct hs_census *c)
     }
 }
 
+/* How long one wait for the arbiter's mutex lasts before its word is looked at again. An
+   unlocker stopped by its tracer between freeing the word and waking a waiter (strace -f
+   stops that FUTEX_WAKE at its entry) never wakes it, and a tracer waiting there, for the
+   one tracee it alone could continue, waited for ever (4 runs in 6 of `strace -f` of a
+   16-thread mutex loop inside the job: the second hostile review). Shorter looks again
+   sooner after such a lost wake-up; each look costs a waiter whose holder is merely slow
+   one system call more. */
+#define LOCK_LOOK_NS 2000000L
+
+static int lock_arbiter(pthread_mutex_t *m)
+{
+    for (;;) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);  /* the clock pthread_mutex_timedlock reads */
+        t.tv_nsec += LOCK_LOOK_NS;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec += 1;
+            t.tv_nsec -= 1000000000L;
+        }
+        int r = hs_real_mutex_timedlock(m, &t);
+        if (r != ETIMEDOUT)
+            return r;
+    }
+}
+
 void hs_cs_lock(struct hs_cs *cs)
 {
     pthread_mutex_t *m = (pthread_mutex_t *)hs_v.lock;
     cs->n = cs->nrevoked = 0;
-    int r = hs_real_mutex_lock(m);
+    int r = lock_arbiter(m);
     if (r == EOWNERDEAD) {  /* its owner died in the middle: the next step reclaims it */
         hs_real_mutex_consistent(m);
         hs_v.lock[HS_DIED_AT] = 1;

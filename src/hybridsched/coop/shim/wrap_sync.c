@@ -9,6 +9,7 @@
 REAL(int, pthread_mutex_lock, (pthread_mutex_t *));
 REAL(int, pthread_mutex_unlock, (pthread_mutex_t *));
 REAL(int, pthread_mutex_consistent, (pthread_mutex_t *));
+REAL(int, pthread_mutex_timedlock, (pthread_mutex_t *, const struct timespec *));
 REAL(ssize_t, read, (int, void *, size_t));
 REAL(long, syscall, (long, ...));
 REAL(int, sched_setaffinity, (pid_t, size_t, const cpu_set_t *));
@@ -19,6 +20,7 @@ REAL(int, poll, (struct pollfd *, nfds_t, int));
 int (*hs_real_mutex_lock)(pthread_mutex_t *);
 int (*hs_real_mutex_unlock)(pthread_mutex_t *);
 int (*hs_real_mutex_consistent)(pthread_mutex_t *);
+int (*hs_real_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
 ssize_t (*hs_real_read)(int, void *, size_t);
 long (*hs_real_syscall)(long, ...);
 int (*hs_real_setaffinity)(pid_t, size_t, const cpu_set_t *);
@@ -31,6 +33,7 @@ void hs_resolve(void)
     hs_real_mutex_lock = R(pthread_mutex_lock);
     hs_real_mutex_unlock = R(pthread_mutex_unlock);
     hs_real_mutex_consistent = R(pthread_mutex_consistent);
+    hs_real_mutex_timedlock = R(pthread_mutex_timedlock);
     hs_real_read = R(read);
     hs_real_syscall = R(syscall);
     hs_real_setaffinity = R(sched_setaffinity);
