@@ -62,34 +62,57 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
     assert shimbuild.cache_dir() == str(tmp_path / "abs" / "hybridsched")
 
 
-def test_a_wake_up_the_arbiters_mutex_never_got_does_not_hang_its_waiter(seg, shim_lib,
-                                                                         tmp_path):
+def test_a_wake_up_the_arbiters_mutex_never_got_does_not_hang_its_waiter(seg, shim_lib):
     """The mutex's word freed and its waiter never woken, as when the unlocker is stopped
     by its tracer between the two (strace -f stops that FUTEX_WAKE): a command starting
     meanwhile, asleep on the word, takes the mutex at its next look (LOCK_LOOK_NS), where
     it slept for ever (a tracer waiting there for the tracee it alone could continue: 4
     runs in 6 of strace -f of a 16-thread mutex loop inside the job hung; the second
-    hostile review). Here this test's thread is the unlocker that never wakes."""
+    hostile review). The unlocker that never wakes is a process of its own: a robust mutex
+    taken and never given back stays on its taker's list of them, which glibc writes
+    through at the next one it takes, into a segment unmapped by then (this test's first
+    version crashed the next test of its pytest worker)."""
     import ctypes
-    import time
 
     from waiting import wait_until
 
-    libc = ctypes.CDLL(None, use_errno=True)
     with Arbiter(cpus=usable_cpus()[:1], path=seg) as a, ShimJob(a) as job:
-        word = a.state.lock.ctypes.data  # glibc's pthread_mutex_t begins with its lock word
-        assert libc.pthread_mutex_lock(ctypes.c_void_p(word)) == 0
-        env = dict(os.environ, **job.env())
-        p = subprocess.Popen(["sh", "-c", "echo started"], env=env, stdout=subprocess.PIPE,
-                             text=True)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(a._map))
+        offset = a.state.lock.ctypes.data - base  # glibc's mutex begins with its word
+        holder = subprocess.Popen([sys.executable, "-c", _NEVER_WAKES, seg, str(offset)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p = None
         try:
-            lock = ctypes.c_int32.from_address(word)
-            wait_until(lambda: lock.value & 0x80000000 or p.poll() is not None,
+            assert holder.stdout.readline() == "locked\n"
+            p = subprocess.Popen(["sh", "-c", "echo started"], env=dict(os.environ, **job.env()),
+                                 stdout=subprocess.PIPE, text=True)
+            word = ctypes.c_int32.from_address(base + offset)
+            wait_until(lambda: word.value & 0x80000000 or p.poll() is not None,
                        what="the command to wait for the arbiter's mutex")
             assert p.poll() is None, "the command did not wait for the mutex"
-            lock.value = 0  # freed, its waiter not woken
+            holder.stdin.write("free\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline() == "freed\n"
             out = p.communicate(timeout=120)[0]
         finally:
-            p.kill()
-            p.wait()
+            for q in (p, holder):
+                if q is not None:
+                    q.kill()
+                    q.wait()
     assert p.returncode == 0 and out == "started\n"
+
+
+# takes the arbiter's mutex (argv: the segment, the mutex's offset), then, told to, frees
+# its word without waking anyone
+_NEVER_WAKES = """
+import ctypes, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 0)
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m)) + int(sys.argv[2])
+assert ctypes.CDLL(None).pthread_mutex_lock(ctypes.c_void_p(addr)) == 0
+print("locked", flush=True)
+sys.stdin.readline()
+ctypes.c_int32.from_address(addr).value = 0
+print("freed", flush=True)
+sys.stdin.readline()
+"""
