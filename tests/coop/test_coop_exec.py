@@ -413,6 +413,24 @@ def _coop_exec_line(seg: str, script: str) -> bytes:
     return shlex.join([*CLI, "--segment", seg, "--", "sh", "-c", script]).encode() + b"\n"
 
 
+# the command both tests below type: it reads a line of the terminal, then exits 3
+_READER = "echo started; read x; echo got-$x; exit 3"
+
+
+def _fg_reads_and_ends(pid: int, fd: int, seen: bytearray) -> None:
+    """At the shell, `fg` of the stopped _READER job: it gets the terminal, reads the line
+    typed, and its status is still the command's; then the shell exits 0."""
+    os.write(fd, b"fg\n")
+    _read_until(fd, b"sh -c", seen)  # bash names the job it continues
+    os.write(fd, b"hello\n")
+    _read_until(fd, b"got-hello", seen)
+    os.write(fd, b"echo rc=$?\n")
+    _read_until(fd, b"rc=3", seen)
+    os.write(fd, b"exit\n")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
 def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
     """In an interactive shell, Ctrl-Z stops the command's group; coop exec stops too, so
     the shell gets its prompt back (it waited for ever); `fg` continues both and gives the
@@ -420,19 +438,11 @@ def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
     command's."""
     seen = bytearray()
     with _bash() as (pid, fd):
-        os.write(fd, _coop_exec_line(seg, "echo started; read x; echo got-$x; exit 3"))
+        os.write(fd, _coop_exec_line(seg, _READER))
         _read_until(fd, b"started\r\n", seen)
         os.write(fd, b"\x1a")
         _read_until(fd, b"Stopped", seen)
-        os.write(fd, b"fg\n")
-        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
-        os.write(fd, b"hello\n")
-        _read_until(fd, b"got-hello", seen)
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, b"rc=3", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+        _fg_reads_and_ends(pid, fd, seen)
 
 
 @pytest.mark.parametrize("then", ["continued by its sender", "ctrl-c"])
@@ -849,19 +859,11 @@ def test_a_job_started_in_the_background_reads_the_terminal_once_brought_to_the_
     seen = bytearray()
     with _bash() as (pid, fd):
         os.write(fd, b"set -b\n")  # job changes said at once, not at the next prompt
-        os.write(fd, _coop_exec_line(seg, "echo started; read x; echo got-$x; exit 3")[:-1]
+        os.write(fd, _coop_exec_line(seg, _READER)[:-1]
                  + b" &\n")
         _read_until(fd, b"started\r\n", seen)
         _read_until(fd, b"Stopped", seen)
-        os.write(fd, b"fg\n")
-        _read_until(fd, b"sh -c", seen)  # bash names the job it continues
-        os.write(fd, b"hello\n")
-        _read_until(fd, b"got-hello", seen)
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, b"rc=3", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+        _fg_reads_and_ends(pid, fd, seen)
 
 
 def test_a_job_brought_to_the_front_passes_ctrl_z_and_ctrl_c_to_its_command(seg, shim_lib):

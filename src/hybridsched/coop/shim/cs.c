@@ -187,7 +187,7 @@ void hs_cs_unlock(struct hs_cs *cs)
        (hs_rotate) rather than running without one until its next call. Not one its
        tracer stopped (strace, gdb): the signal is a stop of its own for the tracer to
        report (gdb stops there), after which a tracer in its job took that token back again
-       and nudged it again, without end (wrap_io.c, WAIT_THEN_PARK); continued, it runs
+       and nudged it again, without end (wrap_io.c, after_wait); continued, it runs
        without its token until its next call that parks. */
     for (int i = 0; i < cs->nrevoked; i++)
         if (!hs_traced(cs->revoked[i].pid, cs->revoked[i].tid))

@@ -104,9 +104,8 @@ static __attribute__((noinline)) int reclaim_due(void)
 /* the reclaim of the tokens' holders now, whatever the scan's period, where every token
    is held and a holder is stopped or dead: a wait of this thread's reported a child stopped
    (wrap_io.c, after_wait), or a look at its job's holders found one stopped by its tracer
-   (early.c). Only the holders are read (a read each): a tracer comes here at each stop of
-   its tracees, and a census of the node's every process took strace -f of a 16-thread
-   mutex loop to 6-9 s. */
+   (early.c). Only the holders are read (a read each, not the scan's census of every
+   process): a tracer comes here at each stop of its tracees. */
 void hs_reclaim_now(void)
 {
     for (int ci = 0; ci < hs_v.ncpu; ci++)
@@ -220,7 +219,7 @@ static void wait_token(int me, int queued)
         if (st == HS_RUNNING)
             break;
         /* Granted, then taken back while stopped before it saw the grant: by its tracer
-           (wrap_io.c, WAIT_THEN_PARK), which stops it again at each system call it makes
+           (wrap_io.c, after_wait), which stops it again at each system call it makes
            here, and took each grant back again (strace -f on one CPU never ended); it
            runs without a token until its next call that parks. A thread stopped by job
            control asks again (its nudge is queued). */

@@ -98,17 +98,20 @@ static inline void *sym(const char *name)
     } while (0)
 #define PARKED(type, call) PARKED_THEN(type, call, (void)0)
 
-/* try `probe` (the call that never blocks) first: done if `done`, else park around `call` */
-#define TRY_THEN_PARK_THEN(type, probe, done, call, then)                                     \
+/* try `probe` (the call that never blocks) first: done if `done`, else park around `call`;
+   `after(result)` runs on either path once the call returned, before the token is asked
+   for again (the wait family's reclaims, wrap_io.c) */
+#define TRY_THEN_PARK_AFTER(type, probe, done, call, after)                                   \
     do {                                                                                      \
         type p_ = (probe);                                                                    \
         if (done) {                                                                           \
+            after(p_);                                                                        \
             hs_exit();                                                                        \
             return p_;                                                                        \
         }                                                                                     \
-        PARKED_THEN(type, call, then);                                                        \
+        PARKED_THEN(type, call, after(r_));                                                   \
     } while (0)
-#define TRY_THEN_PARK(type, probe, done, call) TRY_THEN_PARK_THEN(type, probe, done, call, (void)0)
+#define TRY_THEN_PARK(type, probe, done, call) TRY_THEN_PARK_AFTER(type, probe, done, call, (void))
 
 /* a wrapper's whole body: `call` straight through where hs_enter refuses (the thread is not
    managed, or is inside the shim already), else with the token given up around it (PARKED) */

@@ -281,8 +281,9 @@ REAL(int, flock, (int, int));
    take back only at its period (RECLAIM_POLL_NS). A child reaped (exited, killed) is gone
    with its threads, whose slots and tokens are freed at once, from the pid alone: 20
    rounds of two busy children killed and reaped took 2.0-2.2 s, 0.3 s plain (the hostile
-   review; `timeout`, Pool.terminate). A child stopped, by a tracer (strace, gdb) or by job
-   control, may be a thread holding a token it cannot use until continued: the scan comes
+   review, beside a busy loop; `timeout`, Pool.terminate), now as long as plain. A child
+   stopped, by a tracer (strace, gdb) or by job control, may be a thread holding a token
+   it cannot use until continued: the scan comes
    now where every token is held, before this thread asks for one; without it a tracer in
    the traced command's job waited for the scan at each stop whose tracee held a token
    (strace -f of a two-round OpenMP loop took 4.4 s instead of 0.15 s). */
@@ -293,55 +294,45 @@ static void after_wait(pid_t pid, int reaped, int stopped)
     else if (pid > 0 && stopped)
         hs_reclaim_now();
 }
-#define AFTER(pid, st)                                                                        \
-    after_wait((pid), (st) && (WIFEXITED(*(st)) || WIFSIGNALED(*(st))), (st) && WIFSTOPPED(*(st)))
-#define WAIT_THEN_PARK(type, probe, done, call, st)                                           \
-    do {                                                                                      \
-        type p_ = (probe);                                                                    \
-        if (done) {                                                                           \
-            AFTER(p_, st);                                                                    \
-            hs_exit();                                                                        \
-            return p_;                                                                        \
-        }                                                                                     \
-        PARKED_THEN(type, call, AFTER(r_, st));                                               \
-    } while (0)
+/* after_wait for the wait family's result `pid`, its status in `st` */
+#define AFTER_ST(pid)                                                                         \
+    after_wait((pid), st && (WIFEXITED(*st) || WIFSIGNALED(*st)), st && WIFSTOPPED(*st))
+/* the same for waitid's result `r`, what it reports in `info` */
+#define AFTER_INFO(r)                                                                         \
+    after_wait((r) == 0 ? info->si_pid : 0,                                                   \
+               info->si_code == CLD_EXITED || info->si_code == CLD_KILLED                     \
+                   || info->si_code == CLD_DUMPED,                                            \
+               info->si_code == CLD_STOPPED || info->si_code == CLD_TRAPPED)
 
 HS_EXPORT pid_t wait(int *st)
 {
     if (!hs_enter())
         return R(wait)(st);
-    WAIT_THEN_PARK(pid_t, R(waitpid)(-1, st, WNOHANG), p_ != 0, R(wait)(st), st);
+    TRY_THEN_PARK_AFTER(pid_t, R(waitpid)(-1, st, WNOHANG), p_ != 0, R(wait)(st), AFTER_ST);
 }
 
 HS_EXPORT pid_t waitpid(pid_t pid, int *st, int opt)
 {
     if ((opt & WNOHANG) || !hs_enter())
         return R(waitpid)(pid, st, opt);
-    WAIT_THEN_PARK(pid_t, R(waitpid)(pid, st, opt | WNOHANG), p_ != 0, R(waitpid)(pid, st, opt),
-                   st);
+    TRY_THEN_PARK_AFTER(pid_t, R(waitpid)(pid, st, opt | WNOHANG), p_ != 0,
+                        R(waitpid)(pid, st, opt), AFTER_ST);
 }
 
 HS_EXPORT pid_t wait3(int *st, int opt, struct rusage *ru)
 {
     if ((opt & WNOHANG) || !hs_enter())
         return R(wait3)(st, opt, ru);
-    WAIT_THEN_PARK(pid_t, R(wait3)(st, opt | WNOHANG, ru), p_ != 0, R(wait3)(st, opt, ru), st);
+    TRY_THEN_PARK_AFTER(pid_t, R(wait3)(st, opt | WNOHANG, ru), p_ != 0, R(wait3)(st, opt, ru),
+                        AFTER_ST);
 }
 
 HS_EXPORT pid_t wait4(pid_t pid, int *st, int opt, struct rusage *ru)
 {
     if ((opt & WNOHANG) || !hs_enter())
         return R(wait4)(pid, st, opt, ru);
-    WAIT_THEN_PARK(pid_t, R(wait4)(pid, st, opt | WNOHANG, ru), p_ != 0,
-                   R(wait4)(pid, st, opt, ru), st);
-}
-
-static void after_waitid(int r, const siginfo_t *info)
-{
-    int code = info->si_code;
-    if (r == 0)
-        after_wait(info->si_pid, code == CLD_EXITED || code == CLD_KILLED || code == CLD_DUMPED,
-                   code == CLD_STOPPED || code == CLD_TRAPPED);
+    TRY_THEN_PARK_AFTER(pid_t, R(wait4)(pid, st, opt | WNOHANG, ru), p_ != 0,
+                        R(wait4)(pid, st, opt, ru), AFTER_ST);
 }
 
 HS_EXPORT int waitid(idtype_t t, id_t id, siginfo_t *info, int opt)
@@ -349,13 +340,8 @@ HS_EXPORT int waitid(idtype_t t, id_t id, siginfo_t *info, int opt)
     if ((opt & WNOHANG) || !info || !hs_enter())
         return R(waitid)(t, id, info, opt);
     info->si_pid = 0;
-    int p_ = R(waitid)(t, id, info, opt | WNOHANG);
-    if (p_ != 0 || info->si_pid != 0) {
-        after_waitid(p_, info);
-        hs_exit();
-        return p_;
-    }
-    PARKED_THEN(int, R(waitid)(t, id, info, opt), after_waitid(r_, info));
+    TRY_THEN_PARK_AFTER(int, R(waitid)(t, id, info, opt | WNOHANG), p_ != 0 || info->si_pid != 0,
+                        R(waitid)(t, id, info, opt), AFTER_INFO);
 }
 
 HS_EXPORT int flock(int fd, int op)
