@@ -2,7 +2,7 @@
 shim/owner.c), which `coop exec` uses so that it never loads numba: one mutex with the
 compiled side's, the death of its owner told to the next locker, and no Python worker on
 an arbiter that uses them. (The rules themselves: test_shim_rules_match_workers.py; the
-watchdog's acts and the reclaim through them: test_shim_in_programs.py.)"""
+watchdog's acts: test_shim_rotation.py; the reclaim through them: test_shim_in_programs.py.)"""
 from __future__ import annotations
 
 import errno

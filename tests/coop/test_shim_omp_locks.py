@@ -13,10 +13,7 @@ from hybridsched.coop.arbiter import Arbiter
 from hybridsched.coop.shimjob import WAIT_POLICY_ENV, ShimJob
 import shimprogs
 from shimprogs import build
-from hybridsched.oslayer.cpus import usable_cpus
-
-CPUS = usable_cpus()
-ONE = CPUS[:1]  # one token: every wait for it is contended
+from shimrun import CPUS, ONE
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "unmodified")
 

@@ -2,16 +2,14 @@
 stay near what the command costs alone, whatever the count."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from hybridsched.coop.arbiter import Arbiter
-from hybridsched.coop.shimjob import WAIT_POLICY_ENV, ShimJob
-from hybridsched.oslayer.cpus import usable_cpus
+from hybridsched.coop.shimjob import ShimJob
 from shimprogs import build
+from shimrun import ONE, environ
 
-ONE = usable_cpus()[:1]  # one token: every wait for it is contended
 CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
 # 1000 threads started, each waiting on one Event, then all set free and joined
 MANY_THREADS = """
@@ -23,12 +21,6 @@ e.set()
 [t.join() for t in ts]
 print("ok")
 """
-
-
-def environ(job: ShimJob) -> dict:
-    env = dict(os.environ, **WAIT_POLICY_ENV)
-    env.update(job.env(env))
-    return env
 
 
 def test_a_thousand_threads_of_one_command_run_to_their_end(seg, shim_lib):

@@ -4,27 +4,19 @@ fread or fwrite on a pipe slept holding its token until the watchdog took it (co
 `revoked`). One token on a private arbiter, so every wait is contended."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 
 import pytest
 
 from hybridsched.coop.arbiter import Arbiter
-from hybridsched.coop.shimjob import WAIT_POLICY_ENV, ShimJob
-from hybridsched.oslayer.cpus import usable_cpus
+from hybridsched.coop.shimjob import ShimJob
 from hybridsched.oslayer.procfs import thread_state
 from shimprogs import build
+from shimrun import ONE, environ
 from waiting import wait_until
 
-ONE = usable_cpus()[:1]
 QUANTUM_S = 0.005  # the watchdog's bound is two: a sleeping holder loses its token soon
-
-
-def environ(job: ShimJob) -> dict:
-    env = dict(os.environ, **WAIT_POLICY_ENV)
-    env.update(job.env(env))
-    return env
 
 
 def _sum(line: str) -> tuple[int, int]:

@@ -1,0 +1,38 @@
+"""What the tests of `hybridsched coop exec` share: the command line, a run of it, and
+the processes of its command."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+
+CLI = [sys.executable, "-m", "hybridsched", "coop", "exec"]
+
+
+def command_group(pid: int) -> list[psutil.Process]:
+    """The processes of coop exec ``pid``'s command: its descendants but its guardian (a
+    fork of coop exec itself, in a group of its own)."""
+    me = psutil.Process(pid)
+    return [c for c in me.children(recursive=True) if c.exe() != me.exe()]
+
+
+def coop_exec(seg, *argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "--segment", seg, *argv], capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+def state_of(p: psutil.Process) -> str:
+    """A process's state, "" once it is gone."""
+    try:
+        return p.status()
+    except psutil.NoSuchProcess:
+        return ""
+
+
+def name_of(p: psutil.Process) -> str:
+    """A process's name, "" once it is gone."""
+    try:
+        return p.name()
+    except psutil.NoSuchProcess:
+        return ""
