@@ -126,6 +126,45 @@ def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
         _fg_reads_and_ends(pid, fd, seen)
 
 
+# a process that takes its time to stop at a Ctrl-Z: its handler naps first
+_SLOW_TO_STOP = """
+import os, signal, time
+def late(*_):
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGSTOP)
+signal.signal(signal.SIGTSTP, late)
+print("started", flush=True)
+time.sleep(300)
+"""
+
+
+def test_ctrl_z_stops_the_job_once_every_process_of_the_command_has_stopped(seg, shim_lib):
+    """The shell says "Stopped" only when every process of the command's group has stopped,
+    as for any job of its own: a grandchild slow to stop (its SIGTSTP handler takes 0.2 s)
+    was still running when coop exec, told of its child's stop alone, stopped itself."""
+    import shlex
+
+    seen = bytearray()
+    with _bash() as (pid, fd):
+        os.write(fd, _coop_exec_line(seg, f"{shlex.quote(sys.executable)} -c "
+                                          f"{shlex.quote(_SLOW_TO_STOP)}; echo after"))
+        _read_until(fd, b"started\r\n", seen)
+        os.write(fd, b"\x1a")
+        _read_until(fd, b"Stopped", seen)
+        slow = [q for q in psutil.Process(pid).children(recursive=True)
+                if q.cmdline()[:3] == [sys.executable, "-c", _SLOW_TO_STOP]]
+        assert len(slow) == 1 and state_of(slow[0]) == psutil.STATUS_STOPPED
+        os.write(fd, b"fg\n")
+        wait_until(lambda: _in_front(pid) == os.getpgid(slow[0].pid),
+                   what="the command's group to be in front")
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo rc=$?\n")
+        _read_until(fd, b"rc=130", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
 @pytest.mark.parametrize("then", ["continued by its sender", "ctrl-c"])
 def test_a_sigstop_at_a_terminal_leaves_it_to_ctrl_c_and_to_its_sender(then, seg, shim_lib):
     """A command stopped by SIGSTOP (its own here) in front of a terminal: coop exec waits

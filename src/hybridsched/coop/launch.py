@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
@@ -29,7 +30,7 @@ from typing import Any, Union
 from ..errors import ShimUnavailable, UsageError
 from ..oslayer.cmdjobs import reap_escaped
 from ..oslayer.guardian import Guardian
-from ..oslayer.procfs import children
+from ..oslayer.procfs import children, group_stopped
 from ..oslayer.proctree import get_subreaper, prctl
 from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
@@ -43,6 +44,14 @@ _FORWARDED = HANDLED_IN_MAIN  # passed on to the command's group
 # how a terminal stops its foreground group (Ctrl-Z; a background read or write)
 _TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _PR_SET_CHILD_SUBREAPER = 36
+# How long a copied terminal stop waits for the rest of the command's group to stop before
+# it stops us (and the shell says "Stopped"): bash calls a job stopped only once each of
+# its processes is, and waitpid tells us of our child's stop alone, its descendants' in
+# flight still (a test saw a `sleep` not yet stopped, under load). Bounded, since a member
+# that ignores SIGTSTP never stops: the prompt comes back a second late then, far past
+# any scheduling delay and short for a person; looked at every millisecond meanwhile.
+_GROUP_STOP_S = 1.0
+_GROUP_STOP_POLL_S = 0.001
 # what signal.signal takes and gives back
 _Handler = Union[Callable[[int, "FrameType | None"], Any], int, signal.Handlers, None]
 
@@ -302,6 +311,7 @@ class Command:
         elif self._tty and sig not in _TERMINAL_STOPS:
             self._holding = _hand_terminal(os.getpgrp(), pid)
         elif self._tty:
+            _await_group_stop(pid)
             _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             self._ending = False
             with _default_action(sig):
@@ -370,6 +380,14 @@ class Command:
                     continue
             reap_escaped(self._before | {self.guardian.pid})  # and those it setsid'd
         prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+
+
+def _await_group_stop(pgid: int) -> None:
+    """Until every process of group ``pgid`` (led by our child) has stopped, or
+    _GROUP_STOP_S."""
+    end = time.monotonic() + _GROUP_STOP_S
+    while not group_stopped(pgid, pgid) and time.monotonic() < end:
+        time.sleep(_GROUP_STOP_POLL_S)
 
 
 @contextlib.contextmanager

@@ -215,6 +215,26 @@ def all_threads_blocked(pid: int) -> bool | None:
     return True if seen else None
 
 
+def group_stopped(pid: int, pgid: int) -> bool:
+    """Whether every thread of ``pid`` and of the processes below it that are in process
+    group ``pgid`` is stopped (T, t) or gone (Z, X): where a shell would call the job
+    stopped. Processes below that left the group are not looked at (a stop sent to the
+    group never reaches them)."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+            in_group = int(_stat_fields(p)[2]) == pgid
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        for tid in tids:
+            if in_group and thread_state(p, int(tid)) not in ("T", "t", "Z", "X", ""):
+                return False
+            todo += _children(p, tid)
+    return True
+
+
 def program_name(pid: int) -> str:
     """The file name of the program the process runs (``/proc/<pid>/exe``: a script's
     interpreter, where ``comm`` names the script); "" for one gone or not ours to read."""
