@@ -192,9 +192,7 @@ def test_a_library_constructor_may_lock_before_the_shims_has_run(seg, shim_lib, 
     libc's functions, which they then find for themselves (the unlock's wrapper called a
     null pointer: SIGSEGV)."""
     lib = build("ctor_lib", tmp_path, "-shared", "-fPIC")
-    main_src = os.path.join(tmp_path, "ctor_main.c")
-    with open(main_src, "w") as fh:
-        fh.write(shimprogs.SOURCES["ctor_main"])
+    main_src = shimprogs.source("ctor_main")
     exe = os.path.join(tmp_path, "ctor_main")
     os.symlink(lib, os.path.join(tmp_path, "libctor.so"))
     subprocess.run(["cc", main_src, "-o", exe, f"-L{tmp_path}", "-lctor",
