@@ -1,0 +1,235 @@
+"""`hybridsched colocate --cmd` under faults: a job killed (stopped under gang, or under
+coop), colocate itself killed outright, Ctrl-C, SIGTERM and SIGHUP, a process a job moved
+out of its group: the other jobs finish, and no job, stopped group or segment is left."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from hybridsched.colocate.cmdrun import run_commands_once
+from unmodrun import EX, PY, cmd_spec
+
+
+def _state(pid: int) -> str:
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+
+
+def _wait_for(what, timeout: float = 300.0):
+    """Until ``what()`` is true (a state, never a fixed time); its last value. A process
+    that ends while ``what`` reads it is a state not reached yet, not an error. The
+    deadline only bounds a failure: a first run on a loaded machine compiles the arbiter's
+    rules (numba's empty cache) before any job starts."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = what()
+        except psutil.NoSuchProcess:
+            got = None
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.005)
+
+
+def _killer(find) -> tuple[threading.Thread, list[int]]:
+    """A started thread that SIGKILLs the first process ``find()`` returns, once it returns
+    one; the list it puts the killed pid in (empty if none was ever found)."""
+    victim: list[int] = []
+
+    def kill():
+        got = _wait_for(find)
+        if got:
+            os.kill(got[0].pid, signal.SIGKILL)
+            victim.append(got[0].pid)
+    th = threading.Thread(target=kill)
+    th.start()
+    return th, victim
+
+
+def _jobs_of(parent: int, marker: str) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(parent).children()
+    except psutil.Error:
+        return []
+    out = []
+    for k in kids:
+        try:
+            words = k.cmdline()
+            # not colocate's guardian: a copy of colocate, whose command line names the jobs'
+            if marker in " ".join(words) and words[1:3] != ["-m", "hybridsched"]:
+                out.append(k)
+        except psutil.Error:
+            pass
+    return out
+
+
+LONG = f"{PY} {EX / 'py_threads.py'} 200000 64"  # minutes: only ever ended by a signal
+
+
+def test_a_job_killed_while_stopped_under_gang_leaves_the_others_running():
+    short = f"{PY} {EX / 'py_threads.py'} 400 64"
+    spec = cmd_spec([short, short], ["gang"], reps=1, quantum_s=0.02)
+
+    def stopped_job1():
+        jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")]
+        return [p for p in jobs if p.pid == max(q.pid for q in jobs) and _state(p.pid) == "stopped"] \
+            if len(jobs) == 2 else []
+    th, victim = _killer(stopped_job1)
+    recs = run_commands_once(spec, "gang", 0)
+    th.join()
+    assert victim, "job 1 was never seen stopped"
+    assert recs[0].verified, recs[0].error
+    assert not recs[1].verified and recs[1].exit_status == -9 and "SIGKILL" in recs[1].error
+    assert _state(victim[0]) == "gone"
+
+
+def _colocate(tmp_path, *argv) -> subprocess.Popen:
+    env = dict(os.environ, HYBRIDSCHED_NO_LOAD_PROBE="1")
+    return subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", *argv, "--reps",
+                             "1", "-o", str(tmp_path / "x.h5")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _tree(pid: int) -> str:
+    """What colocate has started so far, for a state never reached."""
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+        return "jobs never started; colocate's processes:\n" + "\n".join(
+            f"{p.pid} {p.ppid()} {p.status()} {' '.join(p.cmdline())[:160]}" for p in procs)
+    except psutil.Error as exc:
+        return f"jobs never started ({exc})"
+
+
+def _all_gone(pids) -> bool:
+    return all(_state(p) in ("gone", "zombie") for p in pids)
+
+
+def test_colocate_killed_outright_under_gang_leaves_no_job_stopped(tmp_path):
+    proc = _colocate(tmp_path, "--cmd", LONG, "--jobs", "2", "--policy", "gang",
+                     "--quantum-ms", "50")
+    try:
+        jobs = _wait_for(lambda: [p for p in _jobs_of(proc.pid, "py_threads.py")
+                                  if _state(p.pid) == "stopped"])
+        assert jobs, proc.stderr.read() if proc.poll() is not None else "no job seen stopped"
+        pids = [p.pid for p in _jobs_of(proc.pid, "py_threads.py")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # the guardian kills and continues every job's group
+        assert _wait_for(lambda: _all_gone(pids), 30), [(p, _state(p)) for p in pids]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert not (tmp_path / "x.h5").exists()  # nothing was published: no job ended
+
+
+def test_colocate_killed_outright_under_coop_leaves_no_job_and_no_segment(tmp_path, shim_lib):
+    """The guardian kills every job's group, then sweeps the arbiter's segment, whose
+    participants are all dead (it stayed for the next coop run to sweep)."""
+    segment = f"/dev/shm/hybridsched-coop.test-{os.getpid()}"
+    env = dict(os.environ, HYBRIDSCHED_NO_LOAD_PROBE="1", HYBRIDSCHED_COOP_SEGMENT=segment)
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "colocate", "--cmd", LONG,
+                             "--jobs", "2", "--policy", "coop", "--reps", "1", "-o",
+                             str(tmp_path / "x.h5")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        jobs = _wait_for(lambda: len(_jobs_of(proc.pid, "py_threads.py")) == 2)
+        assert jobs, proc.stderr.read() if proc.poll() is not None else _tree(proc.pid)
+        assert os.path.exists(segment)
+        pids = [p.pid for p in _jobs_of(proc.pid, "py_threads.py")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert _wait_for(lambda: _all_gone(pids), 30), [(p, _state(p)) for p in pids]
+        assert _wait_for(lambda: not os.path.exists(segment)
+                         and not os.path.exists(segment + ".lock"), 60), "segment left"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        for path in (segment, segment + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+@pytest.mark.parametrize("policy", ["linux", "gang", "coop"])
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                       (signal.SIGHUP, 129), (signal.SIGUSR1, 138)])
+def test_ctrl_c_sigterm_and_sighup_end_every_jobs_group(sig, code, policy, tmp_path, request):
+    """SIGHUP: the terminal or ssh session of a run started without nohup gone; SIGUSR1: a
+    batch system's warning before the time limit. Before, colocate died of either at once
+    and left its study's lock behind."""
+    if policy == "coop":
+        request.getfixturevalue("shim_lib")
+    pipeline = f"sh -c {shlex.quote(LONG + ' | cat')}"  # a group of three processes
+    proc = _colocate(tmp_path, "--cmd", pipeline, "--jobs", "2", "--policy", policy)
+    try:
+        jobs = _wait_for(lambda: len(_jobs_of(proc.pid, "py_threads.py")) == 2
+                         and all(len(p.children()) == 2 for p in _jobs_of(proc.pid, "py_threads.py")))
+        assert jobs, proc.stderr.read() if proc.poll() is not None else _tree(proc.pid)
+        leaders = _jobs_of(proc.pid, "py_threads.py")
+        pids = [p.pid for p in leaders] + [c.pid for p in leaders for c in p.children()]
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1].startswith("hybridsched: ")
+    assert _all_gone(pids), [(p, _state(p)) for p in pids]
+    assert not list(tmp_path.glob("*.lock"))
+
+
+def test_a_job_killed_under_coop_leaves_the_others_finishing_and_its_tokens_free(shim_lib):
+    """SIGKILL one job's leader while both run on the arbiter: the other verifies, the
+    dead job's tokens go back (its threads' liveness is checked per thread), and the
+    arbiter's segment goes with the last participant."""
+    from hybridsched.coop.paths import segment_path
+
+    short = f"{PY} {EX / 'py_threads.py'} 400 64"
+    spec = cmd_spec([LONG, short], ["coop"], reps=1, quantum_s=0.005)  # job 0 ends by a signal
+
+    def working_job0():
+        try:  # a process found may end before it is read (the other job, say)
+            jobs = [p for p in _jobs_of(os.getpid(), "py_threads.py")
+                    if "200000" in " ".join(p.cmdline())]
+            # past its start-up: its threads work on the tokens
+            return jobs if jobs and sum(jobs[0].cpu_times()[:2]) > 0.3 else []
+        except psutil.Error:
+            return []
+    th, victim = _killer(working_job0)
+    recs = run_commands_once(spec, "coop", 0)
+    th.join()
+    assert victim, "job 0 was never seen working"
+    assert not recs[0].verified and recs[0].exit_status == -9 and "SIGKILL" in recs[0].error
+    assert recs[1].verified, (recs[1].error, recs[1].err_tail)
+    assert _state(victim[0]) == "gone"
+    assert not os.path.exists(segment_path())
+
+
+def test_a_process_a_job_moved_out_of_its_group_is_killed_too(tmp_path):
+    """`setsid` takes a job's child out of its group, which the cleanup kills: adopted by
+    colocate (the subreaper) once its parent ends, it is killed and reaped with the rest
+    (it ran on under init). The job ends once the child is in its own session."""
+    marker = f"{300 + os.getpid() % 1000}.25"
+    flag = tmp_path / "moved"
+    inner = shlex.quote(f"echo $$ > {flag}.tmp && mv {flag}.tmp {flag} && exec sleep {marker}")
+    job = f"setsid sh -c {inner} & while [ ! -e {flag} ]; do :; done"
+    spec = cmd_spec([f"sh -c {shlex.quote(job)}"], ["linux"], reps=1)
+    (rec,) = run_commands_once(spec, "linux", 0)
+    assert rec.verified, rec.error
+    left = [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]]
+    for p in left:
+        p.kill()
+    assert not left, "the setsid'd child outlived colocate"
