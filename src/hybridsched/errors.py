@@ -62,6 +62,12 @@ class NotOurFile(UsageError):
     """A file given to us is not a hybridsched HDF5 study (or is unreadable)."""
 
 
+class ArbiterInUse(UsageError):
+    """The node's coop arbiter is in use by others with other CPUs, tables or another
+    quantum than a run asks for: refused before a study starts; within one (it came since),
+    the turn that needed it is not run and the study goes on."""
+
+
 class ResourceError(HybridschedError):
     """An OS resource (memory, shared memory, processes) could not be obtained."""
 

@@ -328,3 +328,33 @@ def test_a_version_2_colocate_study_still_reads_and_reports(tmp_path, capsys):
     # the stored measurements, as the code of their day printed them
     assert "| linux | 2 | 0.009 ± 0.003 | 1.00x | 0.001 | 0.006 | 0.738 | 0.6 |" in out
     assert "| partition | 2 | 0.005 ± 0.002 | 1.90x |" in out
+
+
+def test_a_coop_turn_on_an_arbiter_running_another_quantum_is_not_run(seg):
+    """Another run's arbiter with another quantum, taken since the study's check: the turn
+    is not run and its jobs are recorded failed with the reason, the study going on (before,
+    they ran on the other quantum and the study recorded its own: the review)."""
+    from hybridsched.colocate.experiment import run_colocate
+
+    spec = ColocateSpec(jobs=2, workers=2, policies=["linux", "coop"], step_us=50, steps=20,
+                        reps=1, quantum_s=0.020)
+    spec.validate(N)
+    with Arbiter(path=seg, quantum_s=0.005):
+        recs = run_colocate(spec, lambda recs: None, arbiter_path=seg)
+    by = {(r.policy, r.job): r for r in recs}
+    assert by["linux", 0].verified and by["linux", 1].verified
+    for j in (0, 1):
+        assert not by["coop", j].verified and by["coop", j].time_s != by["coop", j].time_s
+        assert by["coop", j].error.startswith("not run: ") and "5 ms quantum" in by["coop", j].error
+
+
+def test_run_coop_on_an_arbiter_running_another_quantum_is_refused(tmp_path, capsys):
+    """`run --coop` runs the default quantum: on a segment in use with another it is
+    refused in one line before the study's file exists (it ran on 5 ms and recorded none)."""
+    out = tmp_path / "r.h5"
+    with Arbiter(quantum_s=0.005):  # another coop run's, on the node's arbiter (the test's)
+        assert main(["run", "--coop", "-s", "dynamic", "-k", "2", "-L", "4", "--height", "8",
+                     "--width", "8", "--reps", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "in use with a 5 ms quantum" in err, err
+    assert not out.exists()

@@ -16,7 +16,10 @@ import psutil
 import pytest
 
 from hybridsched.colocate.cmdrun import run_commands_once
+from hybridsched.colocate.output import read_colocate
+from hybridsched.oslayer.cpus import usable_cpus
 from unmodrun import EX, PY, cmd_spec
+from waiting import wait_until
 
 
 def _state(pid: int) -> str:
@@ -233,3 +236,59 @@ def test_a_process_a_job_moved_out_of_its_group_is_killed_too(tmp_path):
     for p in left:
         p.kill()
     assert not left, "the setsid'd child outlived colocate"
+
+
+# another study's arbiter, held until its stdin closes: a quantum of 5 ms, or one CPU
+_HOLDER = """
+import sys
+from hybridsched.coop.arbiter import Arbiter
+from hybridsched.oslayer.cpus import usable_cpus
+cpus = usable_cpus()[:1] if sys.argv[1] == "cpus" else None
+with Arbiter(cpus, 0.020 if sys.argv[1] == "cpus" else 0.005):
+    print("ready", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("other", ["quantum", "cpus"])
+def test_an_arbiter_taken_since_the_study_began_fails_coops_turn_alone(other, shim_lib, tmp_path):
+    """The node's arbiter taken by another run with another quantum (or other CPUs) after
+    the study's start-up check: coop's turn is not run, its jobs recorded failed with the
+    reason, and the study goes on, exit 1. Before, the turn joined the other quantum's
+    segment without a word and recorded its own; other CPUs ended the study with exit 2
+    ("bad input"), rows written (the review)."""
+    if other == "cpus" and len(usable_cpus()) < 2:
+        pytest.skip("needs two CPUs: an arbiter for one is another's")
+    flag = tmp_path / "go"
+    p = _colocate(tmp_path, "--cmd", f"sh -c 'while [ ! -e {flag} ]; do sleep 0.01; done'",
+                  "--policy", "linux,coop", "--quantum-ms", "20")
+    holder = None
+    try:
+        wait_until(lambda: any(str(flag) in " ".join(q.cmdline()) and q.name() == "sh"
+                               for q in _descendants(p.pid)), "the linux turn's job")
+        holder = subprocess.Popen([sys.executable, "-c", _HOLDER, other], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "ready\n"
+        flag.touch()
+        out, err = p.communicate(timeout=300)
+    finally:
+        p.kill()
+        p.wait()
+        if holder is not None:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+    assert p.returncode == 1, err
+    rows = read_colocate(str(tmp_path / "x.h5"))
+    by = {str(r["policy"]): r for r in rows}
+    assert by["linux"]["verified"] and not by["coop"]["verified"]
+    why = str(by["coop"]["error"])
+    assert why.startswith("not run: ") and ("5 ms quantum" if other == "quantum" else "1 CPU") \
+        in why, why
+    assert "coop rep 0 job 0: " in err and "FAILED not run" in err, err
+    assert "| coop | 0 (+1 failed) |" in out and "| linux | 1 |" in out, out
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).children(recursive=True)
+    return []

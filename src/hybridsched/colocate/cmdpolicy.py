@@ -193,6 +193,7 @@ class _CoopSession(Session):
         try:
             arbiter = self.arbiter = self.stack.enter_context(
                 Arbiter(setup.cpus, setup.quantum_s, setup.arbiter_path))
+            arbiter.require_quantum()
             self.shims = [self.stack.enter_context(ShimJob(arbiter, cpus=setup.cpus))
                           for _ in range(setup.jobs)]
         except BaseException:  # no __exit__ for a failed __enter__: the segment went with it

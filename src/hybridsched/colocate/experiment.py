@@ -25,6 +25,7 @@ import numpy as np
 
 from ..coop.arbiter import Arbiter
 from ..coop.shimjob import preflight
+from ..errors import ArbiterInUse
 from ..oslayer import futex
 from ..oslayer.cpus import usable_cpus
 from ..oslayer.events import readable
@@ -65,6 +66,7 @@ def run_once(spec: ColocateSpec, policy: Policy, rep: int, cpus: list[int] | Non
                 if policy.coop else None
             if arbiter is not None:  # after the jobs' teams: their workers die with them
                 stack.callback(arbiter.settle)
+                arbiter.require_quantum()
             if arbiter is not None:
                 for _ in range(J):
                     job_ids.append(arbiter.join_job())
@@ -202,7 +204,10 @@ def run_colocate(spec: ColocateSpec, on_records: Callable[[list[JobRecord]], Non
     out = []
     for rep in range(spec.reps):
         for name in spec.policies:
-            recs = once(name, rep)
+            try:
+                recs = once(name, rep)
+            except ArbiterInUse as exc:  # taken since the study began (check_ready passed)
+                recs = spec.not_run(name, rep, str(exc))
             on_records(recs)  # a repetition's jobs are stored together
             out.extend(recs)
     return out

@@ -199,6 +199,21 @@ class ColocateSpec:
             d["inherited_environment"] = {k: os.environ.get(k) for k in names}
         return d
 
+    def not_run(self, policy: str, rep: int, why: str) -> list["JobRecord"]:
+        """The records of a turn of ``policy`` that could not start (``why``): every job
+        failed, with no time."""
+        nan, J = math.nan, self.jobs
+        if self.commands:
+            return [JobRecord("cmd", policy, "", J, j, 0, rep, 0.0, 0, nan, nan, nan, nan, nan,
+                              nan, False, f"not run: {why}", command=self.commands[j],
+                              experiment=self.experiment_id(), counters="{}")
+                    for j in range(J)]
+        return [JobRecord(self.workload, policy, self.barrier, J, j, self.workers, rep,
+                          self.step_us, self.steps, nan, nan, nan, nan, nan, nan, False,
+                          f"not run: {why}", self.matrix if self.workload == "blas" else 0,
+                          self.scheduler if self.workload == "run" else "")
+                for j in range(J)]
+
 
 @dataclass
 class JobRecord:

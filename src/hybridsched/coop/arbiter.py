@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from ..errors import ResourceError, UsageError
+from ..errors import ArbiterInUse, ResourceError, UsageError
 from ..oslayer import futex
 from ..oslayer.shmlock import DIED_AT, init_mutex
 from ..oslayer.procfs import pid_alive
@@ -204,6 +204,21 @@ class Arbiter:
             self.ops.unlock(st.lock, held)
             self.post(woken)
 
+    def quantum_in_use_ns(self) -> int:
+        """The quantum the segment's jobs run with: its creator's, which an attachment that
+        asked for another does not change."""
+        with self.locked() as st:
+            return int(st.header["quantum_ns"][0])
+
+    def require_quantum(self) -> None:
+        """ArbiterInUse where the segment in use runs another quantum than this attachment
+        asked for: a run that goes on would record a quantum it did not run with."""
+        used = self.quantum_in_use_ns()
+        if used != self.quantum_ns:
+            raise ArbiterInUse(f"{self.path}: the coop arbiter is in use with a {used / 1e6:g} ms "
+                               f"quantum, which its jobs keep, not this run's "
+                               f"{self.quantum_ns / 1e6:g} ms")
+
     # --- attach / detach --------------------------------------------------------------
 
     def __enter__(self) -> "Arbiter":
@@ -276,7 +291,7 @@ class Arbiter:
             # can attach meanwhile: we hold the flock
             self._initialise()
         elif list(self.tables.cpus["cpu"]) != self.cpus:
-            raise UsageError(f"{self.path}: the running coop jobs use CPUs "
+            raise ArbiterInUse(f"{self.path}: the running coop jobs use CPUs "
                              f"{[int(c) for c in self.tables.cpus['cpu']]}, not {self.cpus}; "
                              f"{OWN_ARBITER}")
         self._take_seat()

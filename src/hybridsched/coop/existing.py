@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import ArbiterInUse, UsageError
 from .layout import HEADER_DTYPE, MAGIC, VERSION, views
 from .ops import Ops, now_ns
 from .paths import OWN_ARBITER
@@ -72,10 +72,10 @@ def refuse_unless_unused(path: str, fd: int, have: int, tables: tuple[int, int, 
     if busy:
         theirs = (int(h["ncpu"]), int(h["max_jobs"]), int(h["max_workers"]))
         if theirs[0] != tables[0]:
-            raise UsageError(f"{path}: a coop segment for {_cpus(theirs[0])} is in use by "
+            raise ArbiterInUse(f"{path}: a coop segment for {_cpus(theirs[0])} is in use by "
                              f"{_processes(users)}; this run wants {_cpus(tables[0])}: "
                              f"{OWN_ARBITER}")
-        raise UsageError(f"{path}: a coop segment with tables of {theirs[1]} jobs and "
+        raise ArbiterInUse(f"{path}: a coop segment with tables of {theirs[1]} jobs and "
                          f"{theirs[2]} workers (another hybridsched build's) is in use by "
                          f"{_processes(users)}; this one's are {tables[1]} and {tables[2]}")
 

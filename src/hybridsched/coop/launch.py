@@ -36,7 +36,7 @@ from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
 from .ops import ShimOps
 from .refusal import shim_refusal
-from .shimjob import JOB_ENV, WAIT_POLICY_ENV, ShimCounters, ShimJob, quantum_in_use_ns
+from .shimjob import JOB_ENV, WAIT_POLICY_ENV, ShimCounters, ShimJob
 from .sweep import sweep
 
 EXEC_ALTERNATIVE = "run it without `coop exec`"
@@ -111,7 +111,7 @@ def _say_quantum(arbiter: Arbiter, quantum_s: float) -> None:
     """One line on stderr where the segment in use runs another quantum than the one asked
     for (it was kept without a word: the review; `colocate` refuses this instead, since
     its study would record a quantum it did not run with)."""
-    used = quantum_in_use_ns(arbiter)
+    used = arbiter.quantum_in_use_ns()
     if used != int(quantum_s * 1e9):
         print(f"hybridsched coop: --quantum-ms {quantum_s * 1e3:g} not applied: the arbiter "
               f"{arbiter.path} is in use with a {used / 1e6:g} ms quantum, which its jobs keep",

@@ -21,7 +21,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from ..errors import ResourceError, UsageError
+from ..errors import ArbiterInUse, ResourceError, UsageError
 from ..oslayer import futex
 from ..oslayer.procfs import thread_state
 from ..oslayer.signals import leave_signals_to_main_thread, signals_held, tgkill
@@ -312,12 +312,6 @@ class _Watchdog(threading.Thread):
 os.register_at_fork(after_in_child=_Watchdog._forget_after_fork)
 
 
-def quantum_in_use_ns(arbiter: Arbiter) -> int:
-    """The quantum the jobs of ``arbiter``'s segment run with (its creator's)."""
-    with arbiter.locked() as st:
-        return int(st.header["quantum_ns"][0])
-
-
 def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
               shim: bool = True) -> None:
     """Refuse now what a run on the arbiter at ``path`` (default the node's) with
@@ -329,8 +323,8 @@ def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
     if shim:
         shim_library()  # first: a shim that cannot be had makes no segment
     with Arbiter(cpus, quantum_s, path) as arbiter:
-        used = quantum_in_use_ns(arbiter)
+        used = arbiter.quantum_in_use_ns()
     if used != arbiter.quantum_ns:
-        raise UsageError(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
+        raise ArbiterInUse(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
                          f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "
                          f"use --quantum-ms {used / 1e6:g}, or wait for them to end")

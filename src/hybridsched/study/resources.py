@@ -60,6 +60,7 @@ class Resources:
                 from ..coop.arbiter import Arbiter
 
                 self.arbiter = stack.enter_context(Arbiter())
+                self.arbiter.require_quantum()  # the study records the default's
             self._stack = stack.pop_all()
         return self
 
