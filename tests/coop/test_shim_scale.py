@@ -2,6 +2,7 @@
 stay near what the command costs alone, whatever the count."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -57,3 +58,31 @@ def test_a_child_reaped_by_its_parent_leaves_its_slot_and_token_at_once(seg, shi
         finally:
             p.kill()
             p.wait()
+
+
+def test_threads_that_find_every_slot_taken_run_unmanaged_counted_and_said_once(seg, shim_lib,
+                                                                                tmp_path):
+    """Every worker slot of the arbiter taken (a node's jobs with 4096 threads): a job's
+    threads run unmanaged, which its counters show (`unmanaged`) and its process says in
+    one line; before, the job ran outside the arbiter without a word, `threads 0` (the
+    review)."""
+    from hybridsched.coop.ops import now_ns
+
+    exe = build("mutex_loop", tmp_path)
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        with a.locked() as st:  # the node's other jobs: this process stands for them
+            other = st.join_job(os.getpid(), 12345)
+            taken = [st.join_worker(other, os.getpid()) for _ in
+                     range(int((st.workers["used"] == 0).sum()))]
+        try:
+            p = subprocess.run([exe, "2000"], env=environ(job), capture_output=True,
+                               text=True, timeout=120)
+            counts = job.counters()
+        finally:
+            with a.locked() as st:
+                for w in taken:
+                    st.leave_worker(w, now_ns())
+                st.leave_job(other)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("thread slots are all taken") == 1, p.stderr
+    assert counts.threads == 0 and counts.unmanaged == 3, counts  # main and its two

@@ -1,3 +1,4 @@
+/* dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend") */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>

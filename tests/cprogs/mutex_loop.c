@@ -1,5 +1,4 @@
-/* dlopen argv[1] with RTLD_LOCAL and call its run(argv[2] == "contend")
-   Two threads, ROUNDS rounds each: some work, then as much again under one mutex
+/* Two threads, ROUNDS rounds each: some work, then as much again under one mutex
    (argv[1]); prints "ok" when the shared total is right. */
 #include <pthread.h>
 #include <stdio.h>

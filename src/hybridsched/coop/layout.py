@@ -37,8 +37,10 @@ MAGIC = b"HSCOOP01"
 # stands still while its own job's threads wait is spinning for them (shim/early.c);
 # 6: no new field, new rules: a token given up goes first to a thread whose process holds
 # another (PREF_SPAN); shims and workers of 5 would hand tokens on by the old rules in the
-# same segment (the hostile review), so they are refused instead
-VERSION = 6
+# same segment (the hostile review), so they are refused instead;
+# 7: each job's ``unmanaged`` count, threads of the job that found every worker slot taken
+# and ran outside the arbiter (in a padding slot: the same size)
+VERSION = 7
 
 # A token given up goes to its job's longest waiter, unless a shim thread of a process that
 # holds another token queued at most PREF_SPAN tickets (the header's ``seq``, node-wide)
@@ -66,9 +68,10 @@ CPU_DTYPE = np.dtype([("cpu", "i4"), ("holder", "i4"), ("job", "i4"), ("_pad", "
                       ("since_ns", "i8")])
 # the counters are the shim's (a job of Python workers leaves them at 0); each job's row on
 # two cache lines of its own, so one job's counting does not slow another's
-JOB_COUNTERS = ("threads", "calls", "grants", "handoffs", "traps", "nudges", "revoked")
+JOB_COUNTERS = ("threads", "calls", "grants", "handoffs", "traps", "nudges", "revoked",
+                "unmanaged")
 JOB_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("key", "i8")]
-                     + [(c, "i8") for c in JOB_COUNTERS] + [("_pad", "i8", (7,))])
+                     + [(c, "i8") for c in JOB_COUNTERS] + [("_pad", "i8", (6,))])
 WORKER_DTYPE = np.dtype([("used", "i4"), ("pid", "i4"), ("job", "i4"), ("state", "i4"),
                          ("cpu", "i4"), ("last_cpu", "i4"), ("seq", "i8"), ("held_ns", "i8"),
                          ("acquired_ns", "i8"), ("tid", "i4"), ("pinned", "i4"),

@@ -63,7 +63,8 @@ class ShimCounters:
     """A job's counts from the shim: threads registered, blocking calls intercepted,
     tokens got after waiting (grants), tokens handed to a waiter (hand-offs), system calls
     trapped (Syscall User Dispatch), rotation signals handled, tokens revoked from holders
-    asleep in calls the shim does not see; and rotation signals the watchdog sent."""
+    asleep in calls the shim does not see, threads that ran unmanaged (every slot of the
+    arbiter taken when they started); and rotation signals the watchdog sent."""
 
     threads: int = 0
     calls: int = 0
@@ -72,6 +73,7 @@ class ShimCounters:
     traps: int = 0
     nudges: int = 0
     revoked: int = 0
+    unmanaged: int = 0
     signals: int = 0
 
     def as_dict(self) -> dict[str, int]:

@@ -352,7 +352,8 @@ static inline void hs_exit(void)
 }
 
 /* counters of the job row (hs_count) */
-enum { HS_C_THREADS, HS_C_CALLS, HS_C_GRANTS, HS_C_HANDOFFS, HS_C_TRAPS, HS_C_NUDGES };
+enum { HS_C_THREADS, HS_C_CALLS, HS_C_GRANTS, HS_C_HANDOFFS, HS_C_TRAPS, HS_C_NUDGES,
+       HS_C_UNMANAGED };
 
 /* sud.c: Syscall User Dispatch */
 #define HS_SUD_ALLOW 0

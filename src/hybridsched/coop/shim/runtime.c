@@ -64,7 +64,8 @@ void hs_count(int which)
     struct hs_job *j = &hs_v.jobs[hs_job];
     int64_t *c = which == HS_C_THREADS ? &j->threads : which == HS_C_CALLS ? &j->calls
                : which == HS_C_GRANTS ? &j->grants : which == HS_C_HANDOFFS ? &j->handoffs
-               : which == HS_C_TRAPS ? &j->traps : &j->nudges;
+               : which == HS_C_TRAPS ? &j->traps : which == HS_C_NUDGES ? &j->nudges
+               : &j->unmanaged;
     __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
 }
 
