@@ -292,3 +292,34 @@ def _descendants(pid: int) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
         return psutil.Process(pid).children(recursive=True)
     return []
+
+
+@contextlib.contextmanager
+def _small_tmpfs(where, size: str):
+    """A tmpfs of ``size`` mounted on ``where`` (the test skipped where mounting is not
+    allowed), unmounted on the way out."""
+    where.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if p.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()[:200]}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def test_a_job_failing_on_a_full_output_disk_is_said_to_have_met_it(tmp_path):
+    """Each job's output is kept whole in TMPDIR: once that is full, the job's writes fail
+    and it does, its own words about it lost with them. Its record now names the full disk
+    and TMPDIR; before, 'exited with status 1' and an empty stderr (the review)."""
+    with _small_tmpfs(tmp_path / "small", "400k") as small:
+        env = dict(os.environ, TMPDIR=str(small), HYBRIDSCHED_NO_LOAD_PROBE="1")
+        p = subprocess.run([sys.executable, "-m", "hybridsched", "colocate", "--cmd",
+                            "sh -c 'head -c 1000000 /dev/zero'", "--policy", "linux", "--reps",
+                            "1", "-o", str(tmp_path / "x.h5")], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert p.returncode == 1, p.stderr
+    rows = read_colocate(str(tmp_path / "x.h5"))
+    assert not rows["verified"][0]
+    assert f"keeps the jobs' output ({small}) is full; set TMPDIR" in str(rows["error"][0])

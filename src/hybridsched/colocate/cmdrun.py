@@ -110,6 +110,9 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
         out, err = jobs.output(j)
         why.append(_timed_out(spec, j in jobs.killed) if j in jobs.timed_out
                    else _verdict(spec, j, exits[j], jobs.stdout_lines(j)))
+        full = jobs.capture_full(j) if why[j] else ""
+        if full:
+            why[j] = f"{why[j]} ({full})"
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     # the repetition's makespan only where every job verified: one that ended on a failure

@@ -68,6 +68,11 @@ TIMEOUT_GRACE_S = 2.0
 # against holding a whole unbroken output in memory
 _CHUNK = 1 << 16
 LINE_MAX = 4 << 20
+# Below this much room on the output's file system, a failed job is said to have met a full
+# disk: a write refused for want of room leaves less than a block or two free; a larger
+# bound would blame a nearly full disk for failures of the job's own, and a wrong guess
+# only adds a remark to a job that failed anyway
+_ROOM_LEFT = 64 << 10
 # Rounds of killing what jobs left outside their groups (each round's victims may leave
 # their own children to us): more catches deeper trees of setsid'd daemons, a fork bomb is
 # never caught whatever the number
@@ -383,6 +388,20 @@ class CommandJobs:
             texts.append(os.pread(fh.fileno(), limit, max(0, size - limit))
                          .decode("utf-8", "replace"))
         return texts[0], texts[1]
+
+    def capture_full(self, j: int) -> str:
+        """Where the file system that keeps job j's output has (next to) no room left: why
+        the job may have failed (its writes refused, its own words about it lost with
+        them), in words; "" otherwise."""
+        try:
+            st = os.fstatvfs(self._files[j][0].fileno())
+        except OSError:
+            return ""
+        free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+        if free >= _ROOM_LEFT:
+            return ""
+        return (f"the file system that keeps the jobs' output ({tempfile.gettempdir()}) is "
+                "full; set TMPDIR to one with room")
 
     def _cleanup(self) -> None:
         """Kill, continue and reap every job not reaped yet (any exit path)."""
