@@ -60,6 +60,22 @@ def test_cli_stores_the_commands_and_reports_them(tmp_path, capsys):
     assert list((tmp_path / "c_report").glob("colocate_cmd_J2_*.png"))
 
 
+def test_a_command_in_a_script_the_font_lacks_is_plotted_without_a_warning_a_glyph(tmp_path,
+                                                                                  capsys):
+    """A CJK command in the plot's title: matplotlib's font draws boxes for it, and warned
+    once per missing glyph on stderr, four lines for one command (the hostile review)."""
+    import warnings
+
+    out = str(tmp_path / "c.h5")
+    assert main(["colocate", "--cmd", "echo 漢字テスト", "--policy", "linux", "--reps", "2",
+                 "-o", out]) == 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["report", out]) == 0
+    assert not [w for w in seen if "missing from font" in str(w.message)], seen
+    assert list((tmp_path / "c_report").glob("colocate_cmd_*.png"))
+
+
 def test_a_policy_with_no_verified_repetition_gets_no_bar_and_none_at_all_no_plot(tmp_path,
                                                                                   capsys):
     """Every repetition failed: the report drew an empty plot on a -0.04..0.04 axis (the

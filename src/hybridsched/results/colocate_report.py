@@ -12,7 +12,7 @@ import numpy as np
 from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title, complete_reps
 from .data import fmt
 from ..store import StudyFile
-from .plots import save_png
+from .plots import canvas, save_png
 
 
 def jain(values) -> float:
@@ -129,8 +129,6 @@ def markdown(rows: np.ndarray, n: int) -> tuple[str, list[dict]]:
 
 def plot(recs: list[dict], out_dir: str) -> list[str]:
     """One bar chart of makespan per policy for each experiment."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     files = []
     for exp in sorted({_key(r) for r in recs}):
@@ -140,8 +138,7 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
         mine = [r for r in recs if _key(r) == exp and r["reps"] > 0]
         if not mine:
             continue
-        fig = Figure(figsize=(5.5, 3.8))
-        FigureCanvasAgg(fig)
+        fig = canvas((5.5, 3.8))
         ax = fig.add_subplot(1, 1, 1)
         names = [r["policy"] for r in mine]
         ax.bar(names, [r["makespan_s"] for r in mine], yerr=[r["makespan_sd"] for r in mine],

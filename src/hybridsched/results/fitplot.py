@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from ..errors import UsageError
+from .plots import canvas
 
 _MARKERS = "os^Dv<>ph*"  # one per P, cycled
 
@@ -34,8 +35,6 @@ def plot(res: dict, path: str, study: str = "") -> None:
 def figure(res: dict):
     """Data, fitted curve, ideal line, N*, the cores (oversubscribed points ringed) and,
     where several P share an N, a marker per P and a "P×k" label per point."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     from .fit import predict
     from .fitcheck import oversubscribed
@@ -46,8 +45,7 @@ def figure(res: dict):
     if res.get("peak_N") and res["peak_N"] < 4 * n.max():
         top = max(top, res["peak_N"] * 1.3)
     xs = np.linspace(1.0, top, 400)
-    fig = Figure(figsize=(7.6, 4.4))
-    FigureCanvasAgg(fig)
+    fig = canvas((7.6, 4.4))
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(xs, res["lambda"] * xs, ":", color="grey", label="ideal (linear)")
     ax.plot(xs, predict(res, xs), "-", label=f"{res['model']} fit")

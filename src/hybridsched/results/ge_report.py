@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ..store import StudyFile
-from .plots import save_png
+from .plots import canvas, save_png
 
 STAGES = ("create", "forward", "back", "total")
 COUNTS = ("blocks", "wakeups", "switches", "scans")
@@ -116,14 +116,11 @@ def ge_markdown(ge: np.ndarray) -> str:
 
 
 def _plots(recs: list[dict], out_dir: str) -> list[str]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     files = []
     for algo, n in sorted({(r["algo"], r["n"]) for r in recs}):
         sel = [r for r in recs if r["algo"] == algo and r["n"] == n]
-        fig = Figure(figsize=(10, 7))
-        FigureCanvasAgg(fig)
+        fig = canvas((10, 7))
         for k, s in enumerate(STAGES):
             ax = fig.add_subplot(2, 2, k + 1)
             for a in sorted({r["arch"] for r in sel}):

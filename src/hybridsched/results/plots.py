@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 
 from ..core.capabilities import BASELINE
 from .data import Row, families, variant_label, variants
@@ -15,12 +16,22 @@ from .data import Row, families, variant_label, variants
 _DPI = 110  # readable in a Markdown viewer without multi-megabyte files
 
 
-def figure():
+def canvas(figsize: tuple[float, float]):
+    """A matplotlib Figure of ``figsize`` inches on its own Agg canvas: every plot's."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8.4, 4.4))  # wider: the legend sits beside the axes
+    # a title from a user's command in a script the font lacks (CJK) draws boxes for those
+    # characters and warned once per glyph on stderr, four lines for one command (the
+    # hostile review); the table beside the plot holds the command in full
+    warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+    fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
+    return fig
+
+
+def figure():
+    fig = canvas((8.4, 4.4))  # wider: the legend sits beside the axes
     return fig, fig.add_subplot(1, 1, 1)
 
 

@@ -130,15 +130,13 @@ def figure(rt: RunTrace):
     alternate so neighbours stay apart), the worker's lifetime as a pale band (gid "alive":
     a late start or an idle gap shows), the run's start and the last worker's end as
     vertical lines, and any series (AIMD's window) as a step line on a second axis."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from .plots import canvas
 
     lanes = rt.lanes
     row_of = {w: i for i, w in enumerate(lanes)}
     series = step_series(rt.detail)
     height = min(MAX_HEIGHT_IN, 1.6 + LANE_IN * max(1, len(lanes)) + (1.2 if series else 0))
-    fig = Figure(figsize=(8.0, height))
-    FigureCanvasAgg(fig)
+    fig = canvas((8.0, height))
     if series:
         ax, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [4, 1]})
     else:
