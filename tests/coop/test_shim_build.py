@@ -192,3 +192,19 @@ def test_cc_with_an_unbalanced_quote_is_said_so(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", 'gcc "')
     assert shimbuild.compiler() is None
     assert "an unbalanced quote" in shimbuild.no_compiler()
+
+
+def test_a_failed_build_leaves_no_folder_it_made(tmp_path, shim_lib, monkeypatch):
+    """A build refused (here by a compiler that always fails) left the cache folders it had
+    made behind, empty (the review): bad input leaves nothing. A folder that was there
+    stays."""
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new" / "cache"))
+    monkeypatch.setenv("CC", "false")
+    with pytest.raises(ShimUnavailable, match="did not build"):
+        shimbuild.shim_library()
+    assert not (tmp_path / "new").exists()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(ShimUnavailable, match="did not build"):
+        shimbuild.shim_library()
+    assert tmp_path.is_dir() and not (tmp_path / "hybridsched").exists()

@@ -113,6 +113,29 @@ def _private_dir(path: str) -> None:
                               "refusing it (set XDG_CACHE_HOME)", NO_SHIM)
 
 
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (None: it exists)."""
+    missing = None
+    while not os.path.isdir(path):
+        missing, parent = path, os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _remove_made(path: str, made: str | None) -> None:
+    """The folders from ``path`` up to ``made`` removed, while they are empty."""
+    while made is not None:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
+        if path == made:
+            return
+        path = os.path.dirname(path)
+
+
 @functools.lru_cache(maxsize=8)
 def _version(cc: tuple[str, ...]) -> str:
     """The compiler's first line of `--version` and its options, asked once per process and
@@ -235,12 +258,17 @@ def shim_library(cache: str | None = None) -> str:
             raise ShimUnavailable(f"{no_compiler()}; install one or set {SHIM_ENV}", NO_SHIM)
         _private_dir(folder)
         return built
+    made = _first_missing(folder)
     _private_dir(folder)
     path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
     try:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
-        _compile(cc, files, path)
+        try:
+            _compile(cc, files, path)
+        except ShimUnavailable:  # refused: the folders made for it go again (if still empty)
+            _remove_made(folder, made)
+            raise
         return path
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         raise ShimUnavailable(f"{path} is not this user's file: refusing to load it", NO_SHIM)
