@@ -28,7 +28,7 @@ def test_a_quantum_the_segment_in_use_does_not_have_is_said(seg, shim_lib):
         assert first.stdout.readline() == "ready\n"
         other = coop_exec(seg, "--quantum-ms", "50", "--", "true")
         assert other.returncode == 0
-        assert other.stderr == (f"hybridsched coop: --quantum-ms 50 not applied: the arbiter "
+        assert other.stderr == (f"hybridsched coop: --quantum-ms 50 not applied: the coop arbiter "
                                 f"{os.path.abspath(seg)} is in use with a 5 ms quantum, which "
                                 "its jobs keep\n")
         for argv in (["--quantum-ms", "5"], []):

@@ -210,14 +210,21 @@ class Arbiter:
         with self.locked() as st:
             return int(st.header["quantum_ns"][0])
 
+    def other_quantum(self) -> str:
+        """Where the segment runs another quantum than this attachment asked for, that, in
+        words; "" where it runs the one asked for."""
+        used = self.quantum_in_use_ns()
+        if used == self.quantum_ns:
+            return ""
+        return (f"the coop arbiter {self.path} is in use with a {used / 1e6:g} ms quantum, "
+                "which its jobs keep")
+
     def require_quantum(self) -> None:
         """ArbiterInUse where the segment in use runs another quantum than this attachment
         asked for: a run that goes on would record a quantum it did not run with."""
-        used = self.quantum_in_use_ns()
-        if used != self.quantum_ns:
-            raise ArbiterInUse(f"{self.path}: the coop arbiter is in use with a {used / 1e6:g} ms "
-                               f"quantum, which its jobs keep, not this run's "
-                               f"{self.quantum_ns / 1e6:g} ms")
+        why = self.other_quantum()
+        if why:
+            raise ArbiterInUse(f"{why}, not this run's {self.quantum_ns / 1e6:g} ms")
 
     # --- attach / detach --------------------------------------------------------------
 

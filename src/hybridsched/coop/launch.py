@@ -111,10 +111,9 @@ def _say_quantum(arbiter: Arbiter, quantum_s: float) -> None:
     """One line on stderr where the segment in use runs another quantum than the one asked
     for (it was kept without a word: the review; `colocate` refuses this instead, since
     its study would record a quantum it did not run with)."""
-    used = arbiter.quantum_in_use_ns()
-    if used != int(quantum_s * 1e9):
-        print(f"hybridsched coop: --quantum-ms {quantum_s * 1e3:g} not applied: the arbiter "
-              f"{arbiter.path} is in use with a {used / 1e6:g} ms quantum, which its jobs keep",
+    why = arbiter.other_quantum()
+    if why:
+        print(f"hybridsched coop: --quantum-ms {quantum_s * 1e3:g} not applied: {why}",
               file=sys.stderr)
 
 

@@ -325,8 +325,7 @@ def preflight(cpus: list[int], quantum_s: float, path: str | None = None, *,
     if shim:
         shim_library()  # first: a shim that cannot be had makes no segment
     with Arbiter(cpus, quantum_s, path) as arbiter:
-        used = arbiter.quantum_in_use_ns()
-    if used != arbiter.quantum_ns:
-        raise ArbiterInUse(f"--quantum-ms {quantum_s * 1e3:g}: the coop arbiter {arbiter.path} "
-                         f"is in use with a {used / 1e6:g} ms quantum, which its jobs keep; "
-                         f"use --quantum-ms {used / 1e6:g}, or wait for them to end")
+        why, used = arbiter.other_quantum(), arbiter.quantum_in_use_ns()
+    if why:
+        raise ArbiterInUse(f"--quantum-ms {quantum_s * 1e3:g}: {why}; use --quantum-ms "
+                           f"{used / 1e6:g}, or wait for them to end")
