@@ -12,7 +12,7 @@ import numpy as np
 from .colocate_cmd import CMD, cmd_fields, cmd_table, cmd_title, complete_reps
 from .data import fmt
 from ..store import StudyFile
-from .plots import canvas, save_png
+from .plots import canvas, lay_out, save_png
 
 
 def jain(values) -> float:
@@ -148,7 +148,7 @@ def plot(recs: list[dict], out_dir: str) -> list[str]:
             ax.legend()
         ax.set_ylabel("makespan (s), mean ± sd")
         ax.set_title(_plot_title(exp, mine), fontsize=9, wrap=True)
-        fig.tight_layout()
+        lay_out(fig)
         if wl == CMD:
             name = f"colocate_cmd_J{J}_{ident}.png"
         else:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ..errors import UsageError
-from .plots import canvas
+from .plots import canvas, lay_out, quiet_glyphs
 
 _MARKERS = "os^Dv<>ph*"  # one per P, cycled
 
@@ -25,7 +25,8 @@ def plot(res: dict, path: str, study: str = "") -> None:
         # symlink is not followed)
         with single_output(path, "--plot", True, (study,) if study else ()), \
                 replacing(path) as fh:
-            fig.savefig(fh, dpi=110, format=fmt)
+            with quiet_glyphs():
+                fig.savefig(fh, dpi=110, format=fmt)
     except ValueError as exc:
         raise UsageError(f"--plot {path}: {exc}") from None
     except OSError as exc:
@@ -81,5 +82,5 @@ def figure(res: dict):
     ax.set_title(f"{res['model']}: α={res['alpha']:.3g}{extra}, R²={res['r2']:.4f}{warn}", fontsize=9)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
+    lay_out(fig)
     return fig

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ..store import StudyFile
-from .plots import canvas, save_png
+from .plots import canvas, lay_out, save_png
 
 STAGES = ("create", "forward", "back", "total")
 COUNTS = ("blocks", "wakeups", "switches", "scans")
@@ -139,7 +139,7 @@ def _plots(recs: list[dict], out_dir: str) -> list[str]:
             ax.set_ylabel("ms")
             if ax.get_legend_handles_labels()[1]:  # no verified run: nothing to name
                 ax.legend(fontsize=8)
-        fig.tight_layout()
+        lay_out(fig)
         files.append(save_png(fig, os.path.join(out_dir, f"ge_{algo}_n{n}.png"), dpi=100))
     return files
 

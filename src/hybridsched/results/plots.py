@@ -5,10 +5,12 @@ switched and nothing needs a display.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import warnings
+from typing import Iterator
 
 from ..core.capabilities import BASELINE
 from .data import Row, families, variant_label, variants
@@ -21,13 +23,29 @@ def canvas(figsize: tuple[float, float]):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    # a title from a user's command in a script the font lacks (CJK) draws boxes for those
-    # characters and warned once per glyph on stderr, four lines for one command (the
-    # hostile review); the table beside the plot holds the command in full
-    warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     return fig
+
+
+@contextlib.contextmanager
+def quiet_glyphs() -> Iterator[None]:
+    """Meanwhile, no warning for a glyph the font lacks. A title from a user's command in a
+    script the font lacks (CJK) is drawn with boxes for those characters, and matplotlib
+    warned once per glyph on stderr, four lines for one command (the hostile review); the
+    table beside the plot holds the command in full. Only while we draw: a caller's own
+    figures keep their warnings."""
+    with warnings.catch_warnings():
+        # matplotlib >= 3.8 says "missing from font(s) X", 3.7 "missing from current font"
+        warnings.filterwarnings("ignore", r"Glyph \d+ .*missing from (current )?font",
+                                UserWarning)
+        yield
+
+
+def lay_out(fig) -> None:
+    """``fig.tight_layout()``, quietly (:func:`quiet_glyphs`)."""
+    with quiet_glyphs():
+        fig.tight_layout()
 
 
 def figure():
@@ -56,7 +74,7 @@ def _finish(fig, ax, ks: list[int], sigmas: list[float], n: int, title: str, pat
     ax.grid(True, alpha=0.3)
     # off the data: to the right of the axes, however many curves there are
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
+    lay_out(fig)
     return save_png(fig, path)
 
 
@@ -65,7 +83,8 @@ def save_png(fig, path: str, dpi: int = _DPI) -> str:
     from ..store import replacing
 
     with replacing(path) as fh:
-        fig.savefig(fh, dpi=dpi, format="png")
+        with quiet_glyphs():
+            fig.savefig(fh, dpi=dpi, format="png")
     return path
 
 

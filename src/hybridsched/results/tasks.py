@@ -67,7 +67,7 @@ def cost_table(costs: np.ndarray) -> dict:
 
 
 def _histogram(costs: np.ndarray, title: str, path: str) -> str:
-    from .plots import figure
+    from .plots import figure, lay_out, quiet_glyphs
 
     fig, ax = figure()
     us = np.maximum(costs * 1e6, 1e-3)
@@ -83,8 +83,9 @@ def _histogram(costs: np.ndarray, title: str, path: str) -> str:
     ax.set_xlabel("task cost (µs, from the chunk trace)")
     ax.set_ylabel("tasks")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    lay_out(fig)
+    with quiet_glyphs():
+        fig.savefig(path, dpi=110)
     return path
 
 

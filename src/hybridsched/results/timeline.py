@@ -130,7 +130,7 @@ def figure(rt: RunTrace):
     alternate so neighbours stay apart), the worker's lifetime as a pale band (gid "alive":
     a late start or an idle gap shows), the run's start and the last worker's end as
     vertical lines, and any series (AIMD's window) as a step line on a second axis."""
-    from .plots import canvas
+    from .plots import canvas, lay_out
 
     lanes = rt.lanes
     row_of = {w: i for i, w in enumerate(lanes)}
@@ -184,7 +184,7 @@ def figure(rt: RunTrace):
         ax2.set_xlabel("time since the run's start (ms)")
     else:
         ax.set_xlabel("time since the run's start (ms)")
-    fig.tight_layout()
+    lay_out(fig)
     return fig
 
 
