@@ -264,7 +264,7 @@ def test_an_arbiter_taken_since_the_study_began_fails_coops_turn_alone(other, sh
                   "--policy", "linux,coop", "--quantum-ms", "20")
     holder = None
     try:
-        wait_until(lambda: any(str(flag) in " ".join(q.cmdline()) and q.name() == "sh"
+        wait_until(lambda: any(_cmdline(q)[:2] == ["sh", "-c"] and str(flag) in _cmdline(q)[2]
                                for q in _descendants(p.pid)), "the linux turn's job")
         holder = subprocess.Popen([sys.executable, "-c", _HOLDER, other], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
@@ -286,6 +286,13 @@ def test_an_arbiter_taken_since_the_study_began_fails_coops_turn_alone(other, sh
         in why, why
     assert "coop rep 0 job 0: " in err and "FAILED not run" in err, err
     assert "| coop | 0 (+1 failed) |" in out and "| linux | 1 |" in out, out
+
+
+def _cmdline(q: psutil.Process) -> list[str]:
+    """``q``'s command line, [] once it is gone (or a zombie)."""
+    with contextlib.suppress(psutil.Error):
+        return q.cmdline()
+    return []
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -322,4 +329,33 @@ def test_a_job_failing_on_a_full_output_disk_is_said_to_have_met_it(tmp_path):
     assert p.returncode == 1, p.stderr
     rows = read_colocate(str(tmp_path / "x.h5"))
     assert not rows["verified"][0]
-    assert f"keeps the jobs' output ({small}) is full; set TMPDIR" in str(rows["error"][0])
+    assert (f"keeps the jobs' output ({small}) was full when it ended, which may be why; "
+            "set TMPDIR") in str(rows["error"][0])
+
+
+def test_a_coop_job_whose_threads_ran_unmanaged_fails(shim_lib, tmp_path):
+    """Every worker slot of the arbiter taken (the node's other jobs): the job's threads ran
+    outside it, so its row is no measurement of coop and fails, saying why. Before, it was
+    stored verified, exit 0, `unmanaged 2` in its counters the only sign (the second
+    review)."""
+    from hybridsched.coop.arbiter import Arbiter
+    from hybridsched.coop.ops import now_ns
+
+    with Arbiter() as a:  # the node's arbiter, as colocate will find it
+        with a.locked() as st:
+            other = st.join_job(os.getpid(), 12345)
+            taken = [st.join_worker(other, os.getpid())
+                     for _ in range(int((st.workers["used"] == 0).sum()))]
+        try:
+            p = _colocate(tmp_path, "--cmd", "sh -c 'sleep 0.05'", "--policy", "coop")
+            out, err = p.communicate(timeout=300)
+        finally:
+            with a.locked() as st:
+                for w in taken:
+                    st.leave_worker(w, now_ns())
+                st.leave_job(other)
+    assert p.returncode == 1, err
+    rows = read_colocate(str(tmp_path / "x.h5"))
+    assert not rows["verified"][0]
+    assert "of its threads ran unmanaged: the coop arbiter's worker slots were all taken" \
+        in str(rows["error"][0])

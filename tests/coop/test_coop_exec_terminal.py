@@ -138,30 +138,71 @@ time.sleep(300)
 """
 
 
-def test_ctrl_z_stops_the_job_once_every_process_of_the_command_has_stopped(seg, shim_lib):
+@pytest.mark.parametrize("where", ["child", "orphan"])
+def test_ctrl_z_stops_the_job_once_every_process_of_the_command_has_stopped(where, seg,
+                                                                            shim_lib):
     """The shell says "Stopped" only when every process of the command's group has stopped,
     as for any job of its own: a grandchild slow to stop (its SIGTSTP handler takes 0.2 s)
-    was still running when coop exec, told of its child's stop alone, stopped itself."""
+    was still running when coop exec, told of its child's stop alone, stopped itself. So
+    was one whose parent had ended (ours, the subreaper's, since: the second review)."""
     import shlex
 
+    slow = f"{shlex.quote(sys.executable)} -c {shlex.quote(_SLOW_TO_STOP)}"
+    script = (f"{slow}; echo after" if where == "child"
+              else f"({slow} &); while :; do sleep 0.05; done")
     seen = bytearray()
     with _bash() as (pid, fd):
-        os.write(fd, _coop_exec_line(seg, f"{shlex.quote(sys.executable)} -c "
-                                          f"{shlex.quote(_SLOW_TO_STOP)}; echo after"))
+        os.write(fd, _coop_exec_line(seg, script))
         _read_until(fd, b"started\r\n", seen)
         os.write(fd, b"\x1a")
         _read_until(fd, b"Stopped", seen)
-        slow = [q for q in psutil.Process(pid).children(recursive=True)
+        late = [q for q in psutil.Process(pid).children(recursive=True)
                 if q.cmdline()[:3] == [sys.executable, "-c", _SLOW_TO_STOP]]
-        assert len(slow) == 1 and state_of(slow[0]) == psutil.STATUS_STOPPED
+        assert len(late) == 1 and state_of(late[0]) == psutil.STATUS_STOPPED
         os.write(fd, b"fg\n")
-        wait_until(lambda: _in_front(pid) == os.getpgid(slow[0].pid),
+        wait_until(lambda: _in_front(pid) == os.getpgid(late[0].pid),
                    what="the command's group to be in front")
         os.write(fd, b"\x03")
         os.write(fd, b"echo rc=$?\n")
         _read_until(fd, b"rc=130", seen)
         os.write(fd, b"exit\n")
         _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
+# a member that, told to stop, has coop exec (its grandparent) sent SIGTERM instead
+_TERM_AT_THE_STOP = """
+import os, signal, time
+def term(*_):
+    with open(f"/proc/{os.getppid()}/stat") as fh:  # our parent sh's parent: coop exec
+        os.kill(int(fh.read().rsplit(")", 1)[1].split()[1]), signal.SIGTERM)
+    time.sleep(300)
+signal.signal(signal.SIGTSTP, term)
+print("started", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_sigterm_while_coop_exec_waits_for_the_group_to_stop_ends_the_job(seg, shim_lib):
+    """A Ctrl-Z, and a SIGTERM to coop exec while it waits for a member that has not
+    stopped (here the member sends it): the signal, passed on with a SIGCONT, ends the
+    command, and coop exec with it, 143; the shell never says "Stopped". Before, coop exec
+    stopped itself once the wait was over, the shell said so, and the command ran on or
+    lay dead until `fg` (the second review)."""
+    import shlex
+
+    seen = bytearray()
+    script = (f"{shlex.quote(sys.executable)} -c {shlex.quote(_TERM_AT_THE_STOP)}; "
+              "echo after")
+    with _bash() as (pid, fd):
+        os.write(fd, _coop_exec_line(seg, script))
+        _read_until(fd, b"started\r\n", seen)
+        os.write(fd, b"\x1a")
+        os.write(fd, b"echo rc=$?\n")  # read by bash once coop exec has ended (or stopped)
+        _read_until(fd, b"rc=143", seen)
+        os.write(fd, b"exit\n")
+        _, status = os.waitpid(pid, 0)
+    assert b"Stopped" not in seen, bytes(seen)[-400:]
     assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
 
 

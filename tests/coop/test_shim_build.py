@@ -208,3 +208,33 @@ def test_a_failed_build_leaves_no_folder_it_made(tmp_path, shim_lib, monkeypatch
     with pytest.raises(ShimUnavailable, match="did not build"):
         shimbuild.shim_library()
     assert tmp_path.is_dir() and not (tmp_path / "hybridsched").exists()
+
+
+def test_a_cache_path_through_a_missing_folder_and_back_keeps_the_users_folder(tmp_path,
+                                                                               shim_lib,
+                                                                               monkeypatch):
+    """XDG_CACHE_HOME=new/../mine, `mine` the user's and empty: a refused build removed
+    `mine` and left the `new` it had made for the path (the second review). The path is
+    taken as the kernel resolves it."""
+    (tmp_path / "mine").mkdir()
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", f"{tmp_path}/new/../mine")
+    monkeypatch.setenv("CC", "false")
+    with pytest.raises(ShimUnavailable, match="did not build"):
+        shimbuild.shim_library()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_an_interrupted_build_leaves_no_folder_it_made(tmp_path, shim_lib, monkeypatch):
+    """A Ctrl-C while the compiler runs: the folders made for the build go too (only a
+    refusal took them back: the second review)."""
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new"))
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shimbuild, "_compile", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        shimbuild.shim_library()
+    assert not (tmp_path / "new").exists()

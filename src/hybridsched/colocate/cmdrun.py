@@ -105,7 +105,7 @@ def _killed(sig: int) -> str:
 
 def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
     J = spec.jobs
-    why, outs = [], []
+    why, outs, counts = [], [], []
     for j in range(J):
         out, err = jobs.output(j)
         why.append(_timed_out(spec, j in jobs.killed) if j in jobs.timed_out
@@ -113,6 +113,10 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
         full = jobs.capture_full(j) if why[j] else ""
         if full:
             why[j] = f"{why[j]} ({full})"
+        counts.append(session.counters(j))
+        if not why[j] and counts[j].get("unmanaged"):  # not the policy's measurement
+            why[j] = (f"{counts[j]['unmanaged']} of its threads ran unmanaged: the coop "
+                      "arbiter's worker slots were all taken")
         outs.append((out, err))
     times = [exits[j].end - t0 if not why[j] else math.nan for j in range(J)]
     # the repetition's makespan only where every job verified: one that ended on a failure
@@ -127,6 +131,6 @@ def _records(spec, name, rep, jobs, exits, t0, session) -> list[JobRecord]:
             "cmd", name, "", J, j, 0, rep, 0.0, 0, times[j], makespan, nan, nan, nan, nan,
             not why[j], why[j], 0, "", command=spec.commands[j],
             experiment=spec.experiment_id(), exit_status=ex.code, cpu_s=ex.cpu_s,
-            nivcsw=float(ex.nivcsw), counters=json.dumps(session.counters(j), sort_keys=True),
+            nivcsw=float(ex.nivcsw), counters=json.dumps(counts[j], sort_keys=True),
             out_tail=out[-TAIL:], err_tail=err[-TAIL:]))
     return recs

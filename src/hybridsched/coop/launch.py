@@ -30,7 +30,7 @@ from typing import Any, Union
 from ..errors import ShimUnavailable, UsageError
 from ..oslayer.cmdjobs import reap_escaped
 from ..oslayer.guardian import Guardian
-from ..oslayer.procfs import children, group_stopped
+from ..oslayer.procfs import children, group_stopped, thread_stopped
 from ..oslayer.proctree import get_subreaper, prctl
 from ..oslayer.signals import HANDLED_IN_MAIN, signals_held
 from .arbiter import DEFAULT_QUANTUM_S, Arbiter
@@ -48,9 +48,11 @@ _PR_SET_CHILD_SUBREAPER = 36
 # it stops us (and the shell says "Stopped"): bash calls a job stopped only once each of
 # its processes is, and waitpid tells us of our child's stop alone, its descendants' in
 # flight still (a test saw a `sleep` not yet stopped, under load). Bounded, since a member
-# that ignores SIGTSTP never stops: the prompt comes back a second late then, far past
-# any scheduling delay and short for a person; looked at every millisecond meanwhile.
-_GROUP_STOP_S = 1.0
+# that ignores SIGTSTP never stops (bash would wait for ever): the prompt comes back 3 s
+# late then, short for a person and far past a scheduling delay (a 1 s bound was reached
+# by a member whose handler naps 0.2 s, on a loaded machine in tests); looked at every
+# millisecond meanwhile.
+_GROUP_STOP_S = 3.0
 _GROUP_STOP_POLL_S = 0.001
 # what signal.signal takes and gives back
 _Handler = Union[Callable[[int, "FrameType | None"], Any], int, signal.Handlers, None]
@@ -310,9 +312,14 @@ class Command:
         elif self._tty and sig not in _TERMINAL_STOPS:
             self._holding = _hand_terminal(os.getpgrp(), pid)
         elif self._tty:
-            _await_group_stop(pid)
-            _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             self._ending = False
+            _await_group_stop(pid)
+            # a signal passed on meanwhile, or before this stop was seen, continued the
+            # command (with SIGCONT): no stop to copy; we stopped anyway, and the command
+            # ran on or lay dead until `fg` (the review)
+            if self._ending or not thread_stopped(pid):
+                return
+            _hand_terminal(os.getpgrp(), pid)  # the shell takes it from our group
             with _default_action(sig):
                 os.kill(os.getpid(), sig)  # returns once we are continued
             self._resumed = True
@@ -383,9 +390,10 @@ class Command:
 
 def _await_group_stop(pgid: int) -> None:
     """Until every process of group ``pgid`` (led by our child) has stopped, or
-    _GROUP_STOP_S."""
+    _GROUP_STOP_S. Looked for below us, not below the leader: we are the command's
+    subreaper, and a member whose parent ended is ours now (one was not waited for)."""
     end = time.monotonic() + _GROUP_STOP_S
-    while not group_stopped(pgid, pgid) and time.monotonic() < end:
+    while not group_stopped(os.getpid(), pgid) and time.monotonic() < end:
         time.sleep(_GROUP_STOP_POLL_S)
 
 

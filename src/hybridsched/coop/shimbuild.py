@@ -250,7 +250,8 @@ def shim_library(cache: str | None = None) -> str:
     if given:
         return _carried(_given(given))
     files = sources()
-    folder = _carried(cache or cache_dir())
+    # as the kernel resolves it (`new/../mine` is `mine`, and `new` is never made for it)
+    folder = _carried(os.path.realpath(cache or cache_dir()))
     cc = compiler()
     if cc is None:
         built = _cached(folder, files)
@@ -260,16 +261,16 @@ def shim_library(cache: str | None = None) -> str:
         return built
     made = _first_missing(folder)
     _private_dir(folder)
-    path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
     try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+        path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
         try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
             _compile(cc, files, path)
-        except ShimUnavailable:  # refused: the folders made for it go again (if still empty)
-            _remove_made(folder, made)
-            raise
-        return path
+            return path
+    except BaseException:  # refused or interrupted: the folders made for it go (if empty)
+        _remove_made(folder, made)
+        raise
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         raise ShimUnavailable(f"{path} is not this user's file: refusing to load it", NO_SHIM)
     return path

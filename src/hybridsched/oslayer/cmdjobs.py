@@ -392,7 +392,8 @@ class CommandJobs:
     def capture_full(self, j: int) -> str:
         """Where the file system that keeps job j's output has (next to) no room left: why
         the job may have failed (its writes refused, its own words about it lost with
-        them), in words; "" otherwise."""
+        them), in words; "" otherwise. Every failed job of the repetition gets it: which
+        of them met the full disk cannot be told."""
         try:
             st = os.fstatvfs(self._files[j][0].fileno())
         except OSError:
@@ -400,8 +401,8 @@ class CommandJobs:
         free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
         if free >= _ROOM_LEFT:
             return ""
-        return (f"the file system that keeps the jobs' output ({tempfile.gettempdir()}) is "
-                "full; set TMPDIR to one with room")
+        return (f"the file system that keeps the jobs' output ({tempfile.gettempdir()}) was "
+                "full when it ended, which may be why; set TMPDIR to one with room")
 
     def _cleanup(self) -> None:
         """Kill, continue and reap every job not reaped yet (any exit path)."""

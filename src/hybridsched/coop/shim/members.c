@@ -105,8 +105,9 @@ static int manageable(void)
    process, so that a measurement under coop never passes for one it was not. */
 static void said_full(void)
 {
-    static int said;
-    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    static pid_t said;  /* by which process: a fork's child inherits it, and says it too */
+    pid_t me = getpid();
+    if (__atomic_exchange_n(&said, me, __ATOMIC_RELAXED) == me)
         return;
     char line[240];  /* one write: not through the stdio we wrap */
     int n = snprintf(line, sizeof line, "hybridsched coop shim: the arbiter's %d thread slots "
