@@ -238,3 +238,37 @@ def test_an_interrupted_build_leaves_no_folder_it_made(tmp_path, shim_lib, monke
     with pytest.raises(KeyboardInterrupt):
         shimbuild.shim_library()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_compiler_that_cannot_be_run_now_leaves_a_cached_build_to_serve(tmp_path, shim_lib,
+                                                                          monkeypatch):
+    """`ulimit -n 8`: asking the compiler its version failed for want of descriptors, which
+    made a key no build had, so a build was tried and refused as "did not build (Too many
+    open files)" (the review). A build of these sources serves then, as where no compiler
+    is on PATH; without one, the refusal says what could not be done."""
+    import errno
+    import platform
+    import shutil
+
+    real_run = shimbuild.subprocess.run
+
+    def no_descriptors(argv, *args, **kw):
+        if "--version" in argv:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_run(argv, *args, **kw)
+
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(shimbuild.subprocess, "run", no_descriptors)
+    shimbuild._version.cache_clear()
+    try:
+        with pytest.raises(ShimUnavailable, match="its version \\(Too many open files\\)"):
+            shimbuild.shim_library()
+        folder = tmp_path / "hybridsched"
+        cached = folder / (f"coopshim-{shimbuild.source_key(shimbuild.sources())}-"
+                           f"elsewhere-{platform.machine()}.so")
+        folder.mkdir(mode=0o700, exist_ok=True)
+        shutil.copy(shim_lib, cached)
+        assert shimbuild.shim_library() == str(cached)
+    finally:
+        shimbuild._version.cache_clear()

@@ -144,9 +144,11 @@ def _version(cc: tuple[str, ...]) -> str:
     options = " ".join(cc[1:])
     try:
         out = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60)
-        first = out.stdout.splitlines()[0] if out.stdout else cc[0]
-    except (OSError, subprocess.SubprocessError):
-        first = cc[0]
+    except (OSError, subprocess.SubprocessError) as exc:  # not "did not build": never tried
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise ShimUnavailable(f"cannot ask {shlex.join(cc)} its version ({why})", NO_SHIM) \
+            from None
+    first = out.stdout.splitlines()[0] if out.stdout else cc[0]
     return f"{first} {options}".rstrip()
 
 
@@ -262,7 +264,14 @@ def shim_library(cache: str | None = None) -> str:
     made = _first_missing(folder)
     _private_dir(folder)
     try:
-        path = os.path.join(folder, f"coopshim-{build_key(files, cc)}-{platform.machine()}.so")
+        try:
+            key = build_key(files, cc)
+        except ShimUnavailable:  # the compiler cannot be run now (`ulimit -n 8` took its
+            built = _cached(folder, files)  # descriptors): a build of these sources by any
+            if built is None:               # compiler serves, as where none is on PATH
+                raise
+            return built
+        path = os.path.join(folder, f"coopshim-{key}-{platform.machine()}.so")
         try:
             st = os.stat(path, follow_symlinks=False)
         except FileNotFoundError:
