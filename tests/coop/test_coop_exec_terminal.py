@@ -98,6 +98,15 @@ def _coop_exec_line(seg: str, script: str) -> bytes:
 _READER = "echo started; read x; echo got-$x; exit 3"
 
 
+def _status_then_exit(pid: int, fd: int, seen: bytearray, rc: int) -> None:
+    """At the shell: the last job's status is ``rc``; then the shell exits 0."""
+    os.write(fd, b"echo rc=$?\n")
+    _read_until(fd, b"rc=%d" % rc, seen)
+    os.write(fd, b"exit\n")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+
+
 def _fg_reads_and_ends(pid: int, fd: int, seen: bytearray) -> None:
     """At the shell, `fg` of the stopped _READER job: it gets the terminal, reads the line
     typed, and its status is still the command's; then the shell exits 0."""
@@ -105,11 +114,7 @@ def _fg_reads_and_ends(pid: int, fd: int, seen: bytearray) -> None:
     _read_until(fd, b"sh -c", seen)  # bash names the job it continues
     os.write(fd, b"hello\n")
     _read_until(fd, b"got-hello", seen)
-    os.write(fd, b"echo rc=$?\n")
-    _read_until(fd, b"rc=3", seen)
-    os.write(fd, b"exit\n")
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+    _status_then_exit(pid, fd, seen, 3)
 
 
 def test_ctrl_z_at_a_terminal_stops_the_job_and_fg_continues_it(seg, shim_lib):
@@ -134,7 +139,8 @@ def late(*_):
     os.kill(os.getpid(), signal.SIGSTOP)
 signal.signal(signal.SIGTSTP, late)
 print("started", flush=True)
-time.sleep(300)
+while True:  # until the test's Ctrl-C
+    signal.pause()
 """
 
 
@@ -163,23 +169,21 @@ def test_ctrl_z_stops_the_job_once_every_process_of_the_command_has_stopped(wher
         wait_until(lambda: _in_front(pid) == os.getpgid(late[0].pid),
                    what="the command's group to be in front")
         os.write(fd, b"\x03")
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, b"rc=130", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+        _status_then_exit(pid, fd, seen, 130)
 
 
 # a member that, told to stop, has coop exec (its grandparent) sent SIGTERM instead
 _TERM_AT_THE_STOP = """
-import os, signal, time
+import os, signal
 def term(*_):
     with open(f"/proc/{os.getppid()}/stat") as fh:  # our parent sh's parent: coop exec
         os.kill(int(fh.read().rsplit(")", 1)[1].split()[1]), signal.SIGTERM)
-    time.sleep(300)
+    while True:  # until the SIGTERM passed on to the group ends it
+        signal.pause()
 signal.signal(signal.SIGTSTP, term)
 print("started", flush=True)
-time.sleep(300)
+while True:
+    signal.pause()
 """
 
 
@@ -197,13 +201,9 @@ def test_a_sigterm_while_coop_exec_waits_for_the_group_to_stop_ends_the_job(seg,
     with _bash() as (pid, fd):
         os.write(fd, _coop_exec_line(seg, script))
         _read_until(fd, b"started\r\n", seen)
-        os.write(fd, b"\x1a")
-        os.write(fd, b"echo rc=$?\n")  # read by bash once coop exec has ended (or stopped)
-        _read_until(fd, b"rc=143", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
+        os.write(fd, b"\x1a")  # the status below is read by bash once coop exec ended
+        _status_then_exit(pid, fd, seen, 143)
     assert b"Stopped" not in seen, bytes(seen)[-400:]
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
 
 
 @pytest.mark.parametrize("then", ["continued by its sender", "ctrl-c"])
@@ -227,17 +227,13 @@ def test_a_sigstop_at_a_terminal_leaves_it_to_ctrl_c_and_to_its_sender(then, seg
         wait_until(lambda: os.tcgetpgrp(fd) != stopped()[0].pid, what="the terminal taken back")
         if then == "ctrl-c":
             os.write(fd, b"\x03")
-            want = b"rc=130"
+            rc = 130
         else:
             stopped()[0].resume()
             os.write(fd, b"hello\n")
             _read_until(fd, b"got-hello", seen)
-            want = b"rc=3"
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, want, seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+            rc = 3
+        _status_then_exit(pid, fd, seen, rc)
 
 
 def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
@@ -464,11 +460,7 @@ def test_a_job_brought_to_the_front_passes_ctrl_z_and_ctrl_c_to_its_command(seg,
         wait_until(lambda: any(_in_front(pid) == q.pid for q in _session(pid, "sh")),
                    what="the command's group to be in front")
         os.write(fd, b"\x03")
-        os.write(fd, b"echo rc=$?\n")
-        _read_until(fd, b"rc=130", seen)
-        os.write(fd, b"exit\n")
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)[-400:]
+        _status_then_exit(pid, fd, seen, 130)
     assert b"zsleptz" not in seen  # the command line has z%sz
 
 
