@@ -2,6 +2,8 @@
 the processes of its command."""
 from __future__ import annotations
 
+import ctypes
+import signal
 import subprocess
 import sys
 
@@ -20,6 +22,17 @@ def command_group(pid: int) -> list[psutil.Process]:
 def coop_exec(seg, *argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, "--segment", seg, *argv], capture_output=True, text=True,
                           timeout=300, **kw)
+
+
+def _die_with_us() -> None:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def spawn(seg, *argv, **kw) -> subprocess.Popen:
+    """coop exec started in the background, SIGKILLed should the test's process die
+    before its ``finally`` ran (coop exec's guardian then ends the command): a test's
+    command that waits for a signal once ran on under init for 15 minutes."""
+    return subprocess.Popen([*CLI, "--segment", seg, *argv], preexec_fn=_die_with_us, **kw)
 
 
 def state_of(p: psutil.Process) -> str:

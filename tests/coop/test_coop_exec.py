@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from coopexecrun import CLI, command_group, coop_exec, state_of
+from coopexecrun import CLI, command_group, coop_exec, spawn, state_of
 from shimprogs import build
 from waiting import wait_until
 
@@ -22,8 +22,8 @@ def test_a_quantum_the_segment_in_use_does_not_have_is_said(seg, shim_lib):
     keep 5 ms (the documented rule), and now that is said in one line on stderr rather
     than kept without a word (the review); the same quantum, or none asked for, says
     nothing."""
-    first = subprocess.Popen([*CLI, "--segment", seg, "--quantum-ms", "5", "--", "sh", "-c",
-                              "echo ready; exec sleep 300"], stdout=subprocess.PIPE, text=True)
+    first = spawn(seg, "--quantum-ms", "5", "--", "sh", "-c",
+                  "echo ready; exec sleep 300", stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline() == "ready\n"
         other = coop_exec(seg, "--quantum-ms", "50", "--", "true")
@@ -93,8 +93,8 @@ def test_a_closed_stdout_or_stderr_leaves_the_status_the_commands(seg, shim_lib,
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, sig, status):
-    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
+    p = spawn(seg, "--", "sh", "-c",
+              "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
         group = command_group(p.pid)
@@ -113,8 +113,8 @@ def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
     """SIGKILL to coop exec itself: its guardian kills the command's group (it ran on
     before), then sweeps the segment, its last participant gone (it was left for the next
     run to sweep)."""
-    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "sleep 300 & echo ready; wait"], stdout=subprocess.PIPE, text=True)
+    p = spawn(seg, "--", "sh", "-c",
+              "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
         group = command_group(p.pid)
@@ -167,9 +167,9 @@ def test_a_guardian_killed_outright_leaves_the_status_the_commands(seg, shim_lib
     """`kill -9` of the guardian's group: coop exec carries on without it, and its status
     is still the command's (its next word to the guardian raised BrokenPipeError: 141)."""
     stop = tmp_path / "stop"
-    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
-                          f"while [ ! -e {stop} ]; do sleep 0.02; done; exit 5"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = spawn(seg, "--", "sh", "-c",
+              f"while [ ! -e {stop} ]; do sleep 0.02; done; exit 5",
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     def guardian() -> psutil.Process | None:  # coop exec's fork, in a group of its own
         with contextlib.suppress(psutil.Error, OSError):
             me = psutil.Process(p.pid)
@@ -236,8 +236,8 @@ def test_a_relative_segment_is_found_by_a_command_that_changed_folder(seg, shim_
 
 def test_two_commands_started_apart_share_the_arbiter(seg, shim_lib, tmp_path):
     exe = build("omp_bsp", tmp_path)
-    ps = [subprocess.Popen([*CLI, "--segment", seg, "--counters", exe, "400", "200"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ps = [spawn(seg, "--counters", exe, "400", "200",
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in ps]
     for p, (out, err) in zip(ps, outs):
@@ -364,9 +364,9 @@ def test_signals_while_coop_exec_ends_leave_it_the_commands_status(seg, shim_lib
     it chooses (exit 3), those that come while coop exec tears down are dropped, and
     nothing is left. Before, one that came after the command ended raised in the teardown:
     "terminated" and 143 in 35 runs of 40, the segment left in 8 (a hostile review)."""
-    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c",
-                          "trap 'exit 3' TERM; echo ready; while :; do sleep 0.05; done"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = spawn(seg, "--", "sh", "-c",
+              "trap 'exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
         # until the segment is gone, the command's end and the teardown included (later,
@@ -439,8 +439,8 @@ def test_usr1_usr2_and_alrm_reach_the_command(seg, shim_lib):
     and its guardian the command (the review): they are passed on like SIGTERM."""
     script = ('trap "echo usr1" USR1; trap "echo alrm" ALRM; trap "echo usr2; exit 5" USR2; '
               'echo ready; while :; do sleep 0.05; done')
-    p = subprocess.Popen([*CLI, "--segment", seg, "--", "sh", "-c", script],
-                         stdout=subprocess.PIPE, text=True)
+    p = spawn(seg, "--", "sh", "-c", script,
+              stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "ready\n"
         for sig, line in ((signal.SIGUSR1, "usr1\n"), (signal.SIGALRM, "alrm\n")):
