@@ -4,6 +4,7 @@ fork or pipe backend is copied back or refused, never silently wrong; shared_arr
 place; verifiers, failures and study files; the README example runs."""
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -221,6 +222,9 @@ def test_results_write_a_study_the_report_reads(tmp_path, no_leaks):
     assert np.array_equal(d.trace["count"], results[1].trace["count"])
     with pytest.raises(UsageError, match="exists"):
         results[0].save(out)
+    with pytest.raises(UsageError, match="more than once"):  # one run would count twice
+        write_study(str(tmp_path / "twice.h5"), [results[1], results[1]])
+    assert not os.path.exists(tmp_path / "twice.h5")
     text, _ = build_report(load_study(out), None, plots=False)
     assert "## Tasks" in text and "workload `user`" in text
 

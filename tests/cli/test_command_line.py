@@ -132,7 +132,7 @@ PLAN_BAD = {
     "tasks=0": ["--policy", "static", "--tasks", "0", "--workers", "2"],
     "workers=0": ["--policy", "static", "--tasks", "5", "--workers", "0"],
     "workers-nan": ["--policy", "static", "--tasks", "5", "--workers", "x"],
-    "chunk=0": ["--policy", "dynamic", "--tasks", "5", "--workers", "2", "--chunk", "0"],
+    "chunk=-1": ["--policy", "dynamic", "--tasks", "5", "--workers", "2", "--chunk", "-1"],
     "unknown-policy": ["--policy", "fair", "--tasks", "5", "--workers", "2"],
     "missing-tasks": ["--policy", "static", "--workers", "2"],
     "tasks-absurd": ["--policy", "dynamic", "--tasks", "10000000000", "--workers", "2"],
@@ -450,3 +450,22 @@ def test_an_unknown_option_is_an_error_line_like_any_other(capsys):
     for argv in (["run", "--bogus"], ["--bogus"]):
         assert cli.main(argv) == 2
         assert capsys.readouterr().err == "hybridsched: error: unrecognized arguments: --bogus\n"
+
+
+def test_plan_chunk_0_is_the_policys_own(capsys):
+    """`--chunk 0` is documented (`plan --help`, cli.md) as the policy's own chunk, as the
+    API's chunk=0; it was refused (the hostile review)."""
+    assert cli.main(["plan", "--policy", "guided", "--tasks", "10", "--workers", "2"]) == 0
+    default = capsys.readouterr().out
+    assert cli.main(["plan", "--policy", "guided", "--tasks", "10", "--workers", "2",
+                     "--chunk", "0"]) == 0
+    assert capsys.readouterr().out == default
+
+
+@pytest.mark.parametrize("names", ["dynamic,,guided", "dynamic,"])
+def test_an_empty_scheduler_name_is_refused_as_an_empty_k_is(capsys, tmp_path, names):
+    before = sorted(os.listdir(tmp_path))
+    rc = cli.main(["run", "-s", names, "-k", "2", "-o", str(tmp_path / "x.h5")])
+    cap = capsys.readouterr()
+    assert_one_line_usage_error(rc, cap.out, cap.err)
+    assert "an empty name" in cap.err and sorted(os.listdir(tmp_path)) == before

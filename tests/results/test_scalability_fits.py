@@ -129,8 +129,11 @@ def test_cli_fit_plot_replaces_a_plot_but_never_its_input(tmp_path, capsys):
 @pytest.mark.parametrize("text,needle", [
     ("N,time\n1,2\n", "columns N and speedup"),
     ("N,speedup\n1,x\n", "must be numbers"),
-    ("N,speedup\n0,1\n", "whole number >= 1"),
+    ("N,speedup\n0,1\n", "whole number from 1"),
     ("N,speedup\n1,1\n2,1.9\n", "3 or more"),
+    # past any machine: overflow warnings and an alpha of -inf before (the hostile review)
+    ("N,speedup\n1,1\n2,1e308\n4,1e308\n8,1e308\n", "at most 1e+12"),
+    ("N,speedup\n1,1\n2,1.9,5,6\n4,3.5\n", "line 3: more fields than the header"),
 ])
 def test_cli_fit_bad_csv_is_one_line_exit_2(tmp_path, capsys, text, needle):
     p = tmp_path / "bad.csv"
@@ -138,6 +141,13 @@ def test_cli_fit_bad_csv_is_one_line_exit_2(tmp_path, capsys, text, needle):
     assert main(["fit", str(p)]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+def test_cli_fit_reads_a_csv_a_spreadsheet_saved_with_a_byte_order_mark(tmp_path, capsys):
+    p = tmp_path / "bom.csv"
+    p.write_bytes(b"\xef\xbb\xbfN,speedup\n1,1\n2,1.9\n4,3.5\n")
+    assert main(["fit", str(p), "--model", "amdahl"]) == 0
+    assert "amdahl fit of 3 points" in capsys.readouterr().out
 
 
 def _record(scheduler, P, k, t, rep=0, verified=True):

@@ -259,9 +259,14 @@ def test_version_1_fixture_reads_back_everywhere(fixture, tmp_path, capsys):
     assert rc == 0 and "14 stored, 14 verified" in cap.out, cap.err
     rc = cli.main(["fit", path, "--model", "amdahl"])
     assert rc == 0, capsys.readouterr().err
+    # the other fixture holds the same 14 runs (another layout of them): counted twice, refused
     rc = cli.main(["merge", path, V1 if fixture == V1_OLD else V1_OLD, "-o", str(tmp_path / "m.h5")])
+    assert rc == 2 and "hold the same runs" in capsys.readouterr().err
+    fresh = str(tmp_path / "fresh.h5")
+    assert cli.main(["run", *V1_SPEC, "--reps", "1", "--out", fresh]) == 0
+    rc = cli.main(["merge", path, fresh, "-o", str(tmp_path / "m.h5")])
     assert rc == 0, capsys.readouterr().err
-    assert len(store.read_runs(str(tmp_path / "m.h5"))) == 28
+    assert len(store.read_runs(str(tmp_path / "m.h5"))) == 14 + len(store.read_runs(fresh))
     rc = cli.main(["run", *V1_SPEC, "--reps", "3", "--resume", "--out", path])
     cap = capsys.readouterr()
     assert rc == 0 and "14 of 21 runs already stored" in cap.err, cap.err

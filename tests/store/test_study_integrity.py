@@ -516,3 +516,21 @@ def test_merge_refuses_a_study_and_a_hard_link_to_it(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "given twice" in err, err
     assert not os.path.exists(out) and not os.path.exists(out + ".lock")
+
+
+def test_merge_refuses_a_study_and_a_copy_of_it(tmp_path, capsys):
+    """A copy (`cp`), not the same file: every run of it alike to the bit, start and time
+    included, would count twice (the hostile review found its runs merged as 2 x 10)."""
+    import shutil
+
+    a, copy, out = str(tmp_path / "a.h5"), str(tmp_path / "copy.h5"), str(tmp_path / "m.h5")
+    b = str(tmp_path / "b.h5")
+    assert cli.main(["run", *TINY, "-o", a]) == 0
+    assert cli.main(["run", *TINY, "-o", b]) == 0  # the same settings, measured again
+    shutil.copyfile(a, copy)
+    capsys.readouterr()
+    assert cli.main(["merge", a, copy, "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hold the same runs" in err and copy in err, err
+    assert not os.path.exists(out) and not os.path.exists(out + ".lock")
+    assert cli.main(["merge", a, b, "-o", out]) == 0

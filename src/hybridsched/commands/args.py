@@ -108,11 +108,14 @@ def nonnegative_int(what: str):
 
 
 def name_list(text: str) -> list[str]:
-    """A comma list of names (order kept, repeats dropped); an empty one is bad input."""
-    names = list(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
-    if not names:
+    """A comma list of names (order kept, repeats dropped); an empty one, or an empty name
+    in it (``dynamic,,guided``, as ``-k 1,,2`` is), is bad input."""
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
         raise argparse.ArgumentTypeError(f"expected one or more names, got {text!r}")
-    return names
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return list(dict.fromkeys(parts))
 
 
 def choice_list(choices, what: str):

@@ -325,7 +325,7 @@ def add_plan(sub) -> None:
                          "package.module:Class (see below)")
     pl.add_argument("--tasks", "-L", required=True, type=positive("--tasks"), help="frames L")
     pl.add_argument("--workers", "-k", required=True, type=positive("--workers"), help="workers k")
-    pl.add_argument("--chunk", type=positive("--chunk"), default=0,
+    pl.add_argument("--chunk", type=positive("--chunk", minimum=0), default=0,
                     help="chunk size (default 0: the policy's own)")
     _technique_options(pl)
     pl.set_defaults(command="plan")

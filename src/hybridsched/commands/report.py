@@ -8,7 +8,7 @@ from ..results.files import default_out_dir
 from ..results.data import load_open
 from ..results.report import build_report
 from ..results.sections import side_report
-from ..store import StudyFile
+from ..store import OutputDir, StudyFile
 from .common import PROG
 
 
@@ -19,13 +19,17 @@ def main(args) -> int:
             raise UsageError("--out-dir: an empty name (leave it out for the default)")
         out_dir = args.out_dir or default_out_dir(args.file)
         text: str | None
-        try:
-            if len(study.runs):
-                text, files = build_report(study, out_dir, plots=not args.no_plots)
-            else:  # a `ge` or `colocate` study: its side tables only
-                text, files = side_report(study, out_dir, plots=not args.no_plots)
-        except OSError as exc:
-            raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+        # written aside, then moved in: a name of the user's in their folder is refused
+        # before anything is replaced
+        with OutputDir(out_dir, named=args.out_dir is None) as out:
+            try:
+                if len(study.runs):
+                    text, files = build_report(study, out.stage, plots=not args.no_plots)
+                else:  # a `ge` or `colocate` study: its side tables only
+                    text, files = side_report(study, out.stage, plots=not args.no_plots)
+                files = out.commit(files)
+            except OSError as exc:
+                raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
     if text is None:
         print(f"{args.file}: the study holds no runs yet")
         return 0

@@ -270,10 +270,18 @@ def load(path: str, scheduler: str | None = None, frames: int | None = None) -> 
     return load_csv(path)
 
 
+# The largest N and speedup or throughput a CSV may give: far past any machine, and far
+# below where the fits' sums of squares overflow (1e308 gave overflow warnings from scipy
+# and an alpha of -inf, the hostile review)
+CSV_MAX_N = 10**9
+CSV_MAX_Y = 1e12
+
+
 def load_csv(path: str) -> Data:
-    """A CSV with a header naming ``N`` and ``speedup`` or ``throughput``."""
+    """A CSV with a header naming ``N`` and ``speedup`` or ``throughput`` (a UTF-8 one
+    with a byte-order mark too, as spreadsheets save it)."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"{path}: not a readable CSV ({exc.__class__.__name__})") from None
@@ -283,12 +291,15 @@ def load_csv(path: str) -> Data:
         raise UsageError(f"{path}: a CSV for fit needs columns N and speedup or throughput")
     n, y = [], []
     for i, r in enumerate(rows, start=2):
+        if None in r:  # csv.DictReader's key for the fields past the header's
+            raise UsageError(f"{path}: line {i}: more fields than the header names")
         try:
             nv, yv = float(r[cols["n"]]), float(r[cols[kind]])
         except (TypeError, ValueError):
             raise UsageError(f"{path}: line {i}: N and {kind} must be numbers") from None
-        if not (nv >= 1 and nv == int(nv)) or not (yv > 0 and math.isfinite(yv)):
-            raise UsageError(f"{path}: line {i}: N must be a whole number >= 1 and {kind} > 0")
+        if not (1 <= nv <= CSV_MAX_N and nv == int(nv)) or not 0 < yv <= CSV_MAX_Y:
+            raise UsageError(f"{path}: line {i}: N must be a whole number from 1 to "
+                             f"{CSV_MAX_N:.0e} and {kind} above 0, at most {CSV_MAX_Y:.0e}")
         n.append(int(nv))
         y.append(yv)
     if not n:
@@ -443,7 +454,7 @@ def text(res: dict) -> str:
     if "points" in res:
         for p in res["points"]:
             pk = f" (P={p['P']}, k={p['k']})" if "P" in p else ""
-            a = "—" if math.isnan(p["alpha"]) else f"{p['alpha']:.4f}"
+            a = "—" if math.isnan(p["alpha"]) else f"{p['alpha']:.4g}"
             lines.append(f"    N={p['N']}{pk}: {res['kind']} {p['y']:.4g}, alpha {a}")
     lines += [f"  WARNING: {w}" for w in res.get("warnings", [])]
     return "\n".join(lines)

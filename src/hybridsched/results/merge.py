@@ -43,6 +43,21 @@ def _tensor(t: tuple) -> str:
             + (f", {ih[:15]}" if ih else ""))
 
 
+def _once(runs: np.ndarray, path: str, seen: dict[bytes, str]) -> None:
+    """Refuse a run of ``path`` that an earlier input holds too, every measured field alike
+    to the bit (its time, its start): a copy of a study, or a study and a copy of it made
+    while it ran, would count their runs twice (the hostile review). Rows without a start
+    (records made by hand, as tests make them) are not runs anyone measured."""
+    rows = runs[runs["started_at"] > 0]  # measured: each stamped with when it started
+    rows["run_id"] = 0  # renumbered per file; the rest is the measurement
+    mine = {bytes(r.tobytes()) for r in rows}
+    for key in mine:
+        if key in seen:
+            raise UsageError(f"merge: {path} and {seen[key]} hold the same runs (a copy of one "
+                             "study, or of it while it was written): give each run once")
+    seen.update(dict.fromkeys(mine, path))
+
+
 def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int]:
     """Write the union of the studies ``inputs`` to ``out`` (runs and side tables); returns
     the rows written per table ({"runs": 12, "ge": 4}).
@@ -56,9 +71,11 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
         if any(same_file(p, q) for q in inputs[:i]):
             raise UsageError(f"merge: {p} is given twice (its runs would count twice)")
     tensors: dict[tuple, str] = {}
+    seen: dict[bytes, str] = {}
     for p in inputs:
         check_ours(p)
         runs = read_runs(p)  # what is copied is read as `report` reads it
+        _once(runs, p, seen)
         for read in SIDE_READERS:
             read(p)
         for name in SIDE_TABLES:  # their specs are copied too: JSON objects, or one line

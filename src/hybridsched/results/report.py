@@ -163,8 +163,11 @@ def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple
             *([mpi, ""] if mpi else []),
             load_line(study), "",
             *([sim, ""] if sim else []),
-            f"Runs: {len(study.runs)} stored, {ok} verified"
-            + (f" ({by_choice} of them unverified by choice, --verify none)" if by_choice else "")
+            f"Runs: {len(study.runs)} stored, {ok - by_choice} verified"
+            # verify none (`--verify none`, or the API's parallel_for without verify=):
+            # stored as passed, and said apart (the review: "2 verified (2 of them
+            # unverified ...)")
+            + (f", {by_choice} not checked by choice (verify none)" if by_choice else "")
             + ". T is the mean over verified "
             "repetitions (± their sample standard deviation, min the fastest); σ = T_serial/T "
             "(Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the nominal k (Eq. 8), E_p mean "

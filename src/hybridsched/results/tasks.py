@@ -110,7 +110,7 @@ def task_section(study: Study, out_dir: str | None, plots: bool) -> tuple[list[s
         lines.append(f"- {_describe(*key.split('|'))}: {int(mask.sum())} runs")
         unchecked = int((mask & (_col(runs, "verify") == "none")).sum())
         if unchecked:
-            lines.append(f"  - **{unchecked} runs unverified by choice (--verify none): "
+            lines.append(f"  - **{unchecked} runs unverified by choice (verify none): "
                          "their times are in the tables, their results were not checked.**")
         rid, costs = _cost_run(study, mask)
         if len(costs):

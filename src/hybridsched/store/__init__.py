@@ -11,6 +11,7 @@ from .format import (FORMAT, FORMAT_VERSION, INT32_MAX, RUN_DEFAULTS, RUN_DTYPE,
 from .reader import (MAX_TIME_S, Detail, check_ours, iter_details, keys_of, machine_n,
                      numbers_object, open_study, read_attrs, read_detail, read_runs, row_config,
                      simulated_cores, stored_keys, study_settings, study_spec)
+from .outputs import OutputDir
 from .studyfile import StudyFile, opened
 from .writer import StudyWriter, open_new
 from .tables import TableWriter, has_table, read_table
@@ -22,4 +23,4 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "INT32_MAX", "LOCK_SUFFIX", "RUN_DEFAULTS
            "read_attrs", "read_detail", "read_runs", "record_row", "replacing", "row_config",
            "simulated_cores", "stored_keys", "study_settings",
            "study_spec", "single_output", "same_file", "MAX_TIME_S", "numbers_object",
-           "write_text", "open_new", "TableWriter", "has_table", "read_table"]
+           "write_text", "open_new", "TableWriter", "has_table", "read_table", "OutputDir"]

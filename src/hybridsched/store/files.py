@@ -181,6 +181,8 @@ def our_directory(path: str, what: str = "--out-dir") -> str:
     are made as ``mkdir -p`` would (they are the user's own path)."""
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    except FileExistsError:  # a part of the path is a file
+        raise UsageError(f"{what} {path}: a part of the path is a file, not a folder") from None
     except OSError as exc:
         raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
     try:

@@ -19,8 +19,8 @@ def _scheduler_names(values: list[str] | None) -> list[str] | None:
     for v in values:
         for name in v.split(","):
             name = name.strip()
-            if not name:
-                continue
+            if not name:  # as -k 1,,2 is
+                raise UsageError(f"--scheduler: an empty name in {v!r}")
             if name == "all":
                 out += schedulers.names(everything=False)
             elif name == "techniques":

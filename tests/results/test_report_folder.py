@@ -1,0 +1,89 @@
+"""The folder a report writes into: a user's own files there are never replaced (the
+hostile review: `report --out-dir mine` replaced mine/claims.csv), hybridsched's own are."""
+from __future__ import annotations
+
+import os
+
+from hybridsched import cli
+from hybridsched.store import StudyWriter
+from hybridsched.store.outputs import LISTED
+
+
+def _study(tmp_path) -> str:
+    from test_report import _rec
+
+    path = str(tmp_path / "s.h5")
+    with StudyWriter(path, {"N": 2}, {}) as w:
+        w.append(_rec("serial", "serial", 1, 1.0))
+        w.append(_rec("dynamic", "thread", 2, 0.5))
+    return path
+
+
+def _report(path, out) -> int:
+    return cli.main(["report", path, "--no-plots", "--out-dir", str(out)])
+
+
+def test_a_users_file_in_the_folder_is_refused_before_anything_is_written(tmp_path, capsys):
+    path = _study(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "claims.csv").write_text("my precious data\n")
+    (mine / "notes.txt").write_text("mine too\n")
+    assert _report(path, mine) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "claims.csv is there already and hybridsched did not write it" in err[0]
+    assert (mine / "claims.csv").read_text() == "my precious data\n"
+    assert sorted(os.listdir(mine)) == ["claims.csv", "notes.txt"]  # no stage, no list, no CSV
+
+
+def test_its_own_files_in_a_users_folder_are_replaced_and_the_users_kept(tmp_path, capsys):
+    path = _study(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert _report(path, mine) == 0
+    written = set(os.listdir(mine)) - {"notes.txt", LISTED}
+    assert "summary.csv" in written
+    (mine / "summary.csv").write_text("stale\n")
+    assert _report(path, mine) == 0  # the second report replaces the first's files
+    assert (mine / "summary.csv").read_text() != "stale\n"
+    assert (mine / "notes.txt").read_text() == "mine\n"
+    assert set((mine / LISTED).read_text().split()) == written
+    assert not [n for n in os.listdir(mine) if n.startswith(".hybridsched-stage")]
+
+
+def test_a_folder_it_made_or_named_is_its_own(tmp_path, capsys):
+    path = _study(tmp_path)
+    made = tmp_path / "made"
+    assert _report(path, made) == 0 and (made / LISTED).read_text() == "*\n"
+    assert _report(path, made) == 0
+    named = tmp_path / "s_report"  # the default, <stem>_report, from an older hybridsched
+    named.mkdir()
+    (named / "summary.csv").write_text("an older report's\n")
+    assert cli.main(["report", path, "--no-plots"]) == 0
+    assert (named / "summary.csv").read_text() != "an older report's\n"
+
+
+def test_a_failed_report_leaves_no_folder_it_made(tmp_path, capsys, monkeypatch):
+    """A report that fails while writing (a full disk, here a failing CSV writer) leaves
+    neither its files nor the folder it made (the review: a CSV was left on ENOSPC)."""
+    import errno
+
+    from hybridsched.results import report
+
+    path = _study(tmp_path)
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report, "write_csv", full)
+    assert _report(path, tmp_path / "new") == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_file_where_a_folder_of_the_path_should_be_is_named_so(tmp_path, capsys):
+    path = _study(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    assert _report(path, tmp_path / "afile" / "sub") == 2
+    assert "a part of the path is a file, not a folder" in capsys.readouterr().err
