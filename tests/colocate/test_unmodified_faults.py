@@ -359,3 +359,51 @@ def test_a_coop_job_whose_threads_ran_unmanaged_fails(shim_lib, tmp_path):
     assert not rows["verified"][0]
     assert "of its threads ran unmanaged: the coop arbiter's worker slots were all taken" \
         in str(rows["error"][0])
+
+
+def test_a_stop_of_colocate_is_said_and_not_taken(tmp_path):
+    """SIGTSTP (Ctrl-Z, `kill -TSTP`) mid-measurement: one line, and colocate goes on to
+    the end. It stopped colocate alone: its jobs ran on, a gang job stayed stopped for
+    good and --timeout was not kept (the review)."""
+    proc = _colocate(tmp_path, "--cmd", f"{PY} {EX / 'py_threads.py'} 150 64", "--jobs", "2",
+                     "--policy", "gang", "--quantum-ms", "20")
+    try:
+        jobs = _wait_for(lambda: len(_jobs_of(proc.pid, "py_threads.py")) == 2)
+        assert jobs, proc.stderr.read() if proc.poll() is not None else _tree(proc.pid)
+        for _ in range(2):
+            os.kill(proc.pid, signal.SIGTSTP)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert err.count("colocate: not stopped: a stop in the middle of a repetition") == 1, err
+    rows = read_colocate(str(tmp_path / "x.h5"))
+    assert len(rows) == 2 and rows["verified"].all()
+
+
+def test_orphans_a_job_leaves_are_reaped_as_they_end(tmp_path):
+    """colocate, the subreaper, adopts what a job's processes leave behind: those that
+    ended stood as zombies until the job did (the review), now reaped within half a
+    second, while the job runs on (until the test lets it end)."""
+    stop, spawned = tmp_path / "stop", tmp_path / "spawned"
+    job = (f"sh -c 'for i in $(seq 50); do (sleep 0.01 &); done; touch {spawned}; "
+           f"while [ ! -e {stop} ]; do sleep 0.05; done; echo ok'")
+    proc = _colocate(tmp_path, "--cmd", job, "--jobs", "1", "--policy", "linux", "--expect", "ok")
+
+    def orphans_left() -> list:
+        return [c for c in psutil.Process(proc.pid).children()
+                if c.status() == psutil.STATUS_ZOMBIE or c.cmdline()[-1:] == ["0.01"]]
+
+    try:
+        assert _wait_for(spawned.exists, 120), _tree(proc.pid)
+        assert _wait_for(lambda: not orphans_left(), 60), orphans_left()
+        assert proc.poll() is None and not stop.exists()
+        stop.write_text("")
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err

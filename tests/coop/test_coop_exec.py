@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from coopexecrun import CLI, command_group, coop_exec, spawn, state_of
+from coopexecrun import CLI, command_group, coop_exec, name_of, spawn, state_of
 from shimprogs import build
 from waiting import wait_until
 
@@ -483,3 +483,52 @@ def test_a_process_in_another_pid_namespace_runs_unmanaged(seg, shim_lib):
     assert (p.returncode, p.stdout) == (0, "inside\n"), p.stderr
     # once, not once per program it runs (the third review counted one per program)
     assert p.stderr.count("\n") == 1 and "another PID namespace" in p.stderr, p.stderr
+
+
+def test_sigtstp_without_a_terminal_stops_the_command_and_sigcont_continues_it(seg, shim_lib):
+    """`kill -TSTP` of coop exec with no terminal (a script's job control, a batch
+    system's suspend): its command's group stops, then coop exec; `kill -CONT` of coop exec
+    continues both. Before, coop exec alone stopped and its command ran on."""
+    p = spawn(seg, "--", "sh", "-c", "echo ready; while :; do :; done",
+              stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        group = command_group(p.pid)
+        me = psutil.Process(p.pid)
+        p.send_signal(signal.SIGTSTP)
+        wait_until(lambda: all(state_of(g) == psutil.STATUS_STOPPED for g in group)
+                   and state_of(me) == psutil.STATUS_STOPPED, what="the command and coop exec stopped")
+        p.send_signal(signal.SIGCONT)
+        wait_until(lambda: all(state_of(g) not in (psutil.STATUS_STOPPED, "") for g in group),
+                   what="the command continued")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+    gone, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive
+
+
+def _zombies_of(pid: int) -> int:
+    return sum(1 for c in psutil.Process(pid).children() if state_of(c) == psutil.STATUS_ZOMBIE)
+
+
+def test_orphans_the_command_leaves_are_reaped_as_they_end(seg, shim_lib):
+    """coop exec, the subreaper, adopts what the command's processes leave; those that
+    ended stood as zombies until the command did (200 for a shell loop's `(sleep 0.01
+    &)`, the review), now reaped as they end."""
+    p = spawn(seg, "--", "sh", "-c",
+              "for i in $(seq 50); do (sleep 0.01 &); done; echo spawned; exec sleep 300",
+              stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "spawned\n"
+        wait_until(lambda: _zombies_of(p.pid) == 0 and not [
+            c for c in psutil.Process(p.pid).children() if name_of(c) == "sleep"
+            and c.cmdline()[-1] == "0.01"], what="the orphans reaped")
+        assert p.poll() is None  # while the command runs on
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        p.stdout.close()

@@ -272,3 +272,25 @@ def test_a_compiler_that_cannot_be_run_now_leaves_a_cached_build_to_serve(tmp_pa
         assert shimbuild.shim_library() == str(cached)
     finally:
         shimbuild._version.cache_clear()
+
+
+def test_a_full_cache_file_system_is_said_in_one_line(tmp_path, shim_lib, monkeypatch):
+    """The sources written for the build hit ENOSPC (a full cache file system): a Python
+    traceback and status 1 before (the review), now ShimUnavailable's one line, and no
+    folder it made is left."""
+    import builtins
+    import errno
+
+    monkeypatch.delenv(shimbuild.SHIM_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "new" / "cache"))
+    real_open = builtins.open
+
+    def full(path, mode="r", *a, **k):
+        if "w" in mode and "coopshim-" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", full)
+    with pytest.raises(ShimUnavailable, match="could not be built in .*No space left on device"):
+        shimbuild.shim_library()
+    assert not (tmp_path / "new").exists()

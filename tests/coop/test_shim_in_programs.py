@@ -257,6 +257,28 @@ def test_programs_see_the_cpus_they_would_have_had(seg, shim_lib):
     assert q.returncode == 0 and q.stdout.strip() == str(CPUS)
 
 
+_SET_MASKS = """
+import os
+for mask in ({99999}, set()):
+    try:
+        os.sched_setaffinity(0, mask)
+        print("taken", sorted(mask))
+    except OSError as exc:
+        print("refused", exc.errno)
+os.sched_setaffinity(0, {0})
+print(sorted(os.sched_getaffinity(0)))
+"""
+
+
+def test_a_mask_of_no_cpu_here_is_refused_as_without_the_shim(seg, shim_lib):
+    """A program's own mask is recorded and answered back, not applied; one the kernel
+    would refuse (no CPU of it exists) is refused alike, EINVAL: it was taken, and the
+    program then saw an empty set (the review)."""
+    with Arbiter(cpus=ONE, path=seg) as a, ShimJob(a) as job:
+        p = run_under(job, [sys.executable, "-c", _SET_MASKS])
+    assert p.returncode == 0 and p.stdout == "refused 22\nrefused 22\n[0]\n", (p.stdout, p.stderr)
+
+
 @pytest.mark.skipif(len(CPUS) < 2, reason="one CPU: the natural mask and the pinned one agree")
 @pytest.mark.parametrize("how", ["sh", "sh-exec", "python", "posix_spawn"])
 def test_a_program_started_from_within_the_job_sizes_its_team_as_without_the_shim(

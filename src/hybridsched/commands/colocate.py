@@ -1,7 +1,9 @@
 """`hybridsched colocate`: co-located jobs under Linux, the coop arbiter or a partition."""
 from __future__ import annotations
 
+import contextlib
 import shlex
+import signal
 import sys
 
 from ..colocate.experiment import check_ready, run_colocate
@@ -75,11 +77,34 @@ def main(args) -> int:
                       f"(makespan {fmt(rec.makespan_s, '.3f', ' s')})"
                       f"{'' if rec.verified else ' FAILED ' + shown(rec.error)}"
                       f"{_last_words(rec.err_tail)}", file=sys.stderr)
-        records = run_colocate(spec, on_records)
+        with _not_stopped():
+            records = run_colocate(spec, on_records)
     print(markdown(read_colocate(out), n)[0])
     print(f"{len(records)} job records ({failed} failed) written to {out}; "
           f"`{PROG} report {shlex.quote(out)}` for the plots", file=sys.stderr)
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _not_stopped():
+    """Held while the jobs run: a SIGTSTP (Ctrl-Z, `kill -TSTP`) is said once and not
+    taken. It stopped colocate alone: its jobs ran on, or stayed stopped by `gang` for
+    good, the repetition's timings spoiled and its --timeout not kept (the review); a
+    measurement cannot be paused."""
+    said = []
+
+    def refuse(signum, frame) -> None:
+        if not said:
+            said.append(signum)
+            print(f"{PROG} colocate: not stopped: a stop in the middle of a repetition would "
+                  "spoil its timings (Ctrl-C ends the study; finished repetitions are kept)",
+                  file=sys.stderr)
+
+    old = signal.signal(signal.SIGTSTP, refuse)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTSTP, old)
 
 
 def _last_words(tail: str) -> str:

@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any, Union
 
 from ..errors import ShimUnavailable, UsageError
-from ..oslayer.cmdjobs import reap_escaped
+from ..oslayer.cmdjobs import reap_escaped, reap_orphans
 from ..oslayer.guardian import Guardian
 from ..oslayer.procfs import children, group_stopped, thread_stopped
 from ..oslayer.proctree import get_subreaper, prctl
@@ -243,10 +243,15 @@ class Command:
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
         # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there
         self._tty = _terminal_in_front(None)
+        # SIGTSTP without a terminal too (`kill -TSTP`, a batch system's suspend): it
+        # stopped us alone, and the command ran on, its tokens never rotated by our
+        # stopped watchdog while other jobs waited (the review)
+        self._theirs[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._on_stop_key)
+        # orphans of the command we adopted, reaped as they end (they stood as zombies
+        # until the command ended: the review)
+        self._theirs[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
         if self._tty:
-            for sig, ours in ((signal.SIGCONT, self._on_continue),
-                              (signal.SIGTSTP, self._on_stop_key)):
-                self._theirs[sig] = signal.signal(sig, ours)
+            self._theirs[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue)
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
@@ -311,7 +316,7 @@ class Command:
                 os.killpg(pid, signal.SIGCONT)
         elif self._tty and sig not in _TERMINAL_STOPS:
             self._holding = _hand_terminal(os.getpgrp(), pid)
-        elif self._tty:
+        elif self._tty or sig == signal.SIGTSTP:  # without a terminal: `kill -TSTP`
             self._ending = False
             _await_group_stop(pid)
             # a signal passed on meanwhile, or before this stop was seen, continued the
@@ -346,11 +351,15 @@ class Command:
     def _on_stop_key(self, signum, frame) -> None:
         """A Ctrl-Z that came to our group, in front of the terminal while the command's is
         not (`fg` of a job that ran in the background, which bash continues with no
-        signal, so :meth:`_on_continue` never ran): passed on to the command's group, whose
-        stop :meth:`_stopped` then copies. Before, it stopped us alone, the command running
-        on while the shell said the job stopped."""
+        signal, so :meth:`_on_continue` never ran), or a SIGTSTP sent to us with no
+        terminal at all: passed on to the command's group, whose stop :meth:`_stopped` then
+        copies. Before, it stopped us alone, the command running on while the shell said
+        the job stopped."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTSTP)
+
+    def _on_child(self, signum, frame) -> None:
+        reap_orphans(self._before | {self.guardian.pid, self.proc.pid})
 
     def _continued(self, pid: int) -> None:
         """The command was continued: the terminal we took back at its stop is its again

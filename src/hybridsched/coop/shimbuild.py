@@ -198,6 +198,14 @@ def _is_build(path: str) -> bool:
 
 
 def _compile(cc: tuple[str, ...], files: dict[str, str], out: str) -> None:
+    try:
+        _build(cc, files, out)
+    except OSError as exc:  # the cache's file system full, say: one line, not a traceback
+        raise ShimUnavailable(f"the coop shim could not be built in {os.path.dirname(out)}: "
+                              f"{exc.strerror or exc}", NO_SHIM) from None
+
+
+def _build(cc: tuple[str, ...], files: dict[str, str], out: str) -> None:
     with tempfile.TemporaryDirectory(prefix="coopshim-", dir=os.path.dirname(out)) as tmp:
         for name, text in files.items():
             with open(os.path.join(tmp, name), "w") as fh:

@@ -58,6 +58,9 @@ _GROUP_GONE_S = 5.0
 # Between two looks at a killed group still there: a killed member goes within a few ms,
 # and each look is two system calls
 _DYING_POLL_S = 0.001
+# How often the jobs' wait looks for orphans that ended (reap_orphans): a /proc read of our
+# children each time; rarer lets more zombies stand meanwhile (each holds a pid)
+_ORPHANS_POLL_S = 0.5
 # Between the SIGTERM at a job's deadline and the SIGKILL for a job still running: long
 # enough for a command's own clean-up on a TERM (temporary files, a child's exit), short
 # enough that a command that ignores it holds the node only this much past --timeout.
@@ -307,7 +310,8 @@ class CommandJobs:
                 grace = None
                 self.killed |= self._signal_running(signal.SIGKILL)  # running since the deadline
             self._reap_dying()
-            due = [t - now for t in (deadline, grace) if t is not None]
+            reap_orphans(self._before | {self.guardian.pid} | set(self.pids))
+            due = [t - now for t in (deadline, grace, now + _ORPHANS_POLL_S) if t is not None]
             if self._dying:
                 due.append(_DYING_POLL_S)
             events.once(max(0.0, min(due)) if due else None)
@@ -454,6 +458,18 @@ def _group_gone(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return True
     return False
+
+
+def reap_orphans(keep: set[int]) -> None:
+    """Reap the children of ours that have ended, but those in ``keep`` (the jobs, whose
+    status and rusage their own wait takes; what was ours before). As the subreaper we
+    adopt the processes a job's processes leave behind, and those that ended stayed
+    zombies until their job did: 200 of a shell loop's `(sleep 0.01 &)` at once (the
+    review), without bound for a long job that keeps leaving children (init reaps them at
+    once)."""
+    for pid in children(os.getpid()) - keep:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # (0, 0) for one still running: left alone
 
 
 def reap_escaped(mine: set[int]) -> None:

@@ -36,6 +36,18 @@ static void answer(size_t size, cpu_set_t *m, int own)
     memcpy(m, &src, size < sizeof src ? size : sizeof src);
 }
 
+/* whether the kernel would take `m`: some CPU of it exists here (EINVAL otherwise, which
+   the program is told as it would be without the shim; a mask of CPU 99 on a 2-CPU
+   machine was answered back as the empty set, the review) */
+static int takeable(size_t size, const cpu_set_t *m)
+{
+    long conf = sysconf(_SC_NPROCESSORS_CONF);
+    for (long i = 0; i < conf && (size_t)i < size * 8; i++)
+        if (CPU_ISSET_S(i, size, m))
+            return 1;
+    return 0;
+}
+
 static void record(size_t size, const cpu_set_t *m)
 {
     CPU_ZERO(&hs_t.mask);
@@ -65,6 +77,10 @@ HS_EXPORT int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *m)
 {
     if (!hs_on || hs_t.slot < 0 || !is_self(pid))
         return R(sched_setaffinity)(pid, size, m);
+    if (!takeable(size, m)) {
+        errno = EINVAL;
+        return -1;
+    }
     record(size, m);
     return 0;
 }
@@ -73,6 +89,8 @@ HS_EXPORT int pthread_setaffinity_np(pthread_t t, size_t size, const cpu_set_t *
 {
     if (!hs_on || hs_t.slot < 0)
         return R(pthread_setaffinity_np)(t, size, m);
+    if (!takeable(size, m))
+        return EINVAL;
     if (pthread_equal(t, pthread_self()))
         record(size, m);
     return 0;
