@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -532,3 +533,22 @@ def test_orphans_the_command_leaves_are_reaped_as_they_end(seg, shim_lib):
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
         p.stdout.close()
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="no valgrind here")
+def test_a_program_under_valgrind_runs_without_syscall_user_dispatch(seg, shim_lib):
+    """valgrind runs the program in the same threads: the dispatch armed there trapped
+    valgrind's own system calls, and it died of SIGSYS (status 159, the review). Now it
+    runs, and says once what goes unseen."""
+    p = coop_exec(seg, "--", "valgrind", "-q", "--error-exitcode=9", "true")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("under valgrind, without Syscall User Dispatch") == 1, p.stderr
+
+
+def test_a_segment_at_the_root_is_refused_as_shm_opens_spelling(tmp_path):
+    """`--segment /name` is shm_open's spelling of /dev/shm/name; as a path it made a file
+    at the root of the file system (the review)."""
+    p = subprocess.run([*CLI, "--segment", "/hybridsched-test-root", "--", "true"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "name one in /dev/shm (/dev/shm/hybridsched-test-root)" in p.stderr
+    assert p.stderr.count("\n") == 1 and not os.path.exists("/hybridsched-test-root")

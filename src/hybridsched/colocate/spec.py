@@ -137,7 +137,9 @@ class ColocateSpec:
                              "(--jobs copies a single --cmd)")
         if isinstance(self.expect, list) and len(self.expect) != J:
             raise UsageError(f"--expect given {len(self.expect)} times with {J} --cmd: give it "
-                             "once for every job or once per --cmd, in their order")
+                             f"once (for every job) or {J} times (one per --cmd, in their order)"
+                             if J > 1 else f"--expect given {len(self.expect)} times with one "
+                             "--cmd: give it once (it holds for every copy of the command)")
         if J == 1 and self.jobs > 1:
             self.commands = self.commands * self.jobs
         self.jobs = len(self.commands)

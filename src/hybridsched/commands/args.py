@@ -98,7 +98,7 @@ def _ranged(convert, within, bad: str, outside: str):
 def seconds(what: str):
     """A duration in seconds, above 0 and finite."""
     return _ranged(float, lambda v: 0 < v < float("inf"), what + ": not a number of seconds: {text!r}",
-                   what + " must be above 0, got {text}")
+                   what + " must be a finite number of seconds above 0, got {text}")
 
 
 def nonnegative_int(what: str):

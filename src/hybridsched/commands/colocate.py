@@ -91,7 +91,7 @@ def _not_stopped():
     taken. It stopped colocate alone: its jobs ran on, or stayed stopped by `gang` for
     good, the repetition's timings spoiled and its --timeout not kept (the review); a
     measurement cannot be paused."""
-    said = []
+    said: list[int] = []
 
     def refuse(signum, frame) -> None:
         if not said:

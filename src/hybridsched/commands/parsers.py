@@ -266,7 +266,7 @@ def add_coop(sub) -> None:
                     "own, said on stderr)")
     ex.add_argument("--segment", metavar="PATH",
                     help="the arbiter's segment: jobs cooperate when they share one (default: "
-                    "the node's, /dev/shm/hybridsched-coop.<uid>)")
+                    "$HYBRIDSCHED_COOP_SEGMENT, else the node's, /dev/shm/hybridsched-coop.<uid>)")
     ex.add_argument("--keep-env", action="store_true",
                     help="leave the runtimes' wait policies as given (default: set "
                     "OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=0, KMP_BLOCKTIME=0, "

@@ -164,7 +164,8 @@ def _plot_title(exp: tuple, mine: list[dict]) -> str:
         return f"blas: {J} jobs × a pool of {T}"
     if wl == CMD:
         cmds = mine[0]["commands"]
-        return f"{J} co-located commands: " + (cmds if len(cmds) <= 90 else cmds[:87] + "...")
+        head = "1 command alone" if J == 1 else f"{J} co-located commands"
+        return f"{head}: " + (cmds if len(cmds) <= 90 else cmds[:87] + "...")
     return _title(np.zeros(0, [("workload", "U8")]), *exp)
 
 

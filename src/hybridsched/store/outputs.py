@@ -23,6 +23,10 @@ LISTED = ".hybridsched-outputs"
 _ALL = "*"
 
 
+def _lines(fh, names: list[str]) -> None:
+    fh.write("".join(n + "\n" for n in names))
+
+
 class OutputDir:
     """Files go into :attr:`stage`, a hidden folder inside ``path`` (made as
     :func:`our_directory` makes it); :meth:`commit` moves them into ``path``, refusing
@@ -40,7 +44,7 @@ class OutputDir:
         our_directory(self.path, self.what)
         try:
             if self.made:
-                write_text(os.path.join(self.path, LISTED), lambda fh: fh.write(_ALL + "\n"))
+                write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, [_ALL]))
             self.stage = tempfile.mkdtemp(prefix=".hybridsched-stage-", dir=self.path)
         except OSError as exc:
             raise UsageError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
@@ -72,8 +76,7 @@ class OutputDir:
                                  "hybridsched did not write it; nothing written (name another "
                                  "folder, or move the file)")
             listed = sorted((ours | set(names)) - {""})
-            write_text(os.path.join(self.path, LISTED),
-                       lambda fh: fh.write("".join(n + "\n" for n in listed)))
+            write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, listed))
         out = []
         for f, n in zip(files, names):
             os.replace(f, os.path.join(self.path, n))
