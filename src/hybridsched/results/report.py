@@ -149,26 +149,29 @@ def _simulated_claims(study: Study) -> list[str]:
             "(`<scheduler> [sim]` above) are left out of them.*", ""]
 
 
+def _runs_line(runs) -> str:
+    """How many runs are stored and verified; those of verify none (`--verify none`, or
+    parallel_for without verify=) are stored as passed, and said apart (the review read
+    "2 verified (2 of them unverified ...)")."""
+    ok = int(runs["verified"].sum())
+    by_choice = int(((runs["verify"] == "none") & runs["verified"]).sum())
+    return (f"Runs: {len(runs)} stored, {ok - by_choice} verified"
+            + (f", {by_choice} not checked by choice (verify none)" if by_choice else ""))
+
+
 def build_report(study: Study, out_dir: str | None, plots: bool = True) -> tuple[str, list[str]]:
     """The whole report as Markdown, and the files written (CSV always, PNG unless
     ``plots`` is false) under ``out_dir`` (None: write nothing)."""
     rows = summarise(study.runs, study.n, study.util, study.foreign, study.imbalance)
-    ok = int(study.runs["verified"].sum())
     sim = simulated_line(study.runs)
     modelled = bool(simulated_cores(study.attrs))  # written by `simulate`: no run measured
-    by_choice = int(((study.runs["verify"] == "none") & study.runs["verified"]).sum())
     mpi = study.mpi_line()
     head = [f"# Study {os.path.basename(study.path)}", "",
             study.machine_line(), "",
             *([mpi, ""] if mpi else []),
             load_line(study), "",
             *([sim, ""] if sim else []),
-            f"Runs: {len(study.runs)} stored, {ok - by_choice} verified"
-            # verify none (`--verify none`, or the API's parallel_for without verify=):
-            # stored as passed, and said apart (the review: "2 verified (2 of them
-            # unverified ...)")
-            + (f", {by_choice} not checked by choice (verify none)" if by_choice else "")
-            + ". T is the mean over verified "
+            _runs_line(study.runs) + ". T is the mean over verified "
             "repetitions (± their sample standard deviation, min the fastest); σ = T_serial/T "
             "(Eq. 4), σE = σ/k (Eq. 5), α Karp–Flatt at the nominal k (Eq. 8), E_p mean "
             "P/P_max over repetitions (§3.1), LI the load imbalance of the workers' busy time "

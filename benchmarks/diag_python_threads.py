@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Many Python threads under `hybridsched coop exec`: T threads wait on one
+`threading.Event`, are released at once and joined. Their GIL waits are timed (5 ms), so
+this measures how the arbiter's queue treats polls (layout.LATE_SPAN: a thread back from
+a timed wait that timed out queues behind the threads woken since).
+
+Arms, interleaved per round (their order reversed every other round): the program plain,
+and under `coop exec` with each shim build given (`--shim NAME=PATH`, repeatable; default:
+the current build). Wall time of the whole command (coop exec's own start, ~0.1 s here,
+included) and the hand-offs `coop exec --counters` reports; medians, min and max over the
+rounds. A run counts only if the program printed "ok".
+
+Usage: python benchmarks/diag_python_threads.py [--rounds 4] [--threads 300,1000]
+       [--shim old=/path/to/coopshim.so --shim new=/path/to/other.so]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PROGRAM = """import sys, threading
+e = threading.Event()
+ts = [threading.Thread(target=e.wait) for _ in range(int(sys.argv[1]))]
+[t.start() for t in ts]
+e.set()
+[t.join() for t in ts]
+print("ok")
+"""
+
+
+def one(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    t = time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    dt = time.perf_counter() - t
+    if p.returncode != 0 or p.stdout != "ok\n":
+        sys.exit(f"diag_python_threads: a run failed ({p.returncode}): {p.stderr[-300:]}")
+    m = re.search(r"grants (\d+)", p.stderr)
+    return dt, int(m[1]) if m else 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", default="300,1000")
+    ap.add_argument("--shim", action="append", default=[], metavar="NAME=PATH")
+    a = ap.parse_args()
+    shims = dict(s.split("=", 1) for s in a.shim) or {"coop": ""}
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = os.path.join(tmp, "many.py")
+        with open(prog, "w") as fh:
+            fh.write(PROGRAM)
+        seg = os.path.join(tmp, "seg")  # a private arbiter: not the node's
+        res: dict[tuple[int, str], list[tuple[float, int]]] = {}
+        for r in range(a.rounds):
+            for n in [int(x) for x in a.threads.split(",")]:
+                arms = ["plain", *shims]
+                for arm in arms if r % 2 == 0 else arms[::-1]:
+                    env = dict(os.environ)
+                    argv = [sys.executable, prog, str(n)]
+                    if arm != "plain":
+                        if shims[arm]:
+                            env["HYBRIDSCHED_COOP_SHIM"] = shims[arm]
+                        argv = [sys.executable, "-m", "hybridsched", "coop", "exec", "--segment",
+                                seg, "--counters", "--", *argv]
+                    res.setdefault((n, arm), []).append(one(argv, env))
+    print(f"{a.rounds} rounds, interleaved; wall s and hand-offs: median (min-max)\n")
+    print("| threads | arm | wall s | hand-offs |\n|---:|---|---:|---:|")
+    for (n, arm), v in res.items():
+        ts, gs = sorted(x[0] for x in v), sorted(x[1] for x in v)
+        print(f"| {n} | {arm} | {statistics.median(ts):.3f} ({ts[0]:.3f}-{ts[-1]:.3f}) | "
+              f"{statistics.median(gs):.0f} ({gs[0]}-{gs[-1]}) |")
+
+
+if __name__ == "__main__":
+    main()
