@@ -189,6 +189,24 @@ def test_a_segment_named_outside_dev_shm_is_refused_in_one_line(monkeypatch, cap
     assert not os.path.exists(out) and not os.path.exists(where + ".lock")
 
 
+def test_a_bad_segment_variable_stops_only_what_uses_the_arbiter(monkeypatch, capsys,
+                                                                 tmp_path):
+    """`run` without --coop, or colocate with no coop policy, uses no arbiter: a bad
+    HYBRIDSCHED_COOP_SEGMENT refused them too (the review), from their sweep of a segment
+    left behind."""
+    from hybridsched.coop.paths import SEGMENT_ENV
+
+    monkeypatch.setenv(SEGMENT_ENV, "/hybridsched-x")
+    assert main(["run", "-s", "dynamic", "-k", "2", "-L", "4", "--height", "8", "--width", "8",
+                 "--reps", "1", "-o", str(tmp_path / "r.h5")]) == 0
+    assert main(["colocate", "--jobs", "2", "--workers", "1", "--steps", "5", "--step-us", "50",
+                 "--reps", "1", "--policy", "linux", "-o", str(tmp_path / "c.h5")]) == 0
+    capsys.readouterr()
+    assert main(["run", "-s", "dynamic", "-k", "2", "-L", "4", "--height", "8", "--width", "8",
+                 "--reps", "1", "--coop", "-o", str(tmp_path / "rc.h5")]) == 2
+    assert SEGMENT_ENV in capsys.readouterr().err and not os.path.exists(tmp_path / "rc.h5")
+
+
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_blas_jobs_verify_under_every_policy(policy, seg):
     spec = ColocateSpec(workload="blas", jobs=2, workers=2, policies=[policy], steps=4,

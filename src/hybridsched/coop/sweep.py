@@ -15,9 +15,15 @@ def sweep(path: str | None = None, ops: Ops | None = None) -> None:
     leave removes the segment. Also what a creator killed while it made the segment left:
     its lock file and its unfinished ``.new.<pid>`` file (the attach removes those of dead
     creators). A segment still in use, or one that cannot be attached, is left alone,
-    silently. Costs nothing (no arbiter code loaded) when there is none. ``ops``: the
+    silently; so is a segment variable naming no file of /dev/shm (a command that uses the
+    arbiter refuses it, one that does not runs on: the review). Costs nothing (no arbiter code loaded) when there is none. ``ops``: the
     arbiter's (ops.ShimOps where the caller loads no numba: coop exec and its guardian)."""
-    path = os.path.abspath(path or segment_path())
+    if path is None:
+        try:
+            path = segment_path()
+        except UsageError:  # a bad HYBRIDSCHED_COOP_SEGMENT: nothing of ours to sweep there;
+            return          # refused where the arbiter is used (`run` without --coop ran on)
+    path = os.path.abspath(path)
     if not (os.path.exists(path) or os.path.exists(path + ".lock") or unfinished(path)):
         return
     if _in_use_now(path + ".lock"):
