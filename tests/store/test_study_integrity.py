@@ -82,8 +82,8 @@ def test_second_writer_in_process_is_refused_and_the_study_kept(tmp_h5):
 
 @pytest.mark.parametrize("argv", [
     ["run", *TINY, "--overwrite"], ["run", *TINY], ["run", *TINY, "--resume"],
-    ["merge", "{other}", "--overwrite"],
-], ids=["overwrite", "plain", "resume", "merge-overwrite"])
+    ["merge", "{other}", "--overwrite"], ["simulate", "--overwrite"],
+], ids=["overwrite", "plain", "resume", "merge-overwrite", "simulate-overwrite"])
 def test_second_writer_process_gets_one_line_and_the_live_study_is_untouched(tmp_path, argv):
     live = str(tmp_path / "live.h5")
     other = str(tmp_path / "other.h5")
@@ -98,6 +98,7 @@ def test_second_writer_process_gets_one_line_and_the_live_study_is_untouched(tmp
         p = hs(*argv, *where)
         one_line_error(p)
         assert "is being written by pid" in p.stderr
+        assert "sorts in" not in p.stdout + p.stderr  # refused before simulate measured
         assert open(live, "rb").read() == before
         w.append(rec(3))
     assert len(store.read_runs(live)) == 4  # the first writer went on undisturbed

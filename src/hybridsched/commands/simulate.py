@@ -23,7 +23,7 @@ from ..sim.fromstudy import MeasuredStudy
 from ..sim.models import Overheads
 from ..sim.run import simulate, with_P
 from ..sim.validate import compare, print_validation
-from ..store import INT32_MAX, MAX_TIME_S, check_output, row_config
+from ..store import INT32_MAX, LOCK_SUFFIX, MAX_TIME_S, StudyLock, check_output, row_config
 from ..study.options import build_spec
 from ..study.output import new_study, this_machine
 from ..study.session import changed_techniques
@@ -129,6 +129,9 @@ def _check_out(args) -> str | None:
     check_output(out)
     if os.path.lexists(out) and not args.overwrite:
         raise UsageError(f"--out {out}: file exists (use --overwrite to replace it)")
+    if os.path.lexists(out + LOCK_SUFFIX):  # a live writer of it refused now, not after the
+        with StudyLock(out):                 # measuring (the review: 0.6 s of it first)
+            pass
     for opt, src in (("--from", args.source), ("--validate", args.validate)):
         if src and os.path.exists(src) and os.path.lexists(out) and os.path.samefile(src, out):
             raise UsageError(f"--out {out} is also the {opt} study; write the simulation "
