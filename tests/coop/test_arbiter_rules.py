@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched.coop.layout import LATE_SPAN
 from hybridsched.coop.state import BLOCKED, RUNNING, WAITING, ArbiterError, State
 
 Q = 20_000_000  # 20 ms in ns
@@ -37,20 +36,6 @@ def test_blocking_passes_to_own_job_first_and_keeps_its_quantum():
     assert s.release(a, 5_000_000) == [b]   # own job first, despite x waiting longer
     assert s.cpus["since_ns"][0] == 0       # the job's quantum goes on
     assert s.workers["state"][a] == BLOCKED and not s.check_invariants()
-
-
-def test_a_late_waiter_lets_at_most_late_span_newcomers_pass():
-    """A worker back from a wait that timed out (a poll) queues behind the ones woken after
-    it, at most LATE_SPAN tickets' worth of them (layout.LATE_SPAN)."""
-    s, js, ws = make(ncpu=1)
-    a, late, woken = ws[js[0]]
-    s.acquire(a, 0)
-    s.acquire(late, 1, late=True)
-    s.acquire(woken, 2)
-    assert s.release(a, 3) == [woken]
-    s.header["seq"][0] += LATE_SPAN  # LATE_SPAN tickets later, a newcomer no longer passes
-    s.acquire(a, 4)
-    assert s.release(woken, 5) == [late] and not s.check_invariants()
 
 
 def test_blocking_with_no_own_waiter_goes_round_robin():

@@ -52,16 +52,6 @@ VERSION = 7
 # more cases, smaller is nearer FIFO. Rules and shim share it (coop/rules.py, shim/rules.c).
 PREF_SPAN = 16
 
-# A thread that comes back from a wait that timed out (a poll: CPython's GIL, a lock with a
-# timeout) takes a ticket LATE_SPAN tickets ahead of the header's ``seq``: threads woken by
-# a post, a signal or an unlock, which have something to do, pass it, at most LATE_SPAN of
-# them. In order of arrival, 1000 Python threads released at once queued their GIL's 5 ms
-# timeouts in turn ahead of the one thread that could go on (3-5 s, 230 000 hand-offs;
-# 0.18 s without the shim). Larger keeps a poller waiting longer in a storm of hand-offs
-# (~20 µs each here: 4096 is ~80 ms at most), smaller lets fewer pass. New tickets only:
-# shims and workers of this version that never queue late share a segment as before.
-LATE_SPAN = 4096
-
 # The rotation request to a shim thread (sud.c's hs_nudge_signal): from its job's watchdog
 # (SI_TKILL), or queued with its job's key as the cookie (a sibling's early look; a
 # reclaim that took a stopped thread's token). A real-time signal far from SIGRTMIN, from
@@ -169,7 +159,6 @@ def c_header() -> str:
                ("lazy", LAZY))]
     lines.append(f"#define HS_WAKE_REVOKED {REVOKED}")
     lines.append(f"#define HS_PREF_SPAN {PREF_SPAN}")
-    lines.append(f"#define HS_LATE_SPAN {LATE_SPAN}")
     lines.append("")
     for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
                      ("hs_worker", WORKER_DTYPE)):

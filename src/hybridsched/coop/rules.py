@@ -25,8 +25,8 @@ from __future__ import annotations
 import numba
 
 from ..oslayer.atomics import compare_exchange, fetch_add
-from .layout import (BLOCKED, FREE, HEADER_DTYPE, LATE_SPAN, LAZY, PREF_SPAN, RUNNING, WAITING,
-                     WORKER_DTYPE, word_index)
+from .layout import (BLOCKED, FREE, HEADER_DTYPE, LAZY, PREF_SPAN, RUNNING, WAITING, WORKER_DTYPE,
+                     word_index)
 
 # where the lock-free paths find a worker's state and the header's waiting count in int32
 # views of the regions (compile-time constants). numba's cache does not see a change of
@@ -124,13 +124,11 @@ def drop(workers, wake, w, now, state):
 
 
 @_jit
-def enqueue(header, workers, wake, w, hw, late):
-    """A ticket for ``w``; a ``late`` one (its wait timed out) lets up to LATE_SPAN
-    newcomers pass (layout.LATE_SPAN)."""
+def enqueue(header, workers, wake, w, hw):
     h = header[0]
     h.seq += 1
     r = workers[w]
-    r.seq = h.seq + (LATE_SPAN if late else 0)
+    r.seq = h.seq
     r.state = WAITING
     wake[w] = 0
     fetch_add(hw, H_WAITING, 1)  # a full fence before the caller looks for LAZY tokens
@@ -147,16 +145,15 @@ def free_cpu(cpus, prefer):
 
 
 @_jit
-def acquire(header, cpus, jobs, workers, wake, hi, w, now, hw, ws, late):
-    """(woken, woken) — the second from a LAZY token revoked for the queue. ``late``: the
-    wait the worker comes back from timed out (see :func:`enqueue`)."""
+def acquire(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
+    """(woken, woken) — the second from a LAZY token revoked for the queue."""
     r = workers[w]
     if r.state == RUNNING or r.state == WAITING:
         return -1, -1
     ci = free_cpu(cpus, r.last_cpu)
     if ci >= 0:
         return grant(header, cpus, workers, wake, w, ci, now, False), -1
-    enqueue(header, workers, wake, w, hw, late)
+    enqueue(header, workers, wake, w, hw)
     return -1, revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws)
 
 
@@ -260,7 +257,7 @@ def boundary(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
         cpus[ci].since_ns = now  # nobody waits: a fresh quantum, keep running
         return -1, -1
     drop(workers, wake, w, now, WAITING)
-    enqueue(header, workers, wake, w, hw, False)
+    enqueue(header, workers, wake, w, hw)
     h.rotations += 1
     return (grant(header, cpus, workers, wake, target, ci, now, False),
             revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws))

@@ -113,13 +113,12 @@ static void drop(struct hs_view *v, int w, int64_t now, int state)
     hs_st(&v->wake[w], 0);
 }
 
-/* coop/rules.py enqueue: a late ticket lets up to HS_LATE_SPAN newcomers pass */
-static void enqueue(struct hs_view *v, int w, int late)
+static void enqueue(struct hs_view *v, int w)
 {
     struct hs_header *h = v->h;
     h->seq += 1;
     struct hs_worker *r = &v->workers[w];
-    r->seq = h->seq + (late ? HS_LATE_SPAN : 0);
+    r->seq = h->seq;
     hs_st(&r->state, HS_WAITING);
     hs_st(&v->wake[w], 0);
     __atomic_fetch_add(&h->waiting, 1, __ATOMIC_SEQ_CST);  /* a full fence before looking for LAZY tokens */
@@ -165,7 +164,7 @@ static int revoke_lazy(struct hs_view *v, int hi, int64_t now)
     return -1;
 }
 
-void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int late, int woken[2])
+void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int woken[2])
 {
     int hi = v->h->hi;
     struct hs_worker *r = &v->workers[w];
@@ -178,7 +177,7 @@ void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int late, int woken[
         woken[0] = grant(v, w, ci, now, 0);
         return;
     }
-    enqueue(v, w, late);
+    enqueue(v, w);
     woken[1] = revoke_lazy(v, hi, now);
 }
 
@@ -253,7 +252,7 @@ void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2])
         return;
     }
     drop(v, w, now, HS_WAITING);
-    enqueue(v, w, 0);
+    enqueue(v, w);
     h->rotations += 1;
     woken[0] = grant(v, target, ci, now, 0);
     woken[1] = revoke_lazy(v, hi, now);
@@ -385,9 +384,9 @@ HS_EXPORT size_t hs_x_view_size(void)
     return sizeof(struct hs_view);
 }
 
-HS_EXPORT void hs_x_acquire(struct hs_view *v, int w, int64_t now, int late, int *woken)
+HS_EXPORT void hs_x_acquire(struct hs_view *v, int w, int64_t now, int *woken)
 {
-    hs_rule_acquire(v, w, now, late, woken);
+    hs_rule_acquire(v, w, now, woken);
 }
 
 HS_EXPORT int hs_x_try_acquire(struct hs_view *v, int w, int64_t now)

@@ -279,7 +279,6 @@ REAL(int, pthread_cond_clockwait, (pthread_cond_t *, pthread_mutex_t *, clockid_
 static int cond_waited(int r, pthread_mutex_t *m)
 {
     int e = errno;
-    hs_t.late = r == ETIMEDOUT;
     if (plain_kind(m->__data.__kind) && R(pthread_mutex_unlock)(m) == 0) {
         hs_resume();
         lock_inside(m);

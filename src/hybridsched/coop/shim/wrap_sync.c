@@ -62,30 +62,15 @@ HS_EXPORT int sem_wait(sem_t *s)
     ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_wait)(s));
 }
 
-/* A timed wait that timed out is a poll (CPython's lock with a timeout, a watchdog's
-   tick): its caller looks and likely waits again, so it queues behind the threads that
-   were woken (hs_t.late). Before, 1000 Python threads released at once queued their GIL's
-   5 ms timeouts in turn ahead of the one thread that could go on: 230 000 hand-offs and
-   3-5 s, 0.18 s without the shim. */
-static void timed_out(int r)
-{
-    hs_t.late = r == -1 && errno == ETIMEDOUT;
-}
-
 HS_EXPORT int sem_timedwait(sem_t *s, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_timedwait)(s, t);
-    TRY_THEN_PARK_AFTER(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t),
-                        timed_out);
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t));
 }
 
 HS_EXPORT int sem_clockwait(sem_t *s, clockid_t c, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_clockwait)(s, c, t);
-    TRY_THEN_PARK_AFTER(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN,
-                        R(sem_clockwait)(s, c, t), timed_out);
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN,
+                        R(sem_clockwait)(s, c, t));
 }
 
 REAL(int, pthread_tryjoin_np, (pthread_t, void **));
@@ -179,7 +164,6 @@ long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
     }
     hs_park();
     long r = hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
-    hs_t.late = r == -ETIMEDOUT;
     hs_resume();
     hs_exit();
     return r;
