@@ -240,8 +240,9 @@ def write_study(path, results, overwrite: bool = False) -> str:
         raise UsageError("write_study: the path must be text")
     if not all(isinstance(r, Result) for r in results):
         raise UsageError("write_study: expected the Result objects of parallel_for")
-    if len({id(r) for r in results}) != len(results):  # one run, stored twice, counts twice
-        raise UsageError("write_study: a result is given more than once")
+    runs = [(r.record.started_at, r.record.time_s, r.record.config) for r in results]
+    if len({repr(k) for k in runs}) != len(runs):  # one run stored twice counts twice (a
+        raise UsageError("write_study: a result is given more than once")  # copy of it too)
     study = {"api": True, "created_by": "hybridsched.parallel_for",
              "schedulers": sorted({r.record.config.scheduler for r in results}),
              "kernel": sorted({r.record.config.kernel for r in results}),

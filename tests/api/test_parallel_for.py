@@ -222,8 +222,11 @@ def test_results_write_a_study_the_report_reads(tmp_path, no_leaks):
     assert np.array_equal(d.trace["count"], results[1].trace["count"])
     with pytest.raises(UsageError, match="exists"):
         results[0].save(out)
-    with pytest.raises(UsageError, match="more than once"):  # one run would count twice
-        write_study(str(tmp_path / "twice.h5"), [results[1], results[1]])
+    import pickle
+
+    for again in (results[1], pickle.loads(pickle.dumps(results[1]))):  # would count twice
+        with pytest.raises(UsageError, match="more than once"):
+            write_study(str(tmp_path / "twice.h5"), [results[1], again])
     assert not os.path.exists(tmp_path / "twice.h5")
     text, _ = build_report(load_study(out), None, plots=False)
     assert "## Tasks" in text and "workload `user`" in text

@@ -170,10 +170,13 @@ def test_merge_carries_ge_and_colocate_rows_over(small, tmp_path, capsys):
     assert "3 runs, 2 ge rows, 2 colocate rows" in capsys.readouterr().err
     assert len(store.read_table(out, "ge")) == 2 and len(store.read_table(out, "colocate")) == 2
     assert list(store.read_table(out, "ge")["run_id"]) == [0, 1]
-    again = str(tmp_path / "g2.h5")
-    shutil.copy(ge, again)
+    again = str(tmp_path / "g2.h5")  # measured again: a copy's rows would count twice
+    assert main(["ge", "--arch", "A1,A2", "--algo", "rows", "--n", "16", "--threads", "4",
+                 "-o", again]) == 0
     assert main(["merge", ge, again, "-o", str(tmp_path / "gg.h5")]) == 0
     assert list(store.read_table(str(tmp_path / "gg.h5"), "ge")["run_id"]) == [0, 1, 2, 3]
+    shutil.copy(ge, str(tmp_path / "g3.h5"))
+    assert main(["merge", ge, str(tmp_path / "g3.h5"), "-o", str(tmp_path / "g4.h5")]) == 2
 
 
 # --- 10: a full disk says what is safe and what to do ---------------------------------------

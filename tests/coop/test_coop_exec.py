@@ -552,3 +552,51 @@ def test_a_segment_at_the_root_is_refused_as_shm_opens_spelling(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "name one in /dev/shm (/dev/shm/hybridsched-test-root)" in p.stderr
     assert p.stderr.count("\n") == 1 and not os.path.exists("/hybridsched-test-root")
+
+
+def test_a_stop_another_sent_the_command_is_not_copied_without_a_terminal(seg, shim_lib):
+    """With no terminal, a SIGTSTP someone else sent the command (not passed on by coop
+    exec) is theirs: coop exec runs on, and ends with the command once they continue it.
+    Copied, it left coop exec stopped for ever (the review)."""
+    p = spawn(seg, "--", "sh", "-c", "echo ready; sleep 0.5; echo done",
+              stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        leader = command_group(p.pid)[0]
+        os.killpg(leader.pid, signal.SIGTSTP)
+        wait_until(lambda: state_of(leader) == psutil.STATUS_STOPPED, what="the command stopped")
+        os.killpg(leader.pid, signal.SIGCONT)
+        assert p.wait(timeout=60) == 0 and p.stdout.read() == "done\n"
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+
+
+_IGNORES_TSTP = """
+import signal, subprocess, sys
+signal.signal(signal.SIGTSTP, signal.SIG_IGN)
+print("ready", flush=True)
+sys.exit(subprocess.run(["sh", "-c", "sleep 1; echo child-done"],
+                        preexec_fn=lambda: signal.signal(signal.SIGTSTP, signal.SIG_DFL)).returncode)
+"""
+
+
+def test_sigcont_continues_what_a_passed_on_sigtstp_stopped(seg, shim_lib):
+    """A command whose leader ignores SIGTSTP: coop exec's SIGTSTP stops its children
+    alone, so coop exec never stops; its SIGCONT continues them. Before, they stayed
+    stopped for ever (the review)."""
+    p = spawn(seg, "--", sys.executable, "-c", _IGNORES_TSTP, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        wait_until(lambda: any(name_of(c) == "sleep" for c in command_group(p.pid)),
+                   what="the child's sleep")
+        p.send_signal(signal.SIGTSTP)
+        wait_until(lambda: any(name_of(c) == "sleep" and state_of(c) == psutil.STATUS_STOPPED
+                               for c in command_group(p.pid)), what="the child stopped")
+        p.send_signal(signal.SIGCONT)
+        assert p.wait(timeout=60) == 0 and p.stdout.read() == "child-done\n"
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()

@@ -87,3 +87,44 @@ def test_a_file_where_a_folder_of_the_path_should_be_is_named_so(tmp_path, capsy
     (tmp_path / "afile").write_text("x")
     assert _report(path, tmp_path / "afile" / "sub") == 2
     assert "a part of the path is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_report_interrupted_between_its_moves_leaves_nothing_in_a_folder_it_made(
+        tmp_path, capsys, monkeypatch):
+    """A Ctrl-C between two of the moves into a new folder (and its parents, made as `mkdir
+    -p` would): before, the folder kept the first files without their list, and every
+    later report there refused them as the user's (the review)."""
+    import hybridsched.store.outputs as outputs
+
+    path = _study(tmp_path)
+    real, moves = os.replace, []
+
+    def interrupted(src, dst):
+        if ".hybridsched-stage-" in str(src):
+            moves.append(dst)
+            if len(moves) == 2:
+                raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", interrupted)
+    try:
+        cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "p1" / "p2" / "new")])
+    except KeyboardInterrupt:
+        pass
+    assert len(moves) == 2 and not (tmp_path / "p1").exists()
+    monkeypatch.setattr(outputs.os, "replace", real)
+    assert _report(path, tmp_path / "p1" / "p2" / "new") == 0
+
+
+def test_a_list_that_is_no_regular_file_is_not_read(tmp_path, capsys):
+    """The folder's list as a symbolic link to /dev/zero, or a FIFO: read whole, it hung the
+    report (the review). Not a list then: the report writes, and its list replaces the
+    link (never written through)."""
+    path = _study(tmp_path)
+    for i, make in enumerate((lambda p: os.symlink("/dev/zero", p), os.mkfifo)):
+        mine = tmp_path / f"mine{i}"
+        mine.mkdir()
+        make(mine / LISTED)
+        assert _report(path, mine) == 0
+        assert (mine / LISTED).is_file() and not (mine / LISTED).is_symlink()
+        assert "summary.csv" in (mine / LISTED).read_text().split()

@@ -132,7 +132,8 @@ def test_cli_fit_plot_replaces_a_plot_but_never_its_input(tmp_path, capsys):
     ("N,speedup\n0,1\n", "whole number from 1"),
     ("N,speedup\n1,1\n2,1.9\n", "3 or more"),
     # past any machine: overflow warnings and an alpha of -inf before (the hostile review)
-    ("N,speedup\n1,1\n2,1e308\n4,1e308\n8,1e308\n", "at most 1e+12"),
+    ("N,speedup\n1,1\n2,1e308\n4,1e308\n8,1e308\n", "to 1e+12"),
+    ("N,speedup\n1,1e-300\n2,1e-300\n4,1e-300\n", "from 1e-12"),
     ("N,speedup\n1,1\n2,1.9,5,6\n4,3.5\n", "line 3: more fields than the header"),
 ])
 def test_cli_fit_bad_csv_is_one_line_exit_2(tmp_path, capsys, text, needle):
@@ -148,6 +149,8 @@ def test_cli_fit_reads_a_csv_a_spreadsheet_saved_with_a_byte_order_mark(tmp_path
     p.write_bytes(b"\xef\xbb\xbfN,speedup\n1,1\n2,1.9\n4,3.5\n")
     assert main(["fit", str(p), "--model", "amdahl"]) == 0
     assert "amdahl fit of 3 points" in capsys.readouterr().out
+    p.write_text("N,speedup\n1,1,\n2,1.9,\n4,3.5,\n")  # a trailing comma on each row
+    assert main(["fit", str(p), "--model", "amdahl"]) == 0
 
 
 def _record(scheduler, P, k, t, rep=0, verified=True):

@@ -535,3 +535,17 @@ def test_merge_refuses_a_study_and_a_copy_of_it(tmp_path, capsys):
     assert err.count("\n") == 1 and "hold the same runs" in err and copy in err, err
     assert not os.path.exists(out) and not os.path.exists(out + ".lock")
     assert cli.main(["merge", a, b, "-o", out]) == 0
+
+
+def test_merge_refuses_a_ge_study_and_a_copy_of_it(tmp_path, capsys):
+    """The side tables' rows too: a `ge` study and its copy merged into "2 ge rows" (the
+    second review)."""
+    import shutil
+
+    g, copy, out = str(tmp_path / "g.h5"), str(tmp_path / "gcopy.h5"), str(tmp_path / "m.h5")
+    assert cli.main(["ge", "--arch", "A1", "--algo", "rows", "--n", "32", "--threads", "2",
+                     "--reps", "1", "--out", g]) == 0
+    shutil.copyfile(g, copy)
+    capsys.readouterr()
+    assert cli.main(["merge", g, copy, "-o", out]) == 2
+    assert "hold the same runs" in capsys.readouterr().err and not os.path.exists(out)

@@ -19,11 +19,12 @@ def main(args) -> int:
         raise UsageError(f"{PROG} coop exec: a command is required ({PROG} coop exec [--] CMD ...)")
     if args.segment is not None and not args.segment.strip():
         raise UsageError(f"{PROG} coop exec: --segment: an empty path (leave it out for the node's)")
-    if args.segment is not None and os.path.dirname(os.path.abspath(args.segment)) == "/":
+    if args.segment is not None and not os.path.dirname(os.path.abspath(args.segment)).strip("/"):
         # `/name` is shm_open's spelling of /dev/shm/name: as a path it made a file at the
         # root of the file system (the review)
         raise UsageError(f"{PROG} coop exec: --segment {args.segment}: a file at the root of "
-                         f"the file system; name one in /dev/shm (/dev/shm{args.segment}) or "
+                         f"the file system; name one in /dev/shm "
+                         f"(/dev/shm/{os.path.basename(args.segment)}) or "
                          "another folder")
     quantum_s = None if args.quantum_ms is None else args.quantum_ms / 1e3
     if quantum_s is not None:

@@ -226,6 +226,7 @@ class Command:
         self._holding = False  # we took the terminal back from the stopped command
         self._handed_back = False  # and gave it back at its continue, no stop seen since
         self._for_terminal = False  # left stopped by its terminal until we are in front
+        self._stop_passed = False  # a SIGTSTP of ours passed on, its stop not yet copied
         self._theirs: dict[int, _Handler] = {}  # the caller's SIGCONT and SIGTSTP handlers
 
     def __enter__(self) -> "Command":
@@ -247,6 +248,8 @@ class Command:
         # stopped us alone, and the command ran on, its tokens never rotated by our
         # stopped watchdog while other jobs waited (the review)
         self._theirs[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._on_stop_key)
+        if not self._tty:
+            self._theirs[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue_plain)
         # orphans of the command we adopted, reaped as they end (they stood as zombies
         # until the command ended: the review)
         self._theirs[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
@@ -316,7 +319,11 @@ class Command:
                 os.killpg(pid, signal.SIGCONT)
         elif self._tty and sig not in _TERMINAL_STOPS:
             self._holding = _hand_terminal(os.getpgrp(), pid)
-        elif self._tty or sig == signal.SIGTSTP:  # without a terminal: `kill -TSTP`
+        elif self._tty or (sig == signal.SIGTSTP and self._stop_passed):
+            # without a terminal, only a stop we passed on (`kill -TSTP` of us) is copied:
+            # one that another sent the command is theirs, and a copy of it left us stopped
+            # once they continued the command (the review)
+            self._stop_passed = False
             self._ending = False
             _await_group_stop(pid)
             # a signal passed on meanwhile, or before this stop was seen, continued the
@@ -355,8 +362,19 @@ class Command:
         terminal at all: passed on to the command's group, whose stop :meth:`_stopped` then
         copies. Before, it stopped us alone, the command running on while the shell said
         the job stopped."""
+        self._stop_passed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTSTP)
+
+    def _on_continue_plain(self, signum, frame) -> None:
+        """We were continued with no terminal, after a SIGTSTP we passed on whose stop we
+        never copied (the command's leader ignores SIGTSTP while its children stopped):
+        the group is continued too. Before, those children stayed stopped for ever (the
+        review)."""
+        if self._stop_passed:
+            self._stop_passed = False
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
 
     def _on_child(self, signum, frame) -> None:
         reap_orphans(self._before | {self.guardian.pid, self.proc.pid})

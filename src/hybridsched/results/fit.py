@@ -275,6 +275,7 @@ def load(path: str, scheduler: str | None = None, frames: int | None = None) -> 
 # and an alpha of -inf, the hostile review)
 CSV_MAX_N = 10**9
 CSV_MAX_Y = 1e12
+CSV_MIN_Y = 1e-12  # and 1e-300 overflowed the other way
 
 
 def load_csv(path: str) -> Data:
@@ -291,15 +292,17 @@ def load_csv(path: str) -> Data:
         raise UsageError(f"{path}: a CSV for fit needs columns N and speedup or throughput")
     n, y = [], []
     for i, r in enumerate(rows, start=2):
-        if None in r:  # csv.DictReader's key for the fields past the header's
+        if any(x.strip() for x in r.get(None) or ()):  # DictReader's key for the fields
+            # past the header's; empty ones (a spreadsheet's trailing comma) are nothing
             raise UsageError(f"{path}: line {i}: more fields than the header names")
         try:
             nv, yv = float(r[cols["n"]]), float(r[cols[kind]])
         except (TypeError, ValueError):
             raise UsageError(f"{path}: line {i}: N and {kind} must be numbers") from None
-        if not (1 <= nv <= CSV_MAX_N and nv == int(nv)) or not 0 < yv <= CSV_MAX_Y:
+        if not (1 <= nv <= CSV_MAX_N and nv == int(nv)) or not CSV_MIN_Y <= yv <= CSV_MAX_Y:
             raise UsageError(f"{path}: line {i}: N must be a whole number from 1 to "
-                             f"{CSV_MAX_N:.0e} and {kind} above 0, at most {CSV_MAX_Y:.0e}")
+                             f"{CSV_MAX_N:.0e} and {kind} from {CSV_MIN_Y:.0e} to "
+                             f"{CSV_MAX_Y:.0e}")
         n.append(int(nv))
         y.append(yv)
     if not n:

@@ -43,14 +43,23 @@ def _tensor(t: tuple) -> str:
             + (f", {ih[:15]}" if ih else ""))
 
 
-def _once(runs: np.ndarray, path: str, seen: dict[bytes, str]) -> None:
-    """Refuse a run of ``path`` that an earlier input holds too, every measured field alike
-    to the bit (its time, its start): a copy of a study, or a study and a copy of it made
-    while it ran, would count their runs twice (the hostile review). Rows without a start
-    (records made by hand, as tests make them) are not runs anyone measured."""
-    rows = runs[runs["started_at"] > 0]  # measured: each stamped with when it started
-    rows["run_id"] = 0  # renumbered per file; the rest is the measurement
-    mine = {bytes(r.tobytes()) for r in rows}
+def _once(path: str, runs: np.ndarray, seen: dict[bytes, str]) -> None:
+    """Refuse a row of ``path`` that an earlier input holds too, every measured field alike
+    to the bit (its times, its start): a copy of a study, or a study and a copy of it made
+    while it ran, would count their runs twice (the hostile review). So for the side tables'
+    rows (`ge`, `colocate`: measured times to the nanosecond). Runs without a start are
+    not compared: records made by hand (as tests make them), and `simulate`'s, which a
+    model computes alike each time."""
+    tables = [("runs", runs[runs["started_at"] > 0])]
+    for name, read in zip(SIDE_TABLES, SIDE_READERS):
+        tables.append((name, read(path)))
+    mine = set()
+    for name, rows in tables:
+        rows = rows.copy()
+        for renumbered in ("run_id", "rep"):  # per file; the rest is the measurement
+            if renumbered in (rows.dtype.names or ()):
+                rows[renumbered] = 0
+        mine |= {name.encode() + bytes(r.tobytes()) for r in rows}
     for key in mine:
         if key in seen:
             raise UsageError(f"merge: {path} and {seen[key]} hold the same runs (a copy of one "
@@ -75,9 +84,7 @@ def merge(inputs: list[str], out: str, overwrite: bool = False) -> dict[str, int
     for p in inputs:
         check_ours(p)
         runs = read_runs(p)  # what is copied is read as `report` reads it
-        _once(runs, p, seen)
-        for read in SIDE_READERS:
-            read(p)
+        _once(p, runs, seen)  # the side tables read (and checked) there too
         for name in SIDE_TABLES:  # their specs are copied too: JSON objects, or one line
             study_spec(p, key=f"{name}_spec")
         # the workload, its parameters and an --input file's hash name the tasks too

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 
 from ..errors import UsageError
@@ -21,6 +22,41 @@ from .files import our_directory, write_text
 # the folder)
 LISTED = ".hybridsched-outputs"
 _ALL = "*"
+
+
+# the most of a list read: a report writes tens of names
+_LISTED_MAX = 1 << 20
+
+
+def _listed(path: str) -> set[str]:
+    """The names a folder's list holds; none where it is not a regular file of ours (a
+    symbolic link to /dev/zero or a FIFO there hung the report: the review), or cannot be
+    read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return set()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return set()
+        text = os.read(fd, _LISTED_MAX).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return set()
+    finally:
+        os.close(fd)
+    return {line for line in text.split("\n") if line and "/" not in line}
+
+
+def _first_missing(path: str) -> str | None:
+    """The first folder of ``path`` that does not exist (``path`` itself, or a parent
+    that `mkdir -p` would make), None where it exists."""
+    if os.path.lexists(path):
+        return None
+    while True:
+        parent = os.path.dirname(path)
+        if parent == path or os.path.lexists(parent):
+            return path
+        path = parent
 
 
 def _lines(fh, names: list[str]) -> None:
@@ -37,33 +73,49 @@ class OutputDir:
     def __init__(self, path: str, what: str = "--out-dir", named: bool = False) -> None:
         self.path, self.what, self.named = path, what, named
         self.stage = ""
-        self.made = False
+        self.made: str | None = None  # the first folder of the path we made, if any
+        self._moved: list[str] = []
 
     def __enter__(self) -> OutputDir:
-        self.made = not os.path.lexists(self.path)
+        self.made = _first_missing(os.path.abspath(self.path))
         our_directory(self.path, self.what)
         try:
             if self.made:
                 write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, [_ALL]))
             self.stage = tempfile.mkdtemp(prefix=".hybridsched-stage-", dir=self.path)
         except OSError as exc:
+            self.__exit__(OSError)
             raise UsageError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
         return self
 
     def __exit__(self, kind, *exc) -> None:
-        shutil.rmtree(self.stage, ignore_errors=True)
-        if kind is not None and self.made:  # a failed command leaves no folder it made
+        if self.stage:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        if kind is None or not self.made:
+            return
+        # a failed command leaves nothing in folders it made: the files it moved in so far
+        # (a Ctrl-C between two moves left them without their list, refused by every later
+        # report: the review), its list, the folders made for the path (`mkdir -p`'s too)
+        for f in self._moved:
             with contextlib.suppress(OSError):
+                os.unlink(f)
+        with contextlib.suppress(OSError):
+            if set(os.listdir(self.path)) <= {LISTED}:  # nobody else's meanwhile
                 os.unlink(os.path.join(self.path, LISTED))
-                os.rmdir(self.path)
+        folder = os.path.abspath(self.path)
+        while True:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+            if folder == self.made:
+                break
+            folder = os.path.dirname(folder)
 
     def _ours(self) -> set[str]:
-        try:
-            with open(os.path.join(self.path, LISTED), encoding="utf-8") as fh:
-                names = {line.rstrip("\n") for line in fh}
-        except (OSError, UnicodeDecodeError):
-            names = set()
-        return names | ({_ALL} if self.named else set())
+        if self.named:
+            return {_ALL}
+        return _listed(os.path.join(self.path, LISTED))
 
     def commit(self, files: list[str]) -> list[str]:
         """``files`` (written into the stage) moved into the folder: their new paths."""
@@ -77,8 +129,7 @@ class OutputDir:
                                  "folder, or move the file)")
             listed = sorted((ours | set(names)) - {""})
             write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, listed))
-        out = []
         for f, n in zip(files, names):
             os.replace(f, os.path.join(self.path, n))
-            out.append(os.path.join(self.path, n))
-        return out
+            self._moved.append(os.path.join(self.path, n))
+        return list(self._moved)
