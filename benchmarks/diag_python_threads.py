@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Many Python threads under `hybridsched coop exec`: T threads wait on one
 `threading.Event`, are released at once and joined. Their GIL waits are timed (5 ms), so
-this measures how the arbiter's queue treats polls (layout.LATE_SPAN: a thread back from
-a timed wait that timed out queues behind the threads woken since).
+this measures how the arbiter's queue treats polls: each timed-out waiter queues for a
+token ahead of the thread that could go on (3-5 s against 0.18 s plain for 1000 threads,
+2026-12-07; a rule that let woken threads pass the timed-out ones was tried and reverted,
+docs/results/2core-unmodified.md, twenty-eighth session).
 
 Arms, interleaved per round (their order reversed every other round): the program plain,
 and under `coop exec` with each shim build given (`--shim NAME=PATH`, repeatable; default:
