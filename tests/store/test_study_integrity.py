@@ -549,3 +549,18 @@ def test_merge_refuses_a_ge_study_and_a_copy_of_it(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["merge", g, copy, "-o", out]) == 2
     assert "hold the same runs" in capsys.readouterr().err and not os.path.exists(out)
+
+
+def test_merge_takes_two_studies_whose_turns_could_not_start_alike(tmp_path, capsys):
+    """Rows with no measured time (a coop turn refused for the arbiter in use: NaN, alike
+    in every study that met it) are no runs counted twice: not compared."""
+    from hybridsched.colocate.output import ColocateWriter
+    from hybridsched.colocate.spec import ColocateSpec
+    from hybridsched.study.output import this_machine
+
+    spec = ColocateSpec(workload="bsp", jobs=2, workers=1, policies=["coop"], steps=5, reps=1)
+    paths = [str(tmp_path / f"c{i}.h5") for i in range(2)]
+    for p in paths:
+        with ColocateWriter(p, this_machine(), spec.to_dict(), False) as w:
+            w.append(spec.not_run("coop", 0, "the arbiter is in use"))
+    assert cli.main(["merge", *paths, "-o", str(tmp_path / "m.h5")]) == 0, capsys.readouterr().err

@@ -43,6 +43,10 @@ def _tensor(t: tuple) -> str:
             + (f", {ih[:15]}" if ih else ""))
 
 
+# each side table's field that holds a measured time
+_MEASURED = {"ge": "t_total_s", "colocate": "time_s"}
+
+
 def _once(path: str, runs: np.ndarray, seen: dict[bytes, str]) -> None:
     """Refuse a row of ``path`` that an earlier input holds too, every measured field alike
     to the bit (its times, its start): a copy of a study, or a study and a copy of it made
@@ -52,7 +56,12 @@ def _once(path: str, runs: np.ndarray, seen: dict[bytes, str]) -> None:
     model computes alike each time."""
     tables = [("runs", runs[runs["started_at"] > 0])]
     for name, read in zip(SIDE_TABLES, SIDE_READERS):
-        tables.append((name, read(path)))
+        rows = read(path)
+        # measured: a time taken (a turn that could not start stores NaN, alike in every
+        # study that met the same refusal)
+        timed = _MEASURED[name]
+        tables.append((name, rows[np.isfinite(rows[timed]) & (rows[timed] > 0)] if len(rows)
+                       else rows))
     mine = set()
     for name, rows in tables:
         rows = rows.copy()
