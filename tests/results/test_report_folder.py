@@ -89,31 +89,62 @@ def test_a_file_where_a_folder_of_the_path_should_be_is_named_so(tmp_path, capsy
     assert "a part of the path is a file, not a folder" in capsys.readouterr().err
 
 
-def test_a_report_interrupted_between_its_moves_leaves_nothing_in_a_folder_it_made(
+def test_a_report_interrupted_between_its_moves_leaves_a_folder_a_later_one_takes(
         tmp_path, capsys, monkeypatch):
-    """A Ctrl-C between two of the moves into a new folder (and its parents, made as `mkdir
-    -p` would): before, the folder kept the first files without their list, and every
-    later report there refused them as the user's (the review)."""
+    """A Ctrl-C between two of the moves into a new folder: the files moved so far stay,
+    with the folder's list (its own: `*`), and a later report there replaces them. Before,
+    the list went and the files stayed, refused by every later report as the user's (the
+    review); removing them instead could take another report's, moved in meanwhile."""
     import hybridsched.store.outputs as outputs
 
     path = _study(tmp_path)
     real, moves = os.replace, []
 
     def interrupted(src, dst):
-        if ".hybridsched-stage-" in str(src):
-            moves.append(dst)
+        if ".hybridsched-stage-" in str(src) and ".hybridsched-stage-" not in str(dst):
+            moves.append(dst)  # out of the stage: commit's, not a CSV's own rename in it
             if len(moves) == 2:
                 raise KeyboardInterrupt
         return real(src, dst)
 
+    new = tmp_path / "p1" / "p2" / "new"
     monkeypatch.setattr(outputs.os, "replace", interrupted)
     try:
-        cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "p1" / "p2" / "new")])
+        cli.main(["report", path, "--no-plots", "--out-dir", str(new)])
     except KeyboardInterrupt:
         pass
-    assert len(moves) == 2 and not (tmp_path / "p1").exists()
+    assert len(moves) == 2 and (new / LISTED).read_text() == "*\n"
+    assert not [n for n in os.listdir(new) if n.startswith(".hybridsched-stage")]
     monkeypatch.setattr(outputs.os, "replace", real)
-    assert _report(path, tmp_path / "p1" / "p2" / "new") == 0
+    assert _report(path, new) == 0
+
+
+def test_an_interrupt_while_the_folder_is_made_leaves_none(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after the folder (and `mkdir -p`'s parents) was made, before any file: all
+    of it goes (the review found the folders, the list and the stage left)."""
+    import hybridsched.store.outputs as outputs
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.tempfile, "mkdtemp", interrupted)
+    path = _study(tmp_path)
+    try:
+        cli.main(["report", path, "--no-plots", "--out-dir", str(tmp_path / "q1" / "q2")])
+    except KeyboardInterrupt:
+        pass
+    assert not (tmp_path / "q1").exists()
+
+
+def test_a_path_through_a_link_and_back_is_the_kernels(tmp_path, capsys):
+    """`lnk/../new`: the folder beside lnk's target, as the kernel reads it; abspath's
+    text made a stray `new` beside lnk (the review)."""
+    path = _study(tmp_path)
+    (tmp_path / "elsewhere" / "inner").mkdir(parents=True)
+    (tmp_path / "lnk").symlink_to(tmp_path / "elsewhere" / "inner")
+    assert _report(path, tmp_path / "lnk" / ".." / "newA") == 0
+    assert (tmp_path / "elsewhere" / "newA" / "summary.csv").exists()
+    assert not (tmp_path / "newA").exists()
 
 
 def test_a_list_that_is_no_regular_file_is_not_read(tmp_path, capsys):

@@ -226,8 +226,11 @@ class Command:
         self._holding = False  # we took the terminal back from the stopped command
         self._handed_back = False  # and gave it back at its continue, no stop seen since
         self._for_terminal = False  # left stopped by its terminal until we are in front
-        self._stop_passed = False  # a SIGTSTP of ours passed on, its stop not yet copied
         self._theirs: dict[int, _Handler] = {}  # the caller's SIGCONT and SIGTSTP handlers
+        # without a terminal: the order signals came in (signal.set_wakeup_fd's bytes), and
+        # the wake-up fd it replaced
+        self._order: tuple[int, int] | None = None
+        self._wakeup = -1
 
     def __enter__(self) -> "Command":
         self._before = children(os.getpid())  # ours already: never taken for its orphans
@@ -244,11 +247,13 @@ class Command:
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
         # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there
         self._tty = _terminal_in_front(None)
-        # SIGTSTP without a terminal too (`kill -TSTP`, a batch system's suspend): it
-        # stopped us alone, and the command ran on, its tokens never rotated by our
-        # stopped watchdog while other jobs waited (the review)
+        # SIGTSTP without a terminal too (`kill -TSTP`, a batch system's suspend): passed on
+        # to the command's group, as SIGCONT is; it stopped us alone, and the command ran
+        # on, its tokens never rotated by our stopped watchdog (the review)
         self._theirs[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._on_stop_key)
         if not self._tty:
+            self._order = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._wakeup = signal.set_wakeup_fd(self._order[1], warn_on_full_buffer=False)
             self._theirs[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue_plain)
         # orphans of the command we adopted, reaped as they end (they stood as zombies
         # until the command ended: the review)
@@ -319,11 +324,7 @@ class Command:
                 os.killpg(pid, signal.SIGCONT)
         elif self._tty and sig not in _TERMINAL_STOPS:
             self._holding = _hand_terminal(os.getpgrp(), pid)
-        elif self._tty or (sig == signal.SIGTSTP and self._stop_passed):
-            # without a terminal, only a stop we passed on (`kill -TSTP` of us) is copied:
-            # one that another sent the command is theirs, and a copy of it left us stopped
-            # once they continued the command (the review)
-            self._stop_passed = False
+        elif self._tty:
             self._ending = False
             _await_group_stop(pid)
             # a signal passed on meanwhile, or before this stop was seen, continued the
@@ -362,21 +363,40 @@ class Command:
         terminal at all: passed on to the command's group, whose stop :meth:`_stopped` then
         copies. Before, it stopped us alone, the command running on while the shell said
         the job stopped."""
-        self._stop_passed = True
+        if self._order is not None:  # no terminal: as _on_continue_plain
+            self._pass_last_of_stop_and_continue()
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTSTP)
 
-    def _on_continue_plain(self, signum, frame) -> None:
-        """We were continued with no terminal, after a SIGTSTP we passed on whose stop we
-        never copied (the command's leader ignores SIGTSTP while its children stopped):
-        the group is continued too. Before, those children stayed stopped for ever (the
-        review)."""
-        if self._stop_passed:
-            self._stop_passed = False
+    def _pass_last_of_stop_and_continue(self) -> None:
+        """The later of the SIGTSTP and SIGCONT that came since the last look, passed on:
+        their handlers run in signal order (SIGCONT's first), so a SIGCONT sent right after
+        a SIGTSTP (`timeout -s TSTP`) was passed on first, and the command stayed stopped
+        (the review). The kernel keeps arrival order in the wake-up fd's bytes; a handler
+        that finds neither there ran after another took both."""
+        assert self._order is not None
+        seen = b""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while chunk := os.read(self._order[0], 4096):
+                seen += chunk
+        last = next((s for s in reversed(seen) if s in (signal.SIGTSTP, signal.SIGCONT)), None)
+        if last is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self.proc.pid, last)
+
+    def _on_continue_plain(self, signum, frame) -> None:
+        """A SIGCONT with no terminal: passed on to the command's group, as SIGTSTP is.
+        Without a terminal there is no job for a shell to show stopped, so we never stop
+        ourselves: copying the command's stop left us stopped for ever where its SIGCONT
+        came first (Python runs pending handlers in signal order, SIGCONT's before
+        SIGTSTP's), or where someone else stopped and continued the command (the
+        reviews); and our watchdog runs on meanwhile."""
+        self._pass_last_of_stop_and_continue()
 
     def _on_child(self, signum, frame) -> None:
+        if self._order is not None:  # its byte too: drained here, or the pipe fills up
+            self._pass_last_of_stop_and_continue()
         reap_orphans(self._before | {self.guardian.pid, self.proc.pid})
 
     def _continued(self, pid: int) -> None:
@@ -393,6 +413,11 @@ class Command:
             os.killpg(self.proc.pid, signal.SIGCONT)  # a stopped group gets it only so
 
     def __exit__(self, *exc) -> None:
+        if self._order is not None:
+            signal.set_wakeup_fd(self._wakeup)
+            for fd in self._order:
+                os.close(fd)
+            self._order = None
         for sig, theirs in self._theirs.items():
             signal.signal(sig, theirs)
         self.forwarded.to(None)  # before the reap: a group number never reused under us

@@ -72,37 +72,39 @@ class OutputDir:
 
     def __init__(self, path: str, what: str = "--out-dir", named: bool = False) -> None:
         self.path, self.what, self.named = path, what, named
+        # the folder as the kernel finds it: `lnk/../new` is new beside lnk's target, not
+        # beside lnk (abspath's text made a stray folder there: the review)
+        self.real = os.path.join(os.path.realpath(os.path.dirname(path) or "."),
+                                 os.path.basename(os.path.normpath(path)))
         self.stage = ""
         self.made: str | None = None  # the first folder of the path we made, if any
-        self._moved: list[str] = []
+        self._moved = False
 
     def __enter__(self) -> OutputDir:
-        self.made = _first_missing(os.path.abspath(self.path))
-        our_directory(self.path, self.what)
-        try:
+        try:  # an interrupt in here too leaves no folder made for it (the review)
+            self.made = _first_missing(self.real)
+            our_directory(self.real, self.what)
             if self.made:
-                write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, [_ALL]))
-            self.stage = tempfile.mkdtemp(prefix=".hybridsched-stage-", dir=self.path)
-        except OSError as exc:
-            self.__exit__(OSError)
-            raise UsageError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
+                write_text(os.path.join(self.real, LISTED), lambda fh: _lines(fh, [_ALL]))
+            self.stage = tempfile.mkdtemp(prefix=".hybridsched-stage-", dir=self.real)
+        except BaseException as exc:
+            self.__exit__(type(exc))
+            if isinstance(exc, OSError):
+                raise UsageError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
+            raise
         return self
 
     def __exit__(self, kind, *exc) -> None:
         if self.stage:
             shutil.rmtree(self.stage, ignore_errors=True)
-        if kind is None or not self.made:
+        if kind is None or not self.made or self._moved:
+            # once a file is moved in, the folder stays as it is, with its list: a file
+            # removed by name could be another report's, moved in meanwhile (the review)
             return
-        # a failed command leaves nothing in folders it made: the files it moved in so far
-        # (a Ctrl-C between two moves left them without their list, refused by every later
-        # report: the review), its list, the folders made for the path (`mkdir -p`'s too)
-        for f in self._moved:
-            with contextlib.suppress(OSError):
-                os.unlink(f)
-        with contextlib.suppress(OSError):
-            if set(os.listdir(self.path)) <= {LISTED}:  # nobody else's meanwhile
-                os.unlink(os.path.join(self.path, LISTED))
-        folder = os.path.abspath(self.path)
+        with contextlib.suppress(OSError):  # nothing of ours in it but the list
+            if set(os.listdir(self.real)) <= {LISTED}:
+                os.unlink(os.path.join(self.real, LISTED))
+        folder = self.real  # then the folders made for it, `mkdir -p`'s too
         while True:
             try:
                 os.rmdir(folder)
@@ -115,21 +117,23 @@ class OutputDir:
     def _ours(self) -> set[str]:
         if self.named:
             return {_ALL}
-        return _listed(os.path.join(self.path, LISTED))
+        return _listed(os.path.join(self.real, LISTED))
 
     def commit(self, files: list[str]) -> list[str]:
         """``files`` (written into the stage) moved into the folder: their new paths."""
         names = [os.path.basename(f) for f in files]
         ours = self._ours()
         if _ALL not in ours:
-            theirs = [n for n in names if n not in ours and os.path.lexists(os.path.join(self.path, n))]
+            theirs = [n for n in names if n not in ours and os.path.lexists(os.path.join(self.real, n))]
             if theirs:
                 raise UsageError(f"{self.what} {self.path}: {theirs[0]} is there already and "
                                  "hybridsched did not write it; nothing written (name another "
                                  "folder, or move the file)")
             listed = sorted((ours | set(names)) - {""})
-            write_text(os.path.join(self.path, LISTED), lambda fh: _lines(fh, listed))
+            write_text(os.path.join(self.real, LISTED), lambda fh: _lines(fh, listed))
+        out = []
         for f, n in zip(files, names):
-            os.replace(f, os.path.join(self.path, n))
-            self._moved.append(os.path.join(self.path, n))
-        return list(self._moved)
+            self._moved = True  # before the move: an interrupt right after it is seen so
+            os.replace(f, os.path.join(self.real, n))
+            out.append(os.path.join(self.path, n))
+        return out
