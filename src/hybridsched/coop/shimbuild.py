@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 from ..errors import ShimUnavailable
+from ..oslayer.folders import first_missing, remove_made
 from .layout import VERSION, c_header
 
 SHIM_ENV = "HYBRIDSCHED_COOP_SHIM"
@@ -111,29 +112,6 @@ def _private_dir(path: str) -> None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise ShimUnavailable(f"coop shim cache {path} is not a private folder of this user: "
                               "refusing it (set XDG_CACHE_HOME)", NO_SHIM)
-
-
-def _first_missing(path: str) -> str | None:
-    """The outermost folder of ``path`` that does not exist yet (None: it exists)."""
-    missing = None
-    while not os.path.isdir(path):
-        missing, parent = path, os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return missing
-
-
-def _remove_made(path: str, made: str | None) -> None:
-    """The folders from ``path`` up to ``made`` removed, while they are empty."""
-    while made is not None:
-        try:
-            os.rmdir(path)
-        except OSError:
-            return
-        if path == made:
-            return
-        path = os.path.dirname(path)
 
 
 @functools.lru_cache(maxsize=8)
@@ -269,7 +247,7 @@ def shim_library(cache: str | None = None) -> str:
             raise ShimUnavailable(f"{no_compiler()}; install one or set {SHIM_ENV}", NO_SHIM)
         _private_dir(folder)
         return built
-    made = _first_missing(folder)
+    made = first_missing(folder)
     _private_dir(folder)
     try:
         try:
@@ -286,7 +264,7 @@ def shim_library(cache: str | None = None) -> str:
             _compile(cc, files, path)
             return path
     except BaseException:  # refused or interrupted: the folders made for it go (if empty)
-        _remove_made(folder, made)
+        remove_made(folder, made)
         raise
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
         raise ShimUnavailable(f"{path} is not this user's file: refusing to load it", NO_SHIM)

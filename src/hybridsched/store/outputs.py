@@ -16,6 +16,7 @@ import stat
 import tempfile
 
 from ..errors import UsageError
+from ..oslayer.folders import first_missing, remove_made
 from .files import our_directory, write_text
 
 # the names hybridsched wrote into an output folder, one a line; "*": all of them (it made
@@ -47,18 +48,6 @@ def _listed(path: str) -> set[str]:
     return {line for line in text.split("\n") if line and "/" not in line}
 
 
-def _first_missing(path: str) -> str | None:
-    """The first folder of ``path`` that does not exist (``path`` itself, or a parent
-    that `mkdir -p` would make), None where it exists."""
-    if os.path.lexists(path):
-        return None
-    while True:
-        parent = os.path.dirname(path)
-        if parent == path or os.path.lexists(parent):
-            return path
-        path = parent
-
-
 def _lines(fh, names: list[str]) -> None:
     fh.write("".join(n + "\n" for n in names))
 
@@ -82,7 +71,7 @@ class OutputDir:
 
     def __enter__(self) -> OutputDir:
         try:  # an interrupt in here too leaves no folder made for it (the review)
-            self.made = _first_missing(self.real)
+            self.made = first_missing(self.real)
             our_directory(self.real, self.what)
             if self.made:
                 write_text(os.path.join(self.real, LISTED), lambda fh: _lines(fh, [_ALL]))
@@ -104,15 +93,7 @@ class OutputDir:
         with contextlib.suppress(OSError):  # nothing of ours in it but the list
             if set(os.listdir(self.real)) <= {LISTED}:
                 os.unlink(os.path.join(self.real, LISTED))
-        folder = self.real  # then the folders made for it, `mkdir -p`'s too
-        while True:
-            try:
-                os.rmdir(folder)
-            except OSError:
-                break
-            if folder == self.made:
-                break
-            folder = os.path.dirname(folder)
+        remove_made(self.real, self.made)  # then the folders made for it, `mkdir -p`'s too
 
     def _ours(self) -> set[str]:
         if self.named:
