@@ -247,19 +247,20 @@ class Command:
             raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
         # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there
         self._tty = _terminal_in_front(None)
-        # SIGTSTP without a terminal too (`kill -TSTP`, a batch system's suspend): passed on
-        # to the command's group, as SIGCONT is; it stopped us alone, and the command ran
-        # on, its tokens never rotated by our stopped watchdog (the review)
-        self._theirs[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._on_stop_key)
-        if not self._tty:
+        if self._tty:
+            for sig, ours in ((signal.SIGCONT, self._on_continue),
+                              (signal.SIGTSTP, self._on_stop_key)):
+                self._theirs[sig] = signal.signal(sig, ours)
+        else:  # SIGTSTP (`kill -TSTP`, a batch system's suspend) and SIGCONT passed on: it
+            # stopped us alone, and the command ran on, its tokens never rotated by our
+            # stopped watchdog (the review)
             self._order = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._wakeup = signal.set_wakeup_fd(self._order[1], warn_on_full_buffer=False)
-            self._theirs[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue_plain)
+            for sig in (signal.SIGCONT, signal.SIGTSTP):
+                self._theirs[sig] = signal.signal(sig, self._pass_stop_or_continue)
         # orphans of the command we adopted, reaped as they end (they stood as zombies
         # until the command ended: the review)
         self._theirs[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, self._on_child)
-        if self._tty:
-            self._theirs[signal.SIGCONT] = signal.signal(signal.SIGCONT, self._on_continue)
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
@@ -359,22 +360,22 @@ class Command:
     def _on_stop_key(self, signum, frame) -> None:
         """A Ctrl-Z that came to our group, in front of the terminal while the command's is
         not (`fg` of a job that ran in the background, which bash continues with no
-        signal, so :meth:`_on_continue` never ran), or a SIGTSTP sent to us with no
-        terminal at all: passed on to the command's group, whose stop :meth:`_stopped` then
-        copies. Before, it stopped us alone, the command running on while the shell said
-        the job stopped."""
-        if self._order is not None:  # no terminal: as _on_continue_plain
-            self._pass_last_of_stop_and_continue()
-            return
+        signal, so :meth:`_on_continue` never ran): passed on to the command's group, whose
+        stop :meth:`_stopped` then copies. Before, it stopped us alone, the command running
+        on while the shell said the job stopped."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGTSTP)
 
-    def _pass_last_of_stop_and_continue(self) -> None:
-        """The later of the SIGTSTP and SIGCONT that came since the last look, passed on:
-        their handlers run in signal order (SIGCONT's first), so a SIGCONT sent right after
-        a SIGTSTP (`timeout -s TSTP`) was passed on first, and the command stayed stopped
-        (the review). The kernel keeps arrival order in the wake-up fd's bytes; a handler
-        that finds neither there ran after another took both."""
+    def _pass_stop_or_continue(self, signum=None, frame=None) -> None:
+        """With no terminal: the later of the SIGTSTP and SIGCONT that came since the last
+        look, passed on to the command's group. There is no job for a shell to show
+        stopped, so we never stop ourselves: copying the command's stop left us stopped for
+        ever where someone else stopped and continued the command, or where its SIGCONT
+        came first (the reviews); our watchdog runs on meanwhile. Which came last is read
+        from the wake-up fd's bytes, in the kernel's order: the handlers run in signal
+        order (SIGCONT's first), so a SIGCONT sent right after a SIGTSTP (`timeout -s
+        TSTP`) was passed on first, and the command stayed stopped. A handler that finds
+        neither there ran after another took both."""
         assert self._order is not None
         seen = b""
         with contextlib.suppress(BlockingIOError, InterruptedError):
@@ -385,18 +386,9 @@ class Command:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, last)
 
-    def _on_continue_plain(self, signum, frame) -> None:
-        """A SIGCONT with no terminal: passed on to the command's group, as SIGTSTP is.
-        Without a terminal there is no job for a shell to show stopped, so we never stop
-        ourselves: copying the command's stop left us stopped for ever where its SIGCONT
-        came first (Python runs pending handlers in signal order, SIGCONT's before
-        SIGTSTP's), or where someone else stopped and continued the command (the
-        reviews); and our watchdog runs on meanwhile."""
-        self._pass_last_of_stop_and_continue()
-
     def _on_child(self, signum, frame) -> None:
         if self._order is not None:  # its byte too: drained here, or the pipe fills up
-            self._pass_last_of_stop_and_continue()
+            self._pass_stop_or_continue()
         reap_orphans(self._before | {self.guardian.pid, self.proc.pid})
 
     def _continued(self, pid: int) -> None:

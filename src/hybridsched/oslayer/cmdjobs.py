@@ -311,10 +311,10 @@ class CommandJobs:
                 self.killed |= self._signal_running(signal.SIGKILL)  # running since the deadline
             self._reap_dying()
             reap_orphans(self._before | {self.guardian.pid} | set(self.pids))
-            due = [t - now for t in (deadline, grace, now + _ORPHANS_POLL_S) if t is not None]
+            due = [t - now for t in (deadline, grace) if t is not None] + [_ORPHANS_POLL_S]
             if self._dying:
                 due.append(_DYING_POLL_S)
-            events.once(max(0.0, min(due)) if due else None)
+            events.once(max(0.0, min(due)))
         for pgid in list(self._dying):
             _reap_group(pgid, self._dying.pop(pgid))
         return self.exits
