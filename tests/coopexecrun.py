@@ -2,6 +2,7 @@
 the processes of its command."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import signal
 import subprocess
@@ -33,6 +34,20 @@ def spawn(seg, *argv, **kw) -> subprocess.Popen:
     before its ``finally`` ran (coop exec's guardian then ends the command): a test's
     command that waits for a signal once ran on under init for 15 minutes."""
     return subprocess.Popen([*CLI, "--segment", seg, *argv], preexec_fn=_die_with_us, **kw)
+
+
+@contextlib.contextmanager
+def spawned(seg, *argv, **kw):
+    """:func:`spawn`'s coop exec, killed, reaped and its pipes closed on every exit."""
+    p = spawn(seg, *argv, **kw)
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
 
 
 def state_of(p: psutil.Process) -> str:

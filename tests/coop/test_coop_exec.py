@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from coopexecrun import CLI, command_group, coop_exec, name_of, spawn, state_of
+from coopexecrun import CLI, command_group, coop_exec, name_of, spawn, spawned, state_of
 from shimprogs import build
 from waiting import wait_until
 
@@ -94,18 +94,13 @@ def test_a_closed_stdout_or_stderr_leaves_the_status_the_commands(seg, shim_lib,
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_reach_the_command_and_its_group_goes(seg, shim_lib, sig, status):
-    p = spawn(seg, "--", "sh", "-c",
-              "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c",
+                 "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         group = command_group(p.pid)
         assert len(group) == 2  # sh and its sleep, in a group of their own
         p.send_signal(sig)
         assert p.wait(timeout=120) == status
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive, f"left running: {alive}"
 
@@ -114,18 +109,13 @@ def test_coop_exec_killed_outright_leaves_no_command_behind(seg, shim_lib):
     """SIGKILL to coop exec itself: its guardian kills the command's group (it ran on
     before), then sweeps the segment, its last participant gone (it was left for the next
     run to sweep)."""
-    p = spawn(seg, "--", "sh", "-c",
-              "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c",
+                 "sleep 300 & echo ready; wait", stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         group = command_group(p.pid)
         assert len(group) == 2  # sh and its sleep
         p.kill()
         assert p.wait(timeout=120) == -signal.SIGKILL
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=60)  # a bound that only a failure reaches
     assert not alive, f"left running: {alive}"
     wait_until(lambda: not os.path.exists(seg) and not os.path.exists(seg + ".lock"),
@@ -440,9 +430,8 @@ def test_usr1_usr2_and_alrm_reach_the_command(seg, shim_lib):
     and its guardian the command (the review): they are passed on like SIGTERM."""
     script = ('trap "echo usr1" USR1; trap "echo alrm" ALRM; trap "echo usr2; exit 5" USR2; '
               'echo ready; while :; do sleep 0.05; done')
-    p = spawn(seg, "--", "sh", "-c", script,
-              stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c", script,
+                 stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         for sig, line in ((signal.SIGUSR1, "usr1\n"), (signal.SIGALRM, "alrm\n")):
             p.send_signal(sig)
@@ -450,10 +439,6 @@ def test_usr1_usr2_and_alrm_reach_the_command(seg, shim_lib):
         p.send_signal(signal.SIGUSR2)
         assert p.stdout.readline() == "usr2\n"
         assert p.wait(timeout=120) == 5
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
 
 
 @pytest.mark.parametrize("allowed", ["", "gettid"])
@@ -492,9 +477,8 @@ def test_sigtstp_and_sigcont_without_a_terminal_reach_the_command(seg, shim_lib)
     -CONT` of coop exec continues the command. Before, coop exec alone stopped and its
     command ran on. A SIGCONT right after the SIGTSTP (`timeout -s TSTP`'s pair) leaves
     nothing stopped: coop exec copied the stop once, after the continue (the review)."""
-    p = spawn(seg, "--", "sh", "-c", "echo ready; while :; do :; done",
-              stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c", "echo ready; while :; do :; done",
+                 stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         group = command_group(p.pid)
         me = psutil.Process(p.pid)
@@ -512,12 +496,19 @@ def test_sigtstp_and_sigcont_without_a_terminal_reach_the_command(seg, shim_lib)
                    and state_of(me) != psutil.STATUS_STOPPED, what="nothing left stopped")
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 143
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive
+
+
+def _short_sleeps(pid: int) -> list[psutil.Process]:
+    """``pid``'s children still running `sleep 0.01` (one that ends meanwhile, its command
+    line empty or gone, is not)."""
+    out = []
+    for c in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if c.cmdline()[-1:] == ["0.01"]:
+                out.append(c)
+    return out
 
 
 def _zombies_of(pid: int) -> int:
@@ -533,9 +524,8 @@ def test_orphans_the_command_leaves_are_reaped_as_they_end(seg, shim_lib):
               stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline() == "spawned\n"
-        wait_until(lambda: _zombies_of(p.pid) == 0 and not [
-            c for c in psutil.Process(p.pid).children() if name_of(c) == "sleep"
-            and c.cmdline()[-1] == "0.01"], what="the orphans reaped")
+        wait_until(lambda: _zombies_of(p.pid) == 0 and not _short_sleeps(p.pid),
+                   what="the orphans reaped")
         assert p.poll() is None  # while the command runs on
     finally:
         p.send_signal(signal.SIGTERM)
@@ -566,19 +556,14 @@ def test_a_stop_another_sent_the_command_is_not_copied_without_a_terminal(seg, s
     """With no terminal, a SIGTSTP someone else sent the command (not passed on by coop
     exec) is theirs: coop exec runs on, and ends with the command once they continue it.
     Copied, it left coop exec stopped for ever (the review)."""
-    p = spawn(seg, "--", "sh", "-c", "echo ready; sleep 0.5; echo done",
-              stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c", "echo ready; sleep 0.5; echo done",
+                 stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         leader = command_group(p.pid)[0]
         os.killpg(leader.pid, signal.SIGTSTP)
         wait_until(lambda: state_of(leader) == psutil.STATUS_STOPPED, what="the command stopped")
         os.killpg(leader.pid, signal.SIGCONT)
         assert p.wait(timeout=60) == 0 and p.stdout.read() == "done\n"
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
 
 
 _IGNORES_TSTP = """
@@ -594,8 +579,7 @@ def test_sigcont_continues_what_a_passed_on_sigtstp_stopped(seg, shim_lib):
     """A command whose leader ignores SIGTSTP: coop exec's SIGTSTP stops its children
     alone, so coop exec never stops; its SIGCONT continues them. Before, they stayed
     stopped for ever (the review)."""
-    p = spawn(seg, "--", sys.executable, "-c", _IGNORES_TSTP, stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", sys.executable, "-c", _IGNORES_TSTP, stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         wait_until(lambda: any(name_of(c) == "sleep" for c in command_group(p.pid)),
                    what="the child's sleep")
@@ -604,7 +588,3 @@ def test_sigcont_continues_what_a_passed_on_sigtstp_stopped(seg, shim_lib):
                                for c in command_group(p.pid)), what="the child stopped")
         p.send_signal(signal.SIGCONT)
         assert p.wait(timeout=60) == 0 and p.stdout.read() == "child-done\n"
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from coopexecrun import CLI, command_group, coop_exec, name_of, spawn, state_of
+from coopexecrun import CLI, command_group, coop_exec, name_of, spawned, state_of
 from waiting import wait_until
 
 
@@ -243,9 +243,8 @@ def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
     while it vforks waits for its stopped child in the kernel and never shows as stopped,
     and a command stopped while its shim joins the job (right after the exec) left coop
     exec without an answer to the SIGTERM once in a CI run (not understood yet)."""
-    p = spawn(seg, "--", "sh", "-c", "echo ready; exec sleep 300",
-              stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c", "echo ready; exec sleep 300",
+                 stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "ready\n"
         wait_until(lambda: _in_nanosleep(p.pid), what="sleep's nanosleep")
         group = command_group(p.pid)
@@ -255,10 +254,6 @@ def test_sigterm_reaches_a_command_someone_stopped(seg, shim_lib):
                 time.sleep(0.01)
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=60) == 143
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
     gone, alive = psutil.wait_procs(group, timeout=10)
     assert not alive
 
@@ -400,9 +395,8 @@ def test_ctrl_z_after_a_signal_the_command_outlived_stops_the_job(seg, shim_lib)
 def test_a_sigstop_after_a_signal_the_command_outlived_is_left_alone(seg, shim_lib):
     """A SIGSTOP someone sends the command is theirs to end, also after coop exec passed on
     a signal the command outlived: coop exec does not continue it."""
-    p = spawn(seg, "--", "sh", "-c", _TRAPS_TERM,
-              stdout=subprocess.PIPE, text=True)
-    try:
+    with spawned(seg, "--", "sh", "-c", _TRAPS_TERM,
+                 stdout=subprocess.PIPE, text=True) as p:
         assert p.stdout.readline() == "started\n"
         p.send_signal(signal.SIGTERM)
         assert p.stdout.readline() == "caught-42\n"
@@ -417,10 +411,6 @@ def test_a_sigstop_after_a_signal_the_command_outlived_is_left_alone(seg, shim_l
             time.sleep(0.01)
         os.killpg(leader.pid, signal.SIGKILL)
         assert p.wait(timeout=60) == 137
-    finally:
-        p.kill()
-        p.wait()
-        p.stdout.close()
 
 
 def test_a_job_started_in_the_background_reads_the_terminal_once_brought_to_the_front(
