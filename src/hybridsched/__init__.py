@@ -7,7 +7,8 @@ The Python API (loaded on first use, so ``import hybridsched`` stays light):
 ``write_study`` stores results for ``hybridsched report``, ``plan`` gives a policy's
 hand-out (what ``hybridsched plan`` prints), ``Technique`` is the base class of a
 scheduling technique of your own, and ``Memory`` keeps what a loop learns across
-``parallel_for`` calls that are given it.
+``parallel_for`` calls that are given it. Bad arguments raise ``UsageError``; every error
+raised on purpose is a ``HybridschedError``.
 """
 
 from .version import __version__
@@ -15,7 +16,7 @@ from .version import __version__
 _API = {"parallel_for": "api", "write_study": "api", "Result": "api", "RunFailed": "errors",
         "shared_array": "shared", "is_shared": "shared", "GILWarning": "errors",
         "plan": "core.policies", "Technique": "core.contract", "TechniqueError": "errors",
-        "Memory": "core.memory"}
+        "Memory": "core.memory", "UsageError": "errors", "HybridschedError": "errors"}
 
 __all__ = ["__version__", *_API]
 

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from .commands.args import PROG, Parser
-from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, SUBCOMMANDS
+from .commands.parsers import DESCRIPTION, EXAMPLES, HELP, PER_RANK, SUBCOMMANDS
 from .errors import INTERRUPTS, HybridschedError, Terminated, UsageError
 from .machine.launch import detect_launch
 from .oslayer.signals import ENDING, honour_pending, pending, raising, signals_held, taken
@@ -59,6 +59,16 @@ def _launched_rank() -> int:
     known before MPI is initialised, e.g. while the command line is parsed."""
     launch = detect_launch()
     return (launch.rank or 0) if launch is not None else 0
+
+
+def _once_per_launch(name: str) -> None:
+    """A subcommand that is not :data:`PER_RANK` is refused under a launch of several ranks
+    (each rank would run it again)."""
+    launch = detect_launch()
+    if name not in PER_RANK and launch is not None:
+        ranks = f"{launch.size} ranks" if launch.size else "several ranks"
+        raise UsageError(f"{name} runs once, not on every rank: started by {launch.how} with "
+                         f"{ranks}; run it outside the launcher (or set HYBRIDSCHED_NO_MPI=1)")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -136,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             if command is None:
                 raise UsageError(f"a command is required ({', '.join(SUBCOMMANDS)}); "
                                  "see --help")
+            _once_per_launch(args.command_name)
             module = importlib.import_module(f"{__package__}.commands.{command}")
         code = module.main(args)
         honour_pending()  # a signal whose exception was lost on the way: never exit as done

@@ -146,6 +146,21 @@ def test_plan_bad_input(capsys, argv):
     assert_one_line_usage_error(rc, cap.out, cap.err)
 
 
+@pytest.mark.parametrize("body", ["return 1.5", "raise ValueError('no')"], ids=["float", "raises"])
+def test_plan_of_a_technique_that_misbehaves_is_bad_input(capsys, tmp_path, monkeypatch, body):
+    """plan runs nothing: a chunk() that returns a float or raises makes the --policy given
+    bad input, status 2 (it was 1, "a run failed": the review)."""
+    (tmp_path / "badplan.py").write_text(
+        "from hybridsched import Technique\n\n\nclass Bad(Technique):\n"
+        "    deterministic = True\n\n    def chunk(self, remaining, request, worker):\n"
+        f"        {body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc = cli.main(["plan", "--policy", "badplan:Bad", "--tasks", "10", "--workers", "2"])
+    cap = capsys.readouterr()
+    assert_one_line_usage_error(rc, cap.out, cap.err)
+    assert "chunk()" in cap.err
+
+
 @pytest.mark.parametrize("argv", [[], ["frobnicate"]], ids=["no-command", "unknown-command"])
 def test_top_level_bad_input(capsys, argv):
     rc = cli.main(argv)
@@ -223,19 +238,18 @@ def timed_rows(table: str, scheduler: str) -> list[dict]:
     return [r for r in rows if r.get("scheduler") == scheduler and r.get("T (ms)", "—") != "—"]
 
 
-def _broken_off_main_thread(t, first, count):
-    """Sorts on the main thread (serial); on any other thread sorts and then breaks a row."""
-    import threading
-
+def _broken_in_chunks(t, first, count):
+    """Sorts every frame in one call (serial's); called for fewer (a dynamic chunk), sorts
+    and then breaks a row."""
     t[first:first + count].sort(axis=-1)
-    if threading.current_thread() is not threading.main_thread():
+    if count < len(t):
         row = t[first, 0]
         i = int(np.flatnonzero(row[1:] != row[:-1])[0])
         row[i + 1] = row[i]  # still sorted, no longer the same multiset
 
 
 def test_unverified_runs_are_warned_and_kept_out_of_tables(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(kernels.KERNELS, "broken", (_broken_off_main_thread, "test kernel"))
+    monkeypatch.setitem(kernels.KERNELS, "broken", (_broken_in_chunks, "test kernel"))
     out = str(tmp_path / "u.h5")
     rc = cli.main(["run", "-s", "serial,dynamic", "-k", "2", "--frames", "6", "--height", "2",
                    "--width", "32", "--reps", "2", "--kernel", "broken", "--out", out])

@@ -16,7 +16,7 @@ import pytest
 from hybridsched.cli import main
 from hybridsched.core.splits import dynamic_chunks
 from hybridsched.mpi.ranks import Launch, detect_launch, local_cpus
-from hybridsched.store import read_runs
+from hybridsched.store import StudyFile, read_runs
 from mpicheck import SMALL, check_cover, process_schedulers
 from repo import ROOT
 
@@ -687,3 +687,59 @@ def test_an_mpi_segment_nobody_holds_is_found_as_left_behind(tmp_path):
         if fd >= 0:
             os.close(fd)
         os.unlink(path)
+
+
+def test_a_merge_of_two_splits_is_re_simulated_split_by_split(mpi, tmp_path):
+    """`simulate --from` a merge holding runs of both splits re-simulates each run with its
+    own split (it gave every run the default, static, and pooled them: the review), keeps
+    them apart in the report, refuses --split beside --from, and refuses a study with no
+    P = 1 runs in one line naming what it lacks."""
+    L, shape = 16, ["-s", "dynamic", "-k", "1", "-L", "16", *SMALL]
+    studies = {split: str(tmp_path / f"{split}.h5") for split in ("static", "dynamic")}
+    for split, out in studies.items():
+        p = mpi.run(["run", *shape, "--split", split, "-o", out])
+        assert p.returncode == 0, p.stderr
+    p1, merged, sim = (str(tmp_path / n) for n in ("p1.h5", "all.h5", "sim.h5"))
+    assert main(["run", "-s", "serial,dynamic", "-k", "1", "-L", str(L), *SMALL, "-o", p1]) == 0
+    assert main(["merge", p1, *studies.values(), "-o", merged]) == 0
+    hs = [sys.executable, "-m", "hybridsched"]
+    p = subprocess.run([*hs, "simulate", "--from", merged, "-o", sim], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    with StudyFile(merged) as a, StudyFile(sim) as b:
+        multi = a.runs["run_id"][a.runs["P"] > 1]
+        was = {rid: d.extra["split"] for rid, d in a.details(multi)}
+        now = {rid: d.extra["simulated"]["split"] for rid, d in b.details(multi)}
+    assert now == was and sorted(set(was.values())) == ["dynamic", "static"]
+    rep = subprocess.run([*hs, "report", sim, "--no-plots"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert "dynamic [split dynamic] — P = 2" in rep.stdout, rep.stdout
+    assert "dynamic [split static] — P = 2" in rep.stdout, rep.stdout
+    for argv, says in ((["--from", merged, "--split", "dynamic"], "--split cannot change"),
+                       (["--from", studies["static"]], "no verified single-node (P = 1) runs"),
+                       (["--validate", studies["static"]], "no verified single-node (P = 1) runs")):
+        p = subprocess.run([*hs, "simulate", *argv, "-o", str(tmp_path / "no.h5")],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and says in p.stderr, p.stderr
+    assert not os.path.exists(tmp_path / "no.h5")
+
+
+@pytest.mark.parametrize("argv", [["merge", "a.h5", "b.h5", "-o", "m.h5"], ["list"],
+                                  ["report", "a.h5"], ["colocate", "--cmd", "true"]])
+def test_a_command_that_runs_once_is_refused_under_a_launch_of_several_ranks(tmp_path, argv):
+    """Under a launcher every rank would run it again, racing the others for its output
+    (`mpiexec -n 2 hybridsched merge` wrote its file, then said "file exists": the review);
+    `run` and `coop exec` are the commands every rank runs. Rank 0 alone says it."""
+    for rank, lines in (("0", 1), ("1", 0)):
+        env = _clean_env(PMI_SIZE="2", PMI_RANK=rank)
+        p = subprocess.run([sys.executable, "-m", "hybridsched", *argv], capture_output=True,
+                           text=True, cwd=tmp_path, env=env, timeout=120)
+        assert p.returncode == 2 and p.stderr.count("\n") == lines, p.stderr
+        if lines:
+            assert f"{argv[0]} runs once, not on every rank" in p.stderr
+            assert "HYBRIDSCHED_NO_MPI=1" in p.stderr
+    env = _clean_env(PMI_SIZE="2", PMI_RANK="0", HYBRIDSCHED_NO_MPI="1")
+    p = subprocess.run([sys.executable, "-m", "hybridsched", "list"], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert os.listdir(tmp_path) == []

@@ -239,3 +239,24 @@ def test_trace_never_replaces_its_input_or_a_study_being_written(study, tmp_path
     assert open(live, "rb").read() == before and not os.path.exists(live + ".lock")
     assert main(["trace", study, "-s", "dynamic", "--perfetto", live, "--overwrite"]) == 0
     assert not os.path.exists(live + ".lock")
+
+
+def test_trace_of_a_failed_run_says_it_failed(tmp_path, capsys):
+    """Where no matching run verified, `trace -s` draws the first that failed, and its
+    line (and the chart's title) say so, with why (before, only "T = nan ms" told). A
+    failed multi-rank run keeps its other ranks' traces; here a stored run is marked
+    failed by hand, as such a run's row reads."""
+    import h5py
+
+    out = str(tmp_path / "f.h5")
+    assert main(["run", "-s", "dynamic", "-k", "2", "-L", "16", "--height", "8", "--width", "8",
+                 "--reps", "1", "-o", out]) == 0
+    with h5py.File(out, "r+") as h5:
+        runs = h5["runs"][()]
+        runs["verified"] = False
+        runs["error"] = b"rank 1 on vm: dynamic: worker 1 was killed by signal 9 (SIGKILL)"
+        h5["runs"][...] = runs
+    capsys.readouterr()
+    assert main(["trace", out, "-s", "dynamic", "--png", str(tmp_path / "f.png")]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "[failed: rank 1 on vm: dynamic: worker 1 was killed by signal 9 (SIGKILL)]" in line

@@ -35,8 +35,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # the top-level parser's own name is the prefix every refusal gets ("hybridsched:
-        # error: ..."); a subcommand's is kept, to say whose option it was
-        raise UsageError(message if self.prog == PROG else f"{self.prog}: {message}")
+        # error: ..."); a subcommand's is kept, to say whose option it was ("run: ...").
+        # argparse's "argument -k: " goes where our own message names the option already
+        # ("argument -k: -k must be integers" read twice)
+        head, sep, rest = message.partition(": ")
+        if sep and head.startswith("argument ") and any(
+                rest.startswith(f"{opt} ") for opt in head[len("argument "):].split("/")):
+            message = rest
+        sub = self.prog[len(PROG) + 1:] if self.prog.startswith(f"{PROG} ") else self.prog
+        raise UsageError(message if self.prog == PROG else f"{sub}: {message}")
 
 
 _INT_LIMIT = 2**63

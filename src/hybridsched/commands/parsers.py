@@ -172,10 +172,10 @@ def _study_options(r, stem: str = "hybridsched") -> None:
                         "default: static, dynamic, guided and LB4OMP's 24)")
 
 
-def _split_option(r, where: str) -> None:
+def _split_option(r, where: str, default: str | None = "static") -> None:
     from ..core.techniques.deterministic import RULES
 
-    r.add_argument("--split", default="static", type=split_name(("static", "dynamic", *RULES)),
+    r.add_argument("--split", default=default, type=split_name(("static", "dynamic", *RULES)),
                    metavar="{static,dynamic," + ",".join(RULES) + ",package.module:Class}",
                    help=f"{where}frames to ranks in blocks (static), by guided chunks "
                    "from an MPI RMA counter (dynamic), by an LB4OMP technique's chunks or by "
@@ -385,7 +385,8 @@ def add_simulate(sub) -> None:
     sm.add_argument("--calibration", metavar="FILE.json",
                     help="overheads measured by `hybridsched calibrate` (default: the built-in "
                     "figures of a 2-core VM; the per-row sort time measured now)")
-    _split_option(sm, "over the -P virtual nodes: ")
+    _split_option(sm, "over the -P virtual nodes (default static; --from and --validate: each "
+                  "run's own): ", None)
     sm.set_defaults(command="simulate")
 
 
@@ -398,6 +399,12 @@ def add_calibrate(sub) -> None:
                     help="row width of the per-row sort time (default: 640)")
     cb.set_defaults(command="calibrate")
 
+
+# The subcommands every rank of a launch runs: `run` (each rank a part of one study) and
+# `coop` (each task a job of its node's arbiter). Every other runs once: under a launch of
+# several ranks each would run it again, racing the others for one output (`mpiexec -n 2
+# hybridsched merge` wrote its file, then failed "file exists"), so cli refuses it there.
+PER_RANK = frozenset({"run", "coop"})
 
 # name -> parser builder, in --help order
 SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "coop": add_coop,

@@ -38,6 +38,7 @@ def main(args) -> int:
         raise UsageError(f"--cores must be from 1 to {MAX_CORES}, got {cores}")
     _refuse_unmodelled(args)
     _refuse_shape_with_a_study(args)
+    args.split = args.split or "static"
     args.out = _check_out(args)  # before anything is measured
     try:
         return _simulate(args, cores)
@@ -53,25 +54,30 @@ def _simulate(args, cores: int) -> int:
     if args.validate:
         return _validate(args, cores, ov)
     if args.source is not None:
-        study = MeasuredStudy(args.source)
-        _register_users(study.runs, "--from", args.source)
-        ov = study.overheads(_here(ov, calib, study))
-        todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
-                 f"--from {args.source}") for r in study.runs]
-        spec_dict = {"simulated_from": args.source}
-    else:
-        spec = build_spec(args, virtual=True, split=args.split if any(
-            P > 1 for P in (args.P or [1])) else "static")
-        args.split_params = spec.params  # a user technique splitting over -P reads them
-        for opt, v in (("--height", spec.height), ("--width", spec.width),
-                       ("--frames", max(spec.frames))):
-            if v > INT32_MAX:  # the study file's fields
-                raise UsageError(f"{opt} {v}: at most {INT32_MAX} in a study file")
-        todo, ov = _from_spec(args, spec, ov)
-        spec_dict = spec.to_dict()
-    return _write(args, _simulated(args, todo, cores, ov), {**spec_dict, "simulate": {
+        return _from_study(args, cores, ov, calib)
+    spec = build_spec(args, virtual=True, split=args.split if any(
+        P > 1 for P in (args.P or [1])) else "static")
+    for opt, v in (("--height", spec.height), ("--width", spec.width),
+                   ("--frames", max(spec.frames))):
+        if v > INT32_MAX:  # the study file's fields
+            raise UsageError(f"{opt} {v}: at most {INT32_MAX} in a study file")
+    todo, ov = _from_spec(args, spec, ov)
+    return _write(args, _simulated(todo, cores, ov), {**spec.to_dict(), "simulate": {
         "cores": cores, "P": args.P or [1], "split": args.split, "overheads": ov.to_dict(),
         "calibration": calib}})
+
+
+def _from_study(args, cores: int, ov: Overheads, calib: str) -> int:
+    """--from: every run of the measured study re-simulated as it ran (its P, its split)."""
+    study = MeasuredStudy(args.source)
+    _register_users(study.runs, "--from", args.source)
+    ov = study.overheads(_here(ov, calib, study))
+    todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),
+             f"--from {args.source}", *study.split_for(r)) for r in study.runs]
+    splits = sorted({split for cfg, _, _, split, _ in todo if cfg.P > 1})
+    return _write(args, _simulated(todo, cores, ov), {"simulated_from": args.source, "simulate": {
+        "cores": cores, "P": sorted({int(p) for p in study.runs["P"]}),
+        "split": ",".join(splits) or "static", "overheads": ov.to_dict(), "calibration": calib}})
 
 
 def _refuse_unmodelled(args) -> None:
@@ -102,7 +108,7 @@ _SHAPE = (("-s", "scheduler"), ("-k", "k"), ("--frames", "frames"), ("--height",
           ("--width", "width"), ("--chunk", "chunk"), ("--reps", "reps"), ("--seed", "seed"),
           ("--preset", "preset"), ("--workload", "workload"), ("--kernel", "kernel"),
           ("--input", "input"), ("--verify", "verify"), ("--affinity", "affinity"),
-          ("-P", "P"), ("--coop", "coop"), ("--dispatch", "dispatch"),
+          ("-P", "P"), ("--split", "split"), ("--coop", "coop"), ("--dispatch", "dispatch"),
           ("--portfolio", "portfolio"), ("--fiss-stages", "fiss_stages"),
           ("--viss-param", "viss_param"), ("--pls-swr", "pls_swr"), ("--param", "param"))
 
@@ -203,7 +209,8 @@ def _from_spec(args, spec, ov: Overheads) -> tuple[list, Overheads]:
             if P > 1 and registry.get(cfg.scheduler).baseline:
                 continue  # the baseline is a single-node run (as `merge` expects)
             cfg = with_P(cfg, P)
-            todo.append((cfg, lambda cfg=cfg: costs_of(cfg), source))
+            # a user technique splitting the frames over -P reads the study's --param
+            todo.append((cfg, lambda cfg=cfg: costs_of(cfg), source, args.split, spec.params))
     return todo, ov
 
 
@@ -211,21 +218,25 @@ def _workload_params(cfg: RunConfig) -> dict:
     return json.loads(cfg.workload_params) if cfg.workload_params else {}
 
 
-def _simulated(args, todo: list, cores: int, ov: Overheads):
+def _simulated(todo: list, cores: int, ov: Overheads):
     """Each configuration's simulated record, made as it is asked for; the repetitions of
-    a repeatable configuration simulated once."""
-    done: dict[RunConfig, RunRecord] = {}
+    a repeatable configuration simulated once. ``todo``: (configuration, its costs on
+    demand, their source, how its frames are split between ranks, a user split's
+    parameters)."""
+    done: dict[tuple, RunRecord] = {}
     memory = Memory()  # the simulated study's: its loops learn across repetitions, as `run`'s
-    for cfg, costs_of, source in todo:
-        again = done.get(replace(cfg, rep=0))
+    for cfg, costs_of, source, split, split_params in todo:
+        # a merge's runs of one configuration may have split their frames differently
+        key = (replace(cfg, rep=0), split, repr(sorted((split_params or {}).items())))
+        again = done.get(key)
         if again is not None:  # the same simulation: a repetition changes nothing
             yield replace(again, config=cfg)
             continue
         costs, cum, *own = costs_of()  # --from: the configuration's own overheads
-        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, args.split, source,
-                       getattr(args, "split_params", None), memory)
+        rec = simulate(cfg, costs, cum, cores, own[0] if own else ov, split, source,
+                       split_params, memory)
         if _repeatable(cfg.scheduler):
-            done[replace(cfg, rep=0)] = rec
+            done[key] = rec
         yield rec
 
 
@@ -271,20 +282,17 @@ def _validate(args, cores: int, ov: Overheads) -> int:
                          "them with another machine (leave --cores out, or use --from for "
                          "what-ifs)")
     cores = study.n  # the measured machine's, whatever this one has
-    if not (study.runs["P"] == 1).any():
-        raise UsageError(f"--validate {args.validate}: no single-node runs to validate "
-                         "(--validate compares P = 1 runs)")
     _register_users(study.runs, "--validate", args.validate)
     ov = study.overheads(_here(ov, args.calibration, study))
     memory = Memory()  # the simulated study's, as in _simulated
     pairs = [(r, simulate(row_config(r), study.costs_for(r), None, cores,
-                          study.overheads_for(r, ov), args.split, f"--from {args.validate}",
+                          study.overheads_for(r, ov), "static", f"--from {args.validate}",
                           memory=memory))
              for r in study.runs if r["P"] == 1]
     result = compare(pairs)
     print_validation(result, args.validate)
     if args.out:  # the records just compared
         _write(args, [rec for _, rec in pairs], {"simulated_from": args.validate, "simulate": {
-            "cores": cores, "P": [1], "split": args.split, "overheads": ov.to_dict(),
+            "cores": cores, "P": [1], "split": "static", "overheads": ov.to_dict(),
             "calibration": args.calibration or ""}})
     return 0

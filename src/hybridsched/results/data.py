@@ -231,10 +231,12 @@ def _split_of(extra: dict) -> str:
 def run_splits(study: StudyFile, runs: np.ndarray) -> dict[int, str]:
     """How each multi-rank run of ``runs`` split its frames, by run_id, where ``study`` is a
     merge (its inputs may have split them differently); {} for a study that is not, whose
-    runs all ran under its one ``--split``."""
+    runs all ran under its one ``--split`` (a study simulated from a merge re-simulates each
+    run with its own: it is read as one too)."""
     from ..store import study_settings
 
-    if not study_settings(study.attrs).get("merged_from"):
+    settings = study_settings(study.attrs)
+    if not (settings.get("merged_from") or settings.get("simulated_from")):
         return {}
     multi = runs["run_id"][runs["P"] > 1] if len(runs) else runs["run_id"]
     return {rid: _split_of(d.extra) if d is not None else ""

@@ -31,13 +31,15 @@ class RunTrace:
     time_s: float
     detail: Detail
     simulated: bool = False
+    failure: str = ""  # why the run did not verify ('' for a verified run)
 
     @property
     def title(self) -> str:
         k = f"{self.P}×{self.k}" if self.P > 1 else str(self.k)
         sim = " [simulated]" if self.simulated else ""
+        failed = f" [failed: {self.failure}]" if self.failure else ""
         return (f"run {self.run_id}{sim}: {self.scheduler} ({self.family}), k = {k}, "
-                f"L = {self.L}, rep {self.rep}")
+                f"L = {self.L}, rep {self.rep}{failed}")
 
     def lane_label(self, worker: int) -> str:
         if self.P > 1 and self.k > 0:
@@ -62,7 +64,8 @@ class RunTrace:
 def select(runs: np.ndarray, run_id: int | None = None, scheduler: str | None = None,
            k: int | None = None, L: int | None = None, rep: int | None = None) -> np.ndarray:
     """The one /runs row asked for: by ``run_id``, or the first verified run (lowest rep,
-    then run_id) matching scheduler/k/L/rep. UsageError naming what exists otherwise."""
+    then run_id) matching scheduler/k/L/rep, the first failed one where none verified (its
+    title says so). UsageError naming what exists otherwise."""
     if run_id is not None:
         hit = runs[runs["run_id"] == run_id]
         if len(hit) == 0:
@@ -96,8 +99,11 @@ def load(source: str | StudyFile, row: np.ndarray) -> RunTrace:
         why = "" if row["verified"] else f" (it failed: {str(row['error'])[:120] or 'unverified'})"
         raise UsageError(f"{study.path}: run {int(row['run_id'])} has no stored trace{why}")
     sim = "simulated" in (row.dtype.names or ()) and bool(row["simulated"])
+    failure = "" if row["verified"] else (" ".join(str(row["error"]).split())[:120]
+                                          or "not verified")
     return RunTrace(int(row["run_id"]), str(row["scheduler"]), str(row["family"]), int(row["P"]),
-                    int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d, sim)
+                    int(row["k"]), int(row["L"]), int(row["rep"]), float(row["time_s"]), d, sim,
+                    failure)
 
 
 def step_series(detail: Detail) -> list[tuple[str, np.ndarray, np.ndarray]]:

@@ -21,7 +21,8 @@ import numpy as np
 from ..core import registry
 from ..core.capabilities import Dispatch, Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
-from ..store import StudyFile
+from ..records import param_value
+from ..store import StudyFile, study_settings
 from ..core.techniques.profiled import task_times
 from .models import Overheads
 
@@ -41,6 +42,9 @@ class MeasuredStudy:
         self.traces: dict[int, np.ndarray] = {}
         self.workers: dict[int, np.ndarray] = {}
         self._own: dict[tuple, dict] = {}  # a configuration's own overheads (overheads_for)
+        # how each multi-rank run split its frames: its own, never the simulation's --split
+        # (a merge holds runs of several)
+        self.splits: dict[int, tuple[str, dict | None, str]] = {}
         with StudyFile(path) as study:  # the loader report and fit share: one open
             runs = study.runs
             self.n = max(1, study.n or 1)
@@ -50,12 +54,34 @@ class MeasuredStudy:
                 what = (f"a `{other}` study, whose runs the model does not know" if other
                         else "no verified measured runs to take costs from")
                 raise UsageError(f"{option} {path}: {what}")
+            if not (self.runs["P"] == 1).any():
+                raise UsageError(f"{option} {path}: no verified single-node (P = 1) runs; the "
+                                 "model takes its task costs from their traces (merge a P = 1 "
+                                 "study of the same tensor into this one first)")
+            split = study_settings(study.attrs).get("split")
+            study_split = split if isinstance(split, str) and split else "static"
             for rid, d in study.details(self.runs["run_id"]):
                 if d is not None and len(d.trace):
                     self.traces[rid] = d.trace
                     self.workers[rid] = d.workers
+                if d is not None:
+                    self.splits[rid] = _split_of(d.extra, study_split)
         if not self.traces:
             raise UsageError(f"{option} {path}: its runs hold no chunk traces to take task costs from")
+
+    def split_for(self, row) -> tuple[str, dict | None]:
+        """How the measured run of ``row`` split its frames between ranks, and the parameters
+        a user technique splitting them was given; a user technique whose source changed
+        since is refused (the model would run other code under the run's name)."""
+        split, params, digest = self.splits.get(int(row["run_id"]), ("static", None, ""))
+        if int(row["P"]) > 1 and ":" in split:
+            from ..core.splits import split_technique
+
+            if digest and split_technique(split).hash != digest:
+                raise UsageError(f"{self.option} {self.path}: run {int(row['run_id'])} split its "
+                                 f"frames with {split} as it was then; its source has changed "
+                                 "since, so the run cannot be re-simulated")
+        return split, params
 
     def tensor(self, row) -> tuple:
         return tuple(row[f] for f in TENSOR)
@@ -75,6 +101,10 @@ class MeasuredStudy:
         producer's service (it preempts a worker mid-chunk for every message) only when
         nothing else measured the tasks."""
         same = [r for r in self.runs if self.tensor(r) == self.tensor(row) and r["P"] == 1]
+        if not same:
+            raise UsageError(f"{self.option} {self.path}: no verified single-node (P = 1) run of "
+                             f"the tensor of {row['scheduler']} P={row['P']} k={row['k']} "
+                             f"L={row['L']} to take its task costs from")
         L = int(row["L"])
         fit = [r for r in same if int(r["k"]) <= self.n]
         others = [r for r in fit if r["scheduler"] != row["scheduler"]]
@@ -253,6 +283,25 @@ class MeasuredStudy:
             s = np.sort(w["start"])
             steps.append(np.median(np.diff(s)))
         return float(np.median(steps)) if steps else None
+
+
+def _split_of(extra: dict, study_split: str) -> tuple[str, dict | None, str]:
+    """(split, a user technique's parameters, its source hash) from a multi-rank run's
+    extra; the study's --split where the run does not say (older files)."""
+    split = extra.get("split")
+    if not isinstance(split, str) or not split:
+        return study_split, None, ""
+    if ":" not in split:
+        return split, None, ""
+    text = extra.get("split_params")
+    params = dict(_param(item) for item in text.split(",") if item) if isinstance(text, str) else {}
+    digest = extra.get("split_technique_hash")
+    return split, params, digest if isinstance(digest, str) else ""
+
+
+def _param(item: str) -> tuple[str, object]:
+    key, _, value = item.partition("=")
+    return key, param_value(value)
 
 
 def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:
