@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched.coop.layout import LATE_NS
 from hybridsched.coop.state import BLOCKED, RUNNING, WAITING, ArbiterError, State
 
 Q = 20_000_000  # 20 ms in ns
@@ -37,28 +36,6 @@ def test_blocking_passes_to_own_job_first_and_keeps_its_quantum():
     assert s.release(a, 5_000_000) == [b]   # own job first, despite x waiting longer
     assert s.cpus["since_ns"][0] == 0       # the job's quantum goes on
     assert s.workers["state"][a] == BLOCKED and not s.check_invariants()
-
-
-def test_a_late_waiter_lets_later_ones_pass_for_late_ns_only():
-    """A worker back from a wait that timed out (a poll) queues behind the ones that queue
-    after it, for LATE_NS (layout.LATE_NS); then it is served in its turn again, ahead of
-    them. A bound in tickets let every rotation of computing workers pass a poller."""
-    s, js, ws = make(ncpu=1)
-    a, late, woken = ws[js[0]]
-    s.acquire(a, 0)
-    s.acquire(late, 1, late=True)
-    s.acquire(woken, 2)
-    assert s.release(a, 3) == [woken]  # within LATE_NS of its queueing: the woken first
-    s.acquire(a, 4)
-    assert s.release(woken, 5) == [a]  # any later one passes too
-    assert s.release(a, 6) == [late] and not s.check_invariants()  # none left to pass it
-    s2, js2, ws2 = make(ncpu=1)
-    a, late, woken = ws2[js2[0]]
-    s2.acquire(a, 0)
-    s2.acquire(late, 1, late=True)
-    s2.acquire(woken, 2)
-    assert s2.release(a, 1 + LATE_NS) == [late]  # its time has come: its turn, first
-    assert not s2.check_invariants()
 
 
 def test_blocking_with_no_own_waiter_goes_round_robin():

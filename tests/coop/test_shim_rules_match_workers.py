@@ -30,9 +30,9 @@ class CRules:
         size = lib.hs_x_bind(self.view, self._mem, len(st.cpus), len(st.jobs), len(st.workers))
         assert size == len(st._buf)
 
-    def pair(self, fn, w, now, *more):
+    def pair(self, fn, w, now):
         out = (ctypes.c_int * 2)()
-        fn(self.view, w, ctypes.c_int64(now), *more, out)
+        fn(self.view, w, ctypes.c_int64(now), out)
         return tuple(out)
 
     def reclaim(self, now, dead, stopped):
@@ -89,9 +89,7 @@ def apply(py: State, c: CRules, op: tuple, now: int, lib) -> tuple:
         return w, lib.hs_x_join_worker(c.view, job, pid, tid, thread)
     w = args[0] if args else 0
     if kind == "acquire":
-        late = args[1]  # its wait timed out: a ticket behind the woken ones
-        return (tuple(rules.acquire(*args_py, w, now, py.hw, py.ws, bool(late))),
-                c.pair(lib.hs_x_acquire, w, now, late))
+        return tuple(rules.acquire(*args_py, w, now, py.hw, py.ws)), c.pair(lib.hs_x_acquire, w, now)
     if kind == "boundary":
         return tuple(rules.boundary(*args_py, w, now, py.hw, py.ws)), c.pair(lib.hs_x_boundary, w, now)
     if kind == "release":
@@ -122,11 +120,6 @@ def apply(py: State, c: CRules, op: tuple, now: int, lib) -> tuple:
 
 
 def next_op(rnd: random.Random, py: State, joined: list, threads: float = 0.5) -> tuple:
-    op = _next_op(rnd, py, joined, threads)
-    return (*op, int(rnd.random() < 0.4)) if op[0] == "acquire" else op
-
-
-def _next_op(rnd: random.Random, py: State, joined: list, threads: float = 0.5) -> tuple:
     """An operation a run makes, chosen by the state so far: joins while the tables are
     young, then token traffic (what a holder does to the holders, what a waiter or a
     blocked worker does to the others), reclaims of dead processes and threads and of the

@@ -103,8 +103,7 @@ def _resume(S, slots, n):
         s = slots[i]
         if workers[s].used == 1:  # a parked worker that died may have been reclaimed
             woken[2 * i], woken[2 * i + 1] = rules.acquire(header, cpus, jobs, workers, wake,
-                                                           header[0].hi, s, now, hw, ws,
-                                                           False)
+                                                           header[0].hi, s, now, hw, ws)
     nv.mutex_unlock(lock)
     for i in range(2 * queued):
         _wake(S, woken[i])

@@ -39,11 +39,8 @@ MAGIC = b"HSCOOP01"
 # another (PREF_SPAN); shims and workers of 5 would hand tokens on by the old rules in the
 # same segment (the hostile review), so they are refused instead;
 # 7: each job's ``unmanaged`` count, threads of the job that found every worker slot taken
-# and ran outside the arbiter (in a padding slot: the same size);
-# 8: no new field, a new rule: a WAITING worker's ``acquired_ns`` (a RUNNING one's grant
-# time, read by nobody while it waits) is until when it lets later waiters pass (0: not
-# at all; LATE_NS); shims and workers of 7 would read it otherwise in the same segment
-VERSION = 8
+# and ran outside the arbiter (in a padding slot: the same size)
+VERSION = 7
 
 # A token given up goes to its job's longest waiter, unless a shim thread of a process that
 # holds another token queued at most PREF_SPAN tickets (the header's ``seq``, node-wide)
@@ -54,20 +51,6 @@ VERSION = 8
 # from waiting for ever behind a process whose threads keep queueing: larger forms gangs in
 # more cases, smaller is nearer FIFO. Rules and shim share it (coop/rules.py, shim/rules.c).
 PREF_SPAN = 16
-
-# A thread back from a short wait that ran out (a poll: CPython's GIL waits 5 ms at a time;
-# the shim's HS_POLL_NS says how short) queues behind the threads that queue after it, for
-# LATE_NS: a thread woken by a post, a signal or an unlock has something to do, a poller
-# only looks and waits again. In order of arrival, 1000 Python threads released at once
-# queued their GIL timeouts in turn ahead of the one thread that could go on: 3-5 s and
-# 150 000-260 000 hand-offs, 0.18-0.25 s without the shim; 0.75 s now. The bound is in
-# time, not in tickets: a ticket bound (tried, reverted 2026-12-07) let every rotation of
-# spinning threads pass a poller, whose 50 ms polls then took up to 7 s. Larger lets more
-# pass in a storm of hand-offs (1000 threads: 20 ms 1.76 s, 50 ms 0.63 s, 200 ms 0.62 s),
-# smaller delays a short poll less among computing threads (5 ms polls beside 8 spinners:
-# 0.06 s at worst, against 0.02 s without the rule). The compiled rules keep it in their
-# cache, which only a change of rules.py itself renews: touch that file with this one.
-LATE_NS = 50_000_000
 
 # The rotation request to a shim thread (sud.c's hs_nudge_signal): from its job's watchdog
 # (SI_TKILL), or queued with its job's key as the cookie (a sibling's early look; a
@@ -176,7 +159,6 @@ def c_header() -> str:
                ("lazy", LAZY))]
     lines.append(f"#define HS_WAKE_REVOKED {REVOKED}")
     lines.append(f"#define HS_PREF_SPAN {PREF_SPAN}")
-    lines.append(f"#define HS_LATE_NS {LATE_NS}LL")
     lines.append("")
     for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
                      ("hs_worker", WORKER_DTYPE)):

@@ -155,11 +155,10 @@ class State:
         """What every compiled rule takes first: the tables and the high-water slot."""
         return self.header, self.cpus, self.jobs, self.workers, self.wake, int(self.header["hi"][0])
 
-    def acquire(self, w: int, now: int, late: bool = False) -> list[int]:
-        """Worker w wants to run: a free token (its last CPU if free) or the queue; ``late``
-        (its wait timed out: a poll) queues it behind the threads that were woken."""
+    def acquire(self, w: int, now: int) -> list[int]:
+        """Worker w wants to run: a free token (its last CPU if free) or the queue."""
         self._check(w)
-        return _some(_rules().acquire(*self.rule_args(), w, now, self.hw, self.ws, late))
+        return _some(_rules().acquire(*self.rule_args(), w, now, self.hw, self.ws))
 
     def try_acquire(self, w: int, now: int) -> bool:
         """A free token for worker w if there is one and nobody queues for it (a BLAS call

@@ -190,7 +190,7 @@ static __attribute__((noinline)) void ask_again(int me)
     hs_cs_lock(&cs);
     if (hs_own(me) && hs_ld(&r->state) != HS_WAITING) {
         hs_cas(&r->state, HS_LAZY, HS_RUNNING);
-        hs_rule_acquire(&hs_v, me, hs_now_ns(), 0, w2);
+        hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
         if (w2[0] != me)
             hs_cs_add(&cs, w2[0]);
         hs_cs_add(&cs, w2[1]);
@@ -315,8 +315,7 @@ static __attribute__((noinline)) int acquire_section(int me)
     int32_t *state = &hs_v.workers[me].state;
     hs_cas(state, HS_LAZY, HS_RUNNING);  /* taken lazily by the watchdog while we ran: ours */
     int nlazy = lazy_holders(me, lazy, track);
-    hs_rule_acquire(&hs_v, me, hs_now_ns(), hs_t.late, w2);
-    hs_t.late = 0;
+    hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
     int nrevoked = revoked_tids(lazy, nlazy, tids);
     int queued = hs_ld(state) == HS_WAITING;
     if (w2[0] != me)
@@ -391,17 +390,13 @@ int hs_park_lazy(void)
 void hs_resume(void)
 {
     int me = hs_t.slot;
-    if (me < 0) {
-        hs_t.late = 0;
+    if (me < 0)
         return;
-    }
     int lazy = hs_t.parked == HS_PARK_LAZY;
     hs_t.parked = HS_PARK_NONE;
-    if (lazy && hs_rule_lazy_resume(&hs_v, me)) {
-        hs_t.late = 0;
+    if (lazy && hs_rule_lazy_resume(&hs_v, me))
         return;
-    }
-    hs_acquire(me);  /* its ticket late if hs_t.late */
+    hs_acquire(me);
 }
 
 /* a rotation (sched_yield in a spin, or the watchdog's signal): to another job's waiter
