@@ -66,9 +66,10 @@ def _once_per_launch(name: str) -> None:
     (each rank would run it again)."""
     launch = detect_launch()
     if name not in PER_RANK and launch is not None:
-        ranks = f"{launch.size} ranks" if launch.size else "several ranks"
-        raise UsageError(f"{name} runs once, not on every rank: started by {launch.how} with "
-                         f"{ranks}; run it outside the launcher (or set HYBRIDSCHED_NO_MPI=1)")
+        ranks = f" with {launch.size} ranks" if launch.size else ""
+        raise UsageError(f"{name} runs once, not on every rank: started by {launch.how}{ranks}; "
+                         "run it once, outside the launcher (HYBRIDSCHED_NO_MPI=1 is for a "
+                         "single process that inherited a launcher's variables)")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

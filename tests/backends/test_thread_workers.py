@@ -158,80 +158,13 @@ def test_no_thread_left_after_runs():
     assert not [t for t in threading.enumerate() if t.name.startswith("hybridsched-")]
 
 
-def test_serial_is_one_chunk_on_one_thread_of_its_own(monkeypatch):
-    """One call on a thread the calling one waits for (so that the main thread can take
-    Ctrl-C and SIGTERM meanwhile), gone when the run ends."""
+def test_serial_is_one_chunk_on_the_calling_thread(monkeypatch):
     log: list = []
     monkeypatch.setitem(kernels.KERNELS, "rec", (recording_kernel(log), "test kernel"))
     rec, ok = run(config("serial", Shape("s", 6, 2, 8, 1), kernel="rec"))
     assert ok and rec.workers_used == 1 and len(rec.trace) == 1
-    assert [f for f, _, _ in log] == [0] and log[0][1] != threading.get_native_id()
+    assert [(f, ident) for f, ident, _ in log] == [(0, threading.get_native_id())]
     assert np.array_equal(rec.trace[["first", "count"]].tolist(), [(0, 6)])
-    assert not [t for t in threading.enumerate() if t.name.startswith("hybridsched-")]
-
-
-def _signalled_once_stalled(tmp_path, module: str, source: str, argv: list[str], sig):
-    """`hybridsched run ARGV -o s.h5` with ``module`` (``source``) importable, sent ``sig``
-    once its user code has stalled (it touches $STUCK_MARK first): (status, stderr, the
-    output's path, the pid)."""
-    import subprocess
-    import sys
-
-    (tmp_path / f"{module}.py").write_text(source)
-    mark, out = tmp_path / "stalled", tmp_path / "s.h5"
-    env = dict(os.environ, STUCK_MARK=str(mark), PYTHONPATH=os.pathsep.join(
-        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", *argv, "-o", str(out)],
-                            env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)  # waiting for a state: the user code is in its stalling call
-        assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "no stall"
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, err, str(out), proc.pid
-
-
-SPUN = '''
-import os
-import numba
-
-
-@numba.njit(nogil=True)
-def _spin(task):
-    s = 0.0
-    while task[0, 0] >= 0:  # never false here: compiled code that never returns
-        s += 1e-9
-        if s < 0:
-            task[0, 0] = -1
-
-
-def spun(data, first, count):
-    open(os.environ["STUCK_MARK"], "w").close()
-    _spin(data[first])
-'''
-
-
-@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
-                         ids=["SIGINT", "SIGTERM"])
-def test_a_signal_ends_a_serial_run_whose_compiled_kernel_never_returns(tmp_path, sig, rc):
-    """Python runs signal handlers on the main thread only: a compiled kernel called there
-    held SIGTERM off for ever (`timeout` had to SIGKILL, and the lock file stayed: the
-    review). The serial call runs on a thread of its own and is abandoned like a stuck
-    worker."""
-    code, err, out, pid = _signalled_once_stalled(
-        tmp_path, "spunmod", SPUN, ["-s", "serial", "--kernel", "spunmod:spun", "--verify", "none",
-                                    "-k", "1", "-L", "4", "--height", "4", "--width", "4",
-                                    "--reps", "1"], sig)
-    assert code == rc, err
-    assert "abandoned worker thread" in err and "Traceback" not in err, err
-    assert not os.path.exists(out + ".lock")
 
 
 STUCK = '''
@@ -265,18 +198,38 @@ def test_one_signal_ends_a_run_whose_worker_is_stuck_in_user_code(tmp_path, wher
     """Issue 33 item 2: the team waits a bounded time for its workers after the signal,
     then abandons the stuck one (saying so); the command ends 130/143 with the completed
     run kept and no lock file or segment left."""
+    import subprocess
+    import sys
+
     from hybridsched.oslayer.shm import our_shm_entries
     from hybridsched.store import read_runs
 
+    (tmp_path / "stuckmod.py").write_text(STUCK)
+    mark, out = tmp_path / "stalled", tmp_path / "s.h5"
     argv = (["-s", "serial,stuckmod:Stuck"] if where == "technique" else
             ["-s", "serial,dynamic", "--kernel", "stuckmod:stuck", "--verify", "none"])
-    code, err, out, pid = _signalled_once_stalled(tmp_path, "stuckmod", STUCK, [
-        *argv, "-k", "2", "-L", "24", "--height", "8", "--width", "16", "--reps", "1"], sig)
-    assert code == rc, err
+    env = dict(os.environ, STUCK_MARK=str(mark), PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "hybridsched", "run", *argv, "-k", "2",
+                             "-L", "24", "--height", "8", "--width", "16", "--reps", "1",
+                             "-o", str(out)], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # waiting for a state: the worker is in the stalling call
+        assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "no stall"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == rc, err
     assert "abandoned worker thread" in err and "Traceback" not in err, err
-    assert len(read_runs(out)) == 1  # the serial run, completed before, is kept
-    assert not os.path.exists(out + ".lock")
-    assert our_shm_entries(pid) == []
+    assert len(read_runs(str(out))) == 1  # the serial run, completed before, is kept
+    assert not os.path.exists(str(out) + ".lock")
+    assert our_shm_entries(proc.pid) == []
 
 
 def test_a_signal_while_the_team_starts_abandons_a_worker_already_stuck(monkeypatch):

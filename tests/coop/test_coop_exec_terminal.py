@@ -440,6 +440,10 @@ def test_a_job_brought_to_the_front_passes_ctrl_z_and_ctrl_c_to_its_command(seg,
         os.write(fd, _coop_exec_line(seg, "echo started; sleep 300; printf 'z%sz\\n' slept")[:-1]
                  + b" &\n")
         _read_until(fd, b"started\r\n", seen)
+        # pressed once `sleep` runs: before its exec a Ctrl-Z stops dash's vfork child, and
+        # dash with it, for ever; or it stops dash before its fork, and the Ctrl-C after the
+        # `fg` then reaches dash alone, which defers it until its `sleep` ends (300 s)
+        wait_until(lambda: _sleeping(_coop_exec_of(pid).pid), what="the command's sleep")
         os.write(fd, b"fg\n")
         wait_until(lambda: _in_front(pid) not in (None, pid), what="the job to be in front")
         os.write(fd, b"\x1a")

@@ -724,12 +724,13 @@ def test_a_merge_of_two_splits_is_re_simulated_split_by_split(mpi, tmp_path):
     assert not os.path.exists(tmp_path / "no.h5")
 
 
-@pytest.mark.parametrize("argv", [["merge", "a.h5", "b.h5", "-o", "m.h5"], ["list"],
+@pytest.mark.parametrize("argv", [["merge", "a.h5", "b.h5", "-o", "m.h5"], ["fit", "a.h5"],
                                   ["report", "a.h5"], ["colocate", "--cmd", "true"]])
 def test_a_command_that_runs_once_is_refused_under_a_launch_of_several_ranks(tmp_path, argv):
     """Under a launcher every rank would run it again, racing the others for its output
     (`mpiexec -n 2 hybridsched merge` wrote its file, then said "file exists": the review);
-    `run` and `coop exec` are the commands every rank runs. Rank 0 alone says it."""
+    `run`, `coop exec` and those that write nothing (`check`, `list`, `plan`) run on every
+    rank. Rank 0 alone says it."""
     for rank, lines in (("0", 1), ("1", 0)):
         env = _clean_env(PMI_SIZE="2", PMI_RANK=rank)
         p = subprocess.run([sys.executable, "-m", "hybridsched", *argv], capture_output=True,
@@ -738,8 +739,26 @@ def test_a_command_that_runs_once_is_refused_under_a_launch_of_several_ranks(tmp
         if lines:
             assert f"{argv[0]} runs once, not on every rank" in p.stderr
             assert "HYBRIDSCHED_NO_MPI=1" in p.stderr
-    env = _clean_env(PMI_SIZE="2", PMI_RANK="0", HYBRIDSCHED_NO_MPI="1")
-    p = subprocess.run([sys.executable, "-m", "hybridsched", "list"], capture_output=True,
-                       text=True, cwd=tmp_path, env=env, timeout=120)
-    assert p.returncode == 0, p.stderr
+    for extra in ({"HYBRIDSCHED_NO_MPI": "1"}, {}):  # and list writes nothing: every rank's
+        env = _clean_env(PMI_SIZE="2", PMI_RANK="1", **extra)
+        p = subprocess.run([sys.executable, "-m", "hybridsched", "list"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_simulate_from_refuses_a_tensor_no_p1_run_measured_before_writing(mpi, tmp_path):
+    """A merge whose P = 2 runs are of a tensor no P = 1 run measured: refused before the
+    output is made (it was found mid-write, a study of 4 of the 5 runs left behind: the
+    review)."""
+    p2, p1, merged = (str(tmp_path / n) for n in ("p2.h5", "p1.h5", "all.h5"))
+    p = mpi.run(["run", "-s", "dynamic", "-k", "1", "-L", "20", *SMALL, "-o", p2])
+    assert p.returncode == 0, p.stderr
+    assert main(["run", "-s", "serial,dynamic", "-k", "1", "-L", "16", *SMALL, "-o", p1]) == 0
+    assert main(["merge", p1, p2, "-o", merged]) == 0
+    out = tmp_path / "sim.h5"
+    p = subprocess.run([sys.executable, "-m", "hybridsched", "simulate", "--from", merged, "-o",
+                        str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "no verified single-node (P = 1) run of the tensor of dynamic P=2" in p.stderr
+    assert not out.exists() and not [n for n in os.listdir(tmp_path) if n.startswith("sim")]

@@ -601,3 +601,29 @@ def test_a_simulated_time_out_of_range_is_said_to_be_the_models(tmp_path):
            "--cores", "1", "--calibration", "tiny.json", "-o", "x.h5", cwd=tmp_path)
     assert p.returncode == 2 and "the model's time for dynamic k=2" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "x.h5").exists()
+
+
+def test_simulated_splits_of_one_technique_with_other_params_stay_apart(tmp_path):
+    """Two simulated studies splitting the frames over -P 2 with one user technique and two
+    parameter sets, merged: the report keeps them apart (their parameters were stored
+    where the report did not look, and they were pooled: the review)."""
+    (tmp_path / "splitsim.py").write_text(
+        "from hybridsched import Technique\n\n\nclass BySize(Technique):\n"
+        "    deterministic = True\n\n    def chunk(self, remaining, request, worker):\n"
+        "        return int(self.params['size'])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    shape = ["-s", "dynamic", "-k", "1", "-L", "40", "--height", "8", "--width", "16",
+             "--reps", "1", "-P", "2", "--split", "splitsim:BySize"]
+    for size in (2, 5):
+        p = subprocess.run([*HS, "simulate", *shape, "--param", f"size={size}", "-o",
+                            str(tmp_path / f"s{size}.h5")], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+    p = subprocess.run([*HS, "merge", "s2.h5", "s5.h5", "-o", "both.h5"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rep = subprocess.run([*HS, "report", "both.h5", "--no-plots"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    assert "(size=2)] — P = 2" in rep.stdout and "(size=5)] — P = 2" in rep.stdout, rep.stdout

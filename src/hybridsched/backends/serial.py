@@ -1,12 +1,7 @@
-"""Serial backend: one call of the kernel over every frame, on one thread.
+"""Serial backend: one call of the kernel over every frame on the calling thread.
 
 This is T_serial of Eq. 4, the baseline every speedup is measured against, so it carries
 no dispatch at all. With affinity on it runs pinned to the first usable CPU.
-
-The call runs on a thread of its own while the calling thread waits (outside the timed
-span): Python runs signal handlers on the main thread only, so a compiled kernel called
-there that never returns held off Ctrl-C and SIGTERM for ever (`timeout`, Slurm's end of
-a job), where the team now abandons it after a bound, as the thread schedulers do.
 """
 from __future__ import annotations
 
@@ -19,32 +14,26 @@ from ..oslayer.cpus import pinned
 from ..oslayer.procfs import thread_usage
 from ..records import Execution, trace_table, worker_table
 from .base import Job
-from .threads import ThreadTeam
 
 
 def execute(job: Job) -> Execution:
     kernel = get_kernel(job.kernel)
     cpu = job.cpu_of(0)
     stats = worker_table(1)
-    took: list[tuple] = []
-
-    def call(_w: int) -> None:
-        with pinned(cpu if cpu >= 0 else None):
-            u0 = thread_usage()
-            t_begin = perf_counter()
+    with pinned(cpu if cpu >= 0 else None):
+        u0 = thread_usage()
+        t_begin = perf_counter()
+        try:
             kernel(job.work, 0, job.frames)
-            t_end = perf_counter()
-            took.append((t_begin, t_end, u0, thread_usage()))
-
-    with ThreadTeam(call, 1, None) as team:
-        team.join()
-    if team.errors:
-        exc = team.errors[0][1]
-        if isinstance(exc, INTERRUPTS) or isinstance(job.kernel, str):
-            raise exc  # a built-in kernel does not raise (a bug)
-        # a kernel's sys.exit() or a BaseException of its own fails its run too
-        raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc
-    t_begin, t_end, u0, u1 = took[0]
+        except INTERRUPTS:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a kernel's sys.exit() or a BaseException
+            # of its own fails its run too (the latter was a traceback)
+            if isinstance(job.kernel, str):
+                raise  # a built-in kernel does not raise (a bug)
+            raise KernelRaised(f"kernel raised {type(exc).__name__}: {exc}") from exc
+        t_end = perf_counter()
+        u1 = thread_usage()
     row = stats[0]
     row["pid"], row["cpu"], row["start"], row["end"] = os.getpid(), cpu, t_begin, t_end
     row["busy"], row["frames"], row["chunks"] = t_end - t_begin, job.frames, 1

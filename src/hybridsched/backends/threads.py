@@ -57,9 +57,8 @@ class ThreadTeam:
     """Owns the worker threads: starts them, and on any exit path (an exception in a
     worker, Ctrl-C in the main thread) stops the dispenser and joins every thread."""
 
-    def __init__(self, target, n: int, dispenser: dispatch.Dispenser | None,
-                 coop: bool = False):
-        self.dispenser = dispenser  # None: one thread that claims nothing (serial)
+    def __init__(self, target, n: int, dispenser: dispatch.Dispenser, coop: bool = False):
+        self.dispenser = dispenser
         self.coop = coop  # its workers may be waiting for a token, not in user code
         self.errors: list[tuple[int, BaseException]] = []
         self.threads = [threading.Thread(target=self._run, args=(target, w), daemon=True,
@@ -76,7 +75,7 @@ class ThreadTeam:
             target(w)
         except BaseException as exc:  # reported by the main thread after the join
             self.errors.append((w, exc))
-            self._stop()
+            self.dispenser.stop()
         finally:
             self._finished[w].set()
 
@@ -105,10 +104,6 @@ class ThreadTeam:
             raise
         return self
 
-    def _stop(self) -> None:
-        if self.dispenser is not None:
-            self.dispenser.stop()
-
     def join(self) -> None:
         for t, finished in zip(self.threads, self._finished):
             if t.ident is not None:
@@ -124,7 +119,7 @@ class ThreadTeam:
         if exc_type is None:
             self.join()
             return
-        self._stop()
+        self.dispenser.stop()
         self.abandoned = self._join_within(_ABANDON_AFTER_S)
         if self.abandoned:
             print(f"hybridsched: abandoned worker thread(s) {', '.join(map(str, self.abandoned))}: "

@@ -400,11 +400,12 @@ def add_calibrate(sub) -> None:
     cb.set_defaults(command="calibrate")
 
 
-# The subcommands every rank of a launch runs: `run` (each rank a part of one study) and
-# `coop` (each task a job of its node's arbiter). Every other runs once: under a launch of
-# several ranks each would run it again, racing the others for one output (`mpiexec -n 2
+# The subcommands every rank of a launch runs: `run` (each rank a part of one study), `coop`
+# (each task a job of its node's arbiter), and those that write nothing (`check` on every
+# node of an allocation, `list`, `plan`). Every other runs once: under a launch of several
+# ranks each would run it again, racing the others for one output (`mpiexec -n 2
 # hybridsched merge` wrote its file, then failed "file exists"), so cli refuses it there.
-PER_RANK = frozenset({"run", "coop"})
+PER_RANK = frozenset({"run", "coop", "check", "list", "plan"})
 
 # name -> parser builder, in --help order
 SUBCOMMANDS = {"run": add_run, "ge": add_ge, "colocate": add_colocate, "coop": add_coop,

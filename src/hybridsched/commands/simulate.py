@@ -70,6 +70,7 @@ def _simulate(args, cores: int) -> int:
 def _from_study(args, cores: int, ov: Overheads, calib: str) -> int:
     """--from: every run of the measured study re-simulated as it ran (its P, its split)."""
     study = MeasuredStudy(args.source)
+    study.every_tensor_measured()
     _register_users(study.runs, "--from", args.source)
     ov = study.overheads(_here(ov, calib, study))
     todo = [(row_config(r), lambda r=r: (study.costs_for(r), None, study.overheads_for(r, ov)),

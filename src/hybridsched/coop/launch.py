@@ -227,6 +227,8 @@ class Command:
         self._handed_back = False  # and gave it back at its continue, no stop seen since
         self._for_terminal = False  # left stopped by its terminal until we are in front
         self._theirs: dict[int, _Handler] = {}  # the caller's SIGCONT and SIGTSTP handlers
+        self._pid = 0  # the command's, once known (our handlers are set before it starts)
+        self._stop_kept = False  # a Ctrl-Z that came before: passed on once it is known
         # without a terminal: the order signals came in (signal.set_wakeup_fd's bytes), and
         # the wake-up fd it replaced
         self._order: tuple[int, int] | None = None
@@ -237,23 +239,30 @@ class Command:
         self._subreaper = get_subreaper()
         prctl(_PR_SET_CHILD_SUBREAPER, 1)
         front = _terminal_in_front(os.getpgrp())
-        try:
-            self.proc = _in_own_group(self.argv, self.env, front, self.guardian.child_watch)
-        except (OSError, subprocess.SubprocessError) as exc:
-            prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
-            if front:  # the child may have taken the terminal before its exec failed
-                _hand_terminal(os.getpgrp(), None)
-            why = getattr(exc, "strerror", None) or str(exc)
-            raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
-        # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there
+        # in front of it or not (`coop exec CMD &`): a shell's `fg` may bring us there. Our
+        # Ctrl-Z and continue handlers are set before the command starts: set after, a
+        # Ctrl-Z that came once it ran (it had printed its first line) but before them
+        # stopped us alone, the command running on, and the `fg` that continued us found no
+        # handler to give it the terminal (a test under load)
         self._tty = _terminal_in_front(None)
         if self._tty:
             for sig, ours in ((signal.SIGCONT, self._on_continue),
                               (signal.SIGTSTP, self._on_stop_key)):
                 self._theirs[sig] = signal.signal(sig, ours)
-        else:  # SIGTSTP (`kill -TSTP`, a batch system's suspend) and SIGCONT passed on: it
-            # stopped us alone, and the command ran on, its tokens never rotated by our
-            # stopped watchdog (the review)
+        try:
+            self.proc = _in_own_group(self.argv, self.env, front, self.guardian.child_watch)
+        except (OSError, subprocess.SubprocessError) as exc:
+            for signum, theirs in self._theirs.items():
+                signal.signal(signum, theirs)
+            prctl(_PR_SET_CHILD_SUBREAPER, int(self._subreaper))
+            if front:  # the child may have taken the terminal before its exec failed
+                _hand_terminal(os.getpgrp(), None)
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise UsageError(f"{self.argv[0]}: cannot run it ({why})") from None
+        self._pid = self.proc.pid
+        if not self._tty:  # SIGTSTP (`kill -TSTP`, a batch system's suspend) and SIGCONT
+            # passed on: it stopped us alone, and the command ran on, its tokens never
+            # rotated by our stopped watchdog (the review)
             self._order = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             self._wakeup = signal.set_wakeup_fd(self._order[1], warn_on_full_buffer=False)
             for sig in (signal.SIGCONT, signal.SIGTSTP):
@@ -264,6 +273,10 @@ class Command:
         try:
             with contextlib.suppress(OSError):  # also from here: whoever runs first
                 os.setpgid(self.proc.pid, self.proc.pid)
+            if self._stop_kept:
+                self._stop_kept = False
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGTSTP)
             self.forwarded.to(self._pass_on)  # its group exists: those kept, then the rest
         except BaseException:  # a Ctrl-C before we return: no __exit__ would kill the command
             self.__exit__(None, None, None)
@@ -350,12 +363,12 @@ class Command:
         group is given it, and continued where its terminal alone stopped it. So `coop exec
         CMD &`, then `fg`, gives the command the terminal, and Ctrl-C and Ctrl-Z reach it
         as they would any foreground job's (they came to our group, never stopped)."""
-        if self._holding or not _hand_terminal(self.proc.pid, os.getpgrp()):
+        if not self._pid or self._holding or not _hand_terminal(self._pid, os.getpgrp()):
             return
         if self._for_terminal:
             self._for_terminal = False
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGCONT)
+                os.killpg(self._pid, signal.SIGCONT)
 
     def _on_stop_key(self, signum, frame) -> None:
         """A Ctrl-Z that came to our group, in front of the terminal while the command's is
@@ -363,8 +376,11 @@ class Command:
         signal, so :meth:`_on_continue` never ran): passed on to the command's group, whose
         stop :meth:`_stopped` then copies. Before, it stopped us alone, the command running
         on while the shell said the job stopped."""
+        if not self._pid:  # the command not started yet: once it is
+            self._stop_kept = True
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGTSTP)
+            os.killpg(self._pid, signal.SIGTSTP)
 
     def _pass_stop_or_continue(self, signum=None, frame=None) -> None:
         """With no terminal: the later of the SIGTSTP and SIGCONT that came since the last

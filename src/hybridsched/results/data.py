@@ -220,10 +220,11 @@ def _split_of(extra: dict) -> str:
     """How one multi-rank run split its frames between the ranks ('static', 'dynamic',
     'pkg.mod:Class@<hash>(params)'), from its detail's extra; '' where it does not say."""
     sim = extra.get("simulated")
-    split = extra.get("split", sim.get("split") if isinstance(sim, dict) else None)
+    where = extra if "split" in extra or not isinstance(sim, dict) else sim  # a simulated run's
+    split = where.get("split")
     if not isinstance(split, str):
         return ""
-    digest, params = extra.get("split_technique_hash"), extra.get("split_params")
+    digest, params = where.get("split_technique_hash"), where.get("split_params")
     return (split + (f"@{digest[:8]}" if isinstance(digest, str) and digest else "")
             + (f"({params})" if isinstance(params, str) and params else ""))
 

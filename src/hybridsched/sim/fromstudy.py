@@ -69,6 +69,16 @@ class MeasuredStudy:
         if not self.traces:
             raise UsageError(f"{option} {path}: its runs hold no chunk traces to take task costs from")
 
+    def every_tensor_measured(self) -> None:
+        """Refuse, before anything is simulated or written, a run whose tensor no verified
+        single-node run measured (its costs would be found missing mid-write)."""
+        singles = {self.tensor(r) for r in self.runs if r["P"] == 1}
+        for row in self.runs:
+            if self.tensor(row) not in singles:
+                raise UsageError(f"{self.option} {self.path}: no verified single-node (P = 1) "
+                                 f"run of the tensor of {row['scheduler']} P={row['P']} "
+                                 f"k={row['k']} L={row['L']} to take its task costs from")
+
     def split_for(self, row) -> tuple[str, dict | None]:
         """How the measured run of ``row`` split its frames between ranks, and the parameters
         a user technique splitting them was given; a user technique whose source changed
@@ -101,10 +111,6 @@ class MeasuredStudy:
         producer's service (it preempts a worker mid-chunk for every message) only when
         nothing else measured the tasks."""
         same = [r for r in self.runs if self.tensor(r) == self.tensor(row) and r["P"] == 1]
-        if not same:
-            raise UsageError(f"{self.option} {self.path}: no verified single-node (P = 1) run of "
-                             f"the tensor of {row['scheduler']} P={row['P']} k={row['k']} "
-                             f"L={row['L']} to take its task costs from")
         L = int(row["L"])
         fit = [r for r in same if int(r["k"]) <= self.n]
         others = [r for r in fit if r["scheduler"] != row["scheduler"]]

@@ -6,6 +6,7 @@ or chunks claimed through a fetch-and-add on rank 0, each chunk run by the local
 on the node's k workers)."""
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..core import policies as pol, registry
 from ..core.memory import Memory
-from ..core.splits import dynamic_chunks
+from ..core.splits import dynamic_chunks, split_technique
 from ..errors import HybridschedError
 from ..records import TRACE_DTYPE, RunConfig, RunRecord, worker_table
 from ..core.virtual import Engine, Outcome, Placement
@@ -64,8 +65,22 @@ def simulate(cfg: RunConfig, costs: np.ndarray, cum: np.ndarray | None, cores: i
         tech, digest = registry.identity(cfg.scheduler)  # which code failed stays on record
         return RunRecord(cfg, str(info.family), math.nan, False, error=f"simulated: {exc}",
                          notes=f"simulated on {cores} cores", simulated=True,
-                         extra={"simulated": {"cores": cores, "costs": source}},
+                         extra=_extra(cfg, cores, source, split, split_params),
                          technique=tech, technique_hash=digest)
+
+
+def _extra(cfg: RunConfig, cores: int, source: str, split: str,
+           split_params: dict | None) -> dict:
+    """What a simulated run's detail says of itself, a failed one's too: where its costs
+    came from, and for P > 1 how its frames were split, a user technique's identity and
+    parameters with it (so that `report` keeps two ways apart, as for measured runs)."""
+    sim: dict = {"cores": cores, "costs": source, "split": split if cfg.P > 1 else ""}
+    if cfg.P > 1 and ":" in split:
+        with contextlib.suppress(HybridschedError):  # a run failed by its import says why
+            sim["split_technique_hash"] = split_technique(split).hash
+        if split_params:
+            sim["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
+    return {"simulated": sim}
 
 
 def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
@@ -89,9 +104,7 @@ def _simulate(cfg: RunConfig, costs, cum, cores: int, ov: Overheads, split: str,
     tech, digest = registry.identity(cfg.scheduler, technique)
     notes = (f"simulated on {cores} cores" + (f"; {searched}" if searched else "")
              + (f"; {disp.notes()}" if disp is not None and disp.notes() else ""))
-    extra = {"simulated": {"cores": cores, "costs": source, "split": split if cfg.P > 1 else ""}}
-    if cfg.P > 1 and ":" in split and split_params:
-        extra["simulated"]["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
+    extra = _extra(cfg, cores, source, split, split_params)
     chunk_used = info.resolve_chunk(cfg.chunk, len(costs)) if not info.baseline else len(costs)
     if searched:
         chunk_used = chunk

@@ -376,7 +376,6 @@ extern int (*hs_real_mutex_lock)(pthread_mutex_t *);
 extern int (*hs_real_mutex_unlock)(pthread_mutex_t *);
 extern int (*hs_real_mutex_consistent)(pthread_mutex_t *);
 extern int (*hs_real_mutex_timedlock)(pthread_mutex_t *, const struct timespec *);
-extern ssize_t (*hs_real_read)(int, void *, size_t);
 extern long (*hs_real_syscall)(long, ...);
 extern int (*hs_real_setaffinity)(pid_t, size_t, const cpu_set_t *);
 extern int (*hs_real_getaffinity)(pid_t, size_t, cpu_set_t *);

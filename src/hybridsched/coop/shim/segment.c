@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static cpu_set_t hs_natural;
@@ -22,7 +23,12 @@ void hs_natural_mask(cpu_set_t *out, int own)
 }
 
 /* /proc/PID[/task/TID]/NAME (tid 0: the process's) into buf, NUL-terminated: its length,
-   or -1 with errno (ENOENT: no such task) */
+   or -1 with errno (ENOENT: no such task). By raw system calls: libc's open, read and
+   close are cancellation points, and this runs in a thread's token wait (an early look),
+   where a pending pthread_cancel acted on unwound the thread inside the shim, a condition
+   variable's mutex let go: its cleanup handler ran without the mutex (the review, 19 of 20
+   cancels of a polling thread once its token waits were long; rare but possible at any
+   length). */
 ssize_t hs_task_file(int pid, int tid, const char *name, char *buf, size_t size)
 {
     char path[80];
@@ -30,15 +36,18 @@ ssize_t hs_task_file(int pid, int tid, const char *name, char *buf, size_t size)
         snprintf(path, sizeof path, "/proc/%d/task/%d/%s", pid, tid, name);
     else
         snprintf(path, sizeof path, "/proc/%d/%s", pid, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    long fd = hs_raw(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
+    if (fd < 0) {
+        errno = (int)-fd;
         return -1;
-    ssize_t n = hs_real_read(fd, buf, size - 1);
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    if (n >= 0)
-        buf[n] = 0;
+    }
+    long n = hs_raw(SYS_read, fd, (long)buf, (long)(size - 1), 0, 0, 0);
+    hs_raw(SYS_close, fd, 0, 0, 0, 0, 0);
+    if (n < 0) {
+        errno = (int)-n;
+        return -1;
+    }
+    buf[n] = 0;
     return n;
 }
 
