@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Many Python threads under `hybridsched coop exec`: T threads wait on one
 `threading.Event`, are released at once and joined. Their GIL waits are timed (5 ms), so
-this measures how the arbiter's queue treats polls. In arrival order each timed-out waiter
-queued for a token ahead of the thread that could go on (3-5 s against 0.18-0.25 s plain
-for 1000 threads). Since 2026-12-08 a thread woken by a post, a signal or an unlock passes
-a poller for up to 50 ms (layout.LATE_NS): 0.55 s. Two rules that let other waiters pass
-too were tried and reverted (docs/results/2core-unmodified.md, twenty-eighth and
-twenty-ninth sessions).
+this measures how the arbiter's queue treats polls: each timed-out waiter queues for a
+token ahead of the thread that could go on (3-5 s against 0.18-0.25 s plain for 1000
+threads). Two rules that let woken threads pass the timed-out ones were tried and reverted,
+one bounded in tickets (2026-12-07), one in time (2026-12-08): each slowed a few short
+polls or GIL waits beside computing threads far more than it sped this up
+(docs/results/2core-unmodified.md, twenty-eighth and twenty-ninth sessions).
 
 Arms, interleaved per round (their order reversed every other round): the program plain,
 and under `coop exec` with each shim build given (`--shim NAME=PATH`, repeatable; default:

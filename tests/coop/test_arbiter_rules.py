@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsched.coop.layout import ACQ_POLL, LATE_NS
 from hybridsched.coop.state import BLOCKED, RUNNING, WAITING, ArbiterError, State
 
 Q = 20_000_000  # 20 ms in ns
@@ -37,36 +36,6 @@ def test_blocking_passes_to_own_job_first_and_keeps_its_quantum():
     assert s.release(a, 5_000_000) == [b]   # own job first, despite x waiting longer
     assert s.cpus["since_ns"][0] == 0       # the job's quantum goes on
     assert s.workers["state"][a] == BLOCKED and not s.check_invariants()
-
-
-def test_a_poller_is_passed_by_the_woken_only_and_for_late_ns_only():
-    """A worker back from a poll (a short timed wait that ran out) is passed by a worker
-    woken after it, for LATE_NS (layout.LATE_NS); never by one rotated out at a quantum's
-    end (a rule that let those pass made a poller beside spinning threads wait 50 ms a
-    time), and after LATE_NS not even by the woken."""
-    s, js, ws = make(ncpu=1)
-    a, late, woken = ws[js[0]]
-    s.acquire(a, 0)
-    s.acquire(late, 1, kind=ACQ_POLL)
-    s.acquire(woken, 2)
-    assert s.release(a, 3) == [woken]  # within LATE_NS of its queueing: the woken first
-    assert s.release(woken, 4) == [late] and not s.check_invariants()
-    s, js, ws = make(ncpu=1)
-    a, late, woken = ws[js[0]]
-    s.acquire(a, 0)
-    s.acquire(late, 1, kind=ACQ_POLL)
-    s.acquire(woken, 2)
-    assert s.release(a, 1 + LATE_NS) == [late]  # its time has come: its turn, first
-    s, js, ws = make(ncpu=1, per_job=4)
-    a, late, b, c = ws[js[0]]
-    s.acquire(a, 0)
-    s.acquire(late, 1, kind=ACQ_POLL)
-    s.acquire(b, 2)
-    s.acquire(c, 3)
-    assert s.release(a, 4) == [b]
-    assert s.boundary(b, Q + 5) == [c]  # b rotated out, queued behind the poller
-    assert s.release(c, Q + 6) == [late]  # the rotated one does not pass it
-    assert not s.check_invariants()
 
 
 def test_blocking_with_no_own_waiter_goes_round_robin():

@@ -13,7 +13,6 @@ import time
 import pytest
 
 from hybridsched.coop.arbiter import Arbiter
-from hybridsched.coop.layout import WAITING
 from hybridsched.coop.ops import CompiledOps, ShimOps
 from hybridsched.coop.shimjob import NUDGE_SIGNAL, ShimJob
 from hybridsched.errors import UsageError
@@ -364,33 +363,3 @@ def test_the_signal_numbers_agree(shim_lib):
     import ctypes
 
     assert ctypes.CDLL(shim_lib).hs_x_nudge_signal() == NUDGE_SIGNAL
-
-
-@pytest.mark.parametrize("poll_ms, late", [(5, True), (30, False)], ids=["poll", "deadline"])
-def test_a_timed_wait_that_ran_out_soon_queues_late(seg, shim_lib, tmp_path, poll_ms, late):
-    """A condition-variable wait that runs out within the shim's HS_POLL_NS (10 ms) is a
-    poll (CPython's GIL waits 5 ms at a time): its thread queues for the token behind the
-    ones that queue after it, for LATE_NS, kept in its worker's ``acquired_ns`` while it
-    waits; one that ran out later is a deadline come, queued in its turn (0 there)."""
-    exe = build("poll_waiter", tmp_path)
-    stop = tmp_path / "stop"
-    with Arbiter(cpus=ONE, path=seg, quantum_s=5.0) as a, ShimJob(a) as job:
-        p = subprocess.Popen([exe, str(poll_ms), str(stop)], env=environ(job),
-                             stdout=subprocess.PIPE, text=True)
-        try:
-            assert p.stdout.readline() == "holding\n"
-            w = a.state.workers
-
-            def queued() -> list[int]:
-                mine = (w["used"] == 1) & (w["job"] == job.job) & (w["state"] == WAITING)
-                return [int(x) for x in w["acquired_ns"][mine]]
-
-            wait_until(lambda: queued(), "the poller queued for the token")
-            got = queued()
-            stop.touch()
-            assert p.wait(timeout=60) == 0
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert len(got) == 1 and (got[0] > 0) == late, got

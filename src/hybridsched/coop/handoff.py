@@ -19,7 +19,7 @@ import numpy as np
 from ..oslayer.atomics import compare_exchange, exchange
 from ..oslayer import native as nv
 from . import rules
-from .layout import ACQ_WOKEN, BLOCKED, LAZY, RUNNING, WAITING
+from .layout import BLOCKED, LAZY, RUNNING, WAITING
 from .layout import REVOKED as WAKE_REVOKED
 
 _inner = numba.njit(cache=True)
@@ -103,8 +103,7 @@ def _resume(S, slots, n):
         s = slots[i]
         if workers[s].used == 1:  # a parked worker that died may have been reclaimed
             woken[2 * i], woken[2 * i + 1] = rules.acquire(header, cpus, jobs, workers, wake,
-                                                           header[0].hi, s, now, hw, ws,
-                                                           ACQ_WOKEN)
+                                                           header[0].hi, s, now, hw, ws)
     nv.mutex_unlock(lock)
     for i in range(2 * queued):
         _wake(S, woken[i])

@@ -39,12 +39,8 @@ MAGIC = b"HSCOOP01"
 # another (PREF_SPAN); shims and workers of 5 would hand tokens on by the old rules in the
 # same segment (the hostile review), so they are refused instead;
 # 7: each job's ``unmanaged`` count, threads of the job that found every worker slot taken
-# and ran outside the arbiter (in a padding slot: the same size);
-# 8: no new field, a new rule: a WAITING worker's ``acquired_ns`` (a RUNNING one's grant
-# time, read by nobody while it waits) says what it comes from (WOKEN, ROTATED, or until
-# when a poller is passed by the woken: LATE_NS); shims and workers of 7 would read it
-# otherwise in the same segment
-VERSION = 8
+# and ran outside the arbiter (in a padding slot: the same size)
+VERSION = 7
 
 # A token given up goes to its job's longest waiter, unless a shim thread of a process that
 # holds another token queued at most PREF_SPAN tickets (the header's ``seq``, node-wide)
@@ -55,28 +51,6 @@ VERSION = 8
 # from waiting for ever behind a process whose threads keep queueing: larger forms gangs in
 # more cases, smaller is nearer FIFO. Rules and shim share it (coop/rules.py, shim/rules.c).
 PREF_SPAN = 16
-
-# A thread back from a short wait that ran out (a poll: CPython's GIL waits 5 ms at a time;
-# the shim's HS_POLL_NS says how short) is passed by the threads woken after it (by a post,
-# a signal, an unlock), for LATE_NS: a woken thread has something to do, a poller only looks
-# and waits again. In order of arrival, 1000 Python threads released at once queued their
-# GIL timeouts in turn ahead of the one thread that could go on (3-5 s, 0.18-0.25 s without
-# the shim). Only the woken pass: a rule that let every later waiter pass, a thread rotated
-# out of a spin included, made a poller or a GIL wait beside spinning threads wait 50 ms a
-# time (10-200x slower: the review, 2026-12-08), and one bounded in tickets let a 50 ms
-# poll wait 7 s (2026-12-07); both reverted. Larger lets more of the woken pass in a storm
-# of hand-offs (1000 threads: 20 ms 1.76 s, 50 ms 0.63 s, 200 ms 0.62 s), smaller keeps a
-# poller nearer its turn among threads that wake each other. The compiled rules keep it in
-# their cache, which only a change of rules.py itself renews: touch that file with this one.
-LATE_NS = 50_000_000
-# What a WAITING worker's ``acquired_ns`` holds (a RUNNING one's is its grant time): woken
-# (a wait that ended by a post, a signal, an unlock; any acquire of a Python worker),
-# rotated out at a quantum's end or a yield, or above 0 a poller's time to be passed until
-WOKEN, ROTATED = 0, -1
-# Why a worker asks for a token (the acquire rule's ``kind``): woken, back from a poll, or
-# rotated (a yield that gave its token up for a sibling and asks again)
-ACQ_WOKEN, ACQ_POLL, ACQ_ROTATED = 0, 1, 2
-
 
 # The rotation request to a shim thread (sud.c's hs_nudge_signal): from its job's watchdog
 # (SI_TKILL), or queued with its job's key as the cookie (a sibling's early look; a
@@ -185,11 +159,6 @@ def c_header() -> str:
                ("lazy", LAZY))]
     lines.append(f"#define HS_WAKE_REVOKED {REVOKED}")
     lines.append(f"#define HS_PREF_SPAN {PREF_SPAN}")
-    lines.append(f"#define HS_LATE_NS {LATE_NS}LL")
-    lines.append(f"#define HS_WOKEN {WOKEN}")
-    lines.append(f"#define HS_ROTATED {ROTATED}")
-    lines += [f"#define HS_{n} {v}" for n, v in
-              (("ACQ_WOKEN", ACQ_WOKEN), ("ACQ_POLL", ACQ_POLL), ("ACQ_ROTATED", ACQ_ROTATED))]
     lines.append("")
     for name, dt in (("hs_header", HEADER_DTYPE), ("hs_cpu", CPU_DTYPE), ("hs_job", JOB_DTYPE),
                      ("hs_worker", WORKER_DTYPE)):

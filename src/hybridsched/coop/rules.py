@@ -25,8 +25,8 @@ from __future__ import annotations
 import numba
 
 from ..oslayer.atomics import compare_exchange, fetch_add
-from .layout import (ACQ_POLL, ACQ_ROTATED, BLOCKED, FREE, HEADER_DTYPE, LATE_NS, LAZY, PREF_SPAN,
-                     ROTATED, RUNNING, WAITING, WOKEN, WORKER_DTYPE, word_index)
+from .layout import (BLOCKED, FREE, HEADER_DTYPE, LAZY, PREF_SPAN, RUNNING, WAITING, WORKER_DTYPE,
+                     word_index)
 
 # where the lock-free paths find a worker's state and the header's waiting count in int32
 # views of the regions (compile-time constants). numba's cache does not see a change of
@@ -53,35 +53,22 @@ def holds_another(cpus, workers, pid, but):
 
 
 @_jit
-def first_waiter(cpus, workers, hi, job, ci, now):
+def first_waiter(cpus, workers, hi, job, ci):
     """The WAITING worker of ``job`` to give token ``ci``: its longest waiter (FIFO by
-    ticket); where that one is back from a poll (see :func:`enqueue`) less than LATE_NS
-    ago, the first thread woken (by a post, a signal, an unlock) that queued after it,
-    if any: a poller only looks and waits again. Unless a shim thread of a process that
-    holds another token, not a poller so passed, queued at most PREF_SPAN
-    tickets after that one (the first such): the threads of one process that spin for
+    ticket), unless a shim thread of a process that holds another token queued at most
+    PREF_SPAN tickets after it (the first such): the threads of one process that spin for
     each other run together (see layout.PREF_SPAN). -1 when the job has no waiter."""
     best, seq = -1, 0
     for w in range(hi):
         r = workers[w]
         if r.used == 1 and r.state == WAITING and r.job == job and (best < 0 or r.seq < seq):
             best, seq = w, r.seq
-    if best >= 0 and workers[best].acquired_ns > now:  # a poller, passed by the woken
-        woke, wseq = -1, 0
-        for w in range(hi):
-            r = workers[w]
-            if (r.used == 1 and r.state == WAITING and r.job == job and r.acquired_ns == WOKEN
-                    and (woke < 0 or r.seq < wseq)):
-                woke, wseq = w, r.seq
-        if woke >= 0:
-            best, seq = woke, wseq
     pref, pseq = -1, 0
     if best >= 0:
         for w in range(hi):
             r = workers[w]
             if (r.used == 1 and r.state == WAITING and r.job == job and r.thread
                     and r.seq <= seq + PREF_SPAN and (pref < 0 or r.seq < pseq)
-                    and (r.acquired_ns <= now or w == best)
                     and holds_another(cpus, workers, r.pid, ci)):
                 pref, pseq = w, r.seq
     return pref if pref >= 0 else best
@@ -118,10 +105,10 @@ def grant(header, cpus, workers, wake, w, ci, now, keep_quantum):
     if not keep_quantum or c.job != r.job:
         c.since_ns = now
         c.job = r.job
-    r.acquired_ns = now  # before RUNNING: a waiter's mark is no grant time (unlocked readers)
     r.state = RUNNING
     r.cpu = ci
     r.last_cpu = ci
+    r.acquired_ns = now
     h.grants += 1
     wake[w] = 1
     return w
@@ -137,14 +124,11 @@ def drop(workers, wake, w, now, state):
 
 
 @_jit
-def enqueue(header, workers, wake, w, hw, mark):
-    """A ticket for ``w``, and what it comes from in its ``acquired_ns`` while it waits
-    (layout: WOKEN, ROTATED, or a poller's time to be passed until)."""
+def enqueue(header, workers, wake, w, hw):
     h = header[0]
     h.seq += 1
     r = workers[w]
     r.seq = h.seq
-    r.acquired_ns = mark
     r.state = WAITING
     wake[w] = 0
     fetch_add(hw, H_WAITING, 1)  # a full fence before the caller looks for LAZY tokens
@@ -161,17 +145,15 @@ def free_cpu(cpus, prefer):
 
 
 @_jit
-def acquire(header, cpus, jobs, workers, wake, hi, w, now, hw, ws, kind):
-    """(woken, woken) — the second from a LAZY token revoked for the queue. ``kind``: why
-    it asks (layout.ACQ_*: woken, back from a poll, rotated; see :func:`first_waiter`)."""
+def acquire(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
+    """(woken, woken) — the second from a LAZY token revoked for the queue."""
     r = workers[w]
     if r.state == RUNNING or r.state == WAITING:
         return -1, -1
     ci = free_cpu(cpus, r.last_cpu)
     if ci >= 0:
         return grant(header, cpus, workers, wake, w, ci, now, False), -1
-    enqueue(header, workers, wake, w, hw,
-            now + LATE_NS if kind == ACQ_POLL else (ROTATED if kind == ACQ_ROTATED else WOKEN))
+    enqueue(header, workers, wake, w, hw)
     return -1, revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws)
 
 
@@ -193,13 +175,12 @@ def try_acquire(header, cpus, workers, wake, w, now):
 def pass_token(header, cpus, jobs, workers, wake, hi, ci, job, now):
     """Token ``ci``, just given up by a worker of ``job``: to that job's first waiter
     (keeping its quantum), else the next job with a waiter, else free."""
-    target = first_waiter(cpus, workers, hi, job, ci, now)
+    target = first_waiter(cpus, workers, hi, job, ci)
     if target >= 0:
         return grant(header, cpus, workers, wake, target, ci, now, True)
     j = next_job(header, workers, len(jobs), hi, -1)
     if j >= 0:
-        return grant(header, cpus, workers, wake, first_waiter(cpus, workers, hi, j, ci, now), ci,
-                     now, False)
+        return grant(header, cpus, workers, wake, first_waiter(cpus, workers, hi, j, ci), ci, now, False)
     cpus[ci].holder = -1
     cpus[ci].job = -1
     return -1
@@ -271,12 +252,12 @@ def boundary(header, cpus, jobs, workers, wake, hi, w, now, hw, ws):
     if now - cpus[ci].since_ns < h.quantum_ns:
         return -1, -1
     j = next_job(header, workers, len(jobs), hi, r.job)
-    target = first_waiter(cpus, workers, hi, j if j >= 0 else r.job, ci, now)
+    target = first_waiter(cpus, workers, hi, j if j >= 0 else r.job, ci)
     if target < 0:
         cpus[ci].since_ns = now  # nobody waits: a fresh quantum, keep running
         return -1, -1
     drop(workers, wake, w, now, WAITING)
-    enqueue(header, workers, wake, w, hw, ROTATED)
+    enqueue(header, workers, wake, w, hw)
     h.rotations += 1
     return (grant(header, cpus, workers, wake, target, ci, now, False),
             revoke_lazy(header, cpus, jobs, workers, wake, hi, now, ws))

@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from ..errors import ArbiterError
-from .layout import (ACQ_WOKEN, BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
+from .layout import (BLOCKED, CPU_DTYPE, FREE, HEADER_DTYPE, JOB_DTYPE, LAZY, MAGIC, RUNNING,  # noqa: F401
                      REVOKED, STATE_NAMES, VERSION, WAITING, WORKER_DTYPE, layout, nbytes,
                      views)
 
@@ -155,12 +155,10 @@ class State:
         """What every compiled rule takes first: the tables and the high-water slot."""
         return self.header, self.cpus, self.jobs, self.workers, self.wake, int(self.header["hi"][0])
 
-    def acquire(self, w: int, now: int, kind: int = ACQ_WOKEN) -> list[int]:
-        """Worker w wants to run: a free token (its last CPU if free) or the queue; ``kind``
-        says why (layout.ACQ_*): back from a poll, it is passed by the threads woken after
-        it for a while; rotated, by none."""
+    def acquire(self, w: int, now: int) -> list[int]:
+        """Worker w wants to run: a free token (its last CPU if free) or the queue."""
         self._check(w)
-        return _some(_rules().acquire(*self.rule_args(), w, now, self.hw, self.ws, kind))
+        return _some(_rules().acquire(*self.rule_args(), w, now, self.hw, self.ws))
 
     def try_acquire(self, w: int, now: int) -> bool:
         """A free token for worker w if there is one and nobody queues for it (a BLAS call

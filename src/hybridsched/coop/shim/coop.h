@@ -34,7 +34,7 @@ typedef int (*hs_alive_fn)(void *ctx, int32_t pid, int32_t tid);
 
 /* rules.c: coop/rules.py and coop/state.py's membership, on the same bytes */
 HS_HIDDEN size_t hs_view_init(struct hs_view *v, void *base, int ncpu, int njobs, int nworkers);
-HS_HIDDEN void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int kind, int woken[2]);
+HS_HIDDEN void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int woken[2]);
 HS_HIDDEN int hs_rule_try_acquire(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN int hs_rule_release(struct hs_view *v, int w, int64_t now);
 HS_HIDDEN int hs_rule_lazy_park(struct hs_view *v, int w);
@@ -80,8 +80,6 @@ struct hs_thread {
     int has_mask;      /* the program set its own mask (answered back, not applied) */
     int pending;       /* a rotation asked for and not yet made: HS_PEND_* */
     int posted;        /* woken from an untimed condition-variable wait (the gang look's) */
-    int late;          /* why its next acquire asks (HS_ACQ_*: back from a poll, passed by
-                          the threads woken after it; rotated; else woken) */
     cpu_set_t mask;
     volatile char selector; /* Syscall User Dispatch: HS_SUD_ALLOW or HS_SUD_BLOCK */
     char armed;        /* Syscall User Dispatch is on for this thread */

@@ -33,11 +33,9 @@ int hs_holds_another(struct hs_view *v, int32_t pid, int but)
     return 0;
 }
 
-/* coop/rules.py first_waiter: the job's longest waiter; where that one is a poller still
-   within its HS_LATE_NS, the first woken waiter after it; or a shim thread whose process
-   holds a token other than `ci`'s, not a poller so passed, that queued at most
-   HS_PREF_SPAN tickets after that one */
-static int first_waiter(struct hs_view *v, int hi, int job, int ci, int64_t now)
+/* coop/rules.py first_waiter: the job's longest waiter, or a shim thread whose process
+   holds a token other than `ci`'s and that queued at most HS_PREF_SPAN tickets after it */
+static int first_waiter(struct hs_view *v, int hi, int job, int ci)
 {
     int best = -1;
     int64_t seq = 0;
@@ -49,29 +47,13 @@ static int first_waiter(struct hs_view *v, int hi, int job, int ci, int64_t now)
             seq = r->seq;
         }
     }
-    if (best >= 0 && v->workers[best].acquired_ns > now) {  /* a poller, passed by the woken */
-        int woke = -1;
-        int64_t wseq = 0;
-        for (int w = 0; w < hi; w++) {
-            struct hs_worker *r = &v->workers[w];
-            if (r->used == 1 && hs_ld(&r->state) == HS_WAITING && r->job == job
-                && r->acquired_ns == HS_WOKEN && (woke < 0 || r->seq < wseq)) {
-                woke = w;
-                wseq = r->seq;
-            }
-        }
-        if (woke >= 0) {
-            best = woke;
-            seq = wseq;
-        }
-    }
     int pref = -1;
     int64_t pseq = 0;
     for (int w = 0; best >= 0 && w < hi; w++) {
         struct hs_worker *r = &v->workers[w];
         if (r->used == 1 && hs_ld(&r->state) == HS_WAITING && r->job == job && r->thread
             && r->seq <= seq + HS_PREF_SPAN && (pref < 0 || r->seq < pseq)
-            && (r->acquired_ns <= now || w == best) && hs_holds_another(v, r->pid, ci)) {
+            && hs_holds_another(v, r->pid, ci)) {
             pref = w;
             pseq = r->seq;
         }
@@ -113,10 +95,10 @@ static int grant(struct hs_view *v, int w, int ci, int64_t now, int keep_quantum
         c->since_ns = now;
         c->job = r->job;
     }
-    r->acquired_ns = now;  /* before RUNNING: a waiter's mark is no grant time (unlocked readers) */
     hs_st(&r->state, HS_RUNNING);
     r->cpu = ci;
     r->last_cpu = ci;
+    r->acquired_ns = now;
     h->grants += 1;
     hs_st(&v->wake[w], 1);
     return w;
@@ -131,15 +113,12 @@ static void drop(struct hs_view *v, int w, int64_t now, int state)
     hs_st(&v->wake[w], 0);
 }
 
-/* coop/rules.py enqueue: a ticket, and what it comes from (HS_WOKEN, HS_ROTATED, or a
-   poller's time to be passed until) */
-static void enqueue(struct hs_view *v, int w, int64_t mark)
+static void enqueue(struct hs_view *v, int w)
 {
     struct hs_header *h = v->h;
     h->seq += 1;
     struct hs_worker *r = &v->workers[w];
     r->seq = h->seq;
-    r->acquired_ns = mark;
     hs_st(&r->state, HS_WAITING);
     hs_st(&v->wake[w], 0);
     __atomic_fetch_add(&h->waiting, 1, __ATOMIC_SEQ_CST);  /* a full fence before looking for LAZY tokens */
@@ -157,12 +136,12 @@ static int free_cpu(struct hs_view *v, int prefer)
 
 static int pass_token(struct hs_view *v, int hi, int ci, int job, int64_t now)
 {
-    int target = first_waiter(v, hi, job, ci, now);
+    int target = first_waiter(v, hi, job, ci);
     if (target >= 0)
         return grant(v, target, ci, now, 1);
     int j = next_job(v, hi, -1);
     if (j >= 0)
-        return grant(v, first_waiter(v, hi, j, ci, now), ci, now, 0);
+        return grant(v, first_waiter(v, hi, j, ci), ci, now, 0);
     v->cpus[ci].holder = -1;
     v->cpus[ci].job = -1;
     return -1;
@@ -185,7 +164,7 @@ static int revoke_lazy(struct hs_view *v, int hi, int64_t now)
     return -1;
 }
 
-void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int kind, int woken[2])
+void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int woken[2])
 {
     int hi = v->h->hi;
     struct hs_worker *r = &v->workers[w];
@@ -198,8 +177,7 @@ void hs_rule_acquire(struct hs_view *v, int w, int64_t now, int kind, int woken[
         woken[0] = grant(v, w, ci, now, 0);
         return;
     }
-    enqueue(v, w, kind == HS_ACQ_POLL ? now + HS_LATE_NS
-                  : kind == HS_ACQ_ROTATED ? HS_ROTATED : HS_WOKEN);
+    enqueue(v, w);
     woken[1] = revoke_lazy(v, hi, now);
 }
 
@@ -268,13 +246,13 @@ void hs_rule_boundary(struct hs_view *v, int w, int64_t now, int woken[2])
     if (now - v->cpus[ci].since_ns < h->quantum_ns)
         return;
     int j = next_job(v, hi, r->job);
-    int target = first_waiter(v, hi, j >= 0 ? j : r->job, ci, now);
+    int target = first_waiter(v, hi, j >= 0 ? j : r->job, ci);
     if (target < 0) {
         v->cpus[ci].since_ns = now;  /* nobody waits: a fresh quantum, keep running */
         return;
     }
     drop(v, w, now, HS_WAITING);
-    enqueue(v, w, HS_ROTATED);
+    enqueue(v, w);
     h->rotations += 1;
     woken[0] = grant(v, target, ci, now, 0);
     woken[1] = revoke_lazy(v, hi, now);
@@ -406,9 +384,9 @@ HS_EXPORT size_t hs_x_view_size(void)
     return sizeof(struct hs_view);
 }
 
-HS_EXPORT void hs_x_acquire(struct hs_view *v, int w, int64_t now, int kind, int *woken)
+HS_EXPORT void hs_x_acquire(struct hs_view *v, int w, int64_t now, int *woken)
 {
-    hs_rule_acquire(v, w, now, kind, woken);
+    hs_rule_acquire(v, w, now, woken);
 }
 
 HS_EXPORT int hs_x_try_acquire(struct hs_view *v, int w, int64_t now)

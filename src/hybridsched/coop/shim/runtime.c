@@ -190,7 +190,7 @@ static __attribute__((noinline)) void ask_again(int me)
     hs_cs_lock(&cs);
     if (hs_own(me) && hs_ld(&r->state) != HS_WAITING) {
         hs_cas(&r->state, HS_LAZY, HS_RUNNING);
-        hs_rule_acquire(&hs_v, me, hs_now_ns(), 0, w2);
+        hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
         if (w2[0] != me)
             hs_cs_add(&cs, w2[0]);
         hs_cs_add(&cs, w2[1]);
@@ -303,8 +303,6 @@ static void unpin_tids(const int *tids, int n)
    whether it queued, -1 if the slot is no longer this thread's. */
 static __attribute__((noinline)) int acquire_section(int me)
 {
-    int kind = hs_t.late;  /* this acquire's alone, whatever path it takes */
-    hs_t.late = HS_ACQ_WOKEN;
     struct hs_cs cs;
     int track = hs_v.ncpu < 1 ? 1 : hs_v.ncpu < HS_LAZY_TRACK ? hs_v.ncpu : HS_LAZY_TRACK;
     int w2[2], lazy[track], tids[track];
@@ -317,7 +315,7 @@ static __attribute__((noinline)) int acquire_section(int me)
     int32_t *state = &hs_v.workers[me].state;
     hs_cas(state, HS_LAZY, HS_RUNNING);  /* taken lazily by the watchdog while we ran: ours */
     int nlazy = lazy_holders(me, lazy, track);
-    hs_rule_acquire(&hs_v, me, hs_now_ns(), kind, w2);
+    hs_rule_acquire(&hs_v, me, hs_now_ns(), w2);
     int nrevoked = revoked_tids(lazy, nlazy, tids);
     int queued = hs_ld(state) == HS_WAITING;
     if (w2[0] != me)
@@ -392,17 +390,13 @@ int hs_park_lazy(void)
 void hs_resume(void)
 {
     int me = hs_t.slot;
-    if (me < 0) {
-        hs_t.late = HS_ACQ_WOKEN;
+    if (me < 0)
         return;
-    }
     int lazy = hs_t.parked == HS_PARK_LAZY;
     hs_t.parked = HS_PARK_NONE;
-    if (lazy && hs_rule_lazy_resume(&hs_v, me)) {
-        hs_t.late = HS_ACQ_WOKEN;
+    if (lazy && hs_rule_lazy_resume(&hs_v, me))
         return;
-    }
-    hs_acquire(me);  /* as a poller if hs_t.late says so */
+    hs_acquire(me);
 }
 
 /* a rotation (sched_yield in a spin, or the watchdog's signal): to another job's waiter
@@ -413,8 +407,7 @@ void hs_rotate(void)
     if (me < 0 || !mine_unlocked(me))
         return;
     if (hs_ld(&hs_v.workers[me].state) == HS_BLOCKED) {  /* outside the shim: its token */
-        hs_t.late = HS_ACQ_ROTATED;  /* was taken while it was stopped (hs_reclaim), or */
-        hs_acquire(me);  /* from a sleeper the watchdog revoked: preempted, not woken */
+        hs_acquire(me);  /* was taken while it was stopped (hs_reclaim) */
         return;
     }
     if (hs_ld(&hs_v.h->waiting) <= 0)
@@ -438,7 +431,6 @@ void hs_rotate(void)
         wait_token(me, 1);
     } else if (hs_ld(&hs_v.h->waiting) > 0) {
         release(me);
-        hs_t.late = HS_ACQ_ROTATED;  /* queued as a rotation: no poller is passed by it */
         hs_acquire(me);
     }
 }

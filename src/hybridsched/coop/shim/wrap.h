@@ -113,18 +113,6 @@ static inline void *sym(const char *name)
     } while (0)
 #define TRY_THEN_PARK(type, probe, done, call) TRY_THEN_PARK_AFTER(type, probe, done, call, (void))
 
-/* A timed wait that ran out within HS_POLL_NS of its start is a poll (CPython's GIL waits
-   5 ms at a time): its thread only looks and waits again, so a thread woken after it (by a
-   post, a signal, an unlock) is given a token first, for the rules' LATE_NS (hs_t.late,
-   layout.py); a thread rotated out of a spin is not. A longer wait that ran out is a
-   deadline come (a heartbeat's, a watchdog's tick) and queues as one woken. Longer
-   counts more waits as polls, shorter fewer. */
-#define HS_POLL_NS 10000000LL
-static inline void hs_timed_out(int expired, int64_t since)
-{
-    hs_t.late = expired && hs_now_ns() - since <= HS_POLL_NS ? HS_ACQ_POLL : HS_ACQ_WOKEN;
-}
-
 /* a wrapper's whole body: `call` straight through where hs_enter refuses (the thread is not
    managed, or is inside the shim already), else with the token given up around it (PARKED) */
 #define ENTER_PARKED(type, call)                                                              \

@@ -290,16 +290,12 @@ static int cond_waited(int r, pthread_mutex_t *m)
     return r;
 }
 
-/* a timed wait: one that ran out soon is a poll (hs_timed_out) */
 #define COND_WAIT(call)                                                                       \
     do {                                                                                      \
         if (!hs_enter())                                                                      \
             return call;                                                                      \
-        int64_t since_ = hs_now_ns();                                                         \
         hs_park();                                                                            \
-        int r_ = (call);                                                                      \
-        hs_timed_out(r_ == ETIMEDOUT, since_);                                                \
-        return cond_waited(r_, m);                                                            \
+        return cond_waited(call, m);                                                          \
     } while (0)
 
 /* An untimed condition variable's wait while nobody waits for a token and a sibling runs

@@ -59,26 +59,15 @@ HS_EXPORT int sem_wait(sem_t *s)
     ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_wait)(s));
 }
 
-/* a timed wait that ran out soon is a poll (hs_timed_out: CPython's lock with a timeout);
-   `since`, the wait's start, in the wrapper's scope */
-#define SEM_RAN_OUT(r) hs_timed_out((r) == -1 && errno == ETIMEDOUT, since)
-
 HS_EXPORT int sem_timedwait(sem_t *s, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_timedwait)(s, t);
-    int64_t since = hs_now_ns();
-    TRY_THEN_PARK_AFTER(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t),
-                        SEM_RAN_OUT);
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN, R(sem_timedwait)(s, t));
 }
 
 HS_EXPORT int sem_clockwait(sem_t *s, clockid_t c, const struct timespec *t)
 {
-    if (!hs_enter())
-        return R(sem_clockwait)(s, c, t);
-    int64_t since = hs_now_ns();
-    TRY_THEN_PARK_AFTER(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN,
-                        R(sem_clockwait)(s, c, t), SEM_RAN_OUT);
+    ENTER_TRY_THEN_PARK(int, R(sem_trywait)(s), p_ == 0 || errno != EAGAIN,
+                        R(sem_clockwait)(s, c, t));
 }
 
 REAL(int, pthread_tryjoin_np, (pthread_t, void **));
@@ -170,10 +159,8 @@ long hs_futex(long a1, long a2, long a3, long a4, long a5, long a6)
             return -EAGAIN;
         }
     }
-    int64_t since = a4 ? hs_now_ns() : 0;  /* a wait with a timeout (hs_timed_out) */
     hs_park();
     long r = hs_raw(SYS_futex, a1, a2, a3, a4, a5, a6);
-    hs_timed_out(r == -ETIMEDOUT, since);
     hs_resume();
     hs_exit();
     return r;
