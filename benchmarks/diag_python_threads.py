@@ -3,8 +3,8 @@
 `threading.Event`, are released at once and joined. Their GIL waits are timed (5 ms), so
 this measures how the arbiter's queue treats polls: each timed-out waiter queues for a
 token ahead of the thread that could go on (3-5 s against 0.18-0.25 s plain for 1000
-threads). Two rules that let woken threads pass the timed-out ones were tried and reverted,
-one bounded in tickets (2026-12-07), one in time (2026-12-08): each slowed a few short
+threads). Three rules that let woken threads pass the timed-out ones were tried and reverted,
+one bounded in tickets (2026-12-07), two in time (2026-12-08): each slowed short
 polls or GIL waits beside computing threads far more than it sped this up
 (docs/results/2core-unmodified.md, twenty-eighth and twenty-ninth sessions).
 
