@@ -21,7 +21,7 @@ import numpy as np
 from ..core import registry
 from ..core.capabilities import Dispatch, Family, is_baseline, is_forked, is_forks, is_threaded
 from ..errors import UsageError
-from ..records import param_value
+from ..records import parse_params
 from ..store import StudyFile, study_settings
 from ..core.techniques.profiled import task_times
 from .models import Overheads
@@ -300,14 +300,9 @@ def _split_of(extra: dict, study_split: str) -> tuple[str, dict | None, str]:
     if ":" not in split:
         return split, None, ""
     text = extra.get("split_params")
-    params = dict(_param(item) for item in text.split(",") if item) if isinstance(text, str) else {}
+    params = dict(parse_params(text)) if isinstance(text, str) else {}
     digest = extra.get("split_technique_hash")
     return split, params, digest if isinstance(digest, str) else ""
-
-
-def _param(item: str) -> tuple[str, object]:
-    key, _, value = item.partition("=")
-    return key, param_value(value)
 
 
 def _overlap(lo: np.ndarray, hi: np.ndarray, chunks: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from ..core import policies as pol, registry
 from ..core.memory import Memory
 from ..core.splits import dynamic_chunks, split_technique
 from ..errors import HybridschedError
-from ..records import TRACE_DTYPE, RunConfig, RunRecord, worker_table
+from ..records import TRACE_DTYPE, RunConfig, RunRecord, as_params, params_text, worker_table
 from ..core.virtual import Engine, Outcome, Placement
 from .models import Overheads, execute
 
@@ -79,7 +79,7 @@ def _extra(cfg: RunConfig, cores: int, source: str, split: str,
         with contextlib.suppress(HybridschedError):  # a run failed by its import says why
             sim["split_technique_hash"] = split_technique(split).hash
         if split_params:
-            sim["split_params"] = ",".join(f"{k}={v}" for k, v in sorted(split_params.items()))
+            sim["split_params"] = params_text(as_params(split_params))
     return {"simulated": sim}
 
 
